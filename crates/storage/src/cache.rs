@@ -1,0 +1,471 @@
+//! The cache as a whole: configuration, the shared state every handle points to, and the
+//! segment-level operations (open, read an item, retire) that the other modules build on.
+
+use crate::chains::{Chains, FreePool};
+use crate::clock::Clock;
+use crate::handle::{Handle, HandleCounters};
+use crate::hashtable::{HashTable, Slot, MAX_OFFSET_UNITS, MAX_SEGMENTS};
+use crate::heap::Heap;
+use crate::item::{self, Header};
+use crate::segment::{state, SegmentHeader};
+use crate::stats::{EngineCounters, Stats};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+/// How the cache makes room when no free segment is left.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EvictionPolicy {
+    /// Segcache's merge-based eviction (§3.6): merge N consecutive segments of one TTL
+    /// bucket into one, keeping the items with the highest frequency per byte.
+    Merge,
+    /// Free the oldest segment whole (for comparison).
+    Fifo,
+    /// Never evict: writes fail with out-of-memory until expiration frees space.
+    None,
+}
+
+/// Engine settings.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// The memory limit: the segment heap's size, in bytes.
+    pub memory_bytes: usize,
+    /// Bytes per segment (default 1 MiB). Also bounds the largest item.
+    pub segment_size: usize,
+    /// log2 of the initial number of hash buckets; derived from the memory size if unset.
+    pub hash_power: Option<u32>,
+    /// Segments merged per eviction (Segcache's N, default 4).
+    pub merge_segments: usize,
+    /// What to do when memory is full.
+    pub eviction: EvictionPolicy,
+    /// The clock (system by default; tests use a manual one).
+    pub clock: Clock,
+}
+
+impl Config {
+    /// Defaults for a cache of `memory_bytes`.
+    pub fn new(memory_bytes: usize) -> Config {
+        Config {
+            memory_bytes,
+            segment_size: 1 << 20,
+            hash_power: None,
+            merge_segments: 4,
+            eviction: EvictionPolicy::Merge,
+            clock: Clock::system(),
+        }
+    }
+
+    /// Sets the segment size.
+    pub fn segment_size(mut self, bytes: usize) -> Config {
+        self.segment_size = bytes;
+        self
+    }
+
+    /// Sets the clock.
+    pub fn clock(mut self, clock: Clock) -> Config {
+        self.clock = clock;
+        self
+    }
+
+    /// Sets the eviction policy.
+    pub fn eviction(mut self, policy: EvictionPolicy) -> Config {
+        self.eviction = policy;
+        self
+    }
+
+    /// Sets the initial hash table size (2^power buckets of 7 items).
+    pub fn hash_power(mut self, power: u32) -> Config {
+        self.hash_power = Some(power);
+        self
+    }
+
+    /// Sets the number of segments merged per eviction.
+    pub fn merge_segments(mut self, n: usize) -> Config {
+        self.merge_segments = n;
+        self
+    }
+}
+
+/// A configuration the engine cannot run with.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum ConfigError {
+    /// The segment size is out of range.
+    #[error("segment size must be a multiple of 4096 between 16 KiB and 1 GiB, got {0}")]
+    SegmentSize(usize),
+    /// Not enough memory for the minimum number of segments.
+    #[error("memory limit {memory} holds fewer than {min} segments of {segment} bytes")]
+    TooLittleMemory {
+        /// The memory limit asked for.
+        memory: usize,
+        /// The segment size.
+        segment: usize,
+        /// The minimum segment count.
+        min: usize,
+    },
+    /// More segments than a hash slot can address.
+    #[error("memory limit needs more than {MAX_SEGMENTS} segments; use larger segments")]
+    TooManySegments,
+    /// Merge count out of range.
+    #[error("merge_segments must be between 2 and 16, got {0}")]
+    MergeSegments(usize),
+    /// Hash power out of range.
+    #[error("hash_power must be between 4 and 30, got {0}")]
+    HashPower(u32),
+}
+
+/// Fewest segments a cache can run with: room for a few active segments and a merge.
+pub const MIN_SEGMENTS: usize = 8;
+
+/// State shared by every handle.
+pub(crate) struct Shared {
+    pub heap: Heap,
+    pub headers: Box<[SegmentHeader]>,
+    pub table: HashTable,
+    pub chains: Chains,
+    pub free: FreePool,
+    pub clock: Clock,
+    pub config: Config,
+    /// log2 of the offset unit: items are aligned to it so a 20-bit slot offset covers a segment.
+    pub align_shift: u32,
+    /// The current flush generation.
+    pub generation: AtomicU32,
+    /// When a delayed flush_all takes effect (u32::MAX: none pending).
+    pub flush_at: AtomicU32,
+    /// The last generation whose flushed segments were all reclaimed.
+    pub reclaimed_generation: AtomicU32,
+    pub counters: EngineCounters,
+    pub handles: Mutex<HandleRegistry>,
+    pub evictor: Mutex<crate::evict::EvictorState>,
+}
+
+/// Counters of live handles and the totals of dropped ones.
+#[derive(Default)]
+pub(crate) struct HandleRegistry {
+    pub live: Vec<Arc<HandleCounters>>,
+    pub retired: crate::stats::HandleTotals,
+}
+
+impl Shared {
+    /// Rounds an item length up to the alignment unit.
+    #[inline]
+    pub fn aligned(&self, len: usize) -> usize {
+        let unit = 1usize << self.align_shift;
+        (len + unit - 1) & !(unit - 1)
+    }
+
+    /// The slot location of byte `offset`.
+    #[inline]
+    pub fn units(&self, offset: usize) -> u32 {
+        (offset >> self.align_shift) as u32
+    }
+
+    /// The byte offset of a slot.
+    #[inline]
+    pub fn offset_of(&self, slot: Slot) -> usize {
+        (slot.offset_units() as usize) << self.align_shift
+    }
+
+    /// Decodes the item header at `offset` in `seg`.
+    ///
+    /// The caller must keep the segment from being retired (a reader reference, or a locked
+    /// hash chain that points at the item) and the item must be published or its own.
+    #[inline]
+    pub fn header_at(&self, seg: u32, offset: usize) -> Header {
+        let avail = (self.heap.segment_size() - offset).min(item::MAX_PREFIX);
+        // SAFETY: per this function's contract the item is complete and not being written;
+        // the heap checks bounds.
+        let bytes = unsafe { self.heap.bytes(seg, offset, avail) };
+        item::decode(bytes)
+    }
+
+    /// The key of the item at `offset` in `seg` (same contract as [`Shared::header_at`]).
+    #[inline]
+    pub fn key_at(&self, seg: u32, offset: usize, header: &Header) -> &[u8] {
+        // SAFETY: as for `header_at`.
+        unsafe {
+            self.heap
+                .bytes(seg, offset + header.key_offset, header.key_len)
+        }
+    }
+
+    /// The value of the item at `offset` in `seg` (same contract as [`Shared::header_at`]).
+    #[inline]
+    pub fn value_at(&self, seg: u32, offset: usize, header: &Header) -> &[u8] {
+        // SAFETY: as for `header_at`.
+        unsafe {
+            self.heap.bytes(
+                seg,
+                offset + header.key_offset + header.key_len,
+                header.value_len,
+            )
+        }
+    }
+
+    /// Applies a delayed flush whose time has come.
+    #[inline]
+    pub fn current_generation(&self, now: u32) -> u32 {
+        let at = self.flush_at.load(Ordering::Acquire);
+        if at <= now
+            && self
+                .flush_at
+                .compare_exchange(at, u32::MAX, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+        {
+            self.generation.fetch_add(1, Ordering::AcqRel);
+        }
+        self.generation.load(Ordering::Acquire)
+    }
+
+    /// Removes the hash entry that points at (`seg`, `offset`) if there is one, for an item
+    /// leaving through eviction, expiration or retirement. Returns true if it was live.
+    pub fn unlink_item(&self, seg: u32, offset: usize, header: &Header) -> bool {
+        let key = self.key_at(seg, offset, header);
+        let hash = crate::handle::hash(key);
+        let units = self.units(offset);
+        loop {
+            let table = self.table.load();
+            let head = table.head_of(hash);
+            let Ok(chain) = table.lock(head) else {
+                drop(table);
+                self.table.wait_for_growth();
+                continue;
+            };
+            let found =
+                chain.scan(|slot, s| (s.seg() == seg && s.offset_units() == units).then_some(slot));
+            if let Some(slot) = found {
+                chain.remove(slot);
+                chain.bump_cas();
+                self.headers[seg as usize].remove_live(self.aligned(header.len()));
+                return true;
+            }
+            return false;
+        }
+    }
+
+    /// Takes a segment out of service for good: no new readers, wait for current ones, drop
+    /// every hash entry still pointing into it, and return it to the free pool. The caller
+    /// has already unlinked it from its chain. Returns the number of live items dropped.
+    pub fn retire(&self, seg: u32) -> usize {
+        let h = &self.headers[seg as usize];
+        h.state.store(state::RETIRING, Ordering::Release);
+        h.seal();
+        h.drain();
+        let used = h.used();
+        let mut offset = 0;
+        let mut dropped = 0;
+        while offset < used {
+            let header = self.header_at(seg, offset);
+            if header.key_len == 0 {
+                // A reserved range whose writer gave up before writing (cannot happen after
+                // drain, but never loop on garbage).
+                break;
+            }
+            if h.live_items.load(Ordering::Relaxed) > 0 && self.unlink_item(seg, offset, &header) {
+                dropped += 1;
+            }
+            offset += self.aligned(header.len());
+        }
+        self.free_segment(seg);
+        dropped
+    }
+
+    /// Returns a drained segment with no hash entries to the free pool.
+    pub fn free_segment(&self, seg: u32) {
+        let h = &self.headers[seg as usize];
+        h.epoch.fetch_add(1, Ordering::AcqRel);
+        h.write_offset.store(0, Ordering::Release);
+        h.live_items.store(0, Ordering::Relaxed);
+        h.live_bytes.store(0, Ordering::Relaxed);
+        h.state.store(state::FREE, Ordering::Release);
+        self.free.put(seg);
+    }
+}
+
+/// The cache: cheap to clone, safe to share between threads.
+#[derive(Clone)]
+pub struct Cache {
+    pub(crate) shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for Cache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Cache")
+            .field("memory_bytes", &self.shared.config.memory_bytes)
+            .field("segment_size", &self.shared.config.segment_size)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Cache {
+    /// Creates a cache, allocating its whole heap.
+    pub fn new(config: Config) -> Result<Cache, ConfigError> {
+        let seg = config.segment_size;
+        if seg % 4096 != 0 || !(16 << 10..=1 << 30).contains(&seg) {
+            return Err(ConfigError::SegmentSize(seg));
+        }
+        let segments = config.memory_bytes / seg;
+        if segments < MIN_SEGMENTS {
+            return Err(ConfigError::TooLittleMemory {
+                memory: config.memory_bytes,
+                segment: seg,
+                min: MIN_SEGMENTS,
+            });
+        }
+        if segments > MAX_SEGMENTS {
+            return Err(ConfigError::TooManySegments);
+        }
+        if !(2..=16).contains(&config.merge_segments) {
+            return Err(ConfigError::MergeSegments(config.merge_segments));
+        }
+        let unit = seg.div_ceil(MAX_OFFSET_UNITS).next_power_of_two();
+        let align_shift = unit.trailing_zeros();
+        // Start with room for ~4 items of 256 bytes per bucket; grow as items come.
+        let max_items = config.memory_bytes / 16;
+        let max_power = (max_items / 4)
+            .max(16)
+            .next_power_of_two()
+            .trailing_zeros()
+            .min(30);
+        let power = match config.hash_power {
+            Some(p) if !(4..=30).contains(&p) => return Err(ConfigError::HashPower(p)),
+            Some(p) => p,
+            None => (config.memory_bytes / 256 / 4)
+                .max(1024)
+                .next_power_of_two()
+                .trailing_zeros()
+                .min(max_power),
+        };
+        let shared = Shared {
+            heap: Heap::new(segments, seg),
+            headers: (0..segments).map(|_| SegmentHeader::new()).collect(),
+            table: HashTable::new(power, max_power.max(power)),
+            chains: Chains::new(),
+            free: FreePool::new(segments, 1),
+            clock: config.clock.clone(),
+            align_shift,
+            generation: AtomicU32::new(0),
+            flush_at: AtomicU32::new(u32::MAX),
+            reclaimed_generation: AtomicU32::new(0),
+            counters: EngineCounters::default(),
+            handles: Mutex::new(HandleRegistry::default()),
+            evictor: Mutex::new(crate::evict::EvictorState::default()),
+            config,
+        };
+        Ok(Cache {
+            shared: Arc::new(shared),
+        })
+    }
+
+    /// A new handle for the calling thread.
+    pub fn handle(&self) -> Handle {
+        Handle::new(self.shared.clone())
+    }
+
+    /// The clock the cache runs on.
+    pub fn clock(&self) -> &Clock {
+        &self.shared.clock
+    }
+
+    /// The configuration the cache was built with.
+    pub fn config(&self) -> &Config {
+        &self.shared.config
+    }
+
+    /// The largest item (header, key and value) a segment can hold.
+    pub fn max_item_size(&self) -> usize {
+        self.shared.config.segment_size
+    }
+
+    /// Invalidates every item now (`delay` 0) or when `delay` seconds have passed, like
+    /// memcached's `flush_all [delay]`. A later call replaces a pending delayed flush.
+    pub fn flush_all(&self, delay: u32) {
+        let s = &self.shared;
+        if delay == 0 {
+            s.flush_at.store(u32::MAX, Ordering::Release);
+            s.generation.fetch_add(1, Ordering::AcqRel);
+        } else {
+            let now = s.clock.now();
+            s.flush_at
+                .store(now.saturating_add(delay), Ordering::Release);
+        }
+    }
+
+    /// One proactive-expiration pass (Segcache §3.5): frees every segment whose items have
+    /// all expired or were flushed. Returns the number of segments freed.
+    pub fn expire(&self) -> usize {
+        crate::expire::expire_pass(&self.shared)
+    }
+
+    /// Engine statistics, aggregated now.
+    pub fn stats(&self) -> Stats {
+        crate::stats::collect(&self.shared)
+    }
+
+    /// Runs [`Cache::expire`] every `interval` on a background thread until the returned
+    /// value is dropped.
+    pub fn spawn_expirer(&self, interval: Duration) -> Expirer {
+        let stop = Arc::new(AtomicBool::new(false));
+        let cache = self.clone();
+        let flag = stop.clone();
+        let thread = std::thread::Builder::new()
+            .name("memfleet-expire".into())
+            .spawn(move || {
+                while !flag.load(Ordering::Acquire) {
+                    cache.expire();
+                    std::thread::park_timeout(interval);
+                }
+            })
+            .expect("spawn expiration thread");
+        Expirer {
+            stop,
+            thread: Some(thread),
+        }
+    }
+}
+
+/// The background expiration thread; stops when dropped.
+pub struct Expirer {
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Drop for Expirer {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Release);
+        if let Some(t) = self.thread.take() {
+            t.thread().unpark();
+            let _ = t.join();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn config_is_validated() {
+        assert_eq!(
+            Cache::new(Config::new(64 << 20).segment_size(1000)).unwrap_err(),
+            ConfigError::SegmentSize(1000)
+        );
+        assert!(matches!(
+            Cache::new(Config::new(2 << 20)).unwrap_err(),
+            ConfigError::TooLittleMemory { .. }
+        ));
+        assert!(Cache::new(Config::new(8 << 20)).is_ok());
+        assert_eq!(
+            Cache::new(Config::new(8 << 20).merge_segments(1)).unwrap_err(),
+            ConfigError::MergeSegments(1)
+        );
+    }
+
+    #[test]
+    fn large_segments_use_coarser_offsets() {
+        let c = Cache::new(Config::new(64 << 20).segment_size(4 << 20)).unwrap();
+        assert_eq!(c.shared.align_shift, 2);
+        let c = Cache::new(Config::new(64 << 20)).unwrap();
+        assert_eq!(c.shared.align_shift, 0);
+    }
+}

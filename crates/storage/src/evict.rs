@@ -1,0 +1,305 @@
+//! Making room when no segment is free (Segcache §3.6).
+//!
+//! **Merge** (the default): pick a TTL bucket round-robin, take up to N consecutive sealed,
+//! unexpired segments from where the last merge in that bucket stopped, and copy the items
+//! worth keeping into one fresh segment; free the sources. An item's worth is its frequency
+//! (the one-byte ASFC counter in its hash slot) per byte, relative to the segment's mean item
+//! size. A threshold, adjusted every tenth of a segment, aims to keep about 1/N of each
+//! source's bytes, so the merged segment holds the best of each. Kept items' frequencies are
+//! reset (a window, so past popularity fades). The merged segment takes the first source's
+//! place and creation time, so the chain stays sorted by age.
+//!
+//! **FIFO**: free the oldest segment whole. It is also the fallback when no bucket has two
+//! mergeable segments (tiny heaps, or every segment still being written).
+//!
+//! Only one eviction runs at a time (an eviction frees megabytes; callers that queued behind
+//! it usually find a free segment when they get the lock).
+
+use crate::cache::{EvictionPolicy, Shared};
+use crate::hashtable::Slot;
+use crate::segment::{state, NONE, SEALED};
+use crate::ttl::N_BUCKETS;
+use std::sync::atomic::Ordering;
+
+/// Round-robin position and merge threshold, kept between evictions.
+pub(crate) struct EvictorState {
+    next_bucket: usize,
+    cutoff: f64,
+    last_expire_pass: Option<u32>,
+}
+
+impl Default for EvictorState {
+    fn default() -> Self {
+        EvictorState {
+            next_bucket: 0,
+            cutoff: 1.0,
+            last_expire_pass: None,
+        }
+    }
+}
+
+/// Nothing could be evicted.
+#[derive(Debug)]
+pub(crate) struct NoVictim;
+
+/// Frees at least one segment, or fails when nothing can be freed.
+pub(crate) fn make_room(shared: &Shared) -> Result<(), NoVictim> {
+    let mut st = shared.evictor.lock().unwrap_or_else(|e| e.into_inner());
+    if shared.free.len() > 1 {
+        return Ok(()); // another thread made room while we waited
+    }
+    // Expired segments are free for the taking: reclaim them before evicting live data.
+    let now = shared.clock.now();
+    if st.last_expire_pass != Some(now) {
+        st.last_expire_pass = Some(now);
+        if crate::expire::expire_pass(shared) > 0 && shared.free.len() > 1 {
+            return Ok(());
+        }
+    }
+    match shared.config.eviction {
+        EvictionPolicy::None => Err(NoVictim),
+        EvictionPolicy::Fifo => evict_oldest(shared),
+        EvictionPolicy::Merge => {
+            if merge_once(shared, &mut st) {
+                Ok(())
+            } else {
+                evict_oldest(shared)
+            }
+        }
+    }
+}
+
+/// Frees the oldest segment that is not already being merged or retired.
+fn evict_oldest(shared: &Shared) -> Result<(), NoVictim> {
+    loop {
+        let mut best: Option<(u32, usize, u32)> = None;
+        for b in 0..N_BUCKETS {
+            let chain = shared.chains.lock(b);
+            let mut at = chain.head;
+            while at != NONE {
+                let h = &shared.headers[at as usize];
+                let st = h.state.load(Ordering::Acquire);
+                if st == state::SEALED || st == state::ACTIVE {
+                    let created = h.create_at.load(Ordering::Relaxed);
+                    if best.is_none_or(|(_, _, oldest)| created < oldest) {
+                        best = Some((at, b, created));
+                    }
+                    break;
+                }
+                at = h.next.load(Ordering::Relaxed);
+            }
+        }
+        let Some((victim, bucket, _)) = best else {
+            return Err(NoVictim);
+        };
+        let claimed = {
+            let mut chain = shared.chains.lock(bucket);
+            let h = &shared.headers[victim as usize];
+            let st = h.state.load(Ordering::Acquire);
+            let ok = (st == state::SEALED || st == state::ACTIVE)
+                && h.state
+                    .compare_exchange(st, state::RETIRING, Ordering::AcqRel, Ordering::Acquire)
+                    .is_ok();
+            if ok {
+                chain.unlink(&shared.headers, victim);
+            }
+            ok
+        };
+        if claimed {
+            let dropped = shared.retire(victim);
+            shared
+                .counters
+                .evicted_items
+                .fetch_add(dropped as u64, Ordering::Relaxed);
+            shared
+                .counters
+                .evicted_segments
+                .fetch_add(1, Ordering::Relaxed);
+            return Ok(());
+        }
+    }
+}
+
+/// One merge eviction; false when no bucket has two mergeable segments in a row.
+fn merge_once(shared: &Shared, st: &mut EvictorState) -> bool {
+    let n = shared.config.merge_segments;
+    let now = shared.clock.now();
+    let generation = shared.current_generation(now);
+    for step in 0..N_BUCKETS {
+        let bucket = (st.next_bucket + step) % N_BUCKETS;
+        let mut run = Vec::with_capacity(n);
+        {
+            let mut chain = shared.chains.lock(bucket);
+            if chain.segments < 2 {
+                continue;
+            }
+            for start in [chain.merge_cursor, chain.head] {
+                run.clear();
+                let mut at = if start == NONE { chain.head } else { start };
+                while at != NONE && run.len() < n {
+                    let h = &shared.headers[at as usize];
+                    let mergeable = h.state.load(Ordering::Acquire) == state::SEALED
+                        && !h.is_dead(now, generation);
+                    if mergeable {
+                        run.push(at);
+                    } else if run.len() >= 2 {
+                        break;
+                    } else {
+                        run.clear();
+                    }
+                    at = h.next.load(Ordering::Relaxed);
+                }
+                if run.len() >= 2 {
+                    chain.merge_cursor = at;
+                    break;
+                }
+            }
+            if run.len() < 2 {
+                continue;
+            }
+            for &seg in &run {
+                shared.headers[seg as usize]
+                    .state
+                    .store(state::MERGING, Ordering::Release);
+            }
+        }
+        st.next_bucket = (bucket + 1) % N_BUCKETS;
+        merge(shared, st, bucket, &run);
+        return true;
+    }
+    false
+}
+
+/// Merges `run` (consecutive segments of `bucket`, claimed MERGING) into one new segment.
+fn merge(shared: &Shared, st: &mut EvictorState, bucket: usize, run: &[u32]) {
+    let seg_size = shared.heap.segment_size();
+    let Some(dst) = shared.free.take_reserved() else {
+        // No destination: fall back to freeing the sources whole.
+        let mut chain = shared.chains.lock(bucket);
+        for &seg in run {
+            chain.unlink(&shared.headers, seg);
+        }
+        drop(chain);
+        for &seg in run {
+            let dropped = shared.retire(seg);
+            shared
+                .counters
+                .evicted_items
+                .fetch_add(dropped as u64, Ordering::Relaxed);
+            shared
+                .counters
+                .evicted_segments
+                .fetch_add(1, Ordering::Relaxed);
+        }
+        return;
+    };
+    let first = &shared.headers[run[0] as usize];
+    let d = &shared.headers[dst as usize];
+    d.open(
+        first.create_at.load(Ordering::Relaxed),
+        bucket,
+        first.generation.load(Ordering::Relaxed),
+        state::MERGING,
+    );
+    for &seg in run {
+        let h = &shared.headers[seg as usize];
+        d.include_deadline(h.min_deadline.load(Ordering::Acquire));
+        d.max_deadline
+            .fetch_max(h.max_deadline.load(Ordering::Acquire), Ordering::AcqRel);
+    }
+
+    let mut dst_used = 0usize;
+    let mut evicted = 0u64;
+    let mut retained = 0u64;
+    let mut cutoff = (1.0 + st.cutoff) / 2.0;
+    for (i, &src) in run.iter().enumerate() {
+        let h = &shared.headers[src as usize];
+        let used = h.used();
+        let live_items = h.live_items.load(Ordering::Relaxed).max(1);
+        let live_bytes = h.live_bytes.load(Ordering::Relaxed).max(1);
+        let mean_size = f64::from(live_bytes) / f64::from(live_items);
+        // Aim to keep an equal share of the room left from each remaining source.
+        let share = (seg_size - dst_used) as f64 / (run.len() - i) as f64;
+        let target_ratio = (share / used.max(1) as f64).min(1.0);
+        let check_every = (seg_size / 10).max(1);
+        let (mut scanned, mut copied, mut next_check) = (0usize, 0usize, check_every);
+        let mut offset = 0;
+        while offset < used {
+            let header = shared.header_at(src, offset);
+            let size = shared.aligned(header.len());
+            scanned += size;
+            if scanned >= next_check {
+                next_check += check_every;
+                let ratio = copied as f64 / scanned as f64;
+                let t = (ratio - target_ratio) / target_ratio;
+                if !(-0.5..=0.5).contains(&t) {
+                    cutoff *= 1.0 + t;
+                }
+            }
+            let key = shared.key_at(src, offset, &header);
+            let hash = crate::handle::hash(key);
+            let units = shared.units(offset);
+            loop {
+                let table = shared.table.load();
+                let Ok(chain) = table.lock(table.head_of(hash)) else {
+                    drop(table);
+                    shared.table.wait_for_growth();
+                    continue;
+                };
+                let found = chain.scan(|slot, s| {
+                    (s.seg() == src && s.offset_units() == units).then_some((slot, s))
+                });
+                if let Some((slot, s)) = found {
+                    let score = f64::from(s.freq()) / (size as f64 / mean_size);
+                    if score > cutoff && dst_used + size <= seg_size {
+                        // SAFETY: `src` bytes below `used` are complete and immutable (sealed,
+                        // MERGING, reachable through the locked slot); [dst_used, +len) in
+                        // `dst` is owned by this merge and not yet published.
+                        unsafe {
+                            shared
+                                .heap
+                                .copy((src, offset), (dst, dst_used), header.len());
+                        }
+                        chain.replace(slot, Slot::new(dst, shared.units(dst_used), 0, s.tag()));
+                        d.add_live(size);
+                        dst_used += size;
+                        d.write_offset.store(dst_used as u32, Ordering::Release);
+                        copied += size;
+                        retained += 1;
+                    } else {
+                        chain.remove(slot);
+                        chain.bump_cas();
+                        evicted += 1;
+                    }
+                    h.remove_live(size);
+                }
+                break;
+            }
+            offset += size;
+        }
+    }
+    st.cutoff = cutoff;
+    d.write_offset
+        .store(dst_used as u32 | SEALED, Ordering::Release);
+    {
+        let mut chain = shared.chains.lock(bucket);
+        let resume = chain.merge_cursor;
+        chain.insert_before(&shared.headers, dst, run[0]);
+        for &seg in run {
+            chain.unlink(&shared.headers, seg);
+        }
+        chain.merge_cursor = resume;
+        d.state.store(state::SEALED, Ordering::Release);
+    }
+    for &seg in run {
+        // Every live item was moved or dropped above; retire() only drains readers.
+        shared.retire(seg);
+    }
+    let c = &shared.counters;
+    c.merges.fetch_add(1, Ordering::Relaxed);
+    c.evicted_segments
+        .fetch_add(run.len() as u64, Ordering::Relaxed);
+    c.evicted_items.fetch_add(evicted, Ordering::Relaxed);
+    c.merge_retained_items
+        .fetch_add(retained, Ordering::Relaxed);
+}

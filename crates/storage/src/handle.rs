@@ -1,0 +1,519 @@
+//! A thread's handle on the cache: lock-free reads, and the append path every write uses.
+//!
+//! Each handle keeps its own *active segment* per TTL bucket (Segcache §3.7): only this
+//! handle appends to it, so writes need no atomics beyond reserving space (a CAS that can
+//! only fail when another thread seals the segment to evict or expire it). Items written by
+//! one handle are visible to every other as soon as the hash slot is published.
+//!
+//! The memcached operations themselves are in `ops.rs`.
+
+use crate::cache::Shared;
+use crate::clock::NEVER;
+use crate::hashtable::{tag_of, ChainGuard, Moved, Slot, Table};
+use crate::item::{self, Header};
+use crate::segment::{state, SEALED};
+use crate::stats::HandleTotals;
+use crate::ttl;
+use std::cell::Cell;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+pub use crate::ops::{DeltaError, StoreError, StoreMode, StoreStatus};
+
+/// The hash of a key (stable across processes and versions: xxh3).
+#[inline]
+pub fn hash(key: &[u8]) -> u64 {
+    xxhash_rust::xxh3::xxh3_64(key)
+}
+
+/// Per-handle counters, written only by the owning thread.
+#[derive(Default)]
+pub(crate) struct HandleCounters {
+    pub get_hits: AtomicU64,
+    pub get_misses: AtomicU64,
+    pub expired_on_access: AtomicU64,
+    pub writes: AtomicU64,
+    pub deletes: AtomicU64,
+    pub bytes_written: AtomicU64,
+}
+
+impl HandleCounters {
+    /// Adds without a locked instruction: only the owner writes.
+    #[inline]
+    pub fn bump(counter: &AtomicU64, n: u64) {
+        counter.store(counter.load(Ordering::Relaxed) + n, Ordering::Relaxed);
+    }
+
+    pub fn snapshot(&self) -> HandleTotals {
+        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        HandleTotals {
+            get_hits: get(&self.get_hits),
+            get_misses: get(&self.get_misses),
+            expired_on_access: get(&self.expired_on_access),
+            writes: get(&self.writes),
+            deletes: get(&self.deletes),
+            bytes_written: get(&self.bytes_written),
+        }
+    }
+}
+
+/// One thread's way into the cache. `Send`, not `Sync`: give each thread its own.
+pub struct Handle {
+    pub(crate) shared: Arc<Shared>,
+    /// Active segment (id, epoch) per TTL bucket.
+    active: Box<[Option<(u32, u32)>]>,
+    pub(crate) counters: Arc<HandleCounters>,
+    rng: Cell<u64>,
+    /// Set when an insert found the hash table's overflow area running low.
+    pub(crate) grow_hint: Cell<Option<u32>>,
+    /// Reused buffer for read-modify-write operations.
+    pub(crate) scratch: Vec<u8>,
+}
+
+/// A live item, pinned in memory until dropped. Keep it briefly: while any reference to a
+/// segment exists, that segment cannot be evicted or expired.
+pub struct ItemRef<'a> {
+    shared: &'a Shared,
+    seg: u32,
+    offset: usize,
+    header: Header,
+    cas: u32,
+    pub(crate) slot: Slot,
+    deadline: u32,
+}
+
+impl ItemRef<'_> {
+    /// The key.
+    pub fn key(&self) -> &[u8] {
+        self.shared.key_at(self.seg, self.offset, &self.header)
+    }
+    /// The value.
+    pub fn value(&self) -> &[u8] {
+        self.shared.value_at(self.seg, self.offset, &self.header)
+    }
+    /// The client's 32-bit flags, as stored.
+    pub fn flags(&self) -> u32 {
+        self.header.client_flags
+    }
+    /// The CAS value (shared by the keys of one hash bucket; changes whenever any of
+    /// their values changes).
+    pub fn cas(&self) -> u64 {
+        u64::from(self.cas)
+    }
+    /// Lease and hold-off marks ([`crate::MARK_STALE`] and friends).
+    pub fn marks(&self) -> u8 {
+        self.header.marks
+    }
+    /// Seconds until the item expires (`None`: never). The value is the engine's effective
+    /// deadline, which may be up to the TTL bucket's tolerance earlier than the one asked for.
+    pub fn ttl_remaining(&self, now: u32) -> Option<u32> {
+        (self.deadline != NEVER).then(|| self.deadline.saturating_sub(now))
+    }
+    /// Bytes the item occupies in its segment.
+    pub fn stored_len(&self) -> usize {
+        self.header.len()
+    }
+    pub(crate) fn deadline(&self) -> u32 {
+        self.deadline
+    }
+    pub(crate) fn own_deadline(&self) -> Option<u32> {
+        self.header.own_deadline
+    }
+}
+
+impl Drop for ItemRef<'_> {
+    fn drop(&mut self) {
+        self.shared.headers[self.seg as usize].release();
+    }
+}
+
+impl std::fmt::Debug for ItemRef<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ItemRef")
+            .field("key", &String::from_utf8_lossy(self.key()))
+            .field("value_len", &self.header.value_len)
+            .field("flags", &self.header.client_flags)
+            .field("cas", &self.cas)
+            .finish()
+    }
+}
+
+/// A reserved, written, not yet published item. Holds a writer reference on its segment.
+pub(crate) struct Written {
+    pub seg: u32,
+    pub offset: usize,
+    pub len: usize,
+}
+
+enum Probe<T> {
+    Found(T),
+    Retry,
+}
+
+impl Handle {
+    pub(crate) fn new(shared: Arc<Shared>) -> Handle {
+        let counters = Arc::new(HandleCounters::default());
+        shared
+            .handles
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .live
+            .push(counters.clone());
+        let seed = hash(&(Arc::as_ptr(&counters) as usize).to_le_bytes()) | 1;
+        Handle {
+            shared,
+            active: vec![None; ttl::N_BUCKETS].into_boxed_slice(),
+            counters,
+            rng: Cell::new(seed),
+            grow_hint: Cell::new(None),
+            scratch: Vec::new(),
+        }
+    }
+
+    /// The current time on the cache's clock.
+    pub fn now(&self) -> u32 {
+        self.shared.clock.now()
+    }
+
+    /// Looks up a live item with no lease or hold-off marks: what memcached's `get` returns.
+    pub fn get(&self, key: &[u8]) -> Option<ItemRef<'_>> {
+        let item = self.lookup(key)?;
+        if item.marks() == 0 {
+            HandleCounters::bump(&self.counters.get_hits, 1);
+            Some(item)
+        } else {
+            HandleCounters::bump(&self.counters.get_misses, 1);
+            None
+        }
+    }
+
+    /// Looks up any live item, marked or not (for the lease machinery). Counts a miss when
+    /// there is none.
+    pub fn lookup(&self, key: &[u8]) -> Option<ItemRef<'_>> {
+        if key.is_empty() || key.len() > item::MAX_KEY_LEN {
+            return None;
+        }
+        let now = self.shared.clock.now();
+        let found = self.find(key, hash(key), now, true);
+        if found.is_none() {
+            HandleCounters::bump(&self.counters.get_misses, 1);
+        }
+        found
+    }
+
+    /// Finds the live item for `key` without taking a lock.
+    pub(crate) fn find(
+        &self,
+        key: &[u8],
+        h: u64,
+        now: u32,
+        count_access: bool,
+    ) -> Option<ItemRef<'_>> {
+        let shared = &*self.shared;
+        let generation = shared.current_generation(now);
+        loop {
+            let table = shared.table.load();
+            match self.probe(&table, key, h, now, generation, count_access) {
+                Probe::Found(found) => return found,
+                Probe::Retry => continue,
+            }
+        }
+    }
+
+    fn probe(
+        &self,
+        table: &Table,
+        key: &[u8],
+        h: u64,
+        now: u32,
+        generation: u32,
+        count_access: bool,
+    ) -> Probe<Option<ItemRef<'_>>> {
+        let shared = &*self.shared;
+        let head = table.head_of(h);
+        let tag = tag_of(h);
+        // Read the CAS before the slot: a reader may pair a new value with an old CAS (the
+        // client's cas then fails and retries) but never an old value with a new CAS.
+        let cas = table.cas(head);
+        let found = table.scan(head, |slot, s| {
+            if s.tag() != tag {
+                return None;
+            }
+            let seg = s.seg();
+            let header = &shared.headers[seg as usize];
+            if !header.acquire() {
+                // The segment is being retired: the item is on its way out (expired or
+                // evicted), and a key has at most one slot, so this is a miss.
+                return None;
+            }
+            // Between reading the slot and taking the reference the item may have moved
+            // and its segment been reused: only a slot that still points here is trustworthy.
+            let current = Slot(slot.load(Ordering::Acquire));
+            if !current.same_location(s) {
+                header.release();
+                return Some(Probe::Retry);
+            }
+            let offset = shared.offset_of(s);
+            let item_header = shared.header_at(seg, offset);
+            if shared.key_at(seg, offset, &item_header) != key {
+                header.release();
+                return None;
+            }
+            let seg_deadline = header.min_deadline.load(Ordering::Acquire);
+            let deadline = item_header
+                .own_deadline
+                .map_or(seg_deadline, |d| d.min(seg_deadline));
+            if deadline <= now || header.generation.load(Ordering::Acquire) != generation {
+                header.release();
+                HandleCounters::bump(&self.counters.expired_on_access, 1);
+                return Some(Probe::Found(None));
+            }
+            if count_access && table.touch_timestamp(head, now) {
+                let freq = current.freq();
+                let next = self.next_frequency(freq);
+                if next != freq {
+                    let _ = slot.compare_exchange(
+                        current.0,
+                        current.with_freq(next).0,
+                        Ordering::Relaxed,
+                        Ordering::Relaxed,
+                    );
+                }
+            }
+            Some(Probe::Found(Some(ItemRef {
+                shared,
+                seg,
+                offset,
+                header: item_header,
+                cas,
+                slot: current,
+                deadline,
+            })))
+        });
+        found.unwrap_or(Probe::Found(None))
+    }
+
+    /// Segcache's approximate smoothed frequency counter: +1 per counted access below 16,
+    /// then +1 with probability 1/freq (a Morris counter), saturating at 255.
+    fn next_frequency(&self, freq: u8) -> u8 {
+        if freq < 16 {
+            return freq + 1;
+        }
+        if freq == u8::MAX {
+            return freq;
+        }
+        let mut x = self.rng.get();
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        self.rng.set(x);
+        if x % u64::from(freq) == 0 {
+            freq + 1
+        } else {
+            freq
+        }
+    }
+
+    /// Runs `f` with `key`'s hash chain locked, retrying across table growth.
+    pub(crate) fn with_chain<T>(
+        &self,
+        h: u64,
+        mut f: impl FnMut(&Table, &ChainGuard<'_>) -> T,
+    ) -> T {
+        loop {
+            let table = self.shared.table.load();
+            let done = match table.lock(table.head_of(h)) {
+                Ok(chain) => Some(f(&table, &chain)),
+                Err(Moved) => None,
+            };
+            match done {
+                Some(v) => return v,
+                None => {
+                    drop(table);
+                    self.shared.table.wait_for_growth();
+                }
+            }
+        }
+    }
+
+    /// Grows the hash table (called when an insert found no room).
+    pub(crate) fn grow_table(&self, seen_power: u32) {
+        let shared = &*self.shared;
+        let grew = shared.table.grow(seen_power, |slot| {
+            let offset = shared.offset_of(slot);
+            let header = shared.header_at(slot.seg(), offset);
+            hash(shared.key_at(slot.seg(), offset, &header))
+        });
+        if grew {
+            shared.counters.hash_growths.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Appends an item to this handle's active segment for its deadline and returns it
+    /// written but unpublished, holding a writer reference. `deadline` must be in the future.
+    pub(crate) fn append(
+        &mut self,
+        key: &[u8],
+        value: &[&[u8]],
+        flags: u32,
+        deadline: u32,
+        own_deadline: Option<u32>,
+        marks: u8,
+    ) -> Result<Written, StoreError> {
+        let value_len: usize = value.iter().map(|v| v.len()).sum();
+        if value_len > item::MAX_VALUE_LEN {
+            return Err(StoreError::TooLarge);
+        }
+        let len = item::encoded_len(key.len(), value_len, flags, own_deadline.is_some());
+        let size = self.shared.aligned(len);
+        if size > self.shared.heap.segment_size() {
+            return Err(StoreError::TooLarge);
+        }
+        let now = self.shared.clock.now();
+        let ttl = (deadline != NEVER).then(|| deadline.saturating_sub(now));
+        let bucket = ttl::bucket_for(ttl);
+        let (seg, offset) = self.reserve(bucket, size, deadline, now)?;
+        let shared = &*self.shared;
+        let mut prefix = [0u8; item::MAX_PREFIX + item::MAX_KEY_LEN];
+        let prefix_len = item::prefix_len(key.len(), flags, own_deadline.is_some());
+        item::encode_prefix(
+            &mut prefix[..prefix_len],
+            key,
+            value_len,
+            flags,
+            own_deadline,
+            marks,
+        );
+        let mut at = offset;
+        // SAFETY: `reserve` gave this handle [offset, offset + size) exclusively; nothing is
+        // published there until the caller installs the slot.
+        unsafe {
+            shared.heap.write(seg, at, &prefix[..prefix_len]);
+            at += prefix_len;
+            for part in value {
+                shared.heap.write(seg, at, part);
+                at += part.len();
+            }
+        }
+        shared.headers[seg as usize].include_deadline(deadline);
+        HandleCounters::bump(&self.counters.bytes_written, size as u64);
+        Ok(Written {
+            seg,
+            offset,
+            len: size,
+        })
+    }
+
+    /// Reserves `size` bytes in the active segment of `bucket`, opening a new one when the
+    /// current one is full, sealed, flushed, expired, or would spread its deadlines too far.
+    fn reserve(
+        &mut self,
+        bucket: usize,
+        size: usize,
+        deadline: u32,
+        now: u32,
+    ) -> Result<(u32, usize), StoreError> {
+        let tolerance = ttl::tolerance(bucket);
+        let generation = self.shared.current_generation(now);
+        loop {
+            let Some((seg, epoch)) = self.active[bucket] else {
+                self.open_segment(bucket, now, generation)?;
+                continue;
+            };
+            if let Some(offset) =
+                self.try_reserve(seg, epoch, size, deadline, tolerance, now, generation)
+            {
+                return Ok((seg, offset));
+            }
+            self.seal_active(bucket);
+        }
+    }
+
+    /// Reserves room in `seg` if it is still this handle's, live, and fits the item.
+    #[allow(clippy::too_many_arguments)]
+    fn try_reserve(
+        &self,
+        seg: u32,
+        epoch: u32,
+        size: usize,
+        deadline: u32,
+        tolerance: u32,
+        now: u32,
+        generation: u32,
+    ) -> Option<usize> {
+        let h = &self.shared.headers[seg as usize];
+        if h.epoch.load(Ordering::Acquire) != epoch || !h.acquire() {
+            return None;
+        }
+        let lo = h.min_deadline.load(Ordering::Acquire).min(deadline);
+        let hi = h.max_deadline.load(Ordering::Acquire).max(deadline);
+        if hi - lo <= tolerance && !h.is_dead(now, generation) {
+            let mut cur = h.write_offset.load(Ordering::Acquire);
+            while cur & SEALED == 0 && cur as usize + size <= self.shared.heap.segment_size() {
+                match h.write_offset.compare_exchange_weak(
+                    cur,
+                    cur + size as u32,
+                    Ordering::AcqRel,
+                    Ordering::Acquire,
+                ) {
+                    Ok(_) => return Some(cur as usize),
+                    Err(actual) => cur = actual,
+                }
+            }
+        }
+        h.release();
+        None
+    }
+
+    /// Stops writing to the active segment of `bucket` (it stays in its chain).
+    fn seal_active(&mut self, bucket: usize) {
+        if let Some((seg, epoch)) = self.active[bucket].take() {
+            let h = &self.shared.headers[seg as usize];
+            if h.epoch.load(Ordering::Acquire) == epoch {
+                let _ = h.state.compare_exchange(
+                    state::ACTIVE,
+                    state::SEALED,
+                    Ordering::AcqRel,
+                    Ordering::Acquire,
+                );
+                h.seal();
+            }
+        }
+    }
+
+    fn open_segment(&mut self, bucket: usize, now: u32, generation: u32) -> Result<(), StoreError> {
+        let shared = &*self.shared;
+        let seg = loop {
+            if let Some(seg) = shared.free.take() {
+                break seg;
+            }
+            if crate::evict::make_room(shared).is_err() {
+                shared
+                    .counters
+                    .out_of_memory
+                    .fetch_add(1, Ordering::Relaxed);
+                return Err(StoreError::OutOfMemory);
+            }
+        };
+        let h = &shared.headers[seg as usize];
+        h.open(now, bucket, generation, state::ACTIVE);
+        shared.chains.lock(bucket).push_back(&shared.headers, seg);
+        self.active[bucket] = Some((seg, h.epoch.load(Ordering::Acquire)));
+        Ok(())
+    }
+}
+
+impl Drop for Handle {
+    fn drop(&mut self) {
+        for bucket in 0..self.active.len() {
+            self.seal_active(bucket);
+        }
+        let mut registry = self
+            .shared
+            .handles
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        registry.retired.add(&self.counters.snapshot());
+        registry.live.retain(|c| !Arc::ptr_eq(c, &self.counters));
+    }
+}

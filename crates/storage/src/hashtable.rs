@@ -1,0 +1,532 @@
+//! The bulk-chained hash table (Segcache §3.3).
+//!
+//! Each bucket is one 64-byte cache line of eight 64-bit slots. In a chain's first bucket,
+//! slot 0 is the *bucket info*, shared by every key hashed there:
+//!
+//! ```text
+//! info:  [cas:32][last access:16][item count:8][lock byte:8]
+//! item:  [segment:24][offset:20][frequency:8][tag:12]
+//! next:  [bucket index:52][tag = 0:12]
+//! ```
+//!
+//! A chain grows by taking a bucket from the overflow area that follows the primary buckets;
+//! the last slot of a full bucket then points to it (tags are never 0, so a pointer is
+//! recognisable without any other state). Chains never shrink while a table is in use, which
+//! is what lets readers walk them without a lock: a slot is only ever replaced by a complete
+//! value with a Release store.
+//!
+//! **Concurrency.** Readers take no lock. Writers lock the chain with the lock bit in the
+//! info slot (a tiny spinlock held for a few slot updates). The shared CAS value is bumped
+//! after every change of a key's value, *after* the slot is written, and readers read it
+//! *before* the slot, so a reader never returns an old value with a newer CAS.
+//!
+//! **Growth** (the paper's §6.1 warning about O(n) drift): when the overflow area is three
+//! quarters used, the table doubles. The grower locks every chain of the old table for good,
+//! marking it MOVED, copies the entries into a new table, and publishes it; writers that meet
+//! a MOVED chain wait for the grower and retry on the new table. Readers of the old table keep
+//! seeing consistent (frozen) chains until they finish.
+
+use arc_swap::{ArcSwap, Guard};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+const SLOTS: usize = 8;
+const LOCK: u64 = 1;
+const MOVED: u64 = 2;
+const COUNT_SHIFT: u32 = 8;
+const TS_SHIFT: u32 = 16;
+const TS_MASK: u64 = 0xffff << TS_SHIFT;
+const CAS_SHIFT: u32 = 32;
+
+const TAG_BITS: u32 = 12;
+const TAG_MASK: u64 = (1 << TAG_BITS) - 1;
+const FREQ_SHIFT: u32 = 12;
+const FREQ_MASK: u64 = 0xff << FREQ_SHIFT;
+const OFFSET_SHIFT: u32 = 20;
+const OFFSET_BITS: u32 = 20;
+const SEG_SHIFT: u32 = 40;
+
+/// Largest segment id a slot can hold.
+pub const MAX_SEGMENTS: usize = 1 << 24;
+/// Largest offset (in alignment units) a slot can hold.
+pub const MAX_OFFSET_UNITS: usize = 1 << OFFSET_BITS;
+
+/// A decoded item slot.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Slot(pub u64);
+
+impl Slot {
+    pub fn new(seg: u32, offset_units: u32, freq: u8, tag: u16) -> Slot {
+        debug_assert!((seg as usize) < MAX_SEGMENTS);
+        debug_assert!((offset_units as usize) < MAX_OFFSET_UNITS);
+        debug_assert!(tag != 0 && u64::from(tag) <= TAG_MASK);
+        Slot(
+            (u64::from(seg) << SEG_SHIFT)
+                | (u64::from(offset_units) << OFFSET_SHIFT)
+                | (u64::from(freq) << FREQ_SHIFT)
+                | u64::from(tag),
+        )
+    }
+    #[inline]
+    pub fn seg(self) -> u32 {
+        (self.0 >> SEG_SHIFT) as u32
+    }
+    #[inline]
+    pub fn offset_units(self) -> u32 {
+        ((self.0 >> OFFSET_SHIFT) & ((1 << OFFSET_BITS) - 1)) as u32
+    }
+    #[inline]
+    pub fn freq(self) -> u8 {
+        ((self.0 & FREQ_MASK) >> FREQ_SHIFT) as u8
+    }
+    #[inline]
+    pub fn tag(self) -> u16 {
+        (self.0 & TAG_MASK) as u16
+    }
+    #[inline]
+    pub fn with_freq(self, freq: u8) -> Slot {
+        Slot((self.0 & !FREQ_MASK) | (u64::from(freq) << FREQ_SHIFT))
+    }
+    /// Same item location (ignores the frequency).
+    #[inline]
+    pub fn same_location(self, other: Slot) -> bool {
+        (self.0 & !FREQ_MASK) == (other.0 & !FREQ_MASK)
+    }
+}
+
+/// The 12-bit tag of a hash (never 0: 0 marks chain pointers).
+#[inline]
+pub fn tag_of(hash: u64) -> u16 {
+    let tag = (hash >> (64 - TAG_BITS)) as u16;
+    if tag == 0 {
+        1
+    } else {
+        tag
+    }
+}
+
+#[inline]
+fn is_pointer(v: u64) -> bool {
+    v != 0 && v & TAG_MASK == 0
+}
+
+#[repr(align(64))]
+struct Bucket {
+    slots: [AtomicU64; SLOTS],
+}
+
+impl Bucket {
+    fn new() -> Bucket {
+        Bucket {
+            slots: std::array::from_fn(|_| AtomicU64::new(0)),
+        }
+    }
+}
+
+/// One generation of the table.
+pub struct Table {
+    buckets: Box<[Bucket]>,
+    primary: usize,
+    next_overflow: AtomicUsize,
+    power: u32,
+}
+
+/// Why a chain could not be locked.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Moved;
+
+impl Table {
+    fn new(power: u32) -> Table {
+        let primary = 1usize << power;
+        let overflow = (primary / 4).max(16);
+        let buckets: Vec<Bucket> = (0..primary + overflow).map(|_| Bucket::new()).collect();
+        Table {
+            buckets: buckets.into_boxed_slice(),
+            primary,
+            next_overflow: AtomicUsize::new(primary),
+            power,
+        }
+    }
+
+    /// The chain head for `hash`.
+    #[inline]
+    pub fn head_of(&self, hash: u64) -> usize {
+        (hash as usize) & (self.primary - 1)
+    }
+
+    /// log2 of the number of primary buckets.
+    pub fn power(&self) -> u32 {
+        self.power
+    }
+
+    /// Bytes the table occupies.
+    pub fn bytes(&self) -> usize {
+        self.buckets.len() * std::mem::size_of::<Bucket>()
+    }
+
+    /// Primary buckets.
+    pub fn primary_buckets(&self) -> usize {
+        self.primary
+    }
+
+    /// Overflow buckets in use.
+    pub fn overflow_used(&self) -> usize {
+        self.next_overflow
+            .load(Ordering::Relaxed)
+            .min(self.buckets.len())
+            - self.primary
+    }
+
+    /// Overflow buckets available in all.
+    pub fn overflow_capacity(&self) -> usize {
+        self.buckets.len() - self.primary
+    }
+
+    /// The bucket info word of chain `head`.
+    #[inline]
+    pub fn info(&self, head: usize) -> &AtomicU64 {
+        &self.buckets[head].slots[0]
+    }
+
+    /// The shared CAS value of chain `head`.
+    #[inline]
+    pub fn cas(&self, head: usize) -> u32 {
+        (self.info(head).load(Ordering::Acquire) >> CAS_SHIFT) as u32
+    }
+
+    /// Calls `f` on every item slot of the chain (lock-free). `f` returns `Some` to stop.
+    #[inline]
+    pub fn scan<'a, T>(
+        &'a self,
+        head: usize,
+        mut f: impl FnMut(&'a AtomicU64, Slot) -> Option<T>,
+    ) -> Option<T> {
+        let mut bucket = head;
+        let mut first = 1;
+        loop {
+            let slots = &self.buckets[bucket].slots;
+            let mut next = None;
+            for slot in &slots[first..] {
+                let v = slot.load(Ordering::Acquire);
+                if v == 0 {
+                    continue;
+                }
+                if is_pointer(v) {
+                    next = Some((v >> TAG_BITS) as usize);
+                    continue;
+                }
+                if let Some(found) = f(slot, Slot(v)) {
+                    return Some(found);
+                }
+            }
+            match next {
+                Some(n) => {
+                    bucket = n;
+                    first = 0;
+                }
+                None => return None,
+            }
+        }
+    }
+
+    /// Updates the chain's last-access second; true when this call moved it (the caller may
+    /// then count one access towards an item's frequency).
+    #[inline]
+    pub fn touch_timestamp(&self, head: usize, now: u32) -> bool {
+        let info = self.info(head);
+        let ts = u64::from(now & 0xffff) << TS_SHIFT;
+        let cur = info.load(Ordering::Relaxed);
+        if cur & TS_MASK == ts {
+            return false;
+        }
+        info.compare_exchange(
+            cur,
+            (cur & !TS_MASK) | ts,
+            Ordering::AcqRel,
+            Ordering::Relaxed,
+        )
+        .is_ok()
+    }
+
+    /// Locks chain `head` for writing.
+    pub fn lock(&self, head: usize) -> Result<ChainGuard<'_>, Moved> {
+        let info = self.info(head);
+        let mut spins = 0u32;
+        loop {
+            let cur = info.load(Ordering::Relaxed);
+            if cur & MOVED != 0 {
+                return Err(Moved);
+            }
+            if cur & LOCK == 0
+                && info
+                    .compare_exchange_weak(cur, cur | LOCK, Ordering::Acquire, Ordering::Relaxed)
+                    .is_ok()
+            {
+                return Ok(ChainGuard { table: self, head });
+            }
+            spins += 1;
+            if spins < 128 {
+                std::hint::spin_loop();
+            } else {
+                std::thread::yield_now();
+            }
+        }
+    }
+
+    fn alloc_overflow(&self) -> Option<usize> {
+        let idx = self.next_overflow.fetch_add(1, Ordering::Relaxed);
+        if idx < self.buckets.len() {
+            Some(idx)
+        } else {
+            None
+        }
+    }
+
+    /// True when the table should double.
+    pub fn wants_growth(&self) -> bool {
+        self.overflow_used() * 4 >= self.overflow_capacity() * 3
+    }
+}
+
+/// A locked chain. Dropping it unlocks.
+pub struct ChainGuard<'a> {
+    table: &'a Table,
+    head: usize,
+}
+
+/// Inserting needs an overflow bucket and none is left: grow the table and retry.
+#[derive(Debug)]
+pub struct TableFull;
+
+impl<'a> ChainGuard<'a> {
+    /// The chain's CAS value.
+    pub fn cas(&self) -> u32 {
+        self.table.cas(self.head)
+    }
+
+    /// Calls `f` on every item slot; see [`Table::scan`].
+    pub fn scan<T>(&self, f: impl FnMut(&'a AtomicU64, Slot) -> Option<T>) -> Option<T> {
+        self.table.scan(self.head, f)
+    }
+
+    /// Increments the shared CAS value (after a change of some key's value).
+    pub fn bump_cas(&self) {
+        self.table
+            .info(self.head)
+            .fetch_add(1 << CAS_SHIFT, Ordering::AcqRel);
+    }
+
+    fn add_count(&self, delta: i64) {
+        let info = self.table.info(self.head);
+        let mut cur = info.load(Ordering::Relaxed);
+        loop {
+            let count = ((cur >> COUNT_SHIFT) & 0xff) as i64;
+            let new_count = (count + delta).clamp(0, 255) as u64;
+            let new = (cur & !(0xff << COUNT_SHIFT)) | (new_count << COUNT_SHIFT);
+            match info.compare_exchange_weak(cur, new, Ordering::AcqRel, Ordering::Relaxed) {
+                Ok(_) => return,
+                Err(actual) => cur = actual,
+            }
+        }
+    }
+
+    /// Replaces an item slot found by [`ChainGuard::scan`].
+    pub fn replace(&self, slot: &AtomicU64, value: Slot) {
+        slot.store(value.0, Ordering::Release);
+    }
+
+    /// Clears an item slot found by [`ChainGuard::scan`].
+    pub fn remove(&self, slot: &AtomicU64) {
+        slot.store(0, Ordering::Release);
+        self.add_count(-1);
+    }
+
+    /// Puts `value` into a free slot, extending the chain if needed.
+    pub fn insert(&self, value: Slot) -> Result<(), TableFull> {
+        let buckets = &self.table.buckets;
+        let mut bucket = self.head;
+        let mut first = 1;
+        loop {
+            let slots = &buckets[bucket].slots;
+            for slot in &slots[first..SLOTS - 1] {
+                if slot.load(Ordering::Relaxed) == 0 {
+                    slot.store(value.0, Ordering::Release);
+                    self.add_count(1);
+                    return Ok(());
+                }
+            }
+            let last = &slots[SLOTS - 1];
+            let v = last.load(Ordering::Relaxed);
+            if v == 0 {
+                last.store(value.0, Ordering::Release);
+                self.add_count(1);
+                return Ok(());
+            }
+            if is_pointer(v) {
+                bucket = (v >> TAG_BITS) as usize;
+                first = 0;
+                continue;
+            }
+            // The last slot holds an item: move it to a new overflow bucket together with the
+            // new one, then link. A reader sees the moved item either here or there.
+            let Some(next) = self.table.alloc_overflow() else {
+                return Err(TableFull);
+            };
+            let next_slots = &buckets[next].slots;
+            next_slots[0].store(v, Ordering::Release);
+            next_slots[1].store(value.0, Ordering::Release);
+            last.store((next as u64) << TAG_BITS, Ordering::Release);
+            self.add_count(1);
+            return Ok(());
+        }
+    }
+}
+
+impl Drop for ChainGuard<'_> {
+    fn drop(&mut self) {
+        self.table
+            .info(self.head)
+            .fetch_and(!LOCK, Ordering::Release);
+    }
+}
+
+/// The table plus its growth machinery.
+pub struct HashTable {
+    current: ArcSwap<Table>,
+    grow_lock: Mutex<()>,
+    max_power: u32,
+}
+
+impl HashTable {
+    /// A table with `2^power` primary buckets that may grow to `2^max_power`.
+    pub fn new(power: u32, max_power: u32) -> HashTable {
+        HashTable {
+            current: ArcSwap::from_pointee(Table::new(power)),
+            grow_lock: Mutex::new(()),
+            max_power: max_power.max(power),
+        }
+    }
+
+    /// The current table (cheap; readers call this on every lookup).
+    #[inline]
+    pub fn load(&self) -> Guard<Arc<Table>> {
+        self.current.load()
+    }
+
+    /// Waits until a growth in progress has finished.
+    pub fn wait_for_growth(&self) {
+        drop(self.grow_lock.lock().unwrap_or_else(|e| e.into_inner()));
+    }
+
+    /// Doubles the table if `seen` is still the current one. `hash_of` recomputes an item's
+    /// hash from its slot (by reading its key); it must not touch the table.
+    pub fn grow(&self, seen_power: u32, hash_of: impl Fn(Slot) -> u64) -> bool {
+        let _grow = self.grow_lock.lock().unwrap_or_else(|e| e.into_inner());
+        let old = self.current.load_full();
+        if old.power != seen_power || old.power >= self.max_power {
+            return false;
+        }
+        let new = Table::new(old.power + 1);
+        for head in 0..old.primary {
+            // Lock the chain for good: writers now wait for the new table.
+            let guard = loop {
+                match old.lock(head) {
+                    Ok(g) => break g,
+                    Err(Moved) => unreachable!("only the grower marks chains moved"),
+                }
+            };
+            old.info(head).fetch_or(MOVED, Ordering::AcqRel);
+            std::mem::forget(guard);
+            let info = old.info(head).load(Ordering::Acquire);
+            let cas_ts = info & (TS_MASK | (u64::MAX << CAS_SHIFT));
+            new.info(head).store(cas_ts, Ordering::Relaxed);
+            new.info(head + old.primary)
+                .store(cas_ts, Ordering::Relaxed);
+            old.scan(head, |_, slot| {
+                let target = new.head_of(hash_of(slot));
+                let guard = new.lock(target).expect("new table is private");
+                guard
+                    .insert(slot)
+                    .expect("a doubled table has room for the old one's entries");
+                None::<()>
+            });
+        }
+        self.current.store(Arc::new(new));
+        true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hash_for(i: u64) -> u64 {
+        xxhash_rust::xxh3::xxh3_64(&i.to_le_bytes())
+    }
+
+    #[test]
+    fn slot_roundtrip() {
+        let s = Slot::new(0xabcdef, 0xfffff, 200, 0xfff);
+        assert_eq!(s.seg(), 0xabcdef);
+        assert_eq!(s.offset_units(), 0xfffff);
+        assert_eq!(s.freq(), 200);
+        assert_eq!(s.tag(), 0xfff);
+        assert!(!is_pointer(s.0));
+        assert!(s.same_location(s.with_freq(3)));
+    }
+
+    #[test]
+    fn chains_extend_and_everything_stays_findable() {
+        let table = Table::new(1);
+        // 100 items into 2 chains: forces overflow buckets.
+        for i in 0..100u32 {
+            let head = (i % 2) as usize;
+            let g = table.lock(head).unwrap();
+            g.insert(Slot::new(i, i, 0, 1 + (i % 4000) as u16)).unwrap();
+        }
+        for i in 0..100u32 {
+            let head = (i % 2) as usize;
+            let found = table.scan(head, |_, s| (s.seg() == i).then_some(()));
+            assert!(found.is_some(), "item {i}");
+        }
+        assert!(table.overflow_used() > 0);
+    }
+
+    #[test]
+    fn growth_keeps_entries_and_cas() {
+        let ht = HashTable::new(2, 10);
+        let t = ht.load();
+        for i in 0..40u64 {
+            let h = hash_for(i);
+            let g = t.lock(t.head_of(h)).unwrap();
+            g.insert(Slot::new(i as u32, 0, 0, tag_of(h))).unwrap();
+            g.bump_cas();
+        }
+        let cas_before: Vec<u32> = (0..40u64).map(|i| t.cas(t.head_of(hash_for(i)))).collect();
+        let power = t.power();
+        drop(t);
+        assert!(ht.grow(power, |slot| hash_for(u64::from(slot.seg()))));
+        let t = ht.load();
+        assert_eq!(t.power(), 3);
+        for i in 0..40u64 {
+            let h = hash_for(i);
+            let found = t.scan(t.head_of(h), |_, s| (s.seg() == i as u32).then_some(()));
+            assert!(found.is_some(), "item {i} lost in growth");
+            assert_eq!(t.cas(t.head_of(h)), cas_before[i as usize]);
+        }
+    }
+
+    #[test]
+    fn moved_chains_refuse_writers() {
+        let ht = HashTable::new(1, 4);
+        let old = ht.load_full_for_test();
+        assert!(ht.grow(1, |_| 0));
+        assert!(matches!(old.lock(0), Err(Moved)));
+    }
+
+    impl HashTable {
+        fn load_full_for_test(&self) -> Arc<Table> {
+            self.current.load_full()
+        }
+    }
+}

@@ -1,0 +1,166 @@
+//! The segment heap: the one allocation that holds every item.
+//!
+//! The heap is allocated once, when the cache is created, and is exactly the configured memory
+//! limit (rounded down to whole segments). Nothing else in the engine allocates per item.
+//!
+//! This is one of the two places in the engine with `unsafe` code (the other is the clock's
+//! `clock_gettime`). Threads read and write disjoint byte ranges of one allocation at the
+//! same time, which Rust references cannot express, so the heap hands out raw copies and
+//! short-lived slices under a protocol the callers uphold (see `segment.rs`):
+//!
+//! * a range is written only by the thread that reserved it, and only before it is published
+//!   in the hash table (a Release store that readers Acquire);
+//! * a published range is never written again until its segment is retired, and a segment is
+//!   retired only after it was made inaccessible and its reader count fell to zero.
+//!
+//! Bounds are always checked, so a protocol bug can return wrong bytes but never touch memory
+//! outside the heap.
+
+use std::alloc::{alloc_zeroed, dealloc, Layout};
+use std::ptr::NonNull;
+
+/// A fixed array of equally sized segments.
+pub struct Heap {
+    base: NonNull<u8>,
+    layout: Layout,
+    segment_size: usize,
+    segments: usize,
+}
+
+// SAFETY: the heap is plain memory; every access goes through the methods below, whose callers
+// follow the publication protocol in the module docs, so sharing the pointer between threads is
+// sound.
+unsafe impl Send for Heap {}
+// SAFETY: as above: concurrent access is to disjoint or read-only ranges only.
+unsafe impl Sync for Heap {}
+
+impl Heap {
+    /// Allocates `segments` segments of `segment_size` bytes, zeroed. Large allocations come
+    /// from the kernel as untouched pages, so resident memory grows only as segments fill.
+    pub fn new(segments: usize, segment_size: usize) -> Heap {
+        assert!(segments > 0 && segment_size > 0);
+        let size = segments
+            .checked_mul(segment_size)
+            .expect("heap size overflows usize");
+        let layout = Layout::from_size_align(size, 4096).expect("heap layout");
+        // SAFETY: the layout has a non-zero size (both factors are positive).
+        let ptr = unsafe { alloc_zeroed(layout) };
+        let base = NonNull::new(ptr).unwrap_or_else(|| std::alloc::handle_alloc_error(layout));
+        Heap {
+            base,
+            layout,
+            segment_size,
+            segments,
+        }
+    }
+
+    /// Bytes per segment.
+    pub fn segment_size(&self) -> usize {
+        self.segment_size
+    }
+
+    /// Number of segments.
+    pub fn segments(&self) -> usize {
+        self.segments
+    }
+
+    #[inline]
+    fn check(&self, seg: u32, offset: usize, len: usize) -> usize {
+        assert!(
+            (seg as usize) < self.segments
+                && offset <= self.segment_size
+                && len <= self.segment_size - offset,
+            "heap access out of bounds: segment {seg} offset {offset} len {len}"
+        );
+        seg as usize * self.segment_size + offset
+    }
+
+    /// A view of `len` bytes at `offset` in segment `seg`.
+    ///
+    /// # Safety
+    /// No thread may write to this range while the returned slice lives: the range must be a
+    /// published item (or a range the caller itself wrote) in a segment the caller keeps from
+    /// being retired.
+    #[inline]
+    pub unsafe fn bytes(&self, seg: u32, offset: usize, len: usize) -> &[u8] {
+        let at = self.check(seg, offset, len);
+        // SAFETY: `check` proved `at + len` lies inside the allocation; the caller guarantees
+        // nobody writes the range while the slice lives.
+        unsafe { std::slice::from_raw_parts(self.base.as_ptr().add(at), len) }
+    }
+
+    /// Copies `data` to `offset` in segment `seg`.
+    ///
+    /// # Safety
+    /// The caller must own the range: it reserved it and has not published it yet, so no other
+    /// thread reads or writes it.
+    #[inline]
+    pub unsafe fn write(&self, seg: u32, offset: usize, data: &[u8]) {
+        let at = self.check(seg, offset, data.len());
+        // SAFETY: `check` proved the destination lies inside the allocation; `data` is a
+        // separate borrow that cannot overlap a range nobody else may touch.
+        unsafe {
+            std::ptr::copy_nonoverlapping(data.as_ptr(), self.base.as_ptr().add(at), data.len())
+        }
+    }
+
+    /// Copies `len` bytes inside the heap, from one segment to another.
+    ///
+    /// # Safety
+    /// The source must be readable as for [`Heap::bytes`] and the destination owned as for
+    /// [`Heap::write`]; the two ranges must not overlap.
+    #[inline]
+    pub unsafe fn copy(&self, from: (u32, usize), to: (u32, usize), len: usize) {
+        let src = self.check(from.0, from.1, len);
+        let dst = self.check(to.0, to.1, len);
+        assert!(
+            src + len <= dst || dst + len <= src,
+            "overlapping heap copy"
+        );
+        // SAFETY: both ranges are inside the allocation and disjoint (checked above); the
+        // caller guarantees the access rules for each.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                self.base.as_ptr().add(src),
+                self.base.as_ptr().add(dst),
+                len,
+            )
+        }
+    }
+}
+
+impl Drop for Heap {
+    fn drop(&mut self) {
+        // SAFETY: `base` came from `alloc_zeroed` with exactly this layout and is freed once.
+        unsafe { dealloc(self.base.as_ptr(), self.layout) }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn write_read_copy() {
+        let heap = Heap::new(3, 64);
+        // SAFETY: single-threaded test; nothing else touches the heap.
+        unsafe {
+            heap.write(1, 10, b"hello");
+            assert_eq!(heap.bytes(1, 10, 5), b"hello");
+            heap.copy((1, 10), (2, 0), 5);
+            assert_eq!(heap.bytes(2, 0, 5), b"hello");
+            assert_eq!(heap.bytes(0, 0, 4), &[0, 0, 0, 0]);
+            assert_eq!(heap.bytes(2, 64, 0), b"");
+        }
+    }
+
+    #[test]
+    #[should_panic(expected = "out of bounds")]
+    fn out_of_bounds_panics() {
+        let heap = Heap::new(1, 64);
+        // SAFETY: single-threaded test; the access is rejected before any memory is touched.
+        unsafe {
+            heap.bytes(0, 60, 5);
+        }
+    }
+}

@@ -1,0 +1,74 @@
+//! Segcache: memfleet's storage engine.
+//!
+//! An in-memory key-value cache for small objects after Yang, Yue and Vinayak, *Segcache*
+//! (NSDI '21), with memcached's semantics on top. The crate does no I/O and spawns no threads
+//! unless asked to ([`Cache::spawn_expirer`]); the server, the simulator and the benchmarks
+//! all drive it the same way.
+//!
+//! # Layout
+//!
+//! | module        | what it holds |
+//! |---------------|---------------|
+//! | `heap`        | the one allocation of fixed-size segments (the memory limit); all `unsafe` byte access |
+//! | `segment`     | per-segment shared metadata: expiry, reader count, chain links, life cycle |
+//! | `item`        | the ≤5-byte item header, client flags, marks for leases and hold-offs |
+//! | `ttl`         | the 1024 TTL buckets and the early-expiry tolerance |
+//! | `hashtable`   | the bulk-chained table: cache-line buckets, shared CAS, growth |
+//! | `chains`      | per-TTL-bucket segment chains and the free pool |
+//! | `handle`      | a thread's view: active segments and every memcached operation |
+//! | `evict`       | merge-based (and FIFO) segment eviction |
+//! | `expire`      | proactive expiration and flush_all |
+//! | `numeric`     | memcached's incr/decr number rules |
+//! | `stats`       | counters, aggregated on demand |
+//!
+//! # Use
+//!
+//! ```
+//! use memfleet_storage::{Cache, Config, Expiry, StoreStatus};
+//!
+//! let cache = Cache::new(Config::new(8 << 20)).unwrap();
+//! let mut handle = cache.handle(); // one per thread
+//! assert_eq!(handle.set(b"greeting", b"hello", 42, Expiry::After(60)).unwrap(), StoreStatus::Stored);
+//! let item = handle.get(b"greeting").unwrap();
+//! assert_eq!((item.value(), item.flags()), (&b"hello"[..], 42));
+//! ```
+//!
+//! # Memory
+//!
+//! The segment heap *is* the memory limit and is allocated once. Per item the heap holds a
+//! 5-byte header, then 0–4 bytes of client flags (see `item`), the key and the value. The hash
+//! table lives outside the heap, like memcached's: 8 bytes per slot, 7 slots per 64-byte
+//! bucket, grown by doubling when its overflow area runs low (about 9–18 bytes per item).
+//! memcached, by comparison, spends 56 bytes of header per item plus its hash table and slab
+//! rounding.
+//!
+//! # Concurrency
+//!
+//! [`Cache`] is `Send + Sync` and cheap to clone; each thread takes its own [`Handle`]. Reads
+//! take no lock: a hash lookup, a reader reference on the segment, a key compare. Writes append
+//! to the handle's own active segment for the item's TTL bucket and then lock one hash chain
+//! for a few slot updates. Segment chains change under a per-bucket mutex held for a few
+//! pointer updates. Eviction and expiration work a whole segment at a time.
+
+mod chains;
+mod clock;
+mod evict;
+mod expire;
+mod handle;
+mod hashtable;
+mod heap;
+mod item;
+mod numeric;
+mod ops;
+mod segment;
+mod stats;
+mod ttl;
+
+mod cache;
+
+pub use cache::{Cache, Config, ConfigError, EvictionPolicy, Expirer};
+pub use clock::{Clock, Expiry, MEMCACHED_MAX_RELATIVE};
+pub use handle::{DeltaError, Handle, ItemRef, StoreError, StoreMode, StoreStatus};
+pub use item::{MARK_STALE, MARK_TOKEN, MARK_TOMBSTONE, MAX_KEY_LEN};
+pub use numeric::parse_u64 as parse_memcached_u64;
+pub use stats::Stats;

@@ -1,0 +1,473 @@
+//! memcached's operations on top of the handle's read and append paths.
+//!
+//! Every write follows one pattern: check what it can without a lock (so a doomed `add` or
+//! `cas` wastes no segment space), append the new item to the handle's active segment, then
+//! lock the key's hash chain, re-check the condition against what is there now, and publish.
+//! Read-modify-write operations (append, prepend, incr, decr, touch) remember which item they
+//! read and publish only if it is still the current one, retrying otherwise; a lost race
+//! leaves dead bytes in a segment, never a lost update.
+
+use crate::cache::Shared;
+use crate::clock::{Expiry, NEVER};
+use crate::handle::{hash, Handle, HandleCounters, ItemRef, Written};
+use crate::hashtable::{tag_of, ChainGuard, Slot, Table, TableFull};
+use crate::item::{self, Header, MARK_STALE, MARK_TOKEN, MARK_TOMBSTONE};
+use crate::numeric;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// How a store treats an existing item (memcached's storage commands).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StoreMode {
+    /// Store unconditionally.
+    Set,
+    /// Store only if the key holds nothing (a delete hold-off also blocks it).
+    Add,
+    /// Store only if the key holds a value.
+    Replace,
+    /// Add to the end of an existing value (flags and expiry unchanged).
+    Append,
+    /// Add to the start of an existing value (flags and expiry unchanged).
+    Prepend,
+    /// Store only if the key's CAS value is still this one.
+    Cas(u64),
+}
+
+/// What a store did, in memcached's words.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StoreStatus {
+    /// STORED
+    Stored,
+    /// NOT_STORED: the condition of add, replace, append or prepend failed.
+    NotStored,
+    /// EXISTS: the CAS value changed since the client read it.
+    Exists,
+    /// NOT_FOUND: cas on a key that holds nothing.
+    NotFound,
+}
+
+/// Why a write could not be done.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum StoreError {
+    /// The key is empty or longer than the item format allows.
+    #[error("bad key length")]
+    BadKey,
+    /// The item does not fit in a segment.
+    #[error("object too large for cache")]
+    TooLarge,
+    /// No segment is free and none could be evicted.
+    #[error("out of memory storing object")]
+    OutOfMemory,
+}
+
+/// Why incr/decr failed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum DeltaError {
+    /// The stored value is not a decimal number.
+    #[error("cannot increment or decrement non-numeric value")]
+    NonNumeric,
+    /// The write itself failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// The item currently in a locked chain for a key.
+struct Existing<'a> {
+    slot: &'a AtomicU64,
+    slot_value: Slot,
+    header: Header,
+    /// Not expired, flushed or being retired.
+    live: bool,
+}
+
+impl Existing<'_> {
+    /// Holds a value a client can see (not a lease placeholder, hold-off or stale copy).
+    fn has_value(&self) -> bool {
+        self.live && self.header.marks & (MARK_TOMBSTONE | MARK_TOKEN | MARK_STALE) == 0
+    }
+    /// Blocks `add`: a value or a hold-off tombstone.
+    fn blocks_add(&self) -> bool {
+        self.live && self.header.marks & (MARK_TOKEN | MARK_STALE) == 0
+    }
+}
+
+enum Outcome<T> {
+    Done(T),
+    Grow(u32),
+    Retry,
+}
+
+fn existing<'a>(
+    shared: &Shared,
+    chain: &ChainGuard<'a>,
+    key: &[u8],
+    tag: u16,
+    now: u32,
+) -> Option<Existing<'a>> {
+    let generation = shared.current_generation(now);
+    chain.scan(|slot, s| {
+        if s.tag() != tag {
+            return None;
+        }
+        let seg = s.seg();
+        let offset = shared.offset_of(s);
+        // The locked chain points at the item, so its segment cannot be reused under us.
+        let header = shared.header_at(seg, offset);
+        if shared.key_at(seg, offset, &header) != key {
+            return None;
+        }
+        let h = &shared.headers[seg as usize];
+        let live = h.accessible.load(Ordering::Acquire)
+            && !h.is_dead(now, generation)
+            && header.own_deadline.is_none_or(|d| d > now);
+        Some(Existing {
+            slot,
+            slot_value: s,
+            header,
+            live,
+        })
+    })
+}
+
+fn check_key(key: &[u8]) -> Result<(), StoreError> {
+    if key.is_empty() || key.len() > item::MAX_KEY_LEN {
+        Err(StoreError::BadKey)
+    } else {
+        Ok(())
+    }
+}
+
+impl Handle {
+    /// Publishes `written` for the key, replacing `old` if there is one.
+    fn publish(
+        &self,
+        table: &Table,
+        chain: &ChainGuard<'_>,
+        old: Option<&Existing<'_>>,
+        written: &Written,
+        tag: u16,
+        bump_cas: bool,
+    ) -> Result<(), TableFull> {
+        let shared = &*self.shared;
+        let slot = Slot::new(written.seg, shared.units(written.offset), 0, tag);
+        match old {
+            Some(e) => {
+                chain.replace(e.slot, slot);
+                shared.headers[e.slot_value.seg() as usize]
+                    .remove_live(shared.aligned(e.header.len()));
+            }
+            None => {
+                chain.insert(slot)?;
+                if table.wants_growth() {
+                    self.grow_hint.set(Some(table.power()));
+                }
+            }
+        }
+        shared.headers[written.seg as usize].add_live(written.len);
+        if bump_cas {
+            chain.bump_cas();
+        }
+        HandleCounters::bump(&self.counters.writes, 1);
+        Ok(())
+    }
+
+    /// Drops an existing item's slot.
+    fn unpublish(&self, chain: &ChainGuard<'_>, old: &Existing<'_>) {
+        let shared = &*self.shared;
+        chain.remove(old.slot);
+        shared.headers[old.slot_value.seg() as usize].remove_live(shared.aligned(old.header.len()));
+        chain.bump_cas();
+    }
+
+    fn finish(&self, written: Option<Written>) {
+        if let Some(w) = written {
+            self.shared.headers[w.seg as usize].release();
+        }
+    }
+
+    /// Runs `f` under the key's chain lock until it neither needs a bigger table nor a retry.
+    fn locked<T>(
+        &mut self,
+        h: u64,
+        mut f: impl FnMut(&Self, &Table, &ChainGuard<'_>) -> Outcome<T>,
+    ) -> Option<T> {
+        loop {
+            match self.with_chain(h, |table, chain| f(self, table, chain)) {
+                Outcome::Done(v) => {
+                    if let Some(power) = self.grow_hint.take() {
+                        self.grow_table(power);
+                    }
+                    return Some(v);
+                }
+                Outcome::Grow(power) => self.grow_table(power),
+                Outcome::Retry => return None,
+            }
+        }
+    }
+
+    /// memcached's `set`.
+    pub fn set(
+        &mut self,
+        key: &[u8],
+        value: &[u8],
+        flags: u32,
+        expiry: Expiry,
+    ) -> Result<StoreStatus, StoreError> {
+        self.store(StoreMode::Set, key, value, flags, expiry)
+    }
+
+    /// Any storage command (`set`, `add`, `replace`, `append`, `prepend`, `cas`).
+    pub fn store(
+        &mut self,
+        mode: StoreMode,
+        key: &[u8],
+        value: &[u8],
+        flags: u32,
+        expiry: Expiry,
+    ) -> Result<StoreStatus, StoreError> {
+        check_key(key)?;
+        if matches!(mode, StoreMode::Append | StoreMode::Prepend) {
+            return self.concat(mode == StoreMode::Append, key, value);
+        }
+        let now = self.shared.clock.now();
+        let h = hash(key);
+        let tag = tag_of(h);
+        if let Some(status) = self.precheck(mode, key, h, now) {
+            return Ok(status);
+        }
+        let deadline = self.shared.clock.deadline(expiry, now);
+        let written = match deadline {
+            Some(d) => Some(self.append(key, &[value], flags, d, None, 0)?),
+            None => None,
+        };
+        let status = self.locked(h, |this, table, chain| {
+            let shared = &*this.shared;
+            let old = existing(shared, chain, key, tag, now);
+            let verdict = match mode {
+                StoreMode::Add if old.as_ref().is_some_and(Existing::blocks_add) => {
+                    Err(StoreStatus::NotStored)
+                }
+                StoreMode::Replace if !old.as_ref().is_some_and(Existing::has_value) => {
+                    Err(StoreStatus::NotStored)
+                }
+                StoreMode::Cas(_) if !old.as_ref().is_some_and(Existing::has_value) => {
+                    Err(StoreStatus::NotFound)
+                }
+                StoreMode::Cas(cas) if u64::from(chain.cas()) != cas => Err(StoreStatus::Exists),
+                _ => Ok(()),
+            };
+            if let Err(status) = verdict {
+                return Outcome::Done(status);
+            }
+            match &written {
+                Some(w) => match this.publish(table, chain, old.as_ref(), w, tag, true) {
+                    Ok(()) => Outcome::Done(StoreStatus::Stored),
+                    Err(TableFull) => Outcome::Grow(table.power()),
+                },
+                None => {
+                    // Already expired: memcached stores it and it is gone at once.
+                    if let Some(old) = &old {
+                        this.unpublish(chain, old);
+                    }
+                    Outcome::Done(StoreStatus::Stored)
+                }
+            }
+        });
+        self.finish(written);
+        Ok(status.expect("store never retries"))
+    }
+
+    /// A lock-free look at the key that settles doomed conditional stores early.
+    fn precheck(&self, mode: StoreMode, key: &[u8], h: u64, now: u32) -> Option<StoreStatus> {
+        let has_value =
+            |item: &ItemRef<'_>| item.marks() & (MARK_TOMBSTONE | MARK_TOKEN | MARK_STALE) == 0;
+        match mode {
+            StoreMode::Set | StoreMode::Append | StoreMode::Prepend => None,
+            StoreMode::Add => {
+                let item = self.find(key, h, now, false)?;
+                (item.marks() & (MARK_TOKEN | MARK_STALE) == 0).then_some(StoreStatus::NotStored)
+            }
+            StoreMode::Replace => match self.find(key, h, now, false) {
+                Some(item) if has_value(&item) => None,
+                _ => Some(StoreStatus::NotStored),
+            },
+            StoreMode::Cas(cas) => match self.find(key, h, now, false) {
+                Some(item) if has_value(&item) => {
+                    (item.cas() != cas).then_some(StoreStatus::Exists)
+                }
+                _ => Some(StoreStatus::NotFound),
+            },
+        }
+    }
+
+    /// Rewrites the key's current value with `rewrite`, keeping flags and (by default) expiry,
+    /// and publishes it only if the key still holds the item that was read. Returns `None`
+    /// when the key holds no value.
+    fn rewrite<T>(
+        &mut self,
+        key: &[u8],
+        new_expiry: Option<Expiry>,
+        bump_cas: bool,
+        mut rewrite: impl FnMut(&[u8], &mut Vec<u8>) -> Result<T, DeltaError>,
+    ) -> Result<Option<T>, DeltaError> {
+        check_key(key)?;
+        let h = hash(key);
+        let tag = tag_of(h);
+        let mut buf = std::mem::take(&mut self.scratch);
+        let result = loop {
+            let now = self.shared.clock.now();
+            let Some(item) = self.find(key, h, now, false) else {
+                break Ok(None);
+            };
+            if item.marks() != 0 {
+                break Ok(None);
+            }
+            let out = match rewrite(item.value(), &mut buf) {
+                Ok(out) => out,
+                Err(e) => break Err(e),
+            };
+            let flags = item.flags();
+            let expected = item.slot;
+            // Keep the exact deadline the item had, so repeated rewrites cannot drift it.
+            let kept = item.own_deadline().unwrap_or(item.deadline());
+            drop(item);
+            let (deadline, own) = match new_expiry {
+                Some(expiry) => match self.shared.clock.deadline(expiry, now) {
+                    Some(d) => (Some(d), None),
+                    None => (None, None),
+                },
+                None if kept == NEVER => (Some(NEVER), None),
+                None => (Some(kept), Some(kept)),
+            };
+            let written = match deadline {
+                Some(d) if d > now => match self.append(key, &[&buf], flags, d, own, 0) {
+                    Ok(w) => Some(w),
+                    Err(e) => break Err(e.into()),
+                },
+                _ => None,
+            };
+            let published = self.locked(h, |this, table, chain| {
+                let old = existing(&this.shared, chain, key, tag, now);
+                match &old {
+                    Some(e) if e.has_value() && e.slot_value.same_location(expected) => {}
+                    _ => return Outcome::Retry,
+                }
+                match &written {
+                    Some(w) => match this.publish(table, chain, old.as_ref(), w, tag, bump_cas) {
+                        Ok(()) => Outcome::Done(()),
+                        Err(TableFull) => Outcome::Grow(table.power()),
+                    },
+                    None => {
+                        this.unpublish(chain, old.as_ref().expect("checked above"));
+                        Outcome::Done(())
+                    }
+                }
+            });
+            self.finish(written);
+            if published.is_some() {
+                break Ok(Some(out));
+            }
+        };
+        self.scratch = buf;
+        result
+    }
+
+    fn concat(&mut self, at_end: bool, key: &[u8], data: &[u8]) -> Result<StoreStatus, StoreError> {
+        let done = self.rewrite(key, None, true, |old, buf| {
+            if old.len() + data.len() > item::MAX_VALUE_LEN {
+                return Err(StoreError::TooLarge.into());
+            }
+            buf.clear();
+            if at_end {
+                buf.extend_from_slice(old);
+                buf.extend_from_slice(data);
+            } else {
+                buf.extend_from_slice(data);
+                buf.extend_from_slice(old);
+            }
+            Ok(())
+        });
+        match done {
+            Ok(Some(())) => Ok(StoreStatus::Stored),
+            Ok(None) => Ok(StoreStatus::NotStored),
+            Err(DeltaError::Store(e)) => Err(e),
+            Err(DeltaError::NonNumeric) => unreachable!("concat never parses numbers"),
+        }
+    }
+
+    /// memcached's `incr`: `Ok(None)` when the key holds nothing.
+    pub fn incr(&mut self, key: &[u8], delta: u64) -> Result<Option<u64>, DeltaError> {
+        self.delta(key, delta, true)
+    }
+
+    /// memcached's `decr` (stops at 0).
+    pub fn decr(&mut self, key: &[u8], delta: u64) -> Result<Option<u64>, DeltaError> {
+        self.delta(key, delta, false)
+    }
+
+    fn delta(&mut self, key: &[u8], delta: u64, incr: bool) -> Result<Option<u64>, DeltaError> {
+        self.rewrite(key, None, true, |old, buf| {
+            let current = numeric::parse_u64(old).ok_or(DeltaError::NonNumeric)?;
+            let new = numeric::apply(current, delta, incr);
+            numeric::render(new, old.len(), buf);
+            Ok(new)
+        })
+    }
+
+    /// memcached's `touch`: gives the item a new expiry; false when the key holds nothing.
+    /// The CAS value does not change, as in memcached.
+    pub fn touch(&mut self, key: &[u8], expiry: Expiry) -> Result<bool, StoreError> {
+        let done = self.rewrite(key, Some(expiry), false, |old, buf| {
+            buf.clear();
+            buf.extend_from_slice(old);
+            Ok(())
+        });
+        match done {
+            Ok(found) => Ok(found.is_some()),
+            Err(DeltaError::Store(e)) => Err(e),
+            Err(DeltaError::NonNumeric) => unreachable!("touch never parses numbers"),
+        }
+    }
+
+    /// memcached's `gat`: touch, then return the item.
+    pub fn get_and_touch(
+        &mut self,
+        key: &[u8],
+        expiry: Expiry,
+    ) -> Result<Option<ItemRef<'_>>, StoreError> {
+        if !self.touch(key, expiry)? {
+            HandleCounters::bump(&self.counters.get_misses, 1);
+            return Ok(None);
+        }
+        Ok(self.get(key))
+    }
+
+    /// memcached's `delete`: true when a value was removed.
+    pub fn delete(&mut self, key: &[u8]) -> bool {
+        if check_key(key).is_err() {
+            return false;
+        }
+        let h = hash(key);
+        let tag = tag_of(h);
+        let now = self.shared.clock.now();
+        let removed = self.locked(h, |this, _, chain| {
+            let Some(old) = existing(&this.shared, chain, key, tag, now) else {
+                return Outcome::Done(false);
+            };
+            this.unpublish(chain, &old);
+            Outcome::Done(old.has_value())
+        });
+        let removed = removed.unwrap_or(false);
+        if removed {
+            HandleCounters::bump(&self.counters.deletes, 1);
+        }
+        removed
+    }
+
+    /// memcached's `flush_all [delay]`.
+    pub fn flush_all(&self, delay: u32) {
+        crate::Cache {
+            shared: self.shared.clone(),
+        }
+        .flush_all(delay);
+    }
+}

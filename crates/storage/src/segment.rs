@@ -1,0 +1,184 @@
+//! Segment headers: the metadata the items of one segment share.
+//!
+//! A segment's life:
+//!
+//! ```text
+//!   FREE --(a writer takes it)--> ACTIVE --(full, or too wide a deadline spread)--> SEALED
+//!     ^                              |                                               |
+//!     |                              +------(expired / evicted: sealed by others)----+
+//!     |                                                                              v
+//!     +----(reader count reaches 0, hash entries removed)---- RETIRING <---- MERGING (sources)
+//! ```
+//!
+//! **Invariants** (the heap's safety rests on them):
+//! * Bytes below `write_offset` are immutable while the segment is accessible: items are
+//!   appended, never updated in place.
+//! * A writer reserves space by a CAS on `write_offset`, holding a reader reference while it
+//!   writes and publishes; a sealer sets the SEALED bit and then waits for the reader count
+//!   to drain, so after that wait every reserved item is complete and published.
+//! * A segment is reused only after it was made inaccessible, its reader count drained, and
+//!   every hash entry pointing into it was removed; `epoch` then changes, so a writer that
+//!   still remembers it as its active segment notices.
+
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU8, Ordering};
+
+/// No segment (chain ends).
+pub const NONE: u32 = u32::MAX;
+
+/// Set in `write_offset` when the segment takes no more writes.
+pub const SEALED: u32 = 1 << 31;
+
+/// Segment states (see the module docs).
+pub mod state {
+    pub const FREE: u8 = 0;
+    pub const ACTIVE: u8 = 1;
+    pub const SEALED: u8 = 2;
+    pub const MERGING: u8 = 3;
+    pub const RETIRING: u8 = 4;
+}
+
+/// Shared metadata of one segment, padded to a cache line so that reader counts of
+/// neighbouring segments do not share a line.
+#[repr(align(64))]
+pub struct SegmentHeader {
+    /// Bytes used, plus the [`SEALED`] bit.
+    pub write_offset: AtomicU32,
+    /// Readers (and the writer) currently touching the segment's bytes.
+    pub refcount: AtomicU32,
+    /// Readers may use the segment only while this is true.
+    pub accessible: AtomicBool,
+    /// One of [`state`].
+    pub state: AtomicU8,
+    /// The TTL bucket whose chain holds the segment.
+    pub ttl_bucket: AtomicU32,
+    /// When the segment was opened (merges inherit the oldest source's time).
+    pub create_at: AtomicU32,
+    /// The earliest deadline of any item in it: the segment's expiry.
+    pub min_deadline: AtomicU32,
+    /// The latest deadline of any item in it (bounds the spread, see `ttl.rs`).
+    pub max_deadline: AtomicU32,
+    /// The flush generation the segment was opened in; older generations are flushed.
+    pub generation: AtomicU32,
+    /// Changes every time the segment is freed.
+    pub epoch: AtomicU32,
+    /// Chain links, changed only under the TTL bucket's chain lock.
+    pub prev: AtomicU32,
+    pub next: AtomicU32,
+    /// Items (and their bytes) that the hash table still points to.
+    pub live_items: AtomicU32,
+    pub live_bytes: AtomicU32,
+}
+
+impl SegmentHeader {
+    pub fn new() -> SegmentHeader {
+        SegmentHeader {
+            write_offset: AtomicU32::new(0),
+            refcount: AtomicU32::new(0),
+            accessible: AtomicBool::new(false),
+            state: AtomicU8::new(state::FREE),
+            ttl_bucket: AtomicU32::new(0),
+            create_at: AtomicU32::new(0),
+            min_deadline: AtomicU32::new(u32::MAX),
+            max_deadline: AtomicU32::new(0),
+            generation: AtomicU32::new(0),
+            epoch: AtomicU32::new(0),
+            prev: AtomicU32::new(NONE),
+            next: AtomicU32::new(NONE),
+            live_items: AtomicU32::new(0),
+            live_bytes: AtomicU32::new(0),
+        }
+    }
+
+    /// Bytes written so far (without the SEALED bit).
+    #[inline]
+    pub fn used(&self) -> usize {
+        (self.write_offset.load(Ordering::Acquire) & !SEALED) as usize
+    }
+
+    /// Prepares a free segment for use: everything reset, accessible.
+    pub fn open(&self, now: u32, bucket: usize, generation: u32, next_state: u8) {
+        self.write_offset.store(0, Ordering::Relaxed);
+        self.ttl_bucket.store(bucket as u32, Ordering::Relaxed);
+        self.create_at.store(now, Ordering::Relaxed);
+        self.min_deadline.store(u32::MAX, Ordering::Relaxed);
+        self.max_deadline.store(0, Ordering::Relaxed);
+        self.generation.store(generation, Ordering::Relaxed);
+        self.prev.store(NONE, Ordering::Relaxed);
+        self.next.store(NONE, Ordering::Relaxed);
+        self.live_items.store(0, Ordering::Relaxed);
+        self.live_bytes.store(0, Ordering::Relaxed);
+        self.state.store(next_state, Ordering::Release);
+        self.accessible.store(true, Ordering::SeqCst);
+    }
+
+    /// Is every item in this segment past its deadline (or flushed)?
+    #[inline]
+    pub fn is_dead(&self, now: u32, generation: u32) -> bool {
+        self.min_deadline.load(Ordering::Acquire) <= now
+            || self.generation.load(Ordering::Acquire) != generation
+    }
+
+    /// Takes a reader reference; fails when the segment is being retired.
+    #[inline]
+    pub fn acquire(&self) -> bool {
+        self.refcount.fetch_add(1, Ordering::SeqCst);
+        if self.accessible.load(Ordering::SeqCst) {
+            true
+        } else {
+            self.refcount.fetch_sub(1, Ordering::Release);
+            false
+        }
+    }
+
+    /// Drops a reader reference.
+    #[inline]
+    pub fn release(&self) {
+        self.refcount.fetch_sub(1, Ordering::Release);
+    }
+
+    /// Stops new writes. Returns the final byte count.
+    pub fn seal(&self) -> usize {
+        (self.write_offset.fetch_or(SEALED, Ordering::SeqCst) & !SEALED) as usize
+    }
+
+    /// Makes the segment inaccessible and waits until no reader or writer is inside.
+    pub fn drain(&self) {
+        self.accessible.store(false, Ordering::SeqCst);
+        let mut spins = 0u32;
+        while self.refcount.load(Ordering::SeqCst) != 0 {
+            spins += 1;
+            if spins < 64 {
+                std::hint::spin_loop();
+            } else {
+                std::thread::yield_now();
+            }
+        }
+    }
+
+    /// Lowers/raises the deadline range to include `deadline`.
+    #[inline]
+    pub fn include_deadline(&self, deadline: u32) {
+        self.min_deadline.fetch_min(deadline, Ordering::AcqRel);
+        self.max_deadline.fetch_max(deadline, Ordering::AcqRel);
+    }
+
+    /// Records a newly published item.
+    #[inline]
+    pub fn add_live(&self, bytes: usize) {
+        self.live_items.fetch_add(1, Ordering::Relaxed);
+        self.live_bytes.fetch_add(bytes as u32, Ordering::Relaxed);
+    }
+
+    /// Records an item the hash table no longer points to.
+    #[inline]
+    pub fn remove_live(&self, bytes: usize) {
+        self.live_items.fetch_sub(1, Ordering::Relaxed);
+        self.live_bytes.fetch_sub(bytes as u32, Ordering::Relaxed);
+    }
+}
+
+impl Default for SegmentHeader {
+    fn default() -> Self {
+        Self::new()
+    }
+}
