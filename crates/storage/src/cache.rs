@@ -39,6 +39,10 @@ pub struct Config {
     pub merge_segments: usize,
     /// What to do when memory is full.
     pub eviction: EvictionPolicy,
+    /// How early an item may expire, as a fraction 1/2^shift of its TTL bucket's lower bound
+    /// (at least one second). Smaller shifts fill sparse TTL buckets' segments better at the
+    /// cost of earlier expiry; see `ttl.rs`. Default 3 (1/8).
+    pub expiry_precision_shift: u32,
     /// The clock (system by default; tests use a manual one).
     pub clock: Clock,
 }
@@ -52,6 +56,7 @@ impl Config {
             hash_power: None,
             merge_segments: 4,
             eviction: EvictionPolicy::Merge,
+            expiry_precision_shift: crate::ttl::DEFAULT_PRECISION_SHIFT,
             clock: Clock::system(),
         }
     }
@@ -77,6 +82,12 @@ impl Config {
     /// Sets the initial hash table size (2^power buckets of 7 items).
     pub fn hash_power(mut self, power: u32) -> Config {
         self.hash_power = Some(power);
+        self
+    }
+
+    /// Sets the expiry precision (see [`Config::expiry_precision_shift`]).
+    pub fn expiry_precision_shift(mut self, shift: u32) -> Config {
+        self.expiry_precision_shift = shift;
         self
     }
 
@@ -109,6 +120,9 @@ pub enum ConfigError {
     /// Merge count out of range.
     #[error("merge_segments must be between 2 and 16, got {0}")]
     MergeSegments(usize),
+    /// Expiry precision out of range.
+    #[error("expiry_precision_shift must be at most 16, got {0}")]
+    ExpiryPrecision(u32),
     /// Hash power out of range.
     #[error("hash_power must be between 4 and 30, got {0}")]
     HashPower(u32),
@@ -301,7 +315,7 @@ impl Cache {
     /// Creates a cache, allocating its whole heap.
     pub fn new(config: Config) -> Result<Cache, ConfigError> {
         let seg = config.segment_size;
-        if seg % 4096 != 0 || !(16 << 10..=1 << 30).contains(&seg) {
+        if !seg.is_multiple_of(4096) || !(16 << 10..=1 << 30).contains(&seg) {
             return Err(ConfigError::SegmentSize(seg));
         }
         let segments = config.memory_bytes / seg;
@@ -315,12 +329,16 @@ impl Cache {
         if segments > MAX_SEGMENTS {
             return Err(ConfigError::TooManySegments);
         }
+        if config.expiry_precision_shift > 16 {
+            return Err(ConfigError::ExpiryPrecision(config.expiry_precision_shift));
+        }
         if !(2..=16).contains(&config.merge_segments) {
             return Err(ConfigError::MergeSegments(config.merge_segments));
         }
         let unit = seg.div_ceil(MAX_OFFSET_UNITS).next_power_of_two();
         let align_shift = unit.trailing_zeros();
-        // Start with room for ~4 items of 256 bytes per bucket; grow as items come.
+        // Start with one bucket per 4 KiB of heap (room for items averaging 1 KiB at ~4 per
+        // bucket); the table doubles as small items arrive.
         let max_items = config.memory_bytes / 16;
         let max_power = (max_items / 4)
             .max(16)
@@ -330,7 +348,7 @@ impl Cache {
         let power = match config.hash_power {
             Some(p) if !(4..=30).contains(&p) => return Err(ConfigError::HashPower(p)),
             Some(p) => p,
-            None => (config.memory_bytes / 256 / 4)
+            None => (config.memory_bytes / 4096)
                 .max(1024)
                 .next_power_of_two()
                 .trailing_zeros()
@@ -458,6 +476,63 @@ mod tests {
         assert_eq!(
             Cache::new(Config::new(8 << 20).merge_segments(1)).unwrap_err(),
             ConfigError::MergeSegments(1)
+        );
+    }
+
+    /// Two threads writing, reading, merging and expiring in a tiny heap: small enough for
+    /// Miri, which checks every heap access of the protocol for data races and UB.
+    #[test]
+    fn concurrent_readers_writers_and_eviction() {
+        use crate::{Expiry, StoreStatus};
+        let clock = Clock::manual();
+        let cache = Cache::new(
+            Config::new(MIN_SEGMENTS * (16 << 10))
+                .segment_size(16 << 10)
+                .hash_power(4)
+                .clock(clock.clone()),
+        )
+        .unwrap();
+        let rounds = if cfg!(miri) { 150 } else { 3000 };
+        let threads: Vec<_> = (0..2u8)
+            .map(|t| {
+                let cache = cache.clone();
+                std::thread::spawn(move || {
+                    let mut h = cache.handle();
+                    for i in 0..rounds {
+                        let key = [b'k', (i % 97) as u8, t];
+                        let value = vec![t ^ (i as u8); 200 + (i % 300)];
+                        let ttl = if i % 3 == 0 {
+                            Expiry::After(1)
+                        } else {
+                            Expiry::Never
+                        };
+                        assert_eq!(
+                            h.set(&key, &value, i as u32, ttl).unwrap(),
+                            StoreStatus::Stored
+                        );
+                        if let Some(item) = h.get(&key) {
+                            let v = item.value();
+                            assert!(v.iter().all(|&b| b == v[0]), "torn value");
+                            assert_eq!(v.len(), 200 + (item.flags() as usize % 300));
+                        }
+                        if i % 50 == 0 {
+                            cache.expire();
+                        }
+                    }
+                })
+            })
+            .collect();
+        for _ in 0..5 {
+            clock.advance(1);
+            std::thread::yield_now();
+        }
+        for t in threads {
+            t.join().unwrap();
+        }
+        let stats = cache.stats();
+        assert!(
+            stats.evicted_segments + stats.expired_segments > 0,
+            "{stats:?}"
         );
     }
 

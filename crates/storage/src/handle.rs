@@ -307,7 +307,7 @@ impl Handle {
         x ^= x >> 7;
         x ^= x << 17;
         self.rng.set(x);
-        if x % u64::from(freq) == 0 {
+        if x.is_multiple_of(u64::from(freq)) {
             freq + 1
         } else {
             freq
@@ -413,7 +413,7 @@ impl Handle {
         deadline: u32,
         now: u32,
     ) -> Result<(u32, usize), StoreError> {
-        let tolerance = ttl::tolerance(bucket);
+        let tolerance = ttl::tolerance_with(bucket, self.shared.config.expiry_precision_shift);
         let generation = self.shared.current_generation(now);
         loop {
             let Some((seg, epoch)) = self.active[bucket] else {

@@ -429,12 +429,9 @@ impl HashTable {
         let new = Table::new(old.power + 1);
         for head in 0..old.primary {
             // Lock the chain for good: writers now wait for the new table.
-            let guard = loop {
-                match old.lock(head) {
-                    Ok(g) => break g,
-                    Err(Moved) => unreachable!("only the grower marks chains moved"),
-                }
-            };
+            let guard = old
+                .lock(head)
+                .expect("only the grower marks chains moved, and it holds the grow lock");
             old.info(head).fetch_or(MOVED, Ordering::AcqRel);
             std::mem::forget(guard);
             let info = old.info(head).load(Ordering::Acquire);

@@ -71,4 +71,5 @@ pub use clock::{Clock, Expiry, MEMCACHED_MAX_RELATIVE};
 pub use handle::{DeltaError, Handle, ItemRef, StoreError, StoreMode, StoreStatus};
 pub use item::{MARK_STALE, MARK_TOKEN, MARK_TOMBSTONE, MAX_KEY_LEN};
 pub use numeric::parse_u64 as parse_memcached_u64;
-pub use stats::Stats;
+pub use stats::{HandleTotals, Stats};
+pub use ttl::early_expiry_bound;

@@ -58,13 +58,24 @@ pub fn lower_bound(bucket: usize) -> u32 {
     }
 }
 
-/// How far apart, in seconds, the deadlines inside one segment of `bucket` may be. An item is
-/// therefore served at least until `deadline - tolerance(bucket)`.
-pub fn tolerance(bucket: usize) -> u32 {
+/// The default precision: deadlines in a segment may spread over 1/2^3 of the bucket's TTL.
+pub const DEFAULT_PRECISION_SHIFT: u32 = 3;
+
+/// How far apart, in seconds, the deadlines inside one segment of `bucket` may be, with a
+/// precision of 1/2^`shift` of the bucket's lower bound (at least one second). An item is
+/// therefore served at least until `deadline - tolerance`.
+pub fn tolerance_with(bucket: usize, shift: u32) -> u32 {
     if bucket == NEVER_BUCKET {
         return 0;
     }
-    (lower_bound(bucket) >> 4).max(1)
+    (lower_bound(bucket) >> shift).max(1)
+}
+
+/// The most an item written with `ttl` seconds (0: never expires) may expire early, given the
+/// cache's `expiry_precision_shift`, as long as no merge eviction moved it.
+pub fn early_expiry_bound(ttl: u32, shift: u32) -> u32 {
+    let bucket = bucket_for((ttl != 0).then_some(ttl));
+    tolerance_with(bucket, shift)
 }
 
 #[cfg(test)]
@@ -103,11 +114,12 @@ mod tests {
     }
 
     #[test]
-    fn tolerance_is_a_sixteenth_of_the_ttl_but_at_least_a_second() {
-        assert_eq!(tolerance(0), 1);
-        assert_eq!(tolerance(bucket_for(Some(10))), 1);
-        assert_eq!(tolerance(bucket_for(Some(60))), 3);
-        assert_eq!(tolerance(bucket_for(Some(3600))), 3584 / 16);
-        assert_eq!(tolerance(NEVER_BUCKET), 0);
+    fn tolerance_is_a_fraction_of_the_ttl_but_at_least_a_second() {
+        assert_eq!(tolerance_with(0, 4), 1);
+        assert_eq!(tolerance_with(bucket_for(Some(10)), 4), 1);
+        assert_eq!(tolerance_with(bucket_for(Some(60)), 4), 3);
+        assert_eq!(tolerance_with(bucket_for(Some(3600)), 4), 3584 / 16);
+        assert_eq!(early_expiry_bound(3600, DEFAULT_PRECISION_SHIFT), 3584 / 8);
+        assert_eq!(tolerance_with(NEVER_BUCKET, 3), 0);
     }
 }

@@ -1,0 +1,330 @@
+//! `memfleet sim`: an in-process cache simulator. It replays one workload (a
+//! trace file or a seeded synthetic workload) through each selected cache model
+//! at each memory size and prints a miss-ratio-vs-memory table.
+//!
+//! The LRU baseline is built here; the Segcache adapter is supplied by the
+//! caller (this crate does not depend on the storage engine). Pure Rust, no
+//! networking, no threads. Not here: the models and readers themselves (see the
+//! submodules).
+
+pub mod binary;
+pub mod keys;
+pub mod lru;
+pub mod replay;
+pub mod report;
+pub mod request;
+pub mod segcache;
+pub mod synthetic;
+pub mod trace;
+pub mod workload;
+pub mod zipf;
+
+use std::fs::{self, File};
+use std::io::{self, BufWriter, Write};
+use std::path::PathBuf;
+
+use anyhow::{bail, Context, Result};
+
+use self::lru::LruCache;
+use self::replay::{try_replay, ReplayConfig, Report, SimCache};
+use self::synthetic::{Synthetic, SyntheticConfig};
+use self::trace::{open_trace, Request, RequestStream, TraceError, TraceFormat};
+use self::workload::{SizeSpec, Workload};
+
+/// The cache models `memfleet sim` can compare.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum CacheKind {
+    /// The Segcache engine (adapter supplied by the caller).
+    Segcache,
+    /// The exact LRU model with memcached's per-item overhead.
+    Lru,
+}
+
+/// Arguments of `memfleet sim`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct SimArgs {
+    /// Replay this trace instead of a synthetic workload (decompress .zst first).
+    #[arg(long)]
+    pub trace: Option<PathBuf>,
+    /// Trace format; by default guessed from the file name (.csv → csv, *oracleGeneral* → oracle).
+    #[arg(long, value_enum)]
+    pub format: Option<TraceFormat>,
+    /// Synthetic workload: preset c, u1, u2, n, mix (Segcache Table 3) or a TTL mix like 120:0.5,3600:0.5.
+    #[arg(long, default_value = "mix")]
+    pub workload: String,
+    /// Synthetic: number of distinct keys.
+    #[arg(long, default_value_t = 200_000)]
+    pub keys: u64,
+    /// Requests to replay [default: 2000000 synthetic, whole trace otherwise].
+    #[arg(long)]
+    pub requests: Option<u64>,
+    /// Synthetic: requests per simulated second.
+    #[arg(long, default_value_t = 2000)]
+    pub rate: u32,
+    /// Synthetic: Zipf exponent of key popularity.
+    #[arg(long, default_value_t = 1.0)]
+    pub alpha: f64,
+    /// Synthetic: fraction of requests that are explicit sets.
+    #[arg(long, default_value_t = 0.0)]
+    pub write_ratio: f64,
+    /// Synthetic: RNG seed.
+    #[arg(long, default_value_t = 42)]
+    pub seed: u64,
+    /// Synthetic: key sizes, e.g. 24 or 16-32 (always drawn once per key).
+    #[arg(long)]
+    pub key_size: Option<SizeSpec>,
+    /// Synthetic: value sizes: 100 (fixed), 50-150 (per request) or key:50-150 (per key).
+    #[arg(long)]
+    pub value_size: Option<SizeSpec>,
+    /// Cache memory sizes in MiB, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "32,64")]
+    pub memory: Vec<f64>,
+    /// Segcache segment size in bytes; 0 picks about 512 segments per cache, between 64 KiB
+    /// and 1 MiB (the engine's default for servers is 1 MiB).
+    #[arg(long, default_value_t = 0)]
+    pub segment_size: usize,
+    /// Reporting window in seconds of trace time.
+    #[arg(long, default_value_t = 60)]
+    pub window: u32,
+    /// Caches to compare, comma-separated.
+    #[arg(
+        long,
+        value_enum,
+        value_delimiter = ',',
+        default_value = "segcache,lru"
+    )]
+    pub caches: Vec<CacheKind>,
+    /// Do not fill the cache after a get miss (by default gets are look-aside).
+    #[arg(long)]
+    pub no_fill: bool,
+    /// TTL in seconds for fills whose request records none (Twitter gets); 0 = never.
+    #[arg(long, default_value_t = 0)]
+    pub fill_ttl: u32,
+    /// Write per-window CSVs (one per cache and memory size) into this directory.
+    #[arg(long)]
+    pub window_csv: Option<PathBuf>,
+}
+
+/// Default synthetic request count.
+pub const DEFAULT_REQUESTS: u64 = 2_000_000;
+
+/// Where requests come from; can be opened any number of times.
+enum Source {
+    Synthetic(SyntheticConfig),
+    Trace { path: PathBuf, format: TraceFormat },
+}
+
+impl Source {
+    fn from_args(args: &SimArgs) -> Result<Source> {
+        if let Some(path) = &args.trace {
+            let format = match args.format.or_else(|| TraceFormat::detect(path)) {
+                Some(f) => f,
+                None if path.extension().is_some_and(|e| e == "zst") => {
+                    bail!(
+                        "{} is zstd-compressed: decompress it first (zstd -d)",
+                        path.display()
+                    )
+                }
+                None => bail!(
+                    "cannot tell the format of {}: pass --format csv|oracle|twr",
+                    path.display()
+                ),
+            };
+            return Ok(Source::Trace {
+                path: path.clone(),
+                format,
+            });
+        }
+        let mut workload = Workload::parse(&args.workload).map_err(anyhow::Error::msg)?;
+        if let Some(mut k) = args.key_size {
+            k.per_key = true;
+            workload.key_size = k;
+        }
+        if let Some(v) = args.value_size {
+            workload.value_size = v;
+        }
+        let cfg = SyntheticConfig {
+            keys: args.keys,
+            requests: args.requests.unwrap_or(DEFAULT_REQUESTS),
+            rate: args.rate,
+            alpha: args.alpha,
+            write_ratio: args.write_ratio,
+            seed: args.seed,
+            workload,
+        };
+        cfg.validate().map_err(anyhow::Error::msg)?;
+        Ok(Source::Synthetic(cfg))
+    }
+
+    fn open(&self, limit: Option<u64>) -> Result<RequestStream> {
+        let stream: RequestStream = match self {
+            Source::Synthetic(cfg) => Box::new(
+                Synthetic::new(cfg.clone())
+                    .map_err(anyhow::Error::msg)?
+                    .map(Ok::<Request, TraceError>),
+            ),
+            Source::Trace { path, format } => open_trace(path, *format)
+                .with_context(|| format!("opening trace {}", path.display()))?,
+        };
+        Ok(match limit {
+            Some(n) => Box::new(stream.take(usize::try_from(n).unwrap_or(usize::MAX))),
+            None => stream,
+        })
+    }
+
+    fn describe(&self) -> String {
+        match self {
+            Source::Synthetic(c) => format!(
+                "synthetic {}: keys={} requests={} rate={}/s alpha={} write_ratio={} seed={} key_size={} value_size={} mean_object={:.0}B",
+                c.workload.name,
+                c.keys,
+                c.requests,
+                c.rate,
+                c.alpha,
+                c.write_ratio,
+                c.seed,
+                c.workload.key_size,
+                c.workload.value_size,
+                c.workload.mean_object_size(),
+            ),
+            Source::Trace { path, format } => format!("trace {} ({format:?})", path.display()),
+        }
+    }
+}
+
+/// One cell of the comparison: a cache at a memory size.
+#[derive(Debug, Clone)]
+pub struct RunResult {
+    /// Memory given to the cache, MiB.
+    pub memory_mib: f64,
+    /// Which model.
+    pub kind: CacheKind,
+    /// What the replay counted.
+    pub report: Report,
+}
+
+/// Runs `memfleet sim`, printing to stdout. `make_segcache(memory_bytes,
+/// segment_size)` builds the Segcache adapter.
+pub fn run(
+    args: &SimArgs,
+    make_segcache: &dyn Fn(u64, usize) -> Box<dyn SimCache>,
+) -> anyhow::Result<()> {
+    let stdout = io::stdout();
+    let mut out = stdout.lock();
+    run_to(args, make_segcache, &mut out).map(|_| ())
+}
+
+/// [`run`] with the output going to `out`; returns every cell.
+pub fn run_to(
+    args: &SimArgs,
+    make_segcache: &dyn Fn(u64, usize) -> Box<dyn SimCache>,
+    out: &mut dyn Write,
+) -> Result<Vec<RunResult>> {
+    if args.memory.is_empty() || args.memory.iter().any(|m| !(m.is_finite() && *m > 0.0)) {
+        bail!(
+            "--memory needs positive sizes in MiB, got {:?}",
+            args.memory
+        );
+    }
+    if args.caches.is_empty() {
+        bail!("--caches needs at least one of segcache, lru");
+    }
+    if args.window == 0 {
+        bail!("--window must be positive");
+    }
+    let source = Source::from_args(args)?;
+    let config = ReplayConfig {
+        window_secs: args.window,
+        fill_on_miss: !args.no_fill,
+        fill_ttl: args.fill_ttl,
+    };
+    let limit = if args.trace.is_some() {
+        args.requests
+    } else {
+        None
+    };
+    if let Some(dir) = &args.window_csv {
+        fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
+
+    writeln!(out, "# memfleet sim: miss ratio vs memory")?;
+    writeln!(out, "# command: {}", command_line())?;
+    writeln!(out, "# workload: {}", source.describe())?;
+    writeln!(
+        out,
+        "# replay: fill_on_miss={} fill_ttl={} window={}s segment_size={}B (0 = auto)",
+        config.fill_on_miss, config.fill_ttl, config.window_secs, args.segment_size
+    )?;
+
+    let mut results = Vec::new();
+    for &mib in &args.memory {
+        let bytes = (mib * (1u64 << 20) as f64) as u64;
+        for &kind in &args.caches {
+            let requests = source.open(limit)?;
+            let mut cache: Box<dyn SimCache> = match kind {
+                CacheKind::Segcache => make_segcache(bytes, args.segment_size),
+                CacheKind::Lru => Box::new(LruCache::new(bytes)),
+            };
+            let report = try_replay(requests, cache.as_mut(), &config)?;
+            writeln!(out, "# {mib} MiB {}", report.summary_line())?;
+            if let Some(dir) = &args.window_csv {
+                let path = dir.join(format!("{}-{mib}MiB.csv", report.cache));
+                let mut file = BufWriter::new(
+                    File::create(&path).with_context(|| format!("creating {}", path.display()))?,
+                );
+                report.write_window_csv(&mut file)?;
+                file.flush()?;
+            }
+            results.push(RunResult {
+                memory_mib: mib,
+                kind,
+                report,
+            });
+        }
+    }
+
+    write!(out, "{:>12}", "memory_MiB")?;
+    for &kind in &args.caches {
+        let name = results
+            .iter()
+            .find(|r| r.kind == kind)
+            .map_or("?", |r| r.report.cache.as_str());
+        write!(out, " {name:>12}")?;
+    }
+    writeln!(out)?;
+    for &mib in &args.memory {
+        write!(out, "{mib:>12}")?;
+        for &kind in &args.caches {
+            let cell = results
+                .iter()
+                .find(|r| r.kind == kind && r.memory_mib == mib);
+            match cell {
+                Some(r) => write!(out, " {:>12.4}", r.report.miss_ratio())?,
+                None => write!(out, " {:>12}", "-")?,
+            }
+        }
+        writeln!(out)?;
+    }
+    out.flush()?;
+    Ok(results)
+}
+
+/// The process's command line, shell-quoted where needed.
+fn command_line() -> String {
+    std::env::args()
+        .map(|a| {
+            let plain = !a.is_empty()
+                && a.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "-_./,:=+@%".contains(c));
+            if plain {
+                a
+            } else {
+                format!("'{}'", a.replace('\'', r"'\''"))
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+#[cfg(test)]
+mod tests;

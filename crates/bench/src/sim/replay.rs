@@ -1,0 +1,340 @@
+//! Drives a stream of [`Request`]s through a [`SimCache`] and counts what
+//! happened, overall and per window of trace time, into a [`Report`].
+//!
+//! Semantics: `get`/`gets` count as gets; a miss is followed by a look-aside
+//! fill (a set of the request's value size) when `fill_on_miss` is on and the
+//! value size is non-zero (Twitter traces record 0 for a value that production
+//! did not have, so there is nothing to fill). `set`/`add`/`replace`/`cas` are
+//! applied as sets, `delete` as a delete; `append`/`prepend`/`incr`/`decr`
+//! modify a value in place and are only counted. Time is made relative to the
+//! first request and never runs backwards; the cache's clock is stepped one
+//! second at a time with a `tick` after each step. Not here: trace parsing,
+//! the report's formatting (`report`), comparison tables (`sim::run`).
+
+use std::convert::Infallible;
+use std::time::Instant;
+
+use super::keys::write_key;
+pub use super::report::{Report, WindowStats};
+use super::request::{Op, Request};
+
+/// A cache the simulator can drive. Values are lengths only.
+pub trait SimCache {
+    /// Short name for reports (e.g. `lru`, `segcache`).
+    fn name(&self) -> String;
+    /// Advance the cache's clock to `now` (seconds since the trace start). Called before each request whose time moved.
+    fn advance_to(&mut self, now: u32);
+    /// Looks `key` up; true on a hit.
+    fn get(&mut self, key: &[u8]) -> bool;
+    /// Stores `key` with a value of `value_len` bytes; `ttl` 0 = never expires.
+    fn set(&mut self, key: &[u8], value_len: usize, ttl: u32);
+    /// Removes `key` if present.
+    fn delete(&mut self, key: &[u8]);
+    /// Periodic housekeeping hook (the Segcache engine runs proactive expiration here); called once per simulated second.
+    fn tick(&mut self) {}
+    /// Bytes of memory the model currently uses for live+dead items, for reporting (optional).
+    fn memory_used(&self) -> Option<u64> {
+        None
+    }
+}
+
+/// How to replay.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReplayConfig {
+    /// Width of a reporting window in seconds of trace time (at least 1).
+    pub window_secs: u32,
+    /// Whether a get miss is followed by a set of that key (look-aside fill).
+    pub fill_on_miss: bool,
+    /// TTL for fills whose request carries none (Twitter get lines record 0); 0 = never.
+    pub fill_ttl: u32,
+}
+
+impl Default for ReplayConfig {
+    fn default() -> Self {
+        ReplayConfig {
+            window_secs: 60,
+            fill_on_miss: true,
+            fill_ttl: 0,
+        }
+    }
+}
+
+/// Replays infallible requests (e.g. a synthetic workload).
+pub fn replay<I>(requests: I, cache: &mut dyn SimCache, config: &ReplayConfig) -> Report
+where
+    I: IntoIterator<Item = Request>,
+{
+    match try_replay(requests.into_iter().map(Ok::<_, Infallible>), cache, config) {
+        Ok(report) => report,
+        Err(never) => match never {},
+    }
+}
+
+/// Replays requests that may fail to read (e.g. a trace); stops at the first error.
+pub fn try_replay<I, E>(
+    requests: I,
+    cache: &mut dyn SimCache,
+    config: &ReplayConfig,
+) -> Result<Report, E>
+where
+    I: IntoIterator<Item = Result<Request, E>>,
+{
+    let started = Instant::now();
+    let window = config.window_secs.max(1);
+    let mut report = Report {
+        cache: cache.name(),
+        window_secs: window,
+        ..Report::default()
+    };
+    let mut first_time: Option<u32> = None;
+    let mut clock = 0u32;
+    let mut key = Vec::with_capacity(64);
+    cache.advance_to(0);
+    for req in requests {
+        let req = req?;
+        let first = *first_time.get_or_insert(req.time);
+        let now = req.time.saturating_sub(first).max(clock);
+        while clock < now {
+            clock += 1;
+            cache.advance_to(clock);
+            cache.tick();
+        }
+        let w = (now / window) as usize;
+        if report.windows.len() <= w {
+            let len = report.windows.len();
+            report.windows.extend((len..=w).map(|i| WindowStats {
+                start: i as u32 * window,
+                ..WindowStats::default()
+            }));
+        }
+        report.requests += 1;
+        write_key(req.key, req.key_size, &mut key);
+        match req.op {
+            Op::Get | Op::Gets => {
+                report.gets += 1;
+                report.get_bytes += u64::from(req.value_size);
+                report.windows[w].gets += 1;
+                if cache.get(&key) {
+                    report.hits += 1;
+                } else {
+                    report.misses += 1;
+                    report.miss_bytes += u64::from(req.value_size);
+                    report.windows[w].misses += 1;
+                    if config.fill_on_miss && req.value_size > 0 {
+                        let ttl = if req.ttl == 0 {
+                            config.fill_ttl
+                        } else {
+                            req.ttl
+                        };
+                        cache.set(&key, req.value_size as usize, ttl);
+                        report.fills += 1;
+                    }
+                }
+            }
+            Op::Set | Op::Add | Op::Replace | Op::Cas => {
+                report.sets += 1;
+                cache.set(&key, req.value_size as usize, req.ttl);
+            }
+            Op::Delete => {
+                report.deletes += 1;
+                cache.delete(&key);
+            }
+            Op::Append | Op::Prepend | Op::Incr | Op::Decr => report.other += 1,
+        }
+    }
+    report.sim_secs = clock;
+    report.memory_used = cache.memory_used();
+    report.elapsed = started.elapsed();
+    Ok(report)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::lru::LruCache;
+    use super::*;
+
+    /// Never holds anything; records the calls it got.
+    #[derive(Default)]
+    struct Forgetful {
+        sets: Vec<(Vec<u8>, usize, u32)>,
+        clock: Vec<u32>,
+        ticks: u32,
+    }
+
+    impl SimCache for Forgetful {
+        fn name(&self) -> String {
+            "forgetful".into()
+        }
+        fn advance_to(&mut self, now: u32) {
+            self.clock.push(now);
+        }
+        fn get(&mut self, _key: &[u8]) -> bool {
+            false
+        }
+        fn set(&mut self, key: &[u8], value_len: usize, ttl: u32) {
+            self.sets.push((key.to_vec(), value_len, ttl));
+        }
+        fn delete(&mut self, _key: &[u8]) {}
+        fn tick(&mut self) {
+            self.ticks += 1;
+        }
+    }
+
+    fn get(time: u32, key: u64) -> Request {
+        Request {
+            time,
+            key,
+            key_size: 10,
+            value_size: 100,
+            op: Op::Get,
+            ttl: 0,
+        }
+    }
+
+    #[test]
+    fn a_cache_that_always_misses_has_miss_ratio_one() {
+        let reqs: Vec<Request> = (0..1000)
+            .map(|i| get(100 + i / 10, u64::from(i % 7)))
+            .collect();
+        let mut c = Forgetful::default();
+        let r = replay(
+            reqs,
+            &mut c,
+            &ReplayConfig {
+                window_secs: 30,
+                ..ReplayConfig::default()
+            },
+        );
+        assert_eq!((r.gets, r.misses, r.hits, r.fills), (1000, 1000, 0, 1000));
+        assert_eq!(r.miss_ratio(), 1.0);
+        assert_eq!(r.byte_miss_ratio(), 1.0);
+        assert_eq!(r.sim_secs, 99, "time is relative to the first request");
+        assert_eq!(r.windows.len(), 4);
+        assert!(r.windows.iter().all(|w| w.miss_ratio() == 1.0));
+        assert_eq!(r.windows.iter().map(|w| w.gets).sum::<u64>(), 1000);
+        assert_eq!(
+            r.windows[3],
+            WindowStats {
+                start: 90,
+                gets: 100,
+                misses: 100
+            }
+        );
+        assert_eq!(c.ticks, 99, "one tick per simulated second");
+        assert_eq!(c.clock, (0..=99).collect::<Vec<_>>());
+        assert_eq!(
+            c.sets[0],
+            (b"A.xxxxxxxx".to_vec(), 100, 0),
+            "fill uses the request's sizes"
+        );
+    }
+
+    #[test]
+    fn a_big_lru_on_a_repeating_key_set_rarely_misses() {
+        let reqs = (0..100_000u32).map(|i| get(i / 1000, u64::from(i % 500)));
+        let mut c = LruCache::new(1 << 20);
+        let r = replay(reqs, &mut c, &ReplayConfig::default());
+        assert_eq!(r.gets, 100_000);
+        assert_eq!(r.misses, 500, "only compulsory misses");
+        assert!(r.miss_ratio() < 0.01);
+        assert_eq!(r.windows[0].misses, 500);
+        assert_eq!(r.windows[1].misses, 0);
+        assert_eq!(r.memory_used, Some(500 * (10 + 100 + 56)));
+    }
+
+    #[test]
+    fn writes_deletes_and_fill_switch() {
+        let mk = |time, key, op, ttl| Request {
+            time,
+            key,
+            key_size: 4,
+            value_size: 20,
+            op,
+            ttl,
+        };
+        let reqs = vec![
+            mk(0, 1, Op::Set, 0),
+            mk(0, 1, Op::Get, 0),
+            mk(1, 1, Op::Delete, 0),
+            mk(1, 1, Op::Get, 0),
+            mk(2, 2, Op::Add, 5),
+            mk(3, 2, Op::Incr, 0),
+            mk(8, 2, Op::Get, 0),
+            Request {
+                value_size: 0,
+                ..mk(8, 3, Op::Get, 0)
+            },
+        ];
+        let mut c = LruCache::new(1 << 20);
+        let cfg = ReplayConfig {
+            fill_on_miss: false,
+            ..ReplayConfig::default()
+        };
+        let r = replay(reqs.clone(), &mut c, &cfg);
+        assert_eq!(
+            (r.sets, r.deletes, r.other, r.gets, r.hits),
+            (2, 1, 1, 4, 1)
+        );
+        assert_eq!(r.fills, 0);
+        assert_eq!(r.misses, 3, "deleted, expired and unknown keys miss");
+        let mut c = LruCache::new(1 << 20);
+        let r = replay(
+            reqs,
+            &mut c,
+            &ReplayConfig {
+                fill_ttl: 60,
+                ..ReplayConfig::default()
+            },
+        );
+        assert_eq!(r.fills, 2, "the zero-size get is not filled");
+        assert!(c.len() == 2);
+    }
+
+    #[test]
+    fn out_of_order_times_never_move_the_clock_back_and_errors_stop_replay() {
+        let reqs = vec![
+            Ok(get(10, 1)),
+            Ok(get(15, 1)),
+            Ok(get(12, 1)),
+            Err("bad line"),
+            Ok(get(20, 1)),
+        ];
+        let mut c = Forgetful::default();
+        let err = try_replay(reqs, &mut c, &ReplayConfig::default()).unwrap_err();
+        assert_eq!(err, "bad line");
+        assert_eq!(c.clock, (0..=5).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn csv_and_table_output() {
+        let mut c = Forgetful::default();
+        let r = replay(
+            (0..4).map(|i| get(i * 2, 1)),
+            &mut c,
+            &ReplayConfig {
+                window_secs: 4,
+                ..ReplayConfig::default()
+            },
+        );
+        let mut csv = Vec::new();
+        r.write_window_csv(&mut csv).unwrap();
+        assert_eq!(
+            String::from_utf8(csv).unwrap(),
+            "window_start,gets,misses,miss_ratio\n0,2,2,1.000000\n4,2,2,1.000000\n"
+        );
+        let table = r.to_string();
+        assert!(
+            table.contains("cache forgetful: 4 requests over 6 s"),
+            "{table}"
+        );
+        assert!(
+            table
+                .lines()
+                .any(|l| l.split_whitespace().eq(["miss", "ratio", "1.0000"])),
+            "{table}"
+        );
+        assert!(r
+            .summary_line()
+            .starts_with("forgetful: requests=4 gets=4 misses=4 miss_ratio=1.0000"));
+    }
+}

@@ -1,0 +1,202 @@
+//! The [`Report`] of one replay: overall and per-window counters, with a
+//! human-readable table (`Display`), a one-line summary and a per-window CSV.
+//! Plain data, no serde. Not here: the counting itself (`replay`).
+
+use std::fmt;
+use std::io::{self, Write};
+use std::time::Duration;
+
+/// Gets and misses in one window of trace time.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct WindowStats {
+    /// Window start, seconds since the first request.
+    pub start: u32,
+    /// Gets in the window.
+    pub gets: u64,
+    /// Get misses in the window.
+    pub misses: u64,
+}
+
+impl WindowStats {
+    /// Misses over gets (0 when there were no gets).
+    pub fn miss_ratio(&self) -> f64 {
+        ratio(self.misses, self.gets)
+    }
+}
+
+fn ratio(part: u64, whole: u64) -> f64 {
+    if whole == 0 {
+        0.0
+    } else {
+        part as f64 / whole as f64
+    }
+}
+
+/// What one replay did.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Report {
+    /// The cache's name.
+    pub cache: String,
+    /// Requests replayed.
+    pub requests: u64,
+    /// `get`/`gets` requests.
+    pub gets: u64,
+    /// Gets that hit.
+    pub hits: u64,
+    /// Gets that missed.
+    pub misses: u64,
+    /// Value bytes asked for by gets.
+    pub get_bytes: u64,
+    /// Value bytes of gets that missed.
+    pub miss_bytes: u64,
+    /// Explicit writes applied as sets.
+    pub sets: u64,
+    /// Look-aside fills after misses.
+    pub fills: u64,
+    /// Deletes.
+    pub deletes: u64,
+    /// Requests counted but not applied (append, prepend, incr, decr).
+    pub other: u64,
+    /// Seconds of trace time covered (last minus first request time).
+    pub sim_secs: u32,
+    /// Window width in seconds.
+    pub window_secs: u32,
+    /// Per-window gets and misses, contiguous from time 0.
+    pub windows: Vec<WindowStats>,
+    /// The cache's own memory figure at the end, if it reports one.
+    pub memory_used: Option<u64>,
+    /// Wall-clock time the replay took.
+    pub elapsed: Duration,
+}
+
+impl Report {
+    /// Misses over gets.
+    pub fn miss_ratio(&self) -> f64 {
+        ratio(self.misses, self.gets)
+    }
+
+    /// Missed value bytes over requested value bytes.
+    pub fn byte_miss_ratio(&self) -> f64 {
+        ratio(self.miss_bytes, self.get_bytes)
+    }
+
+    /// Writes `window_start,gets,misses,miss_ratio` with a header row.
+    pub fn write_window_csv(&self, out: &mut dyn Write) -> io::Result<()> {
+        writeln!(out, "window_start,gets,misses,miss_ratio")?;
+        for w in &self.windows {
+            writeln!(
+                out,
+                "{},{},{},{:.6}",
+                w.start,
+                w.gets,
+                w.misses,
+                w.miss_ratio()
+            )?;
+        }
+        Ok(())
+    }
+
+    /// One line: name, gets, misses, ratios, writes and wall time.
+    pub fn summary_line(&self) -> String {
+        format!(
+            "{}: requests={} gets={} misses={} miss_ratio={:.4} byte_miss_ratio={:.4} sets={} fills={} deletes={} other={} sim_secs={} wall={:.2}s",
+            self.cache,
+            self.requests,
+            self.gets,
+            self.misses,
+            self.miss_ratio(),
+            self.byte_miss_ratio(),
+            self.sets,
+            self.fills,
+            self.deletes,
+            self.other,
+            self.sim_secs,
+            self.elapsed.as_secs_f64(),
+        )
+    }
+}
+
+impl fmt::Display for Report {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(
+            f,
+            "cache {}: {} requests over {} s of trace time",
+            self.cache, self.requests, self.sim_secs
+        )?;
+        writeln!(f, "  {:<16}{:>14}", "gets", self.gets)?;
+        writeln!(f, "  {:<16}{:>14}", "hits", self.hits)?;
+        writeln!(f, "  {:<16}{:>14}", "misses", self.misses)?;
+        writeln!(f, "  {:<16}{:>14.4}", "miss ratio", self.miss_ratio())?;
+        writeln!(
+            f,
+            "  {:<16}{:>14.4}",
+            "byte miss ratio",
+            self.byte_miss_ratio()
+        )?;
+        writeln!(f, "  {:<16}{:>14}", "sets", self.sets)?;
+        writeln!(f, "  {:<16}{:>14}", "fills", self.fills)?;
+        writeln!(f, "  {:<16}{:>14}", "deletes", self.deletes)?;
+        writeln!(f, "  {:<16}{:>14}", "other", self.other)?;
+        if let Some(m) = self.memory_used {
+            writeln!(f, "  {:<16}{:>14}", "memory used (B)", m)?;
+        }
+        writeln!(
+            f,
+            "  {:<16}{:>14.3}",
+            "wall time (s)",
+            self.elapsed.as_secs_f64()
+        )?;
+        writeln!(
+            f,
+            "  {:>12} {:>12} {:>12} {:>10}",
+            "window_start", "gets", "misses", "miss_ratio"
+        )?;
+        for w in &self.windows {
+            writeln!(
+                f,
+                "  {:>12} {:>12} {:>12} {:>10.4}",
+                w.start,
+                w.gets,
+                w.misses,
+                w.miss_ratio()
+            )?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ratios_are_zero_without_gets_and_exact_otherwise() {
+        let mut r = Report {
+            cache: "x".into(),
+            ..Report::default()
+        };
+        assert_eq!((r.miss_ratio(), r.byte_miss_ratio()), (0.0, 0.0));
+        r.gets = 8;
+        r.misses = 2;
+        r.get_bytes = 1000;
+        r.miss_bytes = 100;
+        assert_eq!((r.miss_ratio(), r.byte_miss_ratio()), (0.25, 0.1));
+        assert_eq!(
+            WindowStats {
+                start: 0,
+                gets: 4,
+                misses: 3
+            }
+            .miss_ratio(),
+            0.75
+        );
+        r.memory_used = Some(4096);
+        let table = r.to_string();
+        assert!(
+            table
+                .lines()
+                .any(|l| l.split_whitespace().eq(["memory", "used", "(B)", "4096"])),
+            "{table}"
+        );
+    }
+}

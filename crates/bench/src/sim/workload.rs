@@ -1,0 +1,371 @@
+//! Workload *shapes* for the synthetic generator: TTL mixes, size
+//! distributions and the named presets modelled on the Segcache paper's
+//! (NSDI '21) Table 3 production workloads `c`, `u1`, `u2`, `n` and `mix`.
+//!
+//! Preset TTL mixes (the share left over goes to the largest class, which is
+//! how the paper's `c` row is read: "remainder 1d"):
+//! - `c`: 1d 65%, 14d 27%, 12h 7% (1d gets the remaining 1%)
+//! - `u1`: 5d 100%; `u2`: 12h 100%; `n`: 30d 100%
+//! - `mix`: 30d 14%, 14d 11%, 24h 23%, 12h 38%, 2min 12% (12h gets the remaining 2%)
+//!
+//! Preset sizes reproduce Table 3's mean object (key + value) sizes: c 230 B,
+//! u1 290 B, u2 55 B, n 45 B, mix 243 B. Keys are 16–32 B (10–20 B for the small
+//! u2 and n), values uniform over ±50% of the remaining mean, both drawn once
+//! per key. Not here: drawing requests (that is `synthetic`).
+
+use std::fmt;
+use std::str::FromStr;
+
+/// A distribution of byte sizes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SizeDist {
+    /// Always this size.
+    Fixed(u32),
+    /// Uniform over `min..=max`.
+    Uniform {
+        /// Smallest size.
+        min: u32,
+        /// Largest size.
+        max: u32,
+    },
+}
+
+impl SizeDist {
+    /// The size at quantile `unit` in `[0, 1)`.
+    pub fn at_unit(&self, unit: f64) -> u32 {
+        match *self {
+            SizeDist::Fixed(n) => n,
+            SizeDist::Uniform { min, max } => {
+                let span = f64::from(max - min) + 1.0;
+                min + ((unit * span) as u32).min(max - min)
+            }
+        }
+    }
+
+    /// The mean size.
+    pub fn mean(&self) -> f64 {
+        match *self {
+            SizeDist::Fixed(n) => f64::from(n),
+            SizeDist::Uniform { min, max } => (f64::from(min) + f64::from(max)) / 2.0,
+        }
+    }
+}
+
+/// A size distribution plus whether a key draws its size once (`per_key`) or
+/// every request draws afresh.
+///
+/// Text form: `64` (fixed), `32-128` (uniform, drawn per request),
+/// `key:32-128` (uniform, drawn once per key).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SizeSpec {
+    /// The distribution.
+    pub dist: SizeDist,
+    /// Draw once per key (the key keeps its size) rather than per request.
+    pub per_key: bool,
+}
+
+impl SizeSpec {
+    const fn per_key(min: u32, max: u32) -> SizeSpec {
+        SizeSpec {
+            dist: SizeDist::Uniform { min, max },
+            per_key: true,
+        }
+    }
+}
+
+impl FromStr for SizeSpec {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        let (per_key, body) = match s.trim().strip_prefix("key:") {
+            Some(rest) => (true, rest),
+            None => (false, s.trim()),
+        };
+        let num = |t: &str| {
+            t.trim()
+                .parse::<u32>()
+                .map_err(|_| format!("size {t:?} in {s:?} is not a byte count"))
+        };
+        let dist = match body.split_once('-') {
+            None => SizeDist::Fixed(num(body)?),
+            Some((lo, hi)) => {
+                let (min, max) = (num(lo)?, num(hi)?);
+                if min > max {
+                    return Err(format!("size range {s:?} has min > max"));
+                }
+                SizeDist::Uniform { min, max }
+            }
+        };
+        Ok(SizeSpec { dist, per_key })
+    }
+}
+
+impl fmt::Display for SizeSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.per_key {
+            f.write_str("key:")?;
+        }
+        match self.dist {
+            SizeDist::Fixed(n) => write!(f, "{n}"),
+            SizeDist::Uniform { min, max } => write!(f, "{min}-{max}"),
+        }
+    }
+}
+
+/// TTL classes with their shares of the key population.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TtlMix {
+    /// `(ttl seconds, share)`; shares sum to 1. TTL 0 means never expires.
+    classes: Vec<(u32, f64)>,
+}
+
+const MIN: u32 = 60;
+const HOUR: u32 = 3600;
+const DAY: u32 = 86_400;
+
+impl TtlMix {
+    /// Builds a mix; shares must be positive and sum to at most 1, and the
+    /// remainder is added to the largest class.
+    pub fn new(classes: Vec<(u32, f64)>) -> Result<TtlMix, String> {
+        if classes.is_empty() {
+            return Err("a TTL mix needs at least one class".into());
+        }
+        if let Some((ttl, share)) = classes.iter().find(|(_, p)| !(p.is_finite() && *p > 0.0)) {
+            return Err(format!(
+                "TTL class {ttl}s has share {share}; shares must be > 0"
+            ));
+        }
+        let total: f64 = classes.iter().map(|(_, p)| p).sum();
+        if total > 1.0 + 1e-9 {
+            return Err(format!("TTL shares sum to {total}, more than 1"));
+        }
+        let mut classes = classes;
+        let largest = (0..classes.len())
+            .max_by(|&a, &b| classes[a].1.total_cmp(&classes[b].1).then(b.cmp(&a)))
+            .unwrap_or(0);
+        classes[largest].1 += (1.0 - total).max(0.0);
+        Ok(TtlMix { classes })
+    }
+
+    /// A single TTL for every key.
+    pub fn single(ttl: u32) -> TtlMix {
+        TtlMix {
+            classes: vec![(ttl, 1.0)],
+        }
+    }
+
+    /// The named Segcache Table 3 mixes: `c`, `u1`, `u2`, `n`, `mix`.
+    pub fn preset(name: &str) -> Option<TtlMix> {
+        let classes = match name {
+            "c" => vec![(DAY, 0.65), (14 * DAY, 0.27), (12 * HOUR, 0.07)],
+            "u1" => vec![(5 * DAY, 1.0)],
+            "u2" => vec![(12 * HOUR, 1.0)],
+            "n" => vec![(30 * DAY, 1.0)],
+            "mix" => vec![
+                (30 * DAY, 0.14),
+                (14 * DAY, 0.11),
+                (24 * HOUR, 0.23),
+                (12 * HOUR, 0.38),
+                (2 * MIN, 0.12),
+            ],
+            _ => return None,
+        };
+        TtlMix::new(classes).ok()
+    }
+
+    /// The `(ttl, share)` classes.
+    pub fn classes(&self) -> &[(u32, f64)] {
+        &self.classes
+    }
+
+    /// The TTL at quantile `unit` in `[0, 1)` of the key population.
+    pub fn ttl_at_unit(&self, unit: f64) -> u32 {
+        let mut acc = 0.0;
+        for &(ttl, share) in &self.classes {
+            acc += share;
+            if unit < acc {
+                return ttl;
+            }
+        }
+        self.classes.last().map_or(0, |c| c.0)
+    }
+}
+
+/// Parses a duration: plain seconds or with a suffix `s`, `m`/`min`, `h`, `d`.
+fn parse_duration(t: &str) -> Result<u32, String> {
+    let t = t.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (digits, unit) = t.split_at(split);
+    let n: u32 = digits
+        .parse()
+        .map_err(|_| format!("TTL {t:?} is not a duration"))?;
+    let scale = match unit {
+        "" | "s" => 1,
+        "m" | "min" => MIN,
+        "h" => HOUR,
+        "d" => DAY,
+        _ => return Err(format!("TTL {t:?} has an unknown unit (use s, m, h or d)")),
+    };
+    n.checked_mul(scale)
+        .ok_or_else(|| format!("TTL {t:?} is too long"))
+}
+
+impl FromStr for TtlMix {
+    type Err = String;
+
+    /// A preset name, or `ttl:share,...` such as `120:0.5,3600:0.5` or `12h:0.4,1d:0.6`.
+    fn from_str(s: &str) -> Result<Self, String> {
+        if let Some(mix) = TtlMix::preset(s.trim()) {
+            return Ok(mix);
+        }
+        let mut classes = Vec::new();
+        for part in s.split(',').filter(|p| !p.trim().is_empty()) {
+            let (ttl, share) = part
+                .split_once(':')
+                .ok_or_else(|| format!("TTL class {part:?} is not ttl:share"))?;
+            let share: f64 = share
+                .trim()
+                .parse()
+                .map_err(|_| format!("share {share:?} is not a number"))?;
+            classes.push((parse_duration(ttl)?, share));
+        }
+        TtlMix::new(classes)
+    }
+}
+
+/// A named workload shape: TTL mix and key/value sizes.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Workload {
+    /// Preset name or the custom TTL spec it came from.
+    pub name: String,
+    /// TTL class shares; a key's class is fixed.
+    pub ttl_mix: TtlMix,
+    /// Key sizes; always drawn once per key (a key's bytes depend on its size).
+    pub key_size: SizeSpec,
+    /// Value sizes.
+    pub value_size: SizeSpec,
+}
+
+/// Names of the preset workloads.
+pub const PRESETS: [&str; 5] = ["c", "u1", "u2", "n", "mix"];
+
+impl Workload {
+    /// A preset from Segcache's Table 3 (`c`, `u1`, `u2`, `n`, `mix`), or a
+    /// custom TTL spec (see [`TtlMix`]'s `FromStr`) with `mix`'s sizes.
+    pub fn parse(spec: &str) -> Result<Workload, String> {
+        let spec = spec.trim();
+        let (key_size, value_size) = match spec {
+            "c" => (SizeSpec::per_key(16, 32), SizeSpec::per_key(103, 309)),
+            "u1" => (SizeSpec::per_key(16, 32), SizeSpec::per_key(133, 399)),
+            "u2" => (SizeSpec::per_key(10, 20), SizeSpec::per_key(20, 60)),
+            "n" => (SizeSpec::per_key(10, 20), SizeSpec::per_key(15, 45)),
+            _ => (SizeSpec::per_key(16, 32), SizeSpec::per_key(110, 328)),
+        };
+        let ttl_mix = spec.parse().map_err(|e| {
+            format!(
+                "workload {spec:?}: {e} (presets are {}, or give ttl:share,...)",
+                PRESETS.join(", ")
+            )
+        })?;
+        Ok(Workload {
+            name: spec.to_string(),
+            ttl_mix,
+            key_size,
+            value_size,
+        })
+    }
+
+    /// Mean key + value bytes per object (per key, for per-key sizes).
+    pub fn mean_object_size(&self) -> f64 {
+        self.key_size.dist.mean() + self.value_size.dist.mean()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn presets_have_table3_mean_object_sizes() {
+        for (name, mean) in [
+            ("c", 230.0),
+            ("u1", 290.0),
+            ("u2", 55.0),
+            ("n", 45.0),
+            ("mix", 243.0),
+        ] {
+            let w = Workload::parse(name).unwrap();
+            assert_eq!(w.mean_object_size(), mean, "{name}");
+            assert!(w.key_size.per_key && w.value_size.per_key);
+        }
+    }
+
+    #[test]
+    fn preset_ttl_mixes() {
+        let c = TtlMix::preset("c").unwrap();
+        assert_eq!(c.classes().len(), 3);
+        assert!(
+            (c.classes()[0].1 - 0.66).abs() < 1e-12,
+            "1d takes the remainder"
+        );
+        let mix = TtlMix::preset("mix").unwrap();
+        let twelve_h = mix.classes().iter().find(|c| c.0 == 12 * HOUR).unwrap();
+        assert!((twelve_h.1 - 0.40).abs() < 1e-12);
+        assert_eq!(mix.ttl_at_unit(0.0), 30 * DAY);
+        assert_eq!(mix.ttl_at_unit(0.999_999), 120);
+        assert_eq!(TtlMix::preset("u1").unwrap().classes(), &[(5 * DAY, 1.0)]);
+        assert_eq!(TtlMix::preset("u2").unwrap().ttl_at_unit(0.5), 43_200);
+        assert_eq!(TtlMix::preset("n").unwrap().ttl_at_unit(0.5), 2_592_000);
+        for name in PRESETS {
+            let total: f64 = TtlMix::preset(name)
+                .unwrap()
+                .classes()
+                .iter()
+                .map(|c| c.1)
+                .sum();
+            assert!((total - 1.0).abs() < 1e-12, "{name}");
+        }
+    }
+
+    #[test]
+    fn custom_ttl_specs() {
+        let m: TtlMix = "120:0.5,3600:0.5".parse().unwrap();
+        assert_eq!(m.classes(), &[(120, 0.5), (3600, 0.5)]);
+        assert_eq!(m.ttl_at_unit(0.49), 120);
+        assert_eq!(m.ttl_at_unit(0.5), 3600);
+        let m: TtlMix = "2m:0.2, 1d:0.3,0:0.4".parse().unwrap();
+        assert_eq!(
+            m.classes().iter().map(|c| c.0).collect::<Vec<_>>(),
+            vec![120, DAY, 0]
+        );
+        assert!((m.classes()[2].1 - 0.5).abs() < 1e-12);
+        assert!("120:0.7,60:0.7".parse::<TtlMix>().is_err());
+        assert!("120".parse::<TtlMix>().is_err());
+        assert!("5y:1".parse::<TtlMix>().is_err());
+        assert!("120:-1".parse::<TtlMix>().is_err());
+        let w = Workload::parse("60:1").unwrap();
+        assert_eq!(w.ttl_mix, TtlMix::single(60));
+        assert_eq!(w.mean_object_size(), 243.0);
+        assert!(Workload::parse("nope").unwrap_err().contains("presets are"));
+    }
+
+    #[test]
+    fn size_specs_parse_and_sample() {
+        let s: SizeSpec = "64".parse().unwrap();
+        assert_eq!(
+            s,
+            SizeSpec {
+                dist: SizeDist::Fixed(64),
+                per_key: false
+            }
+        );
+        let s: SizeSpec = "key:10-20".parse().unwrap();
+        assert_eq!(s, SizeSpec::per_key(10, 20));
+        assert_eq!(s.to_string(), "key:10-20");
+        assert_eq!(s.dist.at_unit(0.0), 10);
+        assert_eq!(s.dist.at_unit(0.999_999_9), 20);
+        assert_eq!(s.dist.mean(), 15.0);
+        assert!("20-10".parse::<SizeSpec>().is_err());
+        assert!("big".parse::<SizeSpec>().is_err());
+    }
+}

@@ -1,0 +1,27 @@
+//! `memfleet`: one command for every part of the system.
+//!
+//! Thin by design: each subcommand parses its flags and hands over to a library crate.
+
+use clap::{Parser, Subcommand};
+
+/// memfleet: a memcache system (Segcache server, router, invalidator, bench).
+#[derive(Parser)]
+#[command(version, about, long_about = None)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Replay a trace or a synthetic workload through the Segcache engine and an exact LRU
+    /// (memcached-like 56-byte item overhead) in-process, and print miss ratio vs memory.
+    Sim(memfleet_bench::sim::SimArgs),
+}
+
+fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Sim(args) => memfleet_bench::sim::run(&args, &memfleet_bench::sim::segcache::make),
+    }
+}
