@@ -22,6 +22,9 @@ enum Command {
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     match cli.command {
-        Command::Sim(args) => memfleet_bench::sim::run(&args, &memfleet_bench::sim::segcache::make),
+        Command::Sim(args) => {
+            let segcache = memfleet_bench::sim::segcache::factory(args.engine.clone());
+            memfleet_bench::sim::run(&args, &segcache)
+        }
     }
 }

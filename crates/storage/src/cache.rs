@@ -4,7 +4,7 @@
 use crate::chains::{Chains, FreePool};
 use crate::clock::Clock;
 use crate::handle::{Handle, HandleCounters};
-use crate::hashtable::{HashTable, Slot, MAX_OFFSET_UNITS, MAX_SEGMENTS};
+use crate::hashtable::{ChainGuard, HashTable, Slot, Table, MAX_OFFSET_UNITS, MAX_SEGMENTS};
 use crate::heap::Heap;
 use crate::item::{self, Header};
 use crate::segment::{state, SegmentHeader};
@@ -231,30 +231,46 @@ impl Shared {
         self.generation.load(Ordering::Acquire)
     }
 
+    /// Runs `f` with the chain of `hash` locked in `table`, moving `table` to the new table
+    /// when a growth has retired it. For background work (eviction, expiration) that takes
+    /// many chains in a row: the table is loaded once, not per item.
+    pub fn with_chain<T>(
+        &self,
+        table: &mut Arc<Table>,
+        hash: u64,
+        f: impl FnOnce(&ChainGuard<'_>) -> T,
+    ) -> T {
+        loop {
+            if let Ok(chain) = table.lock(table.head_of(hash)) {
+                return f(&chain);
+            }
+            self.table.wait_for_growth();
+            *table = self.table.load();
+        }
+    }
+
     /// Removes the hash entry that points at (`seg`, `offset`) if there is one, for an item
     /// leaving through eviction, expiration or retirement. Returns true if it was live.
-    pub fn unlink_item(&self, seg: u32, offset: usize, header: &Header) -> bool {
+    pub fn unlink_item(
+        &self,
+        table: &mut Arc<Table>,
+        seg: u32,
+        offset: usize,
+        header: &Header,
+    ) -> bool {
         let key = self.key_at(seg, offset, header);
         let hash = crate::handle::hash(key);
         let units = self.units(offset);
-        loop {
-            let table = self.table.load();
-            let head = table.head_of(hash);
-            let Ok(chain) = table.lock(head) else {
-                drop(table);
-                self.table.wait_for_growth();
-                continue;
-            };
+        self.with_chain(table, hash, |chain| {
             let found =
                 chain.scan(|slot, s| (s.seg() == seg && s.offset_units() == units).then_some(slot));
             if let Some(slot) = found {
                 chain.remove(slot);
                 chain.bump_cas();
                 self.headers[seg as usize].remove_live(self.aligned(header.len()));
-                return true;
             }
-            return false;
-        }
+            found.is_some()
+        })
     }
 
     /// Takes a segment out of service for good: no new readers, wait for current ones, drop
@@ -268,6 +284,7 @@ impl Shared {
         let used = h.used();
         let mut offset = 0;
         let mut dropped = 0;
+        let mut table = self.table.load();
         while offset < used {
             let header = self.header_at(seg, offset);
             if header.key_len == 0 {
@@ -275,7 +292,9 @@ impl Shared {
                 // drain, but never loop on garbage).
                 break;
             }
-            if h.live_items.load(Ordering::Relaxed) > 0 && self.unlink_item(seg, offset, &header) {
+            if h.live_items.load(Ordering::Relaxed) > 0
+                && self.unlink_item(&mut table, seg, offset, &header)
+            {
                 dropped += 1;
             }
             offset += self.aligned(header.len());

@@ -212,6 +212,7 @@ fn merge(shared: &Shared, st: &mut EvictorState, bucket: usize, run: &[u32]) {
     let mut evicted = 0u64;
     let mut retained = 0u64;
     let mut cutoff = (1.0 + st.cutoff) / 2.0;
+    let mut table = shared.table.load();
     for (i, &src) in run.iter().enumerate() {
         let h = &shared.headers[src as usize];
         let used = h.used();
@@ -239,42 +240,36 @@ fn merge(shared: &Shared, st: &mut EvictorState, bucket: usize, run: &[u32]) {
             let key = shared.key_at(src, offset, &header);
             let hash = crate::handle::hash(key);
             let units = shared.units(offset);
-            loop {
-                let table = shared.table.load();
-                let Ok(chain) = table.lock(table.head_of(hash)) else {
-                    drop(table);
-                    shared.table.wait_for_growth();
-                    continue;
-                };
+            shared.with_chain(&mut table, hash, |chain| {
                 let found = chain.scan(|slot, s| {
                     (s.seg() == src && s.offset_units() == units).then_some((slot, s))
                 });
-                if let Some((slot, s)) = found {
-                    let score = f64::from(s.freq()) / (size as f64 / mean_size);
-                    if score > cutoff && dst_used + size <= seg_size {
-                        // SAFETY: `src` bytes below `used` are complete and immutable (sealed,
-                        // MERGING, reachable through the locked slot); [dst_used, +len) in
-                        // `dst` is owned by this merge and not yet published.
-                        unsafe {
-                            shared
-                                .heap
-                                .copy((src, offset), (dst, dst_used), header.len());
-                        }
-                        chain.replace(slot, Slot::new(dst, shared.units(dst_used), 0, s.tag()));
-                        d.add_live(size);
-                        dst_used += size;
-                        d.write_offset.store(dst_used as u32, Ordering::Release);
-                        copied += size;
-                        retained += 1;
-                    } else {
-                        chain.remove(slot);
-                        chain.bump_cas();
-                        evicted += 1;
+                let Some((slot, s)) = found else {
+                    return;
+                };
+                let score = f64::from(s.freq()) / (size as f64 / mean_size);
+                if score > cutoff && dst_used + size <= seg_size {
+                    // SAFETY: `src` bytes below `used` are complete and immutable (sealed,
+                    // MERGING, reachable through the locked slot); [dst_used, +len) in `dst`
+                    // is owned by this merge and not yet published.
+                    unsafe {
+                        shared
+                            .heap
+                            .copy((src, offset), (dst, dst_used), header.len());
                     }
-                    h.remove_live(size);
+                    chain.replace(slot, Slot::new(dst, shared.units(dst_used), 0, s.tag()));
+                    d.add_live(size);
+                    dst_used += size;
+                    d.write_offset.store(dst_used as u32, Ordering::Release);
+                    copied += size;
+                    retained += 1;
+                } else {
+                    chain.remove(slot);
+                    chain.bump_cas();
+                    evicted += 1;
                 }
-                break;
-            }
+                h.remove_live(size);
+            });
             offset += size;
         }
     }

@@ -14,7 +14,7 @@ use crate::item::{self, Header};
 use crate::segment::{state, SEALED};
 use crate::stats::HandleTotals;
 use crate::ttl;
-use std::cell::Cell;
+use std::cell::{Cell, Ref, RefCell};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -64,6 +64,8 @@ pub struct Handle {
     active: Box<[Option<(u32, u32)>]>,
     pub(crate) counters: Arc<HandleCounters>,
     rng: Cell<u64>,
+    /// The hash table as of version `.0` (see `HashTable::version`).
+    table: RefCell<(u64, Arc<Table>)>,
     /// Set when an insert found the hash table's overflow area running low.
     pub(crate) grow_hint: Cell<Option<u32>>,
     /// Reused buffer for read-modify-write operations.
@@ -159,8 +161,15 @@ impl Handle {
             .unwrap_or_else(|e| e.into_inner())
             .live
             .push(counters.clone());
-        let seed = hash(&(Arc::as_ptr(&counters) as usize).to_le_bytes()) | 1;
+        // Deterministic per handle, so simulations replay identically.
+        let nth = shared
+            .counters
+            .handles_created
+            .fetch_add(1, Ordering::Relaxed);
+        let seed = hash(&nth.to_le_bytes()) | 1;
+        let table = RefCell::new((shared.table.version(), shared.table.load()));
         Handle {
+            table,
             shared,
             active: vec![None; ttl::N_BUCKETS].into_boxed_slice(),
             counters,
@@ -168,6 +177,20 @@ impl Handle {
             grow_hint: Cell::new(None),
             scratch: Vec::new(),
         }
+    }
+
+    /// The current hash table. Callers must not hold the returned reference across another
+    /// call of this function that could refresh it (none do: lookups and chain updates each
+    /// take it once).
+    #[inline]
+    pub(crate) fn table(&self) -> Ref<'_, Arc<Table>> {
+        let version = self.shared.table.version();
+        if self.table.borrow().0 != version {
+            if let Ok(mut cached) = self.table.try_borrow_mut() {
+                *cached = (version, self.shared.table.load());
+            }
+        }
+        Ref::map(self.table.borrow(), |t| &t.1)
     }
 
     /// The current time on the cache's clock.
@@ -212,7 +235,7 @@ impl Handle {
         let shared = &*self.shared;
         let generation = shared.current_generation(now);
         loop {
-            let table = shared.table.load();
+            let table = self.table();
             match self.probe(&table, key, h, now, generation, count_access) {
                 Probe::Found(found) => return found,
                 Probe::Retry => continue,
@@ -321,7 +344,7 @@ impl Handle {
         mut f: impl FnMut(&Table, &ChainGuard<'_>) -> T,
     ) -> T {
         loop {
-            let table = self.shared.table.load();
+            let table = self.table();
             let done = match table.lock(table.head_of(h)) {
                 Ok(chain) => Some(f(&table, &chain)),
                 Err(Moved) => None,

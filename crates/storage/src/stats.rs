@@ -21,6 +21,7 @@ pub(crate) struct EngineCounters {
     pub flushed_items: AtomicU64,
     pub hash_growths: AtomicU64,
     pub out_of_memory: AtomicU64,
+    pub handles_created: AtomicU64,
 }
 
 /// Sums of per-handle counters.

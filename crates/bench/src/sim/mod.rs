@@ -94,6 +94,9 @@ pub struct SimArgs {
         default_value = "segcache,lru"
     )]
     pub caches: Vec<CacheKind>,
+    /// Segcache engine settings.
+    #[command(flatten)]
+    pub engine: segcache::EngineArgs,
     /// Do not fill the cache after a get miss (by default gets are look-aside).
     #[arg(long)]
     pub no_fill: bool,

@@ -6,7 +6,31 @@
 //! already includes its hash-chain pointer; Segcache's hash slots are 8 bytes per item).
 
 use super::replay::SimCache;
-use memfleet_storage::{Cache, Clock, Config, Expiry, Handle};
+use memfleet_storage::{Cache, Clock, Config, EvictionPolicy, Expiry, Handle};
+
+/// Engine settings `memfleet sim` exposes for experiments.
+#[derive(Debug, Clone, PartialEq, Eq, clap::Args)]
+pub struct EngineArgs {
+    /// Eviction policy of the Segcache engine.
+    #[arg(long, default_value = "merge", value_parser = ["merge", "fifo"])]
+    pub eviction: String,
+    /// Segments merged per eviction (Segcache's N).
+    #[arg(long, default_value_t = 4)]
+    pub merge_segments: usize,
+    /// Early-expiry tolerance as 1/2^shift of a TTL bucket's lower bound.
+    #[arg(long, default_value_t = 3)]
+    pub expiry_precision_shift: u32,
+}
+
+impl Default for EngineArgs {
+    fn default() -> Self {
+        EngineArgs {
+            eviction: "merge".into(),
+            merge_segments: 4,
+            expiry_precision_shift: 3,
+        }
+    }
+}
 
 /// The adapter.
 pub struct SegcacheSim {
@@ -18,11 +42,22 @@ pub struct SegcacheSim {
 
 impl SegcacheSim {
     /// A cache with `memory` bytes of segments of `segment_size` bytes.
-    pub fn new(memory: u64, segment_size: usize) -> anyhow::Result<SegcacheSim> {
+    pub fn new(
+        memory: u64,
+        segment_size: usize,
+        engine: &EngineArgs,
+    ) -> anyhow::Result<SegcacheSim> {
         let clock = Clock::manual();
+        let eviction = match engine.eviction.as_str() {
+            "fifo" => EvictionPolicy::Fifo,
+            _ => EvictionPolicy::Merge,
+        };
         let cache = Cache::new(
             Config::new(memory as usize)
                 .segment_size(segment_size)
+                .eviction(eviction)
+                .merge_segments(engine.merge_segments)
+                .expiry_precision_shift(engine.expiry_precision_shift)
                 .clock(clock.clone()),
         )?;
         let handle = cache.handle();
@@ -48,15 +83,20 @@ pub fn auto_segment_size(memory: u64) -> usize {
     ((memory / 512).max(1).next_power_of_two() as usize).clamp(64 << 10, 1 << 20)
 }
 
-/// The factory `memfleet sim` passes to [`super::run`]; a `segment_size` of 0 means
+/// A factory for [`super::run`] with these engine settings; a `segment_size` of 0 means
 /// [`auto_segment_size`].
-pub fn make(memory: u64, segment_size: usize) -> Box<dyn SimCache> {
+pub fn factory(engine: EngineArgs) -> impl Fn(u64, usize) -> Box<dyn SimCache> {
+    move |memory, segment_size| make(memory, segment_size, &engine)
+}
+
+/// Builds the adapter; see [`factory`].
+pub fn make(memory: u64, segment_size: usize, engine: &EngineArgs) -> Box<dyn SimCache> {
     let segment_size = if segment_size == 0 {
         auto_segment_size(memory)
     } else {
         segment_size
     };
-    match SegcacheSim::new(memory, segment_size) {
+    match SegcacheSim::new(memory, segment_size, engine) {
         Ok(sim) => Box::new(sim),
         Err(e) => panic!("cannot build a Segcache of {memory} bytes: {e}"),
     }
@@ -114,7 +154,7 @@ mod tests {
 
     #[test]
     fn adapter_follows_the_trace_clock() {
-        let mut sim = SegcacheSim::new(16 << 20, 1 << 20).unwrap();
+        let mut sim = SegcacheSim::new(16 << 20, 1 << 20, &EngineArgs::default()).unwrap();
         sim.set(b"a", 100, 10);
         sim.set(b"b", 100, 0);
         assert!(sim.get(b"a") && sim.get(b"b"));
