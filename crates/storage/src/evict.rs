@@ -1,6 +1,9 @@
 //! Making room when no segment is free (Segcache §3.6).
 //!
-//! **Merge** (the default): pick a TTL bucket round-robin, take up to N consecutive sealed,
+//! **Merge** (the default): pick a TTL bucket by smooth weighted round-robin, weighted by the
+//! number of segments in each chain (the paper says round-robin; with a few TTL classes of
+//! very different sizes, plain round-robin squeezed the small classes: `memfleet sim` on the
+//! paper's "mix" workload at 16 MiB missed 17.8% against 13.9% weighted), take up to N consecutive sealed,
 //! unexpired segments from where the last merge in that bucket stopped, and copy the items
 //! worth keeping into one fresh segment; free the sources. An item's worth is its frequency
 //! (the one-byte ASFC counter in its hash slot) per byte, relative to the segment's mean item
@@ -23,7 +26,8 @@ use std::sync::atomic::Ordering;
 
 /// Round-robin position and merge threshold, kept between evictions.
 pub(crate) struct EvictorState {
-    next_bucket: usize,
+    /// Smooth weighted round-robin credit per TTL bucket (weights: chain lengths).
+    credit: Vec<i64>,
     cutoff: f64,
     last_expire_pass: Option<u32>,
 }
@@ -31,7 +35,7 @@ pub(crate) struct EvictorState {
 impl Default for EvictorState {
     fn default() -> Self {
         EvictorState {
-            next_bucket: 0,
+            credit: vec![0; N_BUCKETS],
             cutoff: 1.0,
             last_expire_pass: None,
         }
@@ -125,8 +129,18 @@ fn merge_once(shared: &Shared, st: &mut EvictorState) -> bool {
     let n = shared.config.merge_segments;
     let now = shared.clock.now();
     let generation = shared.current_generation(now);
-    for step in 0..N_BUCKETS {
-        let bucket = (st.next_bucket + step) % N_BUCKETS;
+    // Merge pressure in proportion to each bucket's size (smooth weighted round-robin), so a
+    // small TTL class is not squeezed as hard as a large one.
+    let weights: Vec<i64> = (0..N_BUCKETS)
+        .map(|b| i64::from(shared.chains.lock(b).segments))
+        .collect();
+    let total: i64 = weights.iter().sum();
+    for (c, w) in st.credit.iter_mut().zip(&weights) {
+        *c += w;
+    }
+    let mut order: Vec<usize> = (0..N_BUCKETS).filter(|&b| weights[b] >= 2).collect();
+    order.sort_by_key(|&b| std::cmp::Reverse(st.credit[b]));
+    for bucket in order {
         let mut run = Vec::with_capacity(n);
         {
             let mut chain = shared.chains.lock(bucket);
@@ -163,7 +177,7 @@ fn merge_once(shared: &Shared, st: &mut EvictorState) -> bool {
                     .store(state::MERGING, Ordering::Release);
             }
         }
-        st.next_bucket = (bucket + 1) % N_BUCKETS;
+        st.credit[bucket] -= total;
         merge(shared, st, bucket, &run);
         return true;
     }

@@ -73,3 +73,15 @@ pub use item::{MARK_STALE, MARK_TOKEN, MARK_TOMBSTONE, MAX_KEY_LEN};
 pub use numeric::parse_u64 as parse_memcached_u64;
 pub use stats::{HandleTotals, Stats};
 pub use ttl::early_expiry_bound;
+
+#[cfg(test)]
+mod tests {
+    /// The engine is shared between worker threads; each thread owns its handle.
+    #[test]
+    fn thread_safety_contract() {
+        fn send_sync<T: Send + Sync>() {}
+        fn send<T: Send>() {}
+        send_sync::<crate::Cache>();
+        send::<crate::Handle>();
+    }
+}
