@@ -1,5 +1,7 @@
 //! Single-thread microbenchmarks of the engine: get hit, get miss, set, and a 90/10 mix of
-//! gets and sets on small objects (16-byte keys, 64-byte values) over 100k pre-filled keys.
+//! gets and sets on small objects (16-byte keys, 64-byte values), over 1,000 pre-filled keys
+//! (everything in CPU caches: the engine's own cost) and over 100,000 (random accesses that
+//! miss the CPU caches: what a server sees).
 //!
 //! Run: `cargo bench -p memfleet-storage --bench engine`. Criterion reports time per
 //! operation; ops/s is its inverse (docs/BENCHMARKS.md lists both).
@@ -9,15 +11,14 @@
 use criterion::{black_box, criterion_group, criterion_main, Criterion, Throughput};
 use memfleet_storage::{Cache, Config, Expiry};
 
-const KEYS: usize = 100_000;
 
 /// All keys in one flat buffer, so that fetching a key costs the benchmark no cache miss of
 /// its own.
 struct Keys(Vec<u8>);
 impl Keys {
-    fn new(prefix: &str) -> Keys {
+    fn new(prefix: &str, n: usize) -> Keys {
         Keys(
-            (0..KEYS)
+            (0..n)
                 .flat_map(|i| format!("{prefix}{i:011}").into_bytes())
                 .collect(),
         )
@@ -27,11 +28,11 @@ impl Keys {
     }
 }
 
-fn filled() -> (Cache, Keys) {
+fn filled(n: usize) -> (Cache, Keys) {
     let cache = Cache::new(Config::new(256 << 20)).unwrap();
-    let keys = Keys::new("key::");
+    let keys = Keys::new("key::", n);
     let mut h = cache.handle();
-    for i in 0..KEYS {
+    for i in 0..n {
         h.set(keys.get(i), &[b'v'; 64], 0, Expiry::After(3600))
             .unwrap();
     }
@@ -50,24 +51,30 @@ impl Picker {
 }
 
 fn bench(c: &mut Criterion) {
-    let (cache, keys) = filled();
-    let mut group = c.benchmark_group("engine");
+    for keys in [1_000, 100_000] {
+        bench_keys(c, keys);
+    }
+}
+
+fn bench_keys(c: &mut Criterion, n: usize) {
+    let (cache, keys) = filled(n);
+    let mut group = c.benchmark_group(format!("engine_{n}_keys"));
     group.throughput(Throughput::Elements(1));
 
     let h = cache.handle();
     let mut pick = Picker(0x9e37_79b9_7f4a_7c15);
     group.bench_function("get_hit", |b| {
         b.iter(|| {
-            let k = keys.get(pick.next(KEYS));
+            let k = keys.get(pick.next(n));
             let item = h.get(k).expect("prefilled");
             black_box(item.value().len());
         })
     });
 
-    let misses = Keys::new("nope:");
+    let misses = Keys::new("nope:", n);
     group.bench_function("get_miss", |b| {
         b.iter(|| {
-            let k = misses.get(pick.next(KEYS));
+            let k = misses.get(pick.next(n));
             black_box(h.get(k).is_none());
         })
     });
@@ -75,7 +82,7 @@ fn bench(c: &mut Criterion) {
     let mut w = cache.handle();
     group.bench_function("set", |b| {
         b.iter(|| {
-            let k = keys.get(pick.next(KEYS));
+            let k = keys.get(pick.next(n));
             black_box(w.set(k, &[b'w'; 64], 0, Expiry::After(3600)).unwrap());
         })
     });
@@ -83,7 +90,7 @@ fn bench(c: &mut Criterion) {
     let mut counter = 0u32;
     group.bench_function("mix_90get_10set", |b| {
         b.iter(|| {
-            let k = keys.get(pick.next(KEYS));
+            let k = keys.get(pick.next(n));
             counter = counter.wrapping_add(1);
             if counter.is_multiple_of(10) {
                 black_box(w.set(k, &[b'x'; 64], 0, Expiry::After(3600)).unwrap());
