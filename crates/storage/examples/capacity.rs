@@ -22,9 +22,10 @@ fn main() {
     let mut n = 0u64;
     loop {
         let key = format!("key:{:08}", n + 1);
-        h.set(key.as_bytes(), &value, 0, Expiry::Never).expect("set");
+        h.set(key.as_bytes(), &value, 0, Expiry::Never)
+            .expect("set");
         n += 1;
-        if n % 1024 == 0 && cache.stats().evicted_items > 0 {
+        if n.is_multiple_of(1024) && cache.stats().evicted_items > 0 {
             break;
         }
     }
