@@ -11,7 +11,6 @@
 use criterion::{black_box, criterion_group, criterion_main, Criterion, Throughput};
 use memfleet_storage::{Cache, Config, Expiry};
 
-
 /// All keys in one flat buffer, so that fetching a key costs the benchmark no cache miss of
 /// its own.
 struct Keys(Vec<u8>);
