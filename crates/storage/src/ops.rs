@@ -327,7 +327,9 @@ impl Handle {
             };
             let flags = item.flags();
             let expected = item.slot;
-            // Keep the exact deadline the item had, so repeated rewrites cannot drift it.
+            // Keep the deadline the item had. An item from a plain set knows only its segment's
+            // earliest deadline (at most one tolerance early); after this rewrite it carries
+            // that deadline exactly, so repeated rewrites cannot drift it further.
             let kept = item.own_deadline().unwrap_or(item.deadline());
             drop(item);
             let (deadline, own) = match new_expiry {

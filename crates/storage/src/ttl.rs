@@ -73,6 +73,11 @@ pub fn tolerance_with(bucket: usize, shift: u32) -> u32 {
 
 /// The most an item written with `ttl` seconds (0: never expires) may expire early, given the
 /// cache's `expiry_precision_shift`, as long as no merge eviction moved it.
+///
+/// Read-modify-write operations (incr, decr, append, prepend) keep the deadline they can see,
+/// which for an item written by a plain set is its segment's earliest deadline: the first
+/// rewrite may therefore cost up to one more tolerance. From then on the item carries its own
+/// exact deadline, so further rewrites cost nothing more.
 pub fn early_expiry_bound(ttl: u32, shift: u32) -> u32 {
     let bucket = bucket_for((ttl != 0).then_some(ttl));
     tolerance_with(bucket, shift)
