@@ -465,6 +465,34 @@ impl Handle {
         removed
     }
 
+    /// Deletes the key's value and holds the key off for `holdoff` seconds (Facebook §4.3,
+    /// `delete <key> <seconds>`): until then gets miss and `add` is refused, while `set`
+    /// replaces the hold-off. True when a value was removed.
+    pub fn delete_with_holdoff(&mut self, key: &[u8], holdoff: u32) -> Result<bool, StoreError> {
+        if holdoff == 0 {
+            return Ok(self.delete(key));
+        }
+        check_key(key)?;
+        let h = hash(key);
+        let tag = tag_of(h);
+        let now = self.shared.clock.now();
+        let deadline = now.saturating_add(holdoff).min(NEVER - 1);
+        let written = self.append(key, &[], 0, deadline, None, MARK_TOMBSTONE)?;
+        let removed = self.locked(h, |this, table, chain| {
+            let old = existing(&this.shared, chain, key, tag, now);
+            match this.publish(table, chain, old.as_ref(), &written, tag, true) {
+                Ok(()) => Outcome::Done(old.as_ref().is_some_and(Existing::has_value)),
+                Err(TableFull) => Outcome::Grow(table.power()),
+            }
+        });
+        self.finish(Some(written));
+        let removed = removed.unwrap_or(false);
+        if removed {
+            HandleCounters::bump(&self.counters.deletes, 1);
+        }
+        Ok(removed)
+    }
+
     /// memcached's `flush_all [delay]`.
     pub fn flush_all(&self, delay: u32) {
         crate::Cache {

@@ -267,3 +267,38 @@ fn oversized_and_bad_keys_are_refused() {
     );
     assert_eq!(h.get(b"k").unwrap().value().len(), almost.len());
 }
+
+#[test]
+fn delete_hold_off_refuses_add_until_it_ends() {
+    let (cache, clock) = cache();
+    let mut h = cache.handle();
+    h.set(b"k", b"v", 0, Expiry::Never).unwrap();
+    assert!(h.delete_with_holdoff(b"k", 2).unwrap());
+    assert!(h.get(b"k").is_none());
+    assert_eq!(
+        h.store(StoreMode::Add, b"k", b"stale", 0, Expiry::Never)
+            .unwrap(),
+        StoreStatus::NotStored
+    );
+    assert_eq!(
+        h.store(StoreMode::Replace, b"k", b"x", 0, Expiry::Never)
+            .unwrap(),
+        StoreStatus::NotStored
+    );
+    clock.advance(2);
+    assert_eq!(
+        h.store(StoreMode::Add, b"k", b"fresh", 0, Expiry::Never)
+            .unwrap(),
+        StoreStatus::Stored
+    );
+    assert_eq!(value(&h, b"k").unwrap(), b"fresh");
+    // A set replaces a hold-off at once.
+    assert!(h.delete_with_holdoff(b"k", 60).unwrap());
+    assert!(!h.delete_with_holdoff(b"missing", 60).unwrap());
+    h.set(b"k", b"new", 0, Expiry::Never).unwrap();
+    assert_eq!(value(&h, b"k").unwrap(), b"new");
+    // The hold-off marker is visible to the lease machinery, not to get.
+    h.delete_with_holdoff(b"k", 60).unwrap();
+    let marked = h.lookup(b"k").unwrap();
+    assert_eq!(marked.marks(), memfleet_storage::MARK_TOMBSTONE);
+}
