@@ -277,6 +277,22 @@ impl Shared {
     /// every hash entry still pointing into it, and return it to the free pool. The caller
     /// has already unlinked it from its chain. Returns the number of live items dropped.
     pub fn retire(&self, seg: u32) -> usize {
+        self.retire_with(seg, true)
+    }
+
+    /// [`Shared::retire`] for a merge source whose every item the merge already moved or
+    /// dropped: nothing is left to unlink, so the per-item hash lookups are skipped.
+    pub fn retire_emptied(&self, seg: u32) {
+        debug_assert_eq!(
+            self.headers[seg as usize]
+                .live_items
+                .load(Ordering::Relaxed),
+            0
+        );
+        self.retire_with(seg, false);
+    }
+
+    fn retire_with(&self, seg: u32, unlink: bool) -> usize {
         let h = &self.headers[seg as usize];
         h.state.store(state::RETIRING, Ordering::Release);
         h.seal();
@@ -285,16 +301,16 @@ impl Shared {
         let mut offset = 0;
         let mut dropped = 0;
         let mut table = self.table.load();
-        while offset < used {
+        // Every item is looked up, whatever the live count says: a slot left pointing into
+        // a reused segment would be read as garbage.
+        while unlink && offset < used {
             let header = self.header_at(seg, offset);
             if header.key_len == 0 {
                 // A reserved range whose writer gave up before writing (cannot happen after
                 // drain, but never loop on garbage).
                 break;
             }
-            if h.live_items.load(Ordering::Relaxed) > 0
-                && self.unlink_item(&mut table, seg, offset, &header)
-            {
+            if self.unlink_item(&mut table, seg, offset, &header) {
                 dropped += 1;
             }
             offset += self.aligned(header.len());

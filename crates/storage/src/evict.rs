@@ -301,8 +301,8 @@ fn merge(shared: &Shared, st: &mut EvictorState, bucket: usize, run: &[u32]) {
         d.state.store(state::SEALED, Ordering::Release);
     }
     for &seg in run {
-        // Every live item was moved or dropped above; retire() only drains readers.
-        shared.retire(seg);
+        // Every live item was moved or dropped above; only readers need draining.
+        shared.retire_emptied(seg);
     }
     let c = &shared.counters;
     c.merges.fetch_add(1, Ordering::Relaxed);
