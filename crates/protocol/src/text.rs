@@ -1,0 +1,307 @@
+//! The classic text protocol: command dispatch and argument checks in the order memcached
+//! 1.6's `process_command_ascii` and its `process_*_command` helpers make them, so that each
+//! malformed line gets memcached's reply (and its `noreply` suppression) byte for byte.
+//!
+//! Not here: framing and tokenizing (`tokens.rs`), meta commands (`meta.rs`), executing
+//! anything. Where memcached would have partly executed a bad request before noticing (a
+//! multi-get with a too-long key after some hits), this parser rejects the whole request up
+//! front: the reply is the same, only the side effects (LRU bumps, touches) differ.
+
+use crate::error::{reject, ErrorKind, ParseError};
+use crate::number::{safe_strtol, safe_strtoul, safe_strtoull};
+use crate::request::{ArithOp, Get, GetKind, Request, Store, StoreCommand};
+use crate::tokens::{after_tokens, Line, Tokenized, Tokens};
+use crate::{ParserConfig, MAX_KEY_LEN};
+
+type Parsed<'a> = Result<(Request<'a>, usize), ParseError>;
+
+/// Parses the request whose command line is `line` (at the start of `buf`).
+pub(crate) fn parse_line<'a>(buf: &'a [u8], line: &Line<'a>, cfg: &ParserConfig) -> Parsed<'a> {
+    let t = Tokenized::new(line.text);
+    let consumed = line.consumed;
+    let unknown = || Err(reject(ErrorKind::UnknownCommand, consumed, false));
+    // memcached: no command is shorter than two bytes.
+    if t.n == 0 || t.get(0).len() < 2 {
+        return unknown();
+    }
+    let cmd = t.get(0);
+    let n = t.n;
+    let ok = |r: Request<'a>| Ok((r, consumed));
+    let other = || {
+        ok(Request::Other {
+            command: cmd,
+            args: Tokens::new(after_tokens(line.text, 1)),
+        })
+    };
+    match cmd[0] {
+        b'm' if cmd.len() == 2 => crate::meta::parse_meta(buf, line, &t, cfg),
+        b'g' => {
+            if n < 2 {
+                return unknown();
+            }
+            match cmd {
+                b"get" => get(line, &t, GetKind::Get),
+                b"gets" => get(line, &t, GetKind::Gets),
+                b"gat" => get(line, &t, GetKind::Gat),
+                b"gats" => get(line, &t, GetKind::Gats),
+                _ => unknown(),
+            }
+        }
+        b's' => match cmd {
+            b"set" => store(buf, line, &t, StoreCommand::Set, cfg),
+            b"stats" => ok(Request::Stats {
+                args: Tokens::new(after_tokens(line.text, 1)),
+            }),
+            b"shutdown" | b"slabs" => other(),
+            _ => unknown(),
+        },
+        b'a' => match cmd {
+            b"add" => store(buf, line, &t, StoreCommand::Add, cfg),
+            b"append" => store(buf, line, &t, StoreCommand::Append, cfg),
+            _ => unknown(),
+        },
+        b'c' => match cmd {
+            b"cas" => store(buf, line, &t, StoreCommand::Cas, cfg),
+            b"cache_memlimit" if n == 2 || n == 3 => other(),
+            _ => unknown(),
+        },
+        b'i' if cmd == b"incr" => arith(line, &t, ArithOp::Incr),
+        b'd' => match cmd {
+            b"delete" => delete(line, &t),
+            b"decr" => arith(line, &t, ArithOp::Decr),
+            _ => unknown(),
+        },
+        b't' if cmd == b"touch" => touch(line, &t),
+        b'i' | b't' => unknown(),
+        _ => match cmd {
+            b"replace" => store(buf, line, &t, StoreCommand::Replace, cfg),
+            b"prepend" => store(buf, line, &t, StoreCommand::Prepend, cfg),
+            b"bget" if n >= 2 => get(line, &t, GetKind::Get),
+            b"bget" => unknown(),
+            b"flush_all" => flush_all(line, &t),
+            b"version" => ok(Request::Version),
+            b"quit" => ok(Request::Quit),
+            b"verbosity" => verbosity(line, &t),
+            b"lru_crawler" | b"watch" | b"refresh_certs" => other(),
+            b"lru" | b"extstore" if n >= 2 => other(),
+            b"lru" | b"extstore" => unknown(),
+            // A stray HTTP request: memcached hangs up without a word.
+            _ if t.last().starts_with(b"HTTP/") => Err(reject(ErrorKind::Http, consumed, false)),
+            _ => unknown(),
+        },
+    }
+}
+
+fn key_too_long(key: &[u8]) -> bool {
+    key.len() > MAX_KEY_LEN
+}
+
+fn get<'a>(line: &Line<'a>, t: &Tokenized<'a>, kind: GetKind) -> Parsed<'a> {
+    let consumed = line.consumed;
+    let mut exptime = 0;
+    let mut skip = 1;
+    if kind.touches() {
+        exptime = match safe_strtol(t.get(1)) {
+            Some(v) => i64::from(v),
+            None => return Err(reject(ErrorKind::InvalidExptime, consumed, false)),
+        };
+        skip = 2;
+    }
+    let keys = Tokens::new(after_tokens(line.text, skip));
+    if keys.into_iter().any(key_too_long) {
+        return Err(reject(ErrorKind::BadCommandLineFormat, consumed, false));
+    }
+    Ok((
+        Request::Get(Get {
+            kind,
+            exptime,
+            keys,
+        }),
+        consumed,
+    ))
+}
+
+/// The data block of a storage command: `len` bytes and `\r\n` after the command line.
+/// memcached reads exactly `len + 2` bytes whatever they are; if the last two are not
+/// `\r\n` it replies `CLIENT_ERROR bad data chunk` (suppressed by a classic `noreply`, never
+/// for `ms`) and goes on parsing right after them, so a longer block usually yields a second
+/// error (`ERROR`) for its tail.
+pub(crate) fn data_block(
+    buf: &[u8],
+    line_end: usize,
+    len: usize,
+    noreply: bool,
+) -> Result<(&[u8], usize), ParseError> {
+    let total = line_end + len + 2;
+    if buf.len() < total {
+        return Err(ParseError::Incomplete);
+    }
+    if &buf[total - 2..total] != b"\r\n" {
+        return Err(reject(ErrorKind::BadDataChunk, total, noreply));
+    }
+    Ok((&buf[line_end..line_end + len], total))
+}
+
+/// memcached's value-length check: a negative length, or one too close to `INT_MAX` to add
+/// the `\r\n`, is a format error (and, unlike "too large", nothing is swallowed).
+pub(crate) fn value_len(v: i32) -> Option<usize> {
+    if !(0..=i32::MAX - 2).contains(&v) {
+        return None;
+    }
+    usize::try_from(v).ok()
+}
+
+fn store<'a>(
+    buf: &'a [u8],
+    line: &Line<'a>,
+    t: &Tokenized<'a>,
+    command: StoreCommand,
+    cfg: &ParserConfig,
+) -> Parsed<'a> {
+    let consumed = line.consumed;
+    let base = if command == StoreCommand::Cas { 6 } else { 5 };
+    if t.n != base && t.n != base + 1 {
+        return Err(reject(ErrorKind::UnknownCommand, consumed, false));
+    }
+    // From here on memcached honours noreply, errors included.
+    let noreply = t.noreply();
+    let bad = || Err(reject(ErrorKind::BadCommandLineFormat, consumed, noreply));
+    let key = t.get(1);
+    if key_too_long(key) {
+        return bad();
+    }
+    let (Some(flags), Some(exptime), Some(len)) = (
+        safe_strtoul(t.get(2)),
+        safe_strtol(t.get(3)),
+        safe_strtol(t.get(4)),
+    ) else {
+        return bad();
+    };
+    let mut cas = 0;
+    if command == StoreCommand::Cas {
+        match safe_strtoull(t.get(5)) {
+            Some(v) => cas = v,
+            None => return bad(),
+        }
+    }
+    let Some(len) = value_len(len) else {
+        return bad();
+    };
+    if !cfg.fits(key.len(), flags, len) {
+        return Err(reject(ErrorKind::TooLarge, consumed + len + 2, noreply));
+    }
+    let (data, total) = data_block(buf, consumed, len, noreply)?;
+    let exptime = i64::from(exptime);
+    Ok((
+        Request::Store(Store {
+            command,
+            key,
+            flags,
+            exptime,
+            cas,
+            noreply,
+            data,
+        }),
+        total,
+    ))
+}
+
+fn delete<'a>(line: &Line<'a>, t: &Tokenized<'a>) -> Parsed<'a> {
+    let consumed = line.consumed;
+    if !(2..=4).contains(&t.n) {
+        return Err(reject(ErrorKind::UnknownCommand, consumed, false));
+    }
+    let mut noreply = false;
+    if t.n > 2 {
+        // memcached 1.6 accepts only a legacy hold time of exactly "0".
+        let hold_is_zero = t.get(2) == b"0";
+        noreply = t.noreply();
+        let valid =
+            (t.n == 3 && (hold_is_zero || noreply)) || (t.n == 4 && hold_is_zero && noreply);
+        if !valid {
+            return Err(reject(ErrorKind::DeleteUsage, consumed, noreply));
+        }
+    }
+    let key = t.get(1);
+    if key_too_long(key) {
+        return Err(reject(ErrorKind::BadCommandLineFormat, consumed, noreply));
+    }
+    Ok((Request::Delete { key, noreply }, consumed))
+}
+
+fn arith<'a>(line: &Line<'a>, t: &Tokenized<'a>, op: ArithOp) -> Parsed<'a> {
+    let consumed = line.consumed;
+    if t.n != 3 && t.n != 4 {
+        return Err(reject(ErrorKind::UnknownCommand, consumed, false));
+    }
+    let noreply = t.noreply();
+    let key = t.get(1);
+    if key_too_long(key) {
+        return Err(reject(ErrorKind::BadCommandLineFormat, consumed, noreply));
+    }
+    let Some(delta) = safe_strtoull(t.get(2)) else {
+        return Err(reject(ErrorKind::InvalidDelta, consumed, noreply));
+    };
+    Ok((
+        Request::Arith {
+            op,
+            key,
+            delta,
+            noreply,
+        },
+        consumed,
+    ))
+}
+
+fn touch<'a>(line: &Line<'a>, t: &Tokenized<'a>) -> Parsed<'a> {
+    let consumed = line.consumed;
+    if t.n != 3 && t.n != 4 {
+        return Err(reject(ErrorKind::UnknownCommand, consumed, false));
+    }
+    let noreply = t.noreply();
+    let key = t.get(1);
+    if key_too_long(key) {
+        return Err(reject(ErrorKind::BadCommandLineFormat, consumed, noreply));
+    }
+    let Some(exptime) = safe_strtol(t.get(2)) else {
+        return Err(reject(ErrorKind::InvalidExptime, consumed, noreply));
+    };
+    Ok((
+        Request::Touch {
+            key,
+            exptime: i64::from(exptime),
+            noreply,
+        },
+        consumed,
+    ))
+}
+
+fn flush_all<'a>(line: &Line<'a>, t: &Tokenized<'a>) -> Parsed<'a> {
+    let consumed = line.consumed;
+    if !(1..=3).contains(&t.n) {
+        return Err(reject(ErrorKind::UnknownCommand, consumed, false));
+    }
+    let noreply = t.noreply();
+    let mut delay = 0;
+    // memcached parses the first argument unless the line is exactly `flush_all [noreply]`
+    // (so `flush_all 10 20` is a 10-second delay and the 20 is ignored).
+    if t.n != if noreply { 2 } else { 1 } {
+        match safe_strtol(t.get(1)) {
+            Some(v) => delay = i64::from(v),
+            None => return Err(reject(ErrorKind::InvalidExptime, consumed, noreply)),
+        }
+    }
+    Ok((Request::FlushAll { delay, noreply }, consumed))
+}
+
+fn verbosity<'a>(line: &Line<'a>, t: &Tokenized<'a>) -> Parsed<'a> {
+    let consumed = line.consumed;
+    if t.n != 2 && t.n != 3 {
+        return Err(reject(ErrorKind::UnknownCommand, consumed, false));
+    }
+    let noreply = t.noreply();
+    let Some(level) = safe_strtoul(t.get(1)) else {
+        return Err(reject(ErrorKind::BadCommandLineFormat, consumed, noreply));
+    };
+    Ok((Request::Verbosity { level, noreply }, consumed))
+}
