@@ -1,7 +1,7 @@
 //! A thread's handle on the cache: lock-free reads, and the append path every write uses.
 //!
-//! Each handle keeps its own *active segment* per TTL bucket (Segcache §3.7): only this
-//! handle appends to it, so writes need no atomics beyond reserving space (a CAS that can
+//! Each handle keeps its own *active segments* per TTL bucket (Segcache §3.7): only this
+//! handle appends to them, so writes need no atomics beyond reserving space (a CAS that can
 //! only fail when another thread seals the segment to evict or expire it). Items written by
 //! one handle are visible to every other as soon as the hash slot is published.
 //!
@@ -60,8 +60,11 @@ impl HandleCounters {
 /// One thread's way into the cache. `Send`, not `Sync`: give each thread its own.
 pub struct Handle {
     pub(crate) shared: Arc<Shared>,
-    /// Active segment (id, epoch) per TTL bucket.
-    active: Box<[Option<(u32, u32)>]>,
+    /// Active segments (id, epoch) per TTL bucket. A few per bucket, because items whose
+    /// TTLs differ within one bucket (say 20 s and 23 s, alternating) cannot share a segment
+    /// once their deadlines spread beyond the bucket's tolerance: with one active segment each
+    /// such write sealed a fresh segment, wasting nearly all of it.
+    active: Box<[ActiveSlots]>,
     pub(crate) counters: Arc<HandleCounters>,
     rng: Cell<u64>,
     /// The hash table as of version `.0` (see `HashTable::version`).
@@ -140,6 +143,22 @@ impl std::fmt::Debug for ItemRef<'_> {
     }
 }
 
+/// Segments a handle may keep open per TTL bucket.
+const ACTIVE_PER_BUCKET: usize = 4;
+
+/// One bucket's active segments: (segment id, epoch when opened).
+type ActiveSlots = [Option<(u32, u32)>; ACTIVE_PER_BUCKET];
+
+/// What [`Handle::try_reserve`] found.
+enum Reservation {
+    /// Room reserved at this offset.
+    At(usize),
+    /// The segment is fine but the item's deadline does not fit its range.
+    Mismatch,
+    /// Full, sealed, expired, flushed or no longer ours: stop using it.
+    Unusable,
+}
+
 /// A reserved, written, not yet published item. Holds a writer reference on its segment.
 pub(crate) struct Written {
     pub seg: u32,
@@ -171,7 +190,7 @@ impl Handle {
         Handle {
             table,
             shared,
-            active: vec![None; ttl::N_BUCKETS].into_boxed_slice(),
+            active: vec![[None; ACTIVE_PER_BUCKET]; ttl::N_BUCKETS].into_boxed_slice(),
             counters,
             rng: Cell::new(seed),
             grow_hint: Cell::new(None),
@@ -427,8 +446,8 @@ impl Handle {
         })
     }
 
-    /// Reserves `size` bytes in the active segment of `bucket`, opening a new one when the
-    /// current one is full, sealed, flushed, expired, or would spread its deadlines too far.
+    /// Reserves `size` bytes in one of the active segments of `bucket`, opening a new one
+    /// when none is usable and fits the deadline (sealing the oldest if all slots are taken).
     fn reserve(
         &mut self,
         bucket: usize,
@@ -439,16 +458,38 @@ impl Handle {
         let tolerance = ttl::tolerance_with(bucket, self.shared.config.expiry_precision_shift);
         let generation = self.shared.current_generation(now);
         loop {
-            let Some((seg, epoch)) = self.active[bucket] else {
-                self.open_segment(bucket, now, generation)?;
-                continue;
-            };
-            if let Some(offset) =
-                self.try_reserve(seg, epoch, size, deadline, tolerance, now, generation)
-            {
-                return Ok((seg, offset));
+            let mut free_slot = None;
+            let mut oldest: Option<(usize, u32)> = None;
+            for i in 0..ACTIVE_PER_BUCKET {
+                let Some((seg, epoch)) = self.active[bucket][i] else {
+                    free_slot.get_or_insert(i);
+                    continue;
+                };
+                match self.try_reserve(seg, epoch, size, deadline, tolerance, now, generation) {
+                    Reservation::At(offset) => return Ok((seg, offset)),
+                    Reservation::Mismatch => {
+                        let created = self.shared.headers[seg as usize]
+                            .create_at
+                            .load(Ordering::Relaxed);
+                        if oldest.is_none_or(|(_, c)| created < c) {
+                            oldest = Some((i, created));
+                        }
+                    }
+                    Reservation::Unusable => {
+                        self.seal_active(bucket, i);
+                        free_slot.get_or_insert(i);
+                    }
+                }
             }
-            self.seal_active(bucket);
+            let slot = match (free_slot, oldest) {
+                (Some(i), _) => i,
+                (None, Some((i, _))) => {
+                    self.seal_active(bucket, i);
+                    i
+                }
+                (None, None) => unreachable!("every slot is either free or holds a segment"),
+            };
+            self.open_segment(bucket, slot, now, generation)?;
         }
     }
 
@@ -463,34 +504,40 @@ impl Handle {
         tolerance: u32,
         now: u32,
         generation: u32,
-    ) -> Option<usize> {
+    ) -> Reservation {
         let h = &self.shared.headers[seg as usize];
         if h.epoch.load(Ordering::Acquire) != epoch || !h.acquire() {
-            return None;
+            return Reservation::Unusable;
+        }
+        if h.is_dead(now, generation) {
+            h.release();
+            return Reservation::Unusable;
         }
         let lo = h.min_deadline.load(Ordering::Acquire).min(deadline);
         let hi = h.max_deadline.load(Ordering::Acquire).max(deadline);
-        if hi - lo <= tolerance && !h.is_dead(now, generation) {
-            let mut cur = h.write_offset.load(Ordering::Acquire);
-            while cur & SEALED == 0 && cur as usize + size <= self.shared.heap.segment_size() {
-                match h.write_offset.compare_exchange_weak(
-                    cur,
-                    cur + size as u32,
-                    Ordering::AcqRel,
-                    Ordering::Acquire,
-                ) {
-                    Ok(_) => return Some(cur as usize),
-                    Err(actual) => cur = actual,
-                }
+        if hi - lo > tolerance {
+            h.release();
+            return Reservation::Mismatch;
+        }
+        let mut cur = h.write_offset.load(Ordering::Acquire);
+        while cur & SEALED == 0 && cur as usize + size <= self.shared.heap.segment_size() {
+            match h.write_offset.compare_exchange_weak(
+                cur,
+                cur + size as u32,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => return Reservation::At(cur as usize),
+                Err(actual) => cur = actual,
             }
         }
         h.release();
-        None
+        Reservation::Unusable
     }
 
-    /// Stops writing to the active segment of `bucket` (it stays in its chain).
-    fn seal_active(&mut self, bucket: usize) {
-        if let Some((seg, epoch)) = self.active[bucket].take() {
+    /// Stops writing to an active segment of `bucket` (it stays in its chain).
+    fn seal_active(&mut self, bucket: usize, slot: usize) {
+        if let Some((seg, epoch)) = self.active[bucket][slot].take() {
             let h = &self.shared.headers[seg as usize];
             if h.epoch.load(Ordering::Acquire) == epoch {
                 let _ = h.state.compare_exchange(
@@ -504,7 +551,13 @@ impl Handle {
         }
     }
 
-    fn open_segment(&mut self, bucket: usize, now: u32, generation: u32) -> Result<(), StoreError> {
+    fn open_segment(
+        &mut self,
+        bucket: usize,
+        slot: usize,
+        now: u32,
+        generation: u32,
+    ) -> Result<(), StoreError> {
         let shared = &*self.shared;
         let seg = loop {
             if let Some(seg) = shared.free.take() {
@@ -521,7 +574,7 @@ impl Handle {
         let h = &shared.headers[seg as usize];
         h.open(now, bucket, generation, state::ACTIVE);
         shared.chains.lock(bucket).push_back(&shared.headers, seg);
-        self.active[bucket] = Some((seg, h.epoch.load(Ordering::Acquire)));
+        self.active[bucket][slot] = Some((seg, h.epoch.load(Ordering::Acquire)));
         Ok(())
     }
 }
@@ -529,7 +582,9 @@ impl Handle {
 impl Drop for Handle {
     fn drop(&mut self) {
         for bucket in 0..self.active.len() {
-            self.seal_active(bucket);
+            for slot in 0..ACTIVE_PER_BUCKET {
+                self.seal_active(bucket, slot);
+            }
         }
         let mut registry = self
             .shared

@@ -37,12 +37,14 @@ unsafe impl Sync for Heap {}
 impl Heap {
     /// Allocates `segments` segments of `segment_size` bytes, zeroed. Large allocations come
     /// from the kernel as untouched pages, so resident memory grows only as segments fill.
+    /// The alignment stays at 16: the system allocator serves a larger one with
+    /// `posix_memalign` plus a `memset` that would make the whole heap resident at once.
     pub fn new(segments: usize, segment_size: usize) -> Heap {
         assert!(segments > 0 && segment_size > 0);
         let size = segments
             .checked_mul(segment_size)
             .expect("heap size overflows usize");
-        let layout = Layout::from_size_align(size, 4096).expect("heap layout");
+        let layout = Layout::from_size_align(size, 16).expect("heap layout");
         // SAFETY: the layout has a non-zero size (both factors are positive).
         let ptr = unsafe { alloc_zeroed(layout) };
         let base = NonNull::new(ptr).unwrap_or_else(|| std::alloc::handle_alloc_error(layout));

@@ -186,7 +186,7 @@ impl Handle {
 
     /// Runs `f` under the key's chain lock until it neither needs a bigger table nor a retry.
     fn locked<T>(
-        &mut self,
+        &self,
         h: u64,
         mut f: impl FnMut(&Self, &Table, &ChainGuard<'_>) -> Outcome<T>,
     ) -> Option<T> {
@@ -430,12 +430,21 @@ impl Handle {
         }
     }
 
-    /// memcached's `gat`: touch, then return the item.
+    /// memcached's `gat`: touch, then return the item. An already-expired time returns the
+    /// value one last time and removes it, as memcached does.
     pub fn get_and_touch(
         &mut self,
         key: &[u8],
         expiry: Expiry,
     ) -> Result<Option<ItemRef<'_>>, StoreError> {
+        if expiry == Expiry::Expired {
+            let item = self.get(key);
+            if item.is_some() {
+                // The reference pins the old bytes; the delete only unlinks them.
+                self.remove(key);
+            }
+            return Ok(item);
+        }
         if !self.touch(key, expiry)? {
             HandleCounters::bump(&self.counters.get_misses, 1);
             return Ok(None);
@@ -445,6 +454,10 @@ impl Handle {
 
     /// memcached's `delete`: true when a value was removed.
     pub fn delete(&mut self, key: &[u8]) -> bool {
+        self.remove(key)
+    }
+
+    fn remove(&self, key: &[u8]) -> bool {
         if check_key(key).is_err() {
             return false;
         }
