@@ -14,6 +14,9 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Serve memcached's text, meta and binary protocols from a Segcache engine (by default
+    /// on 127.0.0.1:11211 with 64 MiB, like memcached).
+    Server(memfleet_server::ServerArgs),
     /// Replay a trace or a synthetic workload through the Segcache engine and an exact LRU
     /// (memcached-like 56-byte item overhead) in-process, and print miss ratio vs memory.
     Sim(memfleet_bench::sim::SimArgs),
@@ -22,6 +25,7 @@ enum Command {
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     match cli.command {
+        Command::Server(args) => memfleet_server::run(&args),
         Command::Sim(args) => {
             let segcache = memfleet_bench::sim::segcache::factory(args.engine.clone());
             memfleet_bench::sim::run(&args, &segcache)

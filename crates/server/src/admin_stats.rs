@@ -1,0 +1,311 @@
+//! What `stats` (and `/metrics`) report: memcached's names, so existing dashboards and the
+//! Prometheus memcached_exporter work unchanged, then memfleet's own engine figures.
+//!
+//! Where memcached's notion does not exist in Segcache, the nearest honest figure is given
+//! and documented here:
+//! - `evictions` counts items removed by merge or FIFO eviction; `evicted_unfetched` is 0
+//!   (the engine does not track whether an item was ever read).
+//! - `expired_unfetched` counts items reclaimed by proactive expiration (read or not).
+//! - `stats slabs`/`stats items` describe one pseudo slab class `1` whose pages are
+//!   segments, so tools that walk classes find something consistent.
+
+use crate::execute::VERSION;
+use crate::stats::{rusage, CounterValues};
+use crate::worker::Shared;
+use memfleet_protocol::response;
+use memfleet_storage::{EvictionPolicy, Stats};
+use std::sync::atomic::Ordering;
+
+/// A snapshot of everything reportable, taken once per `stats` request.
+pub struct StatsReport<'s> {
+    shared: &'s Shared,
+    engine: Stats,
+    counters: CounterValues,
+}
+
+/// A value in the general stats.
+enum Value {
+    Int(u64),
+    Float(f64),
+    Text(String),
+}
+
+impl<'s> StatsReport<'s> {
+    /// Collects the engine's and the workers' counters now.
+    pub fn new(shared: &'s Shared) -> Self {
+        StatsReport {
+            shared,
+            engine: shared.cache.stats(),
+            counters: shared.counters(),
+        }
+    }
+
+    /// Zeroes the counters `stats reset` zeroes in memcached (command and hit counts), by
+    /// moving the baseline.
+    pub fn reset(&self) {
+        let mut now = CounterValues::default();
+        for w in &self.shared.workers {
+            now.add(&w.snapshot());
+        }
+        *self
+            .shared
+            .reset_base
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = now;
+    }
+
+    fn general_values(&self) -> Vec<(&'static str, Value)> {
+        use Value::*;
+        let s = self.shared;
+        let e = &self.engine;
+        let c = &self.counters;
+        let conns = &s.connections;
+        let (user, system) = rusage();
+        let clock = s.cache.clock();
+        let mut v = vec![
+            ("pid", Int(u64::from(std::process::id()))),
+            ("uptime", Int(conns.started.elapsed().as_secs())),
+            ("time", Int(clock.unix_now())),
+            (
+                "version",
+                Text(String::from_utf8_lossy(VERSION).into_owned()),
+            ),
+            ("pointer_size", Int(usize::BITS.into())),
+            ("rusage_user", Float(user)),
+            ("rusage_system", Float(system)),
+            ("max_connections", Int(s.settings.max_connections as u64)),
+            (
+                "curr_connections",
+                Int(conns.current.load(Ordering::Relaxed) as u64),
+            ),
+            (
+                "total_connections",
+                Int(conns.total.load(Ordering::Relaxed)),
+            ),
+            (
+                "rejected_connections",
+                Int(conns.rejected.load(Ordering::Relaxed)),
+            ),
+            (
+                "connection_structures",
+                Int(conns.current.load(Ordering::Relaxed) as u64),
+            ),
+        ];
+        for (name, value) in c.pairs() {
+            if !matches!(name, "bytes_read" | "bytes_written" | "conn_yields") {
+                v.push((name, Int(value)));
+            }
+        }
+        v.extend([
+            ("get_flushed", Int(0)),
+            ("auth_cmds", Int(0)),
+            ("auth_errors", Int(0)),
+            ("bytes_read", Int(c.bytes_read)),
+            ("bytes_written", Int(c.bytes_written)),
+            ("limit_maxbytes", Int(s.settings.memory_bytes as u64)),
+            ("accepting_conns", Int(1)),
+            ("threads", Int(s.settings.threads as u64)),
+            ("conn_yields", Int(c.conn_yields)),
+            (
+                "hash_power_level",
+                Int(u64::from(e.hash_buckets.max(1).ilog2())),
+            ),
+            ("hash_bytes", Int(e.hash_bytes)),
+            ("hash_is_expanding", Int(0)),
+            ("bytes", Int(e.bytes)),
+            ("curr_items", Int(e.items)),
+            ("total_items", Int(c.cmd_set)),
+            ("expired_unfetched", Int(e.expired_items)),
+            ("evicted_unfetched", Int(0)),
+            ("evictions", Int(e.evicted_items)),
+            ("reclaimed", Int(e.expired_items + e.flushed_items)),
+        ]);
+        v.extend(self.engine_values());
+        v
+    }
+
+    fn engine_values(&self) -> Vec<(&'static str, Value)> {
+        use Value::*;
+        let e = &self.engine;
+        vec![
+            ("segcache_segment_size", Int(e.segment_size)),
+            ("segcache_segments", Int(e.segments)),
+            ("segcache_segments_free", Int(e.segments_free)),
+            ("segcache_segments_active", Int(e.segments_active)),
+            ("segcache_evicted_segments", Int(e.evicted_segments)),
+            ("segcache_merges", Int(e.merges)),
+            ("segcache_merge_retained_items", Int(e.merge_retained_items)),
+            ("segcache_expired_segments", Int(e.expired_segments)),
+            ("segcache_flushed_items", Int(e.flushed_items)),
+            ("segcache_out_of_memory", Int(e.out_of_memory)),
+            ("segcache_hash_buckets", Int(e.hash_buckets)),
+            ("segcache_hash_overflow_used", Int(e.hash_overflow_used)),
+            (
+                "segcache_hash_overflow_capacity",
+                Int(e.hash_overflow_capacity),
+            ),
+            ("segcache_hash_growths", Int(e.hash_growths)),
+            ("segcache_bytes_written", Int(e.handles.bytes_written)),
+        ]
+    }
+
+    /// `stats`: the general statistics.
+    pub fn general(&self, out: &mut Vec<u8>) {
+        for (name, value) in self.general_values() {
+            stat(out, name, &value);
+        }
+        response::end(out);
+    }
+
+    /// `stats memfleet`: the engine's own figures only.
+    pub fn engine(&self, out: &mut Vec<u8>) {
+        for (name, value) in self.engine_values() {
+            stat(out, name, &value);
+        }
+        response::end(out);
+    }
+
+    /// `stats settings`.
+    pub fn settings(&self, out: &mut Vec<u8>) {
+        let st = &self.shared.settings;
+        let cfg = self.shared.cache.config();
+        let idle = st.idle_timeout.map_or(0, |d| d.as_secs());
+        let eviction = match cfg.eviction {
+            EvictionPolicy::Merge => "merge",
+            EvictionPolicy::Fifo => "fifo",
+            EvictionPolicy::None => "none",
+        };
+        let rows: Vec<(&str, String)> = vec![
+            ("maxbytes", st.memory_bytes.to_string()),
+            ("maxconns", st.max_connections.to_string()),
+            ("tcpport", st.port.to_string()),
+            ("udpport", "0".into()),
+            ("inter", st.listen.to_string()),
+            ("verbosity", "0".into()),
+            ("oldest", "0".into()),
+            (
+                "evictions",
+                if eviction == "none" { "off" } else { "on" }.into(),
+            ),
+            ("domain_socket", "NULL".into()),
+            ("num_threads", st.threads.to_string()),
+            ("num_threads_per_udp", st.threads.to_string()),
+            ("stat_key_prefix", ":".into()),
+            ("detail_enabled", "no".into()),
+            ("cas_enabled", "yes".into()),
+            ("tcp_backlog", st.backlog.to_string()),
+            ("binding_protocol", "auto-negotiate".into()),
+            ("auth_enabled_sasl", "no".into()),
+            ("item_size_max", st.max_item_size.to_string()),
+            ("maxconns_fast", "yes".into()),
+            ("idle_timeout", idle.to_string()),
+            ("segment_size", cfg.segment_size.to_string()),
+            ("merge_segments", cfg.merge_segments.to_string()),
+            ("eviction_policy", eviction.into()),
+            (
+                "expiry_precision_shift",
+                cfg.expiry_precision_shift.to_string(),
+            ),
+        ];
+        for (name, value) in rows {
+            response::stat(out, name.as_bytes(), value.as_bytes());
+        }
+        response::end(out);
+    }
+
+    /// `stats items`: one pseudo class holding every item (nothing when empty, like
+    /// memcached).
+    pub fn items(&self, out: &mut Vec<u8>) {
+        let e = &self.engine;
+        if e.items > 0 {
+            response::stat_u64(out, b"items:1:number", e.items);
+            response::stat_u64(out, b"items:1:age", 0);
+            response::stat_u64(out, b"items:1:evicted", e.evicted_items);
+            response::stat_u64(out, b"items:1:evicted_nonzero", 0);
+            response::stat_u64(out, b"items:1:outofmemory", e.out_of_memory);
+            response::stat_u64(out, b"items:1:reclaimed", e.expired_items);
+            response::stat_u64(out, b"items:1:expired_unfetched", e.expired_items);
+            response::stat_u64(out, b"items:1:evicted_unfetched", 0);
+        }
+        response::end(out);
+    }
+
+    /// `stats slabs`: segments presented as one slab class of segment-sized pages.
+    pub fn slabs(&self, out: &mut Vec<u8>) {
+        let e = &self.engine;
+        let used = e.segments - e.segments_free;
+        if used > 0 {
+            response::stat_u64(out, b"1:chunk_size", e.segment_size);
+            response::stat_u64(out, b"1:chunks_per_page", 1);
+            response::stat_u64(out, b"1:total_pages", used);
+            response::stat_u64(out, b"1:total_chunks", used);
+            response::stat_u64(out, b"1:used_chunks", e.items);
+            response::stat_u64(out, b"1:free_chunks", e.segments_free);
+            response::stat_u64(out, b"1:mem_requested", e.bytes);
+        }
+        response::stat_u64(out, b"active_slabs", u64::from(used > 0));
+        response::stat_u64(out, b"total_malloced", used * e.segment_size);
+        response::end(out);
+    }
+
+    /// Just `END` (for `stats` groups memfleet has nothing to say about).
+    pub fn end(&self, out: &mut Vec<u8>) {
+        response::end(out);
+    }
+
+    /// The Prometheus text exposition of the general statistics: `memfleet_<name>`, one
+    /// gauge or counter each (the text ones become labels of `memfleet_info`).
+    pub fn prometheus(&self) -> String {
+        use std::fmt::Write;
+        let mut text = String::new();
+        for (name, value) in self.general_values() {
+            match value {
+                Value::Text(t) => {
+                    let _ = writeln!(text, "# TYPE memfleet_{name}_info gauge");
+                    let _ = writeln!(text, "memfleet_{name}_info{{{name}=\"{t}\"}} 1");
+                }
+                Value::Int(n) => {
+                    let kind = if is_gauge(name) { "gauge" } else { "counter" };
+                    let _ = writeln!(text, "# TYPE memfleet_{name} {kind}");
+                    let _ = writeln!(text, "memfleet_{name} {n}");
+                }
+                Value::Float(f) => {
+                    let _ = writeln!(text, "# TYPE memfleet_{name} counter");
+                    let _ = writeln!(text, "memfleet_{name} {f:.6}");
+                }
+            }
+        }
+        text
+    }
+}
+
+/// Stats that go up and down (the rest only count up).
+fn is_gauge(name: &str) -> bool {
+    matches!(
+        name,
+        "pid"
+            | "uptime"
+            | "time"
+            | "pointer_size"
+            | "max_connections"
+            | "curr_connections"
+            | "connection_structures"
+            | "limit_maxbytes"
+            | "accepting_conns"
+            | "threads"
+            | "hash_power_level"
+            | "hash_bytes"
+            | "hash_is_expanding"
+            | "bytes"
+            | "curr_items"
+    ) || name.starts_with("segcache_segment")
+        || (name.starts_with("segcache_hash_") && name != "segcache_hash_growths")
+}
+
+fn stat(out: &mut Vec<u8>, name: &str, value: &Value) {
+    match value {
+        Value::Int(n) => response::stat_u64(out, name.as_bytes(), *n),
+        Value::Float(f) => response::stat(out, name.as_bytes(), format!("{f:.6}").as_bytes()),
+        Value::Text(t) => response::stat(out, name.as_bytes(), t.as_bytes()),
+    }
+}

@@ -1,0 +1,267 @@
+//! The server's settings: command-line flags (memcached's letters where memcached has one),
+//! environment variables (`MEMFLEET_*`), an optional TOML file, and the defaults, in that
+//! order of precedence. [`ServerArgs`] is what clap parses; [`Settings`] is the resolved,
+//! validated result the rest of the server reads.
+
+use anyhow::{bail, Context};
+use clap::Args;
+use serde::Deserialize;
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// Flags of `memfleet server`. Every flag can also come from the environment (shown in
+/// `--help`) or from the `--config` TOML file (same names, with `_` for `-`).
+#[derive(Args, Clone, Debug, Default)]
+pub struct ServerArgs {
+    /// TCP port to listen on (memcached's -p) [default: 11211].
+    #[arg(short = 'p', long, env = "MEMFLEET_PORT")]
+    pub port: Option<u16>,
+
+    /// Address to listen on (memcached's -l). Only loopback by default: a cache has no
+    /// authentication, so exposing it is a deliberate choice [default: 127.0.0.1].
+    #[arg(short = 'l', long, env = "MEMFLEET_LISTEN")]
+    pub listen: Option<IpAddr>,
+
+    /// Memory for items, in MiB (memcached's -m). Allocated once at start-up as the segment
+    /// heap; the hash table and connection buffers come on top [default: 64].
+    #[arg(short = 'm', long = "memory-limit", env = "MEMFLEET_MEMORY_LIMIT")]
+    pub memory_limit: Option<usize>,
+
+    /// Most simultaneous client connections (memcached's -c). A connection over the limit is
+    /// told `ERROR Too many open connections` and closed [default: 1024].
+    #[arg(
+        short = 'c',
+        long = "max-connections",
+        env = "MEMFLEET_MAX_CONNECTIONS"
+    )]
+    pub max_connections: Option<usize>,
+
+    /// Worker threads, each with its own event loop and listening socket (SO_REUSEPORT)
+    /// [default: one per core].
+    #[arg(short = 't', long, env = "MEMFLEET_THREADS")]
+    pub threads: Option<usize>,
+
+    /// Largest item (key, value and memcached's per-item overhead), like memcached's -I:
+    /// bytes, or with a k/m suffix. Between 1k and 1024m [default: 1m].
+    #[arg(short = 'I', long = "max-item-size", env = "MEMFLEET_MAX_ITEM_SIZE")]
+    pub max_item_size: Option<String>,
+
+    /// Close connections idle for this many seconds; 0 never does (memcached's
+    /// `-o idle_timeout`) [default: 0].
+    #[arg(long = "idle-timeout", env = "MEMFLEET_IDLE_TIMEOUT")]
+    pub idle_timeout: Option<u64>,
+
+    /// Serve Prometheus metrics over HTTP at /metrics on this port (same address as
+    /// --listen); off unless given.
+    #[arg(long = "admin-port", env = "MEMFLEET_ADMIN_PORT")]
+    pub admin_port: Option<u16>,
+
+    /// Listen backlog (memcached's -b) [default: 1024].
+    #[arg(short = 'b', long = "listen-backlog", env = "MEMFLEET_LISTEN_BACKLOG")]
+    pub backlog: Option<u32>,
+
+    /// Read a TOML file of settings (keys as the long flags, `_` for `-`); flags and
+    /// environment variables override it.
+    #[arg(long, env = "MEMFLEET_CONFIG")]
+    pub config: Option<PathBuf>,
+}
+
+/// The TOML file's contents: the same settings, all optional.
+#[derive(Deserialize, Default, Debug)]
+#[serde(deny_unknown_fields)]
+struct FileSettings {
+    port: Option<u16>,
+    listen: Option<IpAddr>,
+    memory_limit: Option<usize>,
+    max_connections: Option<usize>,
+    threads: Option<usize>,
+    max_item_size: Option<toml::Value>,
+    idle_timeout: Option<u64>,
+    admin_port: Option<u16>,
+    listen_backlog: Option<u32>,
+}
+
+/// Resolved settings.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Settings {
+    /// Address to listen on.
+    pub listen: IpAddr,
+    /// TCP port (0: let the kernel choose; all workers then share the first one chosen).
+    pub port: u16,
+    /// Bytes of item memory.
+    pub memory_bytes: usize,
+    /// Connection limit.
+    pub max_connections: usize,
+    /// Worker threads.
+    pub threads: usize,
+    /// Largest item, memcached's -I.
+    pub max_item_size: usize,
+    /// Idle connection timeout; `None` for never.
+    pub idle_timeout: Option<Duration>,
+    /// Metrics port.
+    pub admin_port: Option<u16>,
+    /// Listen backlog.
+    pub backlog: u32,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            listen: IpAddr::from([127, 0, 0, 1]),
+            port: 11211,
+            memory_bytes: 64 << 20,
+            max_connections: 1024,
+            threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            max_item_size: 1 << 20,
+            idle_timeout: None,
+            admin_port: None,
+            backlog: 1024,
+        }
+    }
+}
+
+impl Settings {
+    /// Resolves flags (already merged with the environment by clap) over the config file
+    /// over the defaults, and checks the result.
+    pub fn resolve(args: &ServerArgs) -> anyhow::Result<Settings> {
+        let file = match &args.config {
+            Some(path) => read_file(path)?,
+            None => FileSettings::default(),
+        };
+        let mut s = Settings::default();
+        if let Some(v) = args.listen.or(file.listen) {
+            s.listen = v;
+        }
+        if let Some(v) = args.port.or(file.port) {
+            s.port = v;
+        }
+        if let Some(mib) = args.memory_limit.or(file.memory_limit) {
+            if mib == 0 {
+                bail!("--memory-limit must be at least 1 MiB");
+            }
+            s.memory_bytes = mib
+                .checked_mul(1 << 20)
+                .context("--memory-limit too large")?;
+        }
+        if let Some(v) = args.max_connections.or(file.max_connections) {
+            if v == 0 {
+                bail!("--max-connections must be at least 1");
+            }
+            s.max_connections = v;
+        }
+        if let Some(v) = args.threads.or(file.threads) {
+            if v == 0 || v > 1024 {
+                bail!("--threads must be between 1 and 1024, got {v}");
+            }
+            s.threads = v;
+        }
+        let item_size = match (&args.max_item_size, &file.max_item_size) {
+            (Some(text), _) => Some(parse_size(text)?),
+            (None, Some(toml::Value::String(text))) => Some(parse_size(text)?),
+            (None, Some(toml::Value::Integer(n))) => {
+                Some(usize::try_from(*n).context("max_item_size must be positive")?)
+            }
+            (None, Some(other)) => bail!("max_item_size: expected a size, got {other}"),
+            (None, None) => None,
+        };
+        if let Some(v) = item_size {
+            if !(1024..=1 << 30).contains(&v) {
+                bail!("--max-item-size must be between 1k and 1024m, got {v} bytes");
+            }
+            s.max_item_size = v;
+        }
+        if let Some(secs) = args.idle_timeout.or(file.idle_timeout) {
+            s.idle_timeout = (secs > 0).then(|| Duration::from_secs(secs));
+        }
+        s.admin_port = args.admin_port.or(file.admin_port);
+        if let Some(v) = args.backlog.or(file.listen_backlog) {
+            s.backlog = v;
+        }
+        if s.memory_bytes < 8 * s.segment_size() {
+            bail!(
+                "--memory-limit must hold at least 8 segments of {} MiB (the item size \
+                 limit rounded up): at least {} MiB",
+                s.segment_size() >> 20,
+                (8 * s.segment_size()) >> 20
+            );
+        }
+        Ok(s)
+    }
+
+    /// The engine's segment size: 1 MiB, or the item size limit rounded up to a power of two
+    /// when items may be larger (an item never spans segments).
+    pub fn segment_size(&self) -> usize {
+        self.max_item_size.next_power_of_two().max(1 << 20)
+    }
+}
+
+fn read_file(path: &Path) -> anyhow::Result<FileSettings> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    toml::from_str(&text).with_context(|| format!("parsing {}", path.display()))
+}
+
+/// Parses memcached's `-I` syntax: a byte count with an optional `k`/`m` suffix (any case).
+pub fn parse_size(text: &str) -> anyhow::Result<usize> {
+    let t = text.trim();
+    let (digits, unit) = match t.char_indices().last() {
+        Some((i, 'k' | 'K')) => (&t[..i], 1 << 10),
+        Some((i, 'm' | 'M')) => (&t[..i], 1 << 20),
+        _ => (t, 1),
+    };
+    let n: usize = digits
+        .parse()
+        .with_context(|| format!("not a size: {text:?} (bytes, or a number with k or m)"))?;
+    n.checked_mul(unit)
+        .with_context(|| format!("size too large: {text}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_parse_like_memcached() {
+        assert_eq!(parse_size("1m").unwrap(), 1 << 20);
+        assert_eq!(parse_size("512k").unwrap(), 512 << 10);
+        assert_eq!(parse_size("2048").unwrap(), 2048);
+        assert!(parse_size("lots").is_err());
+    }
+
+    #[test]
+    fn file_settings_apply_under_flags() {
+        let dir = std::env::temp_dir().join(format!("memfleet-cfg-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("server.toml");
+        std::fs::write(
+            &path,
+            "port = 4000\nmemory_limit = 16\nmax_item_size = \"2m\"\n",
+        )
+        .unwrap();
+        let args = ServerArgs {
+            config: Some(path.clone()),
+            port: Some(5000),
+            ..ServerArgs::default()
+        };
+        let s = Settings::resolve(&args).unwrap();
+        assert_eq!(
+            (s.port, s.memory_bytes, s.max_item_size),
+            (5000, 16 << 20, 2 << 20)
+        );
+        assert_eq!(s.segment_size(), 2 << 20);
+        std::fs::write(&path, "prot = 1\n").unwrap();
+        let err = Settings::resolve(&args).unwrap_err();
+        assert!(format!("{err:#}").contains("unknown field"), "{err:#}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn item_size_must_fit_memory() {
+        let args = ServerArgs {
+            memory_limit: Some(1),
+            ..ServerArgs::default()
+        };
+        assert!(Settings::resolve(&args).is_err());
+    }
+}

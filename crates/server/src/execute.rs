@@ -1,0 +1,609 @@
+//! Runs parsed text and meta requests against the cache and writes memcached's replies.
+//!
+//! Everything here is synchronous and I/O-free: a request and a worker's handle go in, reply
+//! bytes come out in the caller's buffer. The connection loop (`connection.rs`) decides when
+//! to read and write. The one wrinkle is a multi-get whose values would grow the output
+//! buffer without bound: [`Executor::get`] stops at a byte budget and says where to resume.
+
+use crate::admin_stats::StatsReport;
+use crate::stats::WorkerCounters;
+use crate::worker::Shared;
+use memfleet_protocol::response::{self, MetaDebug, MetaStatus, MetaWriter, Status};
+use memfleet_protocol::{
+    ArithOp, Get, Meta, MetaArith, MetaKey, MetaSet, Request, StoreCommand, Tokens,
+};
+use memfleet_storage::{DeltaError, Expiry, Handle, ItemRef, StoreError, StoreMode, StoreStatus};
+
+/// The version string: memcached's protocol level, then ours. Clients that parse the
+/// version as numbers (libmemcached, spymemcached) see 1.6.18, which enables the commands
+/// they gate on it (touch, gat, meta).
+pub const VERSION: &[u8] = concat!("1.6.18-memfleet-", env!("CARGO_PKG_VERSION")).as_bytes();
+
+const NON_NUMERIC: &[u8] = b"CLIENT_ERROR cannot increment or decrement non-numeric value\r\n";
+const OUT_OF_MEMORY: &[u8] = b"SERVER_ERROR out of memory storing object\r\n";
+const TOO_LARGE: &[u8] = b"SERVER_ERROR object too large for cache\r\n";
+
+/// What the connection should do after a request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Next {
+    /// Go on with the next request.
+    Continue,
+    /// Close the connection once the replies so far are written.
+    Close,
+    /// The request is a multi-get that stopped after this many keys because the output
+    /// reached its budget: flush, then run the same request again from that key.
+    Resume(usize),
+}
+
+/// A worker's view of the cache while it runs one batch of requests.
+pub struct Executor<'w> {
+    /// The worker's engine handle.
+    pub handle: &'w mut Handle,
+    /// The worker's counters.
+    pub counters: &'w WorkerCounters,
+    /// Server-wide state (settings, other workers' counters for `stats`).
+    pub shared: &'w Shared,
+}
+
+impl Executor<'_> {
+    /// Runs one request, appending its reply to `out`. For a multi-get, `start` is the key
+    /// to begin with (0 the first time) and `budget` the output size at which to pause.
+    pub fn run(
+        &mut self,
+        req: &Request<'_>,
+        out: &mut Vec<u8>,
+        start: usize,
+        budget: usize,
+    ) -> Next {
+        match req {
+            Request::Get(get) => return self.get(get, out, start, budget),
+            Request::Store(s) => {
+                let mode = match s.command {
+                    StoreCommand::Set => StoreMode::Set,
+                    StoreCommand::Add => StoreMode::Add,
+                    StoreCommand::Replace => StoreMode::Replace,
+                    StoreCommand::Append => StoreMode::Append,
+                    StoreCommand::Prepend => StoreMode::Prepend,
+                    StoreCommand::Cas => StoreMode::Cas(s.cas),
+                };
+                let reply = self.store(mode, s.key, s.data, s.flags, s.exptime);
+                if !s.noreply {
+                    out.extend_from_slice(match reply {
+                        Ok(status) => text_status(status).as_bytes(),
+                        Err(e) => store_error(e),
+                    });
+                }
+            }
+            Request::Delete { key, noreply } => {
+                let status = if self.delete(key) {
+                    Status::Deleted
+                } else {
+                    Status::NotFound
+                };
+                reply_status(out, status, *noreply);
+            }
+            Request::Arith {
+                op,
+                key,
+                delta,
+                noreply,
+            } => {
+                let result = self.arith(*op, key, *delta);
+                if !noreply {
+                    match result {
+                        Ok(Some(v)) => response::number(out, v),
+                        Ok(None) => response::status(out, Status::NotFound),
+                        Err(DeltaError::NonNumeric) => out.extend_from_slice(NON_NUMERIC),
+                        Err(DeltaError::Store(e)) => out.extend_from_slice(store_error(e)),
+                    }
+                }
+            }
+            Request::Touch {
+                key,
+                exptime,
+                noreply,
+            } => {
+                let reply = self.touch(key, *exptime);
+                if !noreply {
+                    match reply {
+                        Ok(true) => response::status(out, Status::Touched),
+                        Ok(false) => response::status(out, Status::NotFound),
+                        Err(e) => out.extend_from_slice(store_error(e)),
+                    }
+                }
+            }
+            Request::FlushAll { delay, noreply } => {
+                self.counters.cmd_flush.incr();
+                self.flush_all(*delay);
+                reply_status(out, Status::Ok, *noreply);
+            }
+            Request::Version => response::version(out, VERSION),
+            Request::Verbosity { noreply, .. } => reply_status(out, Status::Ok, *noreply),
+            Request::Stats { args } => self.stats(*args, out),
+            Request::Quit => return Next::Close,
+            Request::MetaGet(m) => self.meta_get(m, out),
+            Request::MetaSet(m) => self.meta_set(m, out),
+            Request::MetaDelete(m) => self.meta_delete(m, out),
+            Request::MetaArithmetic(m) => self.meta_arith(m, out),
+            Request::MetaNoop => response::meta_noop(out),
+            Request::MetaDebug { key } => self.meta_debug(key, out),
+            Request::Other { command, .. } => match *command {
+                b"shutdown" => out.extend_from_slice(b"ERROR: shutdown not enabled\r\n"),
+                _ => response::status(out, Status::Error),
+            },
+        }
+        Next::Continue
+    }
+
+    fn get(&mut self, get: &Get<'_>, out: &mut Vec<u8>, start: usize, budget: usize) -> Next {
+        let touch = get
+            .kind
+            .touches()
+            .then(|| Expiry::from_memcached(get.exptime));
+        let with_cas = get.kind.returns_cas();
+        for (i, key) in get.keys.enumerate().skip(start) {
+            if out.len() >= budget && i > start {
+                return Next::Resume(i);
+            }
+            self.fetch(key, touch, |item, _| {
+                let cas = with_cas.then(|| item.cas());
+                response::value(out, key, item.flags(), item.value(), cas);
+            });
+        }
+        response::end(out);
+        Next::Continue
+    }
+
+    /// Looks `key` up, first giving it a new expiry when `touch` says so (gat, mg with `T`),
+    /// and calls `f` with the item and the time if there is one. Counts as memcached does.
+    /// An expiry already past returns the item one last time and removes it.
+    fn fetch(
+        &mut self,
+        key: &[u8],
+        touch: Option<Expiry>,
+        f: impl FnOnce(&ItemRef<'_>, u32),
+    ) -> bool {
+        let c = self.counters;
+        c.cmd_get.incr();
+        let now = self.handle.now();
+        let found = match touch {
+            None => self.handle.get(key).map(|item| f(&item, now)).is_some(),
+            Some(Expiry::Expired) => {
+                let found = self.handle.get(key).map(|item| f(&item, now)).is_some();
+                if found {
+                    self.handle.delete(key);
+                }
+                found
+            }
+            Some(expiry) => {
+                // A touch that cannot rewrite the item (no memory) still serves what is there.
+                if self.handle.touch(key, expiry) == Ok(false) {
+                    false
+                } else {
+                    self.handle.get(key).map(|item| f(&item, now)).is_some()
+                }
+            }
+        };
+        if touch.is_some() {
+            c.cmd_touch.incr();
+            if found {
+                c.touch_hits.incr();
+            } else {
+                c.touch_misses.incr();
+            }
+        }
+        if found {
+            c.get_hits.incr();
+        } else {
+            c.get_misses.incr();
+        }
+        found
+    }
+
+    fn store(
+        &mut self,
+        mode: StoreMode,
+        key: &[u8],
+        data: &[u8],
+        flags: u32,
+        exptime: i64,
+    ) -> Result<StoreStatus, StoreError> {
+        let c = self.counters;
+        c.cmd_set.incr();
+        let result = self
+            .handle
+            .store(mode, key, data, flags, Expiry::from_memcached(exptime));
+        match (&result, mode) {
+            (Ok(StoreStatus::Stored), StoreMode::Cas(_)) => c.cas_hits.incr(),
+            (Ok(StoreStatus::Exists), _) => c.cas_badval.incr(),
+            (Ok(StoreStatus::NotFound), _) => c.cas_misses.incr(),
+            (Err(StoreError::TooLarge), _) => c.store_too_large.incr(),
+            (Err(StoreError::OutOfMemory), _) => c.store_no_memory.incr(),
+            _ => {}
+        }
+        result
+    }
+
+    fn delete(&mut self, key: &[u8]) -> bool {
+        let deleted = self.handle.delete(key);
+        if deleted {
+            self.counters.delete_hits.incr();
+        } else {
+            self.counters.delete_misses.incr();
+        }
+        deleted
+    }
+
+    fn arith(&mut self, op: ArithOp, key: &[u8], delta: u64) -> Result<Option<u64>, DeltaError> {
+        let result = match op {
+            ArithOp::Incr => self.handle.incr(key, delta),
+            ArithOp::Decr => self.handle.decr(key, delta),
+        };
+        let c = self.counters;
+        let hit = matches!(result, Ok(Some(_)));
+        match (op, hit) {
+            (ArithOp::Incr, true) => c.incr_hits.incr(),
+            (ArithOp::Incr, false) => c.incr_misses.incr(),
+            (ArithOp::Decr, true) => c.decr_hits.incr(),
+            (ArithOp::Decr, false) => c.decr_misses.incr(),
+        }
+        result
+    }
+
+    fn touch(&mut self, key: &[u8], exptime: i64) -> Result<bool, StoreError> {
+        self.counters.cmd_touch.incr();
+        let found = self.handle.touch(key, Expiry::from_memcached(exptime))?;
+        if found {
+            self.counters.touch_hits.incr();
+        } else {
+            self.counters.touch_misses.incr();
+        }
+        Ok(found)
+    }
+
+    /// memcached's `flush_all [delay]`: a delay up to 30 days is relative, a larger one is a
+    /// Unix time, zero or negative is now.
+    fn flush_all(&mut self, delay: i64) {
+        let secs = match Expiry::from_memcached(delay) {
+            Expiry::After(s) => s,
+            Expiry::AtUnix(t) => {
+                let now = self.shared.cache.clock().unix_now();
+                u32::try_from(t.saturating_sub(now)).unwrap_or(u32::MAX)
+            }
+            Expiry::Never | Expiry::Expired => 0,
+        };
+        self.handle.flush_all(secs);
+    }
+
+    fn stats(&mut self, args: Tokens<'_>, out: &mut Vec<u8>) {
+        let mut words = args;
+        let report = StatsReport::new(self.shared);
+        match words.next() {
+            None => report.general(out),
+            Some(b"settings") => report.settings(out),
+            Some(b"items") => report.items(out),
+            Some(b"slabs") => report.slabs(out),
+            Some(b"conns") => report.end(out),
+            Some(b"reset") => {
+                report.reset();
+                response::status(out, Status::Reset);
+            }
+            Some(b"detail") => match words.next() {
+                Some(b"on") | Some(b"off") => response::status(out, Status::Ok),
+                Some(b"dump") => response::end(out),
+                _ => out.extend_from_slice(b"OK\r\n"),
+            },
+            Some(b"memfleet") => report.engine(out),
+            Some(_) => response::status(out, Status::Error),
+        }
+    }
+
+    fn meta_get(&mut self, m: &Meta<'_>, out: &mut Vec<u8>) {
+        self.counters.cmd_meta.incr();
+        let key = m.key.bytes();
+        let touch = m.flags.ttl().map(Expiry::from_memcached);
+        let found = self.fetch(&key, touch, |item, now| {
+            let value = m.flags.has(b'v');
+            let status = if value {
+                MetaStatus::Va(item.value().len())
+            } else {
+                MetaStatus::Hd
+            };
+            let mut w = MetaWriter::new(out, status);
+            item_flags(&mut w, m, item, now);
+            if value {
+                w.finish_with_value(item.value());
+            } else {
+                w.finish();
+            }
+        });
+        if !found && !m.flags.quiet() {
+            let mut w = MetaWriter::new(out, MetaStatus::En);
+            w.echo(&m.flags, &m.key);
+            w.finish();
+        }
+    }
+
+    fn meta_set(&mut self, m: &MetaSet<'_>, out: &mut Vec<u8>) {
+        self.counters.cmd_meta.incr();
+        let key = m.key.bytes();
+        let flags = m.flags.client_flags().unwrap_or(0);
+        let exptime = m.flags.ttl().unwrap_or(0);
+        let compare = m.flags.compare_cas();
+        let command = m.command();
+        let result = if compare.is_some()
+            && matches!(command, StoreCommand::Append | StoreCommand::Prepend)
+            && !self.cas_matches(&key, compare)
+        {
+            // memcached checks the CAS of append/prepend too; the engine's concat has no
+            // CAS mode, so check first (a race with another writer can slip between).
+            match self.handle.get(&key) {
+                Some(_) => Ok(StoreStatus::Exists),
+                None => Ok(StoreStatus::NotStored),
+            }
+        } else {
+            let mode = match command {
+                StoreCommand::Set => StoreMode::Set,
+                StoreCommand::Add => StoreMode::Add,
+                StoreCommand::Replace => StoreMode::Replace,
+                StoreCommand::Append => StoreMode::Append,
+                StoreCommand::Prepend => StoreMode::Prepend,
+                StoreCommand::Cas => StoreMode::Cas(compare.unwrap_or(0)),
+            };
+            self.store(mode, &key, m.data, flags, exptime)
+        };
+        let status = match result {
+            Ok(StoreStatus::Stored) => MetaStatus::Hd,
+            Ok(StoreStatus::NotStored) => MetaStatus::Ns,
+            Ok(StoreStatus::Exists) => MetaStatus::Ex,
+            Ok(StoreStatus::NotFound) => MetaStatus::Nf,
+            Err(e) => {
+                out.extend_from_slice(store_error(e));
+                return;
+            }
+        };
+        if status == MetaStatus::Hd && m.flags.quiet() {
+            return;
+        }
+        let cas = if status == MetaStatus::Hd && m.flags.has(b'c') {
+            self.handle.get(&key).map(|i| i.cas())
+        } else {
+            None
+        };
+        let mut w = MetaWriter::new(out, status);
+        for f in m.flags.iter() {
+            match f.letter {
+                b'O' => {
+                    w.opaque(f.token);
+                }
+                b'k' => {
+                    w.key(&key, m.key.is_base64());
+                }
+                b'c' => {
+                    if let Some(cas) = cas {
+                        w.flag_u64(b'c', cas);
+                    }
+                }
+                b'b' if m.flags.has(b'k') => {
+                    // memcached echoes `b` for a base64 key; `key()` already adds it.
+                }
+                _ => {}
+            }
+        }
+        w.finish();
+    }
+
+    fn meta_delete(&mut self, m: &Meta<'_>, out: &mut Vec<u8>) {
+        self.counters.cmd_meta.incr();
+        let key = m.key.bytes();
+        let compare = m.flags.compare_cas();
+        let status = if compare.is_some() && !self.cas_matches(&key, compare) {
+            if self.handle.get(&key).is_some() {
+                MetaStatus::Ex
+            } else {
+                self.counters.delete_misses.incr();
+                MetaStatus::Nf
+            }
+        } else if self.delete(&key) {
+            MetaStatus::Hd
+        } else {
+            MetaStatus::Nf
+        };
+        if status == MetaStatus::Hd && m.flags.quiet() {
+            return;
+        }
+        let mut w = MetaWriter::new(out, status);
+        w.echo(&m.flags, &m.key);
+        w.finish();
+    }
+
+    fn meta_arith(&mut self, m: &MetaArith<'_>, out: &mut Vec<u8>) {
+        self.counters.cmd_meta.incr();
+        let key = m.key.bytes();
+        let delta = m.flags.delta().unwrap_or(1);
+        let compare = m.flags.compare_cas();
+        let mut status = MetaStatus::Hd;
+        let mut result = if compare.is_some() && !self.cas_matches(&key, compare) {
+            status = if self.handle.get(&key).is_some() {
+                MetaStatus::Ex
+            } else {
+                MetaStatus::Nf
+            };
+            Ok(None)
+        } else {
+            self.arith(m.mode, &key, delta)
+        };
+        if let (Ok(None), MetaStatus::Hd) = (result, status) {
+            status = MetaStatus::Nf;
+            if let Some(ttl) = m.flags.vivify_ttl() {
+                // Autovivify: create the counter with the initial value (`J`, default 0).
+                let initial = m.flags.initial().unwrap_or(0);
+                let text = initial.to_string();
+                match self.store(StoreMode::Add, &key, text.as_bytes(), 0, ttl) {
+                    Ok(StoreStatus::Stored) => {
+                        status = MetaStatus::Hd;
+                        result = Ok(Some(initial));
+                    }
+                    Ok(_) => {
+                        // Someone else created it meanwhile: apply the delta to theirs.
+                        result = self.arith(m.mode, &key, delta);
+                        status = match result {
+                            Ok(Some(_)) => MetaStatus::Hd,
+                            _ => MetaStatus::Ns,
+                        };
+                    }
+                    Err(e) => result = Err(DeltaError::Store(e)),
+                }
+            }
+        }
+        let value = match result {
+            Ok(v) => v,
+            Err(DeltaError::NonNumeric) => {
+                out.extend_from_slice(NON_NUMERIC);
+                return;
+            }
+            Err(DeltaError::Store(e)) => {
+                out.extend_from_slice(store_error(e));
+                return;
+            }
+        };
+        if status == MetaStatus::Hd {
+            if let Some(ttl) = m.flags.ttl() {
+                let _ = self.handle.touch(&key, Expiry::from_memcached(ttl));
+            }
+        }
+        let item = if status == MetaStatus::Hd {
+            self.handle.get(&key)
+        } else {
+            None
+        };
+        let text = value.map(|v| v.to_string());
+        let status = match (&text, status, m.flags.has(b'v')) {
+            (Some(t), MetaStatus::Hd, true) => MetaStatus::Va(t.len()),
+            _ => status,
+        };
+        if status == MetaStatus::Hd && m.flags.quiet() {
+            return;
+        }
+        let now = self.handle.now();
+        let mut w = MetaWriter::new(out, status);
+        for f in m.flags.iter() {
+            match f.letter {
+                b'O' => {
+                    w.opaque(f.token);
+                }
+                b'k' => {
+                    w.key(&key, m.key.is_base64());
+                }
+                b'c' => {
+                    if let Some(item) = &item {
+                        w.flag_u64(b'c', item.cas());
+                    }
+                }
+                b't' => {
+                    if let Some(item) = &item {
+                        w.flag_i64(b't', ttl_flag(item, now));
+                    }
+                }
+                _ => {}
+            }
+        }
+        match (status, &text) {
+            (MetaStatus::Va(_), Some(t)) => w.finish_with_value(t.as_bytes()),
+            _ => w.finish(),
+        }
+    }
+
+    fn meta_debug(&mut self, key: &MetaKey<'_>, out: &mut Vec<u8>) {
+        let bytes = key.bytes();
+        let Some(item) = self.handle.get(&bytes) else {
+            MetaWriter::new(out, MetaStatus::En).finish();
+            return;
+        };
+        let now = self.handle.now();
+        let exp = match item.ttl_remaining(now) {
+            None => -1,
+            Some(left) => -i64::from(left),
+        };
+        let d = MetaDebug {
+            exp,
+            last_access: 0,
+            cas: item.cas(),
+            fetched: true,
+            class: 1,
+            size: item.stored_len() as u64,
+        };
+        response::meta_debug(out, &bytes, key.is_base64(), &d);
+    }
+
+    /// Whether the key's current CAS is `expected` (true when there is nothing to compare).
+    fn cas_matches(&self, key: &[u8], expected: Option<u64>) -> bool {
+        match expected {
+            None => true,
+            Some(cas) => self.handle.get(key).is_some_and(|i| i.cas() == cas),
+        }
+    }
+}
+
+/// Return flags of a meta-get hit, in request order.
+fn item_flags(w: &mut MetaWriter<'_>, m: &Meta<'_>, item: &ItemRef<'_>, now: u32) {
+    for f in m.flags.iter() {
+        match f.letter {
+            b'O' => {
+                w.opaque(f.token);
+            }
+            b'k' => {
+                w.key(item.key(), m.key.is_base64());
+            }
+            b'c' => {
+                w.flag_u64(b'c', item.cas());
+            }
+            b'f' => {
+                w.flag_u64(b'f', u64::from(item.flags()));
+            }
+            b's' => {
+                w.flag_u64(b's', item.value().len() as u64);
+            }
+            b't' => {
+                w.flag_i64(b't', ttl_flag(item, now));
+            }
+            // Hit-before and last-access are not tracked per item (the engine keeps an 8-bit
+            // frequency in the hash slot instead); report a first access.
+            b'h' => {
+                w.flag_u64(b'h', 0);
+            }
+            b'l' => {
+                w.flag_u64(b'l', 0);
+            }
+            _ => {}
+        }
+    }
+}
+
+/// The `t` flag: seconds left, or -1 for an item that never expires.
+fn ttl_flag(item: &ItemRef<'_>, now: u32) -> i64 {
+    item.ttl_remaining(now).map_or(-1, i64::from)
+}
+
+fn text_status(status: StoreStatus) -> Status {
+    match status {
+        StoreStatus::Stored => Status::Stored,
+        StoreStatus::NotStored => Status::NotStored,
+        StoreStatus::Exists => Status::Exists,
+        StoreStatus::NotFound => Status::NotFound,
+    }
+}
+
+fn store_error(e: StoreError) -> &'static [u8] {
+    match e {
+        StoreError::TooLarge => TOO_LARGE,
+        StoreError::OutOfMemory => OUT_OF_MEMORY,
+        StoreError::BadKey => b"CLIENT_ERROR bad command line format\r\n",
+    }
+}
+
+fn reply_status(out: &mut Vec<u8>, status: Status, noreply: bool) {
+    if !noreply {
+        response::status(out, status);
+    }
+}

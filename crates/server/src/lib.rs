@@ -1,0 +1,199 @@
+//! memfleet's memcached-compatible server: the Segcache engine (`memfleet-storage`) behind
+//! memcached's text and meta protocols (`memfleet-protocol`), served by one single-threaded
+//! tokio runtime per worker thread.
+//!
+//! # Map
+//!
+//! | module        | what it does |
+//! |---------------|--------------|
+//! | `config`      | flags, environment, TOML file → validated [`Settings`] |
+//! | `worker`      | worker threads: SO_REUSEPORT listener, accept loop, connection limit |
+//! | `connection`  | one connection: read, run a batch of requests, one write; bounded buffers |
+//! | `execute`     | a parsed request against the engine → memcached's reply bytes |
+//! | `stats`       | per-worker counters (single writer, summed on demand) |
+//! | `admin_stats` | `stats`, `stats settings/items/slabs`, Prometheus text |
+//! | `admin`       | the optional `/metrics` HTTP port |
+//!
+//! # Use
+//!
+//! ```no_run
+//! use memfleet_server::{Server, Settings};
+//! let server = Server::start(Settings { port: 0, threads: 2, ..Settings::default() })?;
+//! println!("serving on {}", server.local_addr());
+//! server.shutdown()?;
+//! # anyhow::Ok(())
+//! ```
+
+mod admin;
+mod admin_stats;
+pub mod config;
+pub mod connection;
+pub mod execute;
+pub mod stats;
+pub mod worker;
+
+pub use config::{ServerArgs, Settings};
+
+use anyhow::Context;
+use memfleet_protocol::ParserConfig;
+use memfleet_storage::{Cache, Config, Expirer};
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration;
+use tokio::sync::watch;
+
+/// How often proactive expiration runs: expired items stop holding memory within about this
+/// long (Segcache §3.5).
+const EXPIRE_INTERVAL: Duration = Duration::from_millis(500);
+
+/// How long connections get to finish their current batch at shutdown.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
+
+/// A running server.
+pub struct Server {
+    addr: SocketAddr,
+    admin_addr: Option<SocketAddr>,
+    shutdown: watch::Sender<bool>,
+    threads: Vec<JoinHandle<std::io::Result<()>>>,
+    shared: Arc<worker::Shared>,
+    _expirer: Expirer,
+}
+
+impl Server {
+    /// Allocates the cache, binds the listeners and starts the workers. With port 0 the
+    /// kernel picks a port (see [`Server::local_addr`]).
+    pub fn start(settings: Settings) -> anyhow::Result<Server> {
+        let cache =
+            Cache::new(Config::new(settings.memory_bytes).segment_size(settings.segment_size()))
+                .context("the memory limit cannot hold the cache")?;
+        let first = worker::bind(
+            SocketAddr::new(settings.listen, settings.port),
+            settings.backlog,
+        )
+        .with_context(|| format!("cannot listen on {}:{}", settings.listen, settings.port))?;
+        let addr = first.local_addr()?;
+        let mut listeners = vec![first];
+        for _ in 1..settings.threads {
+            listeners.push(worker::bind(addr, settings.backlog)?);
+        }
+        let admin = match settings.admin_port {
+            Some(port) => {
+                let l = std::net::TcpListener::bind(SocketAddr::new(settings.listen, port))
+                    .with_context(|| format!("cannot listen on admin port {port}"))?;
+                l.set_nonblocking(true)?;
+                Some(l)
+            }
+            None => None,
+        };
+        let admin_addr = admin.as_ref().map(|l| l.local_addr()).transpose()?;
+        let (tx, rx) = watch::channel(false);
+        let counters: Vec<_> = (0..settings.threads).map(|_| Arc::default()).collect();
+        let expirer = cache.spawn_expirer(EXPIRE_INTERVAL);
+        let shared = Arc::new(worker::Shared {
+            parser: ParserConfig::with_max_item_size(settings.max_item_size),
+            settings,
+            cache,
+            workers: counters.clone(),
+            connections: Default::default(),
+            reset_base: Mutex::default(),
+            shutdown: rx,
+        });
+        let mut threads = Vec::new();
+        for (i, (listener, counters)) in listeners.into_iter().zip(counters).enumerate() {
+            let shared = shared.clone();
+            threads.push(
+                std::thread::Builder::new()
+                    .name(format!("memfleet-worker-{i}"))
+                    .spawn(move || worker::run(shared, counters, listener, SHUTDOWN_GRACE))?,
+            );
+        }
+        if let Some(listener) = admin {
+            let shared = shared.clone();
+            threads.push(
+                std::thread::Builder::new()
+                    .name("memfleet-admin".into())
+                    .spawn(move || {
+                        let rt = tokio::runtime::Builder::new_current_thread()
+                            .enable_all()
+                            .build()?;
+                        rt.block_on(async move {
+                            let listener = tokio::net::TcpListener::from_std(listener)?;
+                            admin::serve(listener, shared).await;
+                            Ok(())
+                        })
+                    })?,
+            );
+        }
+        tracing::info!(
+            %addr,
+            threads = shared.settings.threads,
+            memory_mib = shared.settings.memory_bytes >> 20,
+            max_connections = shared.settings.max_connections,
+            "memfleet server listening"
+        );
+        Ok(Server {
+            addr,
+            admin_addr,
+            shutdown: tx,
+            threads,
+            shared,
+            _expirer: expirer,
+        })
+    }
+
+    /// The address clients connect to.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The `/metrics` address, when enabled.
+    pub fn admin_addr(&self) -> Option<SocketAddr> {
+        self.admin_addr
+    }
+
+    /// The cache (for tests and embedding).
+    pub fn cache(&self) -> &Cache {
+        &self.shared.cache
+    }
+
+    /// Stops accepting, lets open connections finish their current batch (briefly), and
+    /// waits for every thread.
+    pub fn shutdown(self) -> anyhow::Result<()> {
+        let _ = self.shutdown.send(true);
+        for t in self.threads {
+            t.join()
+                .map_err(|_| anyhow::anyhow!("a server thread panicked"))?
+                .context("a server thread failed")?;
+        }
+        Ok(())
+    }
+}
+
+/// `memfleet server`: starts the server and runs it until SIGINT or SIGTERM.
+pub fn run(args: &ServerArgs) -> anyhow::Result<()> {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("MEMFLEET_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .try_init();
+    let settings = Settings::resolve(args)?;
+    let server = Server::start(settings)?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    rt.block_on(async {
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+        tokio::select! {
+            r = tokio::signal::ctrl_c() => r,
+            _ = term.recv() => Ok(()),
+        }
+    })?;
+    tracing::info!("shutting down");
+    server.shutdown()?;
+    tracing::info!("stopped");
+    Ok(())
+}

@@ -1,0 +1,165 @@
+//! Worker threads: each runs its own single-threaded tokio runtime with its own listening
+//! socket on the shared port (SO_REUSEPORT lets the kernel spread new connections across
+//! them), its own engine handle and its own reusable read and write buffers.
+//!
+//! Why one runtime per thread rather than tokio's work-stealing scheduler: a connection then
+//! never changes threads, so its requests run on the thread that owns the engine handle and
+//! the buffers, with no `Send` bounds, no atomics on the request path and warm caches; and the
+//! per-thread buffers (the 2008 Facebook post's lesson) need no locking.
+
+use crate::config::Settings;
+use crate::connection;
+use crate::stats::{ConnectionCounts, CounterValues, WorkerCounters};
+use memfleet_protocol::ParserConfig;
+use memfleet_storage::{Cache, Handle};
+use socket2::{Domain, Protocol, Socket, Type};
+use std::cell::{Cell, RefCell};
+use std::net::SocketAddr;
+use std::rc::Rc;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::io::AsyncWriteExt;
+use tokio::sync::watch;
+
+/// The reply to a connection over the `--max-connections` limit (memcached's words).
+pub const TOO_MANY_CONNECTIONS: &[u8] = b"ERROR Too many open connections\r\n";
+
+/// State every worker shares.
+pub struct Shared {
+    /// The settings the server runs with.
+    pub settings: Settings,
+    /// The cache.
+    pub cache: Cache,
+    /// The parser's item size limit.
+    pub parser: ParserConfig,
+    /// Every worker's counters, for `stats` (each written only by its own worker).
+    pub workers: Vec<Arc<WorkerCounters>>,
+    /// Connection counts.
+    pub connections: ConnectionCounts,
+    /// Counter values at the last `stats reset`, subtracted when reporting (resetting the
+    /// counters themselves would race with their single writers).
+    pub reset_base: Mutex<CounterValues>,
+    /// Flips to true when the server is shutting down.
+    pub shutdown: watch::Receiver<bool>,
+}
+
+impl Shared {
+    /// All workers' counters, summed, minus the last reset.
+    pub fn counters(&self) -> CounterValues {
+        let mut total = CounterValues::default();
+        for w in &self.workers {
+            total.add(&w.snapshot());
+        }
+        let base = *self.reset_base.lock().unwrap_or_else(|e| e.into_inner());
+        total.subtract(&base);
+        total
+    }
+}
+
+/// One worker's state, shared by the connections it serves (all on its thread).
+pub struct WorkerContext {
+    /// Server-wide state.
+    pub shared: Arc<Shared>,
+    /// This worker's counters.
+    pub counters: Arc<WorkerCounters>,
+    /// This worker's engine handle.
+    pub handle: RefCell<Handle>,
+    /// The read buffer every connection of this worker reads into. A connection keeps bytes
+    /// of its own only while a request is incomplete, so idle connections hold none.
+    pub read_buf: RefCell<Vec<u8>>,
+    /// The buffer replies are built in before one write.
+    pub write_buf: RefCell<Vec<u8>>,
+    /// Connections open on this worker.
+    pub open: Cell<usize>,
+}
+
+/// Binds one listening socket. Every worker binds its own with SO_REUSEPORT.
+pub fn bind(addr: SocketAddr, backlog: u32) -> std::io::Result<std::net::TcpListener> {
+    let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
+    socket.set_reuse_address(true)?;
+    socket.set_reuse_port(true)?;
+    socket.set_nonblocking(true)?;
+    socket.bind(&addr.into())?;
+    socket.listen(backlog.min(i32::MAX as u32) as i32)?;
+    Ok(socket.into())
+}
+
+/// Runs a worker until shutdown: accepts on `listener`, serves connections, then lets them
+/// finish their current batch for up to `grace`.
+pub fn run(
+    shared: Arc<Shared>,
+    counters: Arc<WorkerCounters>,
+    listener: std::net::TcpListener,
+    grace: Duration,
+) -> std::io::Result<()> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let local = tokio::task::LocalSet::new();
+    let ctx = Rc::new(WorkerContext {
+        handle: RefCell::new(shared.cache.handle()),
+        shared,
+        counters,
+        read_buf: RefCell::new(Vec::with_capacity(connection::READ_CHUNK * 2)),
+        write_buf: RefCell::new(Vec::with_capacity(connection::WRITE_BUDGET * 2)),
+        open: Cell::new(0),
+    });
+    local.block_on(&runtime, async move {
+        let listener = tokio::net::TcpListener::from_std(listener)?;
+        accept_loop(&ctx, listener).await;
+        let deadline = tokio::time::Instant::now() + grace;
+        while ctx.open.get() > 0 && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        Ok(())
+    })
+}
+
+async fn accept_loop(ctx: &Rc<WorkerContext>, listener: tokio::net::TcpListener) {
+    let mut shutdown = ctx.shared.shutdown.clone();
+    loop {
+        if *shutdown.borrow() {
+            return;
+        }
+        let accepted = tokio::select! {
+            r = listener.accept() => r,
+            _ = shutdown.changed() => return,
+        };
+        let stream = match accepted {
+            Ok((stream, _)) => stream,
+            Err(e) => {
+                // Out of file descriptors and the like: back off instead of spinning, as
+                // memcached does when it stops accepting.
+                tracing::warn!(error = %e, "accept failed");
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                continue;
+            }
+        };
+        let conns = &ctx.shared.connections;
+        if conns.current.fetch_add(1, Ordering::AcqRel) >= ctx.shared.settings.max_connections {
+            conns.current.fetch_sub(1, Ordering::AcqRel);
+            conns.rejected.fetch_add(1, Ordering::Relaxed);
+            tokio::task::spawn_local(async move {
+                let mut stream = stream;
+                let _ = stream.write_all(TOO_MANY_CONNECTIONS).await;
+                let _ = stream.shutdown().await;
+            });
+            continue;
+        }
+        conns.total.fetch_add(1, Ordering::Relaxed);
+        let _ = stream.set_nodelay(true);
+        ctx.open.set(ctx.open.get() + 1);
+        let ctx = ctx.clone();
+        tokio::task::spawn_local(async move {
+            if let Err(e) = connection::serve(&ctx, stream).await {
+                tracing::debug!(error = %e, "connection ended with an error");
+            }
+            ctx.open.set(ctx.open.get() - 1);
+            ctx.shared
+                .connections
+                .current
+                .fetch_sub(1, Ordering::AcqRel);
+        });
+    }
+}

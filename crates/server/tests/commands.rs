@@ -1,0 +1,382 @@
+//! Every text-protocol command through a real socket, with memcached 1.6's exact replies.
+
+mod common;
+
+use common::TestServer;
+use std::time::Duration;
+
+#[test]
+fn set_get_and_flags_round_trip() {
+    let s = TestServer::start();
+    let mut c = s.connect();
+    for flags in [0u32, 1, 255, 256, 65535, 65536, u32::MAX] {
+        let key = format!("flags{flags}");
+        c.check(format!("set {key} {flags} 0 5\r\nhello\r\n"), "STORED\r\n");
+        c.check(
+            format!("get {key}\r\n"),
+            format!("VALUE {key} {flags} 5\r\nhello\r\nEND\r\n"),
+        );
+    }
+    c.check("get nothing\r\n", "END\r\n");
+    c.check("set empty 0 0 0\r\n\r\n", "STORED\r\n");
+    c.check("get empty\r\n", "VALUE empty 0 0\r\n\r\nEND\r\n");
+    // Binary-safe values.
+    c.check(b"set bin 0 0 4\r\n\r\n\0\xff\r\n", "STORED\r\n");
+    c.check("get bin\r\n", b"VALUE bin 0 4\r\n\r\n\0\xff\r\nEND\r\n");
+}
+
+#[test]
+fn multi_get_answers_in_order_with_repeats() {
+    let s = TestServer::start();
+    let mut c = s.connect();
+    c.check(
+        "set a 1 0 1\r\nA\r\nset b 2 0 2\r\nBB\r\n",
+        "STORED\r\nSTORED\r\n",
+    );
+    c.check(
+        "get a missing b a\r\n",
+        "VALUE a 1 1\r\nA\r\nVALUE b 2 2\r\nBB\r\nVALUE a 1 1\r\nA\r\nEND\r\n",
+    );
+}
+
+#[test]
+fn add_replace_append_prepend() {
+    let s = TestServer::start();
+    let mut c = s.connect();
+    c.check("add k 7 0 1\r\na\r\n", "STORED\r\n");
+    c.check("add k 0 0 1\r\nb\r\n", "NOT_STORED\r\n");
+    c.check("replace nope 0 0 1\r\nb\r\n", "NOT_STORED\r\n");
+    c.check("replace k 9 0 1\r\nc\r\n", "STORED\r\n");
+    c.check("append k 0 0 2\r\nde\r\n", "STORED\r\n");
+    c.check("prepend k 0 0 2\r\nab\r\n", "STORED\r\n");
+    // append/prepend keep the flags of the item they extend.
+    c.check("get k\r\n", "VALUE k 9 5\r\nabcde\r\nEND\r\n");
+    c.check("append nope 0 0 1\r\nx\r\n", "NOT_STORED\r\n");
+    c.check("prepend nope 0 0 1\r\nx\r\n", "NOT_STORED\r\n");
+}
+
+#[test]
+fn cas_succeeds_once_then_reports_exists() {
+    let s = TestServer::start();
+    let mut c = s.connect();
+    c.check("set k 0 0 1\r\na\r\n", "STORED\r\n");
+    c.send("gets k\r\n");
+    let reply = String::from_utf8(c.read_until(b"END\r\n")).unwrap();
+    let cas: u64 = reply
+        .lines()
+        .next()
+        .unwrap()
+        .rsplit(' ')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    c.check(format!("cas k 3 0 1 {cas}\r\nb\r\n"), "STORED\r\n");
+    c.check(format!("cas k 0 0 1 {cas}\r\nc\r\n"), "EXISTS\r\n");
+    c.check("get k\r\n", "VALUE k 3 1\r\nb\r\nEND\r\n");
+    c.check("cas missing 0 0 1 1\r\nx\r\n", "NOT_FOUND\r\n");
+    c.check("cas k 0 0 1 1 noreply\r\nx\r\n", "");
+    let stats = c.stats("");
+    let get = |n: &str| stats.iter().find(|(k, _)| k == n).unwrap().1.clone();
+    assert_eq!(get("cas_hits"), "1");
+    assert!(get("cas_badval").parse::<u64>().unwrap() >= 1);
+    assert_eq!(get("cas_misses"), "1");
+}
+
+#[test]
+fn delete() {
+    let s = TestServer::start();
+    let mut c = s.connect();
+    c.check("set k 0 0 1\r\na\r\n", "STORED\r\n");
+    c.check("delete k\r\n", "DELETED\r\n");
+    c.check("delete k\r\n", "NOT_FOUND\r\n");
+    c.check("get k\r\n", "END\r\n");
+    c.check("delete k 0\r\n", "NOT_FOUND\r\n");
+    c.check(
+        "delete k 5\r\n",
+        "CLIENT_ERROR bad command line format.  Usage: delete <key> [noreply]\r\n",
+    );
+}
+
+#[test]
+fn incr_and_decr_follow_memcached() {
+    let s = TestServer::start();
+    let mut c = s.connect();
+    c.check("incr n 1\r\n", "NOT_FOUND\r\n");
+    c.check("set n 5 0 2\r\n99\r\n", "STORED\r\n");
+    c.check("incr n 1\r\n", "100\r\n");
+    c.check("get n\r\n", "VALUE n 5 3\r\n100\r\nEND\r\n");
+    // Shrinking in place pads with spaces, as memcached does.
+    c.check("decr n 1\r\n", "99\r\n");
+    c.check("get n\r\n", "VALUE n 5 3\r\n99 \r\nEND\r\n");
+    c.check("decr n 1000\r\n", "0\r\n");
+    c.check("set max 0 0 20\r\n18446744073709551615\r\n", "STORED\r\n");
+    c.check("incr max 2\r\n", "1\r\n");
+    c.check("set text 0 0 3\r\nabc\r\n", "STORED\r\n");
+    c.check(
+        "incr text 1\r\n",
+        "CLIENT_ERROR cannot increment or decrement non-numeric value\r\n",
+    );
+    c.check(
+        "incr n abc\r\n",
+        "CLIENT_ERROR invalid numeric delta argument\r\n",
+    );
+    c.silent("incr n 5 noreply\r\n");
+    c.check("get n\r\n", "VALUE n 5 3\r\n5  \r\nEND\r\n");
+}
+
+#[test]
+fn touch_gat_and_expiry() {
+    let s = TestServer::start();
+    let mut c = s.connect();
+    c.check("set k 0 0 1\r\na\r\n", "STORED\r\n");
+    c.check("touch k 100\r\n", "TOUCHED\r\n");
+    c.check("touch nope 100\r\n", "NOT_FOUND\r\n");
+    c.check("mg k t v\r\n", "VA 1 t100\r\na\r\n");
+    c.check("gat 0 k\r\n", "VALUE k 0 1\r\na\r\nEND\r\n");
+    c.check("mg k t\r\n", "HD t-1\r\n");
+    c.send("gats 50 k nope\r\n");
+    let reply = String::from_utf8(c.read_until(b"END\r\n")).unwrap();
+    assert!(
+        reply.starts_with("VALUE k 0 1 ") && reply.ends_with("\r\na\r\nEND\r\n"),
+        "{reply}"
+    );
+    // A negative exptime stores nothing; a past Unix time likewise.
+    c.check("set gone 0 -1 1\r\na\r\n", "STORED\r\n");
+    c.check("get gone\r\n", "END\r\n");
+    c.check("set old 0 1000000000 1\r\na\r\n", "STORED\r\n");
+    c.check("get old\r\n", "END\r\n");
+    // gat with a negative time returns the value one last time.
+    c.check("gat -1 k\r\n", "VALUE k 0 1\r\na\r\nEND\r\n");
+    c.check("get k\r\n", "END\r\n");
+    // A one-second item is gone after two.
+    c.check("set short 0 1 1\r\na\r\n", "STORED\r\n");
+    std::thread::sleep(Duration::from_millis(2100));
+    c.check("get short\r\n", "END\r\n");
+}
+
+#[test]
+fn flush_all_now_and_later() {
+    let s = TestServer::start();
+    let mut c = s.connect();
+    c.check(
+        "set a 0 0 1\r\na\r\nset b 0 0 1\r\nb\r\n",
+        "STORED\r\nSTORED\r\n",
+    );
+    c.check("flush_all\r\n", "OK\r\n");
+    c.check("get a b\r\n", "END\r\n");
+    c.check("set a 0 0 1\r\na\r\n", "STORED\r\n");
+    c.check("get a\r\n", "VALUE a 0 1\r\na\r\nEND\r\n");
+    c.check("flush_all 1\r\n", "OK\r\n");
+    c.check("get a\r\n", "VALUE a 0 1\r\na\r\nEND\r\n");
+    std::thread::sleep(Duration::from_millis(2100));
+    c.check("get a\r\n", "END\r\n");
+    c.silent("flush_all noreply\r\n");
+}
+
+#[test]
+fn small_commands_and_errors() {
+    let s = TestServer::start();
+    let mut c = s.connect();
+    c.send("version\r\n");
+    let v = String::from_utf8(c.read_until(b"\r\n")).unwrap();
+    assert!(v.starts_with("VERSION 1.6.18-memfleet-"), "{v}");
+    c.check("verbosity 1\r\n", "OK\r\n");
+    c.check("bogus\r\n", "ERROR\r\n");
+    c.check("GET a\r\n", "ERROR\r\n");
+    c.check("shutdown\r\n", "ERROR: shutdown not enabled\r\n");
+    c.check(
+        "set k 0 0 nan\r\n",
+        "CLIENT_ERROR bad command line format\r\n",
+    );
+    c.check(
+        "set k 0 0 1\r\nabc\r\n",
+        "CLIENT_ERROR bad data chunk\r\nERROR\r\n",
+    );
+    let long_key = "k".repeat(251);
+    c.check(
+        format!("get {long_key}\r\n"),
+        "CLIENT_ERROR bad command line format\r\n",
+    );
+    c.check(
+        "touch k abc\r\n",
+        "CLIENT_ERROR invalid exptime argument\r\n",
+    );
+    // The connection survived all of that.
+    c.check("set k 0 0 1\r\nz\r\n", "STORED\r\n");
+    c.send("quit\r\n");
+    assert!(c.is_closed());
+}
+
+#[test]
+fn noreply_suppresses_every_storage_reply() {
+    let s = TestServer::start();
+    let mut c = s.connect();
+    c.silent(
+        "set a 0 0 1 noreply\r\n1\r\nadd a 0 0 1 noreply\r\n2\r\nreplace a 0 0 1 noreply\r\n3\r\n\
+         append a 0 0 1 noreply\r\n4\r\nprepend a 0 0 1 noreply\r\n5\r\nincr nope 1 noreply\r\n\
+         delete nope noreply\r\ntouch a 10 noreply\r\nverbosity 1 noreply\r\n",
+    );
+    c.check("get a\r\n", "VALUE a 0 3\r\n534\r\nEND\r\n");
+}
+
+#[test]
+fn largest_item_fits_and_larger_is_refused_without_losing_the_connection() {
+    let s = TestServer::start();
+    let mut c = s.connect();
+    let max = vec![b'x'; 1_048_516];
+    let mut req = b"set m 0 0 1048516\r\n".to_vec();
+    req.extend_from_slice(&max);
+    req.extend_from_slice(b"\r\n");
+    c.check(&req, "STORED\r\n");
+    c.send("get m\r\n");
+    let reply = c.read_until(b"END\r\n");
+    assert_eq!(
+        reply.len(),
+        "VALUE m 0 1048516\r\n".len() + max.len() + 2 + 5
+    );
+    let mut too_big = b"set m2 0 0 1048517\r\n".to_vec();
+    too_big.extend_from_slice(&vec![b'y'; 1_048_517]);
+    too_big.extend_from_slice(b"\r\n");
+    c.check(&too_big, "SERVER_ERROR object too large for cache\r\n");
+    c.check("get m2\r\n", "END\r\n");
+    c.check("set after 0 0 2\r\nok\r\n", "STORED\r\n");
+}
+
+#[test]
+fn over_long_line_closes_the_connection() {
+    let s = TestServer::start();
+    let mut c = s.connect();
+    c.send(format!("set {}", "k".repeat(3000)));
+    assert!(c.is_closed());
+    let mut c = s.connect();
+    c.send("GET / HTTP/1.1\r\n");
+    assert!(c.is_closed());
+}
+
+#[test]
+fn pipelined_requests_are_answered_in_order() {
+    let s = TestServer::start();
+    let mut c = s.connect();
+    let mut req = String::new();
+    let mut expected = String::new();
+    for i in 0..500 {
+        req.push_str(&format!(
+            "set key{i} {i} 0 {}\r\n{i}\r\n",
+            i.to_string().len()
+        ));
+        expected.push_str("STORED\r\n");
+    }
+    for i in 0..500 {
+        req.push_str(&format!("get key{i}\r\n"));
+        expected.push_str(&format!(
+            "VALUE key{i} {i} {}\r\n{i}\r\nEND\r\n",
+            i.to_string().len()
+        ));
+    }
+    c.check(req, expected);
+}
+
+#[test]
+fn huge_multi_get_streams_without_losing_values() {
+    let s = TestServer::start();
+    let mut c = s.connect();
+    let value = vec![b'v'; 200_000];
+    for i in 0..10 {
+        let mut req = format!("set big{i} {i} 0 {}\r\n", value.len()).into_bytes();
+        req.extend_from_slice(&value);
+        req.extend_from_slice(b"\r\n");
+        c.check(&req, "STORED\r\n");
+    }
+    // 40 values of 200 KB: far more than the server's output budget per write.
+    let keys: Vec<String> = (0..40).map(|i| format!("big{}", i % 10)).collect();
+    c.send(format!("get {}\r\n", keys.join(" ")));
+    let mut expected = Vec::new();
+    for (i, k) in keys.iter().enumerate() {
+        expected.extend_from_slice(format!("VALUE {k} {} {}\r\n", i % 10, value.len()).as_bytes());
+        expected.extend_from_slice(&value);
+        expected.extend_from_slice(b"\r\n");
+    }
+    expected.extend_from_slice(b"END\r\n");
+    let got = c.read_n(expected.len());
+    assert!(got == expected, "multi-get reply differs");
+    c.check("get big0 nope\r\n", {
+        let mut e = format!("VALUE big0 0 {}\r\n", value.len()).into_bytes();
+        e.extend_from_slice(&value);
+        e.extend_from_slice(b"\r\nEND\r\n");
+        e
+    });
+}
+
+#[test]
+fn requests_split_across_many_writes() {
+    let s = TestServer::start();
+    let mut c = s.connect();
+    let req = b"set split 3 0 10\r\n0123456789\r\nget split\r\n";
+    for b in req.chunks(1) {
+        c.send(b);
+        std::thread::sleep(Duration::from_micros(200));
+    }
+    c.check("", "STORED\r\nVALUE split 3 10\r\n0123456789\r\nEND\r\n");
+}
+
+#[test]
+fn general_stats_use_memcached_names() {
+    let s = TestServer::start();
+    let mut c = s.connect();
+    c.check(
+        "set a 0 0 1\r\na\r\nget a\r\nget b\r\n",
+        "STORED\r\nVALUE a 0 1\r\na\r\nEND\r\nEND\r\n",
+    );
+    let stats = c.stats("");
+    let names: Vec<&str> = stats.iter().map(|(k, _)| k.as_str()).collect();
+    for required in [
+        "pid",
+        "uptime",
+        "time",
+        "version",
+        "rusage_user",
+        "rusage_system",
+        "max_connections",
+        "curr_connections",
+        "total_connections",
+        "cmd_get",
+        "cmd_set",
+        "get_hits",
+        "get_misses",
+        "curr_items",
+        "bytes",
+        "evictions",
+        "expired_unfetched",
+        "evicted_unfetched",
+        "limit_maxbytes",
+        "threads",
+        "bytes_read",
+        "bytes_written",
+        "total_items",
+    ] {
+        assert!(names.contains(&required), "missing stat {required}");
+    }
+    let get = |n: &str| {
+        stats
+            .iter()
+            .find(|(k, _)| k == n)
+            .unwrap()
+            .1
+            .parse::<u64>()
+            .unwrap()
+    };
+    assert_eq!(
+        (get("cmd_get"), get("get_hits"), get("get_misses")),
+        (2, 1, 1)
+    );
+    assert_eq!((get("cmd_set"), get("curr_items")), (1, 1));
+    assert_eq!(get("limit_maxbytes"), 64 << 20);
+    assert_eq!(get("threads"), 2);
+    assert_eq!(get("curr_connections"), 1);
+    c.check("stats reset\r\n", "RESET\r\n");
+    assert_eq!(c.stat("cmd_get"), 0);
+    let settings = c.stats("settings");
+    assert!(settings.contains(&("item_size_max".into(), "1048576".into())));
+    c.check("stats nonsense\r\n", "ERROR\r\n");
+}
