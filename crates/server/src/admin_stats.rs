@@ -97,7 +97,6 @@ impl<'s> StatsReport<'s> {
             }
         }
         v.extend([
-            ("get_flushed", Int(0)),
             ("auth_cmds", Int(0)),
             ("auth_errors", Int(0)),
             ("bytes_read", Int(c.bytes_read)),

@@ -210,9 +210,28 @@ impl Executor<'_> {
     ) -> Result<StoreStatus, StoreError> {
         let c = self.counters;
         c.cmd_set.incr();
+        if matches!(mode, StoreMode::Append | StoreMode::Prepend) {
+            // memcached refuses a concatenation whose result would exceed the item size
+            // limit with NOT_STORED (its allocation fails), not with an error.
+            let too_large = self.handle.get(key).is_some_and(|old| {
+                !self
+                    .shared
+                    .parser
+                    .fits(key.len(), old.flags(), old.value().len() + data.len())
+            });
+            if too_large {
+                return Ok(StoreStatus::NotStored);
+            }
+        }
         let result = self
             .handle
             .store(mode, key, data, flags, Expiry::from_memcached(exptime));
+        let result = match (result, mode) {
+            (Err(StoreError::TooLarge), StoreMode::Append | StoreMode::Prepend) => {
+                Ok(StoreStatus::NotStored)
+            }
+            (result, _) => result,
+        };
         match (&result, mode) {
             (Ok(StoreStatus::Stored), StoreMode::Cas(_)) => c.cas_hits.incr(),
             (Ok(StoreStatus::Exists), _) => c.cas_badval.incr(),
@@ -482,7 +501,8 @@ impl Executor<'_> {
             (Some(t), MetaStatus::Hd, true) => MetaStatus::Va(t.len()),
             _ => status,
         };
-        if status == MetaStatus::Hd && m.flags.quiet() {
+        if matches!(status, MetaStatus::Hd | MetaStatus::Va(_)) && m.flags.quiet() {
+            // memcached's quiet `ma` says nothing on success, even with `v`.
             return;
         }
         let now = self.handle.now();

@@ -92,6 +92,9 @@ counters! {
         get_misses,
         /// Keys found expired on access.
         get_expired,
+        /// Keys found invalidated by flush_all on access (the engine does not tell these
+        /// apart from misses, so this stays 0).
+        get_flushed,
         /// Deletes of absent keys.
         delete_misses,
         /// Deletes that removed a value.
