@@ -151,7 +151,6 @@ pub async fn serve(ctx: &Rc<WorkerContext>, stream: TcpStream) -> io::Result<()>
     // The longest input that can be a single valid request: a full-size item and its
     // command line, or a multi-get line of several thousand keys.
     let max_pending = settings.max_item_size + 64 * 1024;
-    let mut shutdown = shared.shutdown.clone();
     let mut pending_in: Vec<u8> = Vec::new();
     let mut pending_out: Vec<u8> = Vec::new();
     let mut state = ParseState::default();
@@ -190,9 +189,11 @@ pub async fn serve(ctx: &Rc<WorkerContext>, stream: TcpStream) -> io::Result<()>
                     }
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                         batches = 0;
+                        // No shutdown signal here (it would cost a lock per wait): the
+                        // worker aborts its connections at shutdown, which can only happen
+                        // at an await, i.e. between batches.
                         let wait = tokio::select! {
                             r = stream.readable() => r.map(|_| true),
-                            _ = shutdown.changed() => Ok(false),
                             _ = idle(settings.idle_timeout) => Ok(false),
                         };
                         if !wait? {
@@ -248,7 +249,7 @@ pub async fn serve(ctx: &Rc<WorkerContext>, stream: TcpStream) -> io::Result<()>
             pending_in = Vec::new();
         }
 
-        write_replies(ctx, &stream, &mut pending_out, &mut shutdown).await?;
+        write_replies(ctx, &stream, &mut pending_out).await?;
 
         match flow {
             Flow::Close => return Ok(()),
@@ -277,7 +278,6 @@ async fn write_replies(
     ctx: &WorkerContext,
     stream: &TcpStream,
     pending_out: &mut Vec<u8>,
-    shutdown: &mut tokio::sync::watch::Receiver<bool>,
 ) -> io::Result<()> {
     {
         let out = ctx.write_buf.borrow();
@@ -303,7 +303,6 @@ async fn write_replies(
     while !pending_out.is_empty() {
         let ready = tokio::select! {
             r = stream.writable() => r.map(|_| true),
-            _ = shutdown.changed() => Ok(false),
             _ = idle(timeout) => Ok(false),
         };
         if !ready? {

@@ -14,6 +14,7 @@ use memfleet_protocol::ParserConfig;
 use memfleet_storage::{Cache, Handle};
 use socket2::{Domain, Protocol, Socket, Type};
 use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::rc::Rc;
 use std::sync::atomic::Ordering;
@@ -21,6 +22,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::io::AsyncWriteExt;
 use tokio::sync::watch;
+use tokio::task::AbortHandle;
 
 /// The reply to a connection over the `--max-connections` limit (memcached's words).
 pub const TOO_MANY_CONNECTIONS: &[u8] = b"ERROR Too many open connections\r\n";
@@ -70,8 +72,10 @@ pub struct WorkerContext {
     pub read_buf: RefCell<Vec<u8>>,
     /// The buffer replies are built in before one write.
     pub write_buf: RefCell<Vec<u8>>,
-    /// Connections open on this worker.
-    pub open: Cell<usize>,
+    /// Connections open on this worker, to abort at shutdown.
+    pub open: RefCell<HashMap<u64, AbortHandle>>,
+    /// Identifies the next connection in `open`.
+    pub next_id: Cell<u64>,
 }
 
 /// Binds one listening socket. Every worker binds its own with SO_REUSEPORT.
@@ -85,8 +89,8 @@ pub fn bind(addr: SocketAddr, backlog: u32) -> std::io::Result<std::net::TcpList
     Ok(socket.into())
 }
 
-/// Runs a worker until shutdown: accepts on `listener`, serves connections, then lets them
-/// finish their current batch for up to `grace`.
+/// Runs a worker until shutdown: accepts on `listener`, serves connections, then ends them
+/// between batches (waiting up to `grace` for them to close).
 pub fn run(
     shared: Arc<Shared>,
     counters: Arc<WorkerCounters>,
@@ -103,14 +107,22 @@ pub fn run(
         counters,
         read_buf: RefCell::new(Vec::with_capacity(connection::READ_CHUNK * 2)),
         write_buf: RefCell::new(Vec::with_capacity(connection::WRITE_BUDGET * 2)),
-        open: Cell::new(0),
+        open: RefCell::default(),
+        next_id: Cell::new(0),
     });
     local.block_on(&runtime, async move {
         let listener = tokio::net::TcpListener::from_std(listener)?;
         accept_loop(&ctx, listener).await;
+        // Every connection task is parked at an await, so between batches (or waiting for a
+        // slow client to take its replies): end them there. An aborted task drops its
+        // socket (closing it) when the runtime next gets to it; give that up to `grace`.
+        let open: Vec<_> = ctx.open.borrow().values().cloned().collect();
+        for task in open {
+            task.abort();
+        }
         let deadline = tokio::time::Instant::now() + grace;
-        while ctx.open.get() > 0 && tokio::time::Instant::now() < deadline {
-            tokio::time::sleep(Duration::from_millis(5)).await;
+        while !ctx.open.borrow().is_empty() && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(1)).await;
         }
         Ok(())
     })
@@ -149,17 +161,39 @@ async fn accept_loop(ctx: &Rc<WorkerContext>, listener: tokio::net::TcpListener)
         }
         conns.total.fetch_add(1, Ordering::Relaxed);
         let _ = stream.set_nodelay(true);
-        ctx.open.set(ctx.open.get() + 1);
-        let ctx = ctx.clone();
-        tokio::task::spawn_local(async move {
-            if let Err(e) = connection::serve(&ctx, stream).await {
+        let id = ctx.next_id.get();
+        ctx.next_id.set(id + 1);
+        let task_ctx = ctx.clone();
+        let task = tokio::task::spawn_local(async move {
+            // Runs when the task ends or is aborted at shutdown.
+            let _open = OpenConnection {
+                ctx: task_ctx.clone(),
+                id,
+            };
+            if let Err(e) = connection::serve(&task_ctx, stream).await {
                 tracing::debug!(error = %e, "connection ended with an error");
             }
-            ctx.open.set(ctx.open.get() - 1);
-            ctx.shared
-                .connections
-                .current
-                .fetch_sub(1, Ordering::AcqRel);
         });
+        if !task.is_finished() {
+            ctx.open.borrow_mut().insert(id, task.abort_handle());
+        }
+    }
+}
+
+/// Accounts for an open connection; dropping it (the task ended or was aborted) releases
+/// its place under the connection limit.
+struct OpenConnection {
+    ctx: Rc<WorkerContext>,
+    id: u64,
+}
+
+impl Drop for OpenConnection {
+    fn drop(&mut self) {
+        self.ctx.open.borrow_mut().remove(&self.id);
+        self.ctx
+            .shared
+            .connections
+            .current
+            .fetch_sub(1, Ordering::AcqRel);
     }
 }
