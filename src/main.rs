@@ -20,6 +20,9 @@ enum Command {
     /// Replay a trace or a synthetic workload through the Segcache engine and an exact LRU
     /// (memcached-like 56-byte item overhead) in-process, and print miss ratio vs memory.
     Sim(memfleet_bench::sim::SimArgs),
+    /// Load memcached-protocol servers side by side (spawned with --spawn or given with
+    /// --target) and print ops/s, latency percentiles and server CPU time per operation.
+    Bench(memfleet_bench::load::LoadArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -30,5 +33,6 @@ fn main() -> anyhow::Result<()> {
             let segcache = memfleet_bench::sim::segcache::factory(args.engine.clone());
             memfleet_bench::sim::run(&args, &segcache)
         }
+        Command::Bench(args) => memfleet_bench::load::run(&args),
     }
 }

@@ -1,9 +1,12 @@
 //! memfleet-bench: memfleet's benchmarking tools.
 //!
-//! Today this is the in-process cache *simulator* behind `memfleet sim`
-//! ([`sim`]): it replays recorded traces or seeded synthetic workloads through
-//! cache models and reports miss ratios. It is not a network load generator and
-//! it does not depend on the storage engine: the Segcache adapter is handed to
-//! [`sim::run`] by the caller.
+//! - [`sim`], behind `memfleet sim`: the in-process cache simulator. It replays
+//!   recorded traces or seeded synthetic workloads through cache models and
+//!   reports miss ratios; it does not depend on the storage engine (the
+//!   Segcache adapter is handed to [`sim::run`] by the caller).
+//! - [`load`], behind `memfleet bench`: the network load generator that
+//!   compares memcached-protocol servers side by side (ops/s, latency
+//!   percentiles, server CPU time per operation).
 
+pub mod load;
 pub mod sim;

@@ -1,0 +1,357 @@
+//! `memfleet bench`: a memcached text-protocol load generator that compares
+//! servers side by side in one run. For each target (started here with
+//! `--spawn`, or given with `--target`) it pre-fills the key range, then at
+//! each pipeline depth runs a warm-up and a measured phase with identical load
+//! (N connections, closed loop, 90% get / 10% set by default) and reports
+//! ops/s, latency percentiles and the server's CPU time per operation
+//! (utime+stime of its process from procfs, before and after the measured
+//! phase). With `--repeat N` targets are interleaved run by run and the table
+//! shows medians. Any wrong reply fails the run.
+//!
+//! The load generator is one thread (a current-thread tokio runtime) so that on
+//! a 2-core machine it can sit on one core (`--client-cpu`) and the server on
+//! the other (`--server-cpu`, via `taskset`).
+
+pub mod client;
+pub mod cpu;
+pub mod report;
+pub mod target;
+pub mod workload;
+
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+
+use self::client::{LoadConfig, Measured};
+use self::report::Row;
+use self::target::{ExternalTarget, ServerSettings, SpawnSpec, Spawned};
+use self::workload::Workload;
+
+/// Arguments of `memfleet bench`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct LoadArgs {
+    /// Start this server for the run, on a free port: memcached, memfleet, or
+    /// NAME='COMMAND ... {port} ...'. Repeatable; spawned servers come before --target ones,
+    /// and the first target is the anchor of the ratio columns.
+    #[arg(long, value_parser = target::parse_spawn)]
+    pub spawn: Vec<SpawnSpec>,
+    /// A running server: NAME=HOST:PORT[,pid=PID] (the PID gives its CPU time). Repeatable.
+    #[arg(long, value_parser = target::parse_target)]
+    pub target: Vec<ExternalTarget>,
+    /// Client connections.
+    #[arg(short = 'c', long, default_value_t = 50)]
+    pub conns: usize,
+    /// Pipeline depths (requests per batch, written at once), comma-separated; one run each.
+    #[arg(long, value_delimiter = ',', default_value = "1,16")]
+    pub pipeline: Vec<usize>,
+    /// Distinct keys (key:0 .. key:N-1), all stored before measuring.
+    #[arg(long, default_value_t = 100_000)]
+    pub keys: u64,
+    /// Value size in bytes.
+    #[arg(long, default_value_t = 100)]
+    pub value_size: usize,
+    /// Fraction of requests that are gets (the rest are sets).
+    #[arg(long, default_value_t = 0.9)]
+    pub get_ratio: f64,
+    /// Draw keys from a Zipf distribution with this exponent instead of uniformly.
+    #[arg(long)]
+    pub zipf: Option<f64>,
+    /// Measured time per run, e.g. 10s, 500ms, 1m.
+    #[arg(long, value_parser = parse_duration, default_value = "10s")]
+    pub duration: Duration,
+    /// Unmeasured load before each measured phase.
+    #[arg(long, value_parser = parse_duration, default_value = "2s")]
+    pub warmup: Duration,
+    /// Run everything N times (targets interleaved) and report medians.
+    #[arg(long, default_value_t = 1)]
+    pub repeat: usize,
+    /// RNG seed of the request streams.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Do not store every key first (the servers already hold them).
+    #[arg(long)]
+    pub no_prefill: bool,
+    /// Worker threads of spawned servers (-t).
+    #[arg(long, default_value_t = 1)]
+    pub server_threads: u32,
+    /// Memory of spawned servers in MiB (-m).
+    #[arg(long, default_value_t = 1024)]
+    pub server_memory: u64,
+    /// The memcached executable for --spawn memcached.
+    #[arg(long, default_value = "memcached")]
+    pub memcached_bin: String,
+    /// The memfleet executable for --spawn memfleet.
+    #[arg(long, default_value = "target/release/memfleet")]
+    pub memfleet_bin: String,
+    /// CPU that spawned servers are pinned to (taskset -c).
+    #[arg(long, default_value_t = 1)]
+    pub server_cpu: usize,
+    /// CPU the load generator is pinned to.
+    #[arg(long, default_value_t = 0)]
+    pub client_cpu: usize,
+    /// Pin nothing.
+    #[arg(long)]
+    pub no_pin: bool,
+}
+
+/// Parses `10s`, `250ms`, `1.5s`, `2m` or a plain number of seconds.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let (num, scale) = if let Some(n) = s.strip_suffix("ms") {
+        (n, 1e-3)
+    } else if let Some(n) = s.strip_suffix('s') {
+        (n, 1.0)
+    } else if let Some(n) = s.strip_suffix('m') {
+        (n, 60.0)
+    } else {
+        (s, 1.0)
+    };
+    match num.trim().parse::<f64>() {
+        Ok(v) if v.is_finite() && v >= 0.0 => Ok(Duration::from_secs_f64(v * scale)),
+        _ => Err(format!("bad duration {s:?} (like 10s, 500ms, 1m)")),
+    }
+}
+
+enum Target {
+    Spawn(SpawnSpec),
+    External(ExternalTarget),
+}
+
+impl Target {
+    fn name(&self) -> &str {
+        match self {
+            Target::Spawn(s) => s.name(),
+            Target::External(t) => &t.name,
+        }
+    }
+}
+
+/// Runs the benchmark, prints the per-run lines and the table, and returns the table's
+/// rows (medians over repeats) without judging them. [`run`] is this plus the verdict.
+pub fn bench(args: &LoadArgs) -> Result<Vec<Row>> {
+    if args.spawn.is_empty() && args.target.is_empty() {
+        bail!("nothing to load: give --spawn memcached|memfleet|NAME=CMD or --target NAME=HOST:PORT[,pid=PID]");
+    }
+    if args.conns == 0 || args.repeat == 0 || args.pipeline.contains(&0) || args.pipeline.is_empty()
+    {
+        bail!("--conns, --repeat and every --pipeline depth must be at least 1");
+    }
+    if args.duration.is_zero() {
+        bail!("--duration must be positive");
+    }
+    let workload = Workload::new(args.keys, args.get_ratio, args.value_size, args.zipf)
+        .map_err(anyhow::Error::msg)?;
+    let workload = Rc::new(workload);
+    let targets: Vec<Target> = args
+        .spawn
+        .iter()
+        .cloned()
+        .map(Target::Spawn)
+        .chain(args.target.iter().cloned().map(Target::External))
+        .collect();
+    let command = report::shell_line(&std::env::args().collect::<Vec<_>>());
+    let load_at_start = cpu::load_average().unwrap_or_else(|e| format!("unknown ({e})"));
+    let cpus = cpu::online_cpus();
+
+    println!(
+        "memfleet bench: {} connections, pipeline {}, {} keys ({}), {:.0}% get / {:.0}% set, \
+         {}-byte values, {:?} warm-up + {:?} measured per run, {} repeat(s)",
+        args.conns,
+        args.pipeline
+            .iter()
+            .map(|d| d.to_string())
+            .collect::<Vec<_>>()
+            .join(","),
+        args.keys,
+        args.zipf.map_or("uniform".into(), |s| format!("zipf {s}")),
+        args.get_ratio * 100.0,
+        (1.0 - args.get_ratio) * 100.0,
+        args.value_size,
+        args.warmup,
+        args.duration,
+        args.repeat
+    );
+    println!("load average at start: {load_at_start} ({cpus} CPUs online)");
+    println!("command: {command}");
+
+    let (client_pin, server_pin) = if args.no_pin {
+        (None, None)
+    } else if args.client_cpu < cpus && args.server_cpu < cpus {
+        (Some(args.client_cpu), Some(args.server_cpu))
+    } else {
+        println!(
+            "note: not pinning (CPU {} or {} is not online)",
+            args.client_cpu, args.server_cpu
+        );
+        (None, None)
+    };
+    let _pinned = client_pin.map(cpu::pin_this_thread).transpose()?;
+    if let (Some(c), Some(s)) = (client_pin, server_pin) {
+        println!("pinning: load generator on CPU {c}, spawned servers on CPU {s}");
+    }
+    let settings = ServerSettings {
+        memcached_bin: args.memcached_bin.clone(),
+        memfleet_bin: args.memfleet_bin.clone(),
+        threads: args.server_threads,
+        memory_mib: args.server_memory,
+    };
+
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("building the tokio runtime")?;
+    let local = tokio::task::LocalSet::new();
+    // runs[target][depth] holds one row per repeat.
+    let mut runs: Vec<Vec<Vec<Row>>> = vec![vec![Vec::new(); args.pipeline.len()]; targets.len()];
+    local.block_on(&rt, async {
+        for r in 1..=args.repeat {
+            for (ti, t) in targets.iter().enumerate() {
+                let rows = run_target(args, t, &settings, server_pin, &workload, r).await?;
+                for (di, row) in rows.into_iter().enumerate() {
+                    runs[ti][di].push(row);
+                }
+            }
+        }
+        anyhow::Ok(())
+    })?;
+
+    let rows: Vec<Row> = runs
+        .iter()
+        .flat_map(|per_depth| per_depth.iter().map(|reps| Row::median(reps)))
+        .collect();
+    println!();
+    if args.repeat > 1 {
+        println!("median of {} runs:", args.repeat);
+    }
+    print!("{}", report::table(&rows));
+    if args.repeat > 1 {
+        for per_depth in &runs {
+            for reps in per_depth {
+                let cpu: Vec<String> = reps
+                    .iter()
+                    .map(|r| r.server_us_per_op.map_or("-".into(), |c| format!("{c:.2}")))
+                    .collect();
+                let ops: Vec<String> = reps
+                    .iter()
+                    .map(|r| format!("{:.0}", r.ops_per_sec))
+                    .collect();
+                println!(
+                    "  {} depth {}: srv CPU µs/op per run [{}], ops/s per run [{}]",
+                    reps[0].target,
+                    reps[0].depth,
+                    cpu.join(", "),
+                    ops.join(", ")
+                );
+            }
+        }
+    }
+    let load_at_end = cpu::load_average().unwrap_or_else(|e| format!("unknown ({e})"));
+    println!("load average: {load_at_start} at start, {load_at_end} at end");
+    println!("command: {command}");
+    Ok(rows)
+}
+
+/// Runs the benchmark and fails (after printing everything) if any reply was wrong or any
+/// connection failed.
+pub fn run(args: &LoadArgs) -> Result<()> {
+    let rows = bench(args)?;
+    let errors: u64 = rows.iter().map(|r| r.errors).sum();
+    if errors > 0 {
+        bail!("{errors} error(s): wrong replies or failed connections (details above)");
+    }
+    Ok(())
+}
+
+/// One repeat of one target: start it if needed, pre-fill, one run per depth.
+async fn run_target(
+    args: &LoadArgs,
+    target: &Target,
+    settings: &ServerSettings,
+    server_pin: Option<usize>,
+    workload: &Rc<Workload>,
+    repeat: usize,
+) -> Result<Vec<Row>> {
+    let (mut spawned, addr, pid) = match target {
+        Target::Spawn(spec) => {
+            let port = target::free_port()?;
+            let addr = ([127, 0, 0, 1], port).into();
+            let server = Spawned::start(&spec.argv(port, settings), addr, server_pin)?;
+            println!(
+                "[{}] started {} (pid {})",
+                spec.name(),
+                report::shell_line(&server.command),
+                server.pid()
+            );
+            let pid = server.pid();
+            (Some(server), addr, Some(pid))
+        }
+        Target::External(t) => (None, t.addr, t.pid),
+    };
+    if !args.no_prefill {
+        let start = Instant::now();
+        client::prefill(addr, workload, 100).await?;
+        println!(
+            "[{}] pre-filled {} keys in {:.2} s",
+            target.name(),
+            workload.keys(),
+            start.elapsed().as_secs_f64()
+        );
+    }
+    let mut rows = Vec::new();
+    for &depth in &args.pipeline {
+        let cfg = LoadConfig {
+            addr,
+            server_pid: pid,
+            conns: args.conns,
+            depth,
+            warmup: args.warmup,
+            duration: args.duration,
+            seed: args.seed.wrapping_add(repeat as u64),
+        };
+        let m: Measured = client::measure(&cfg, workload.clone())
+            .await
+            .with_context(|| format!("loading {} at pipeline depth {depth}", target.name()))?;
+        let row = Row::from_measured(target.name(), depth, &m);
+        println!(
+            "[{}] run {repeat}/{}: {}",
+            target.name(),
+            args.repeat,
+            row.brief()
+        );
+        if m.stats.misses > 0 {
+            println!(
+                "[{}]   {} get misses after pre-fill (evictions, or --no-prefill)",
+                target.name(),
+                m.stats.misses
+            );
+        }
+        for (kind, (count, example)) in &m.stats.error_kinds {
+            println!(
+                "[{}]   ERROR {count} x {kind}; first: {example}",
+                target.name()
+            );
+        }
+        rows.push(row);
+        if let Some(server) = &mut spawned {
+            server.check_alive()?;
+        }
+    }
+    // Dropping `spawned` stops the server before the next target starts.
+    drop(spawned);
+    Ok(rows)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("10s"), Ok(Duration::from_secs(10)));
+        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
+        assert_eq!(parse_duration("1.5"), Ok(Duration::from_millis(1500)));
+        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+        assert!(parse_duration("soon").is_err());
+        assert!(parse_duration("-1s").is_err());
+    }
+}

@@ -1,0 +1,334 @@
+//! The servers under test: external ones (`--target NAME=ADDR[,pid=PID]`) and
+//! ones this process starts itself (`--spawn memcached|memfleet|NAME=COMMAND`),
+//! on a free loopback port, optionally pinned with `taskset`, waited for until
+//! they accept connections, and stopped (SIGTERM, then SIGKILL) when dropped.
+//! Not here: the load itself (`client`).
+
+use std::fs::File;
+use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+
+/// How long a spawned server may take to accept connections.
+const START_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A server given on the command line with `--target`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExternalTarget {
+    /// Name in the report.
+    pub name: String,
+    /// Where it listens.
+    pub addr: SocketAddr,
+    /// Its PID, for its CPU time.
+    pub pid: Option<u32>,
+}
+
+/// Parses `NAME=HOST:PORT[,pid=PID]` or `HOST:PORT[,pid=PID]`.
+pub fn parse_target(s: &str) -> Result<ExternalTarget, String> {
+    let mut parts = s.split(',');
+    let first = parts.next().unwrap_or_default();
+    let (name, addr) = match first.split_once('=') {
+        Some((name, addr)) if !name.is_empty() => (name.to_string(), addr),
+        Some(_) => return Err(format!("empty target name in {s:?}")),
+        None => (first.to_string(), first),
+    };
+    let addr = addr
+        .to_socket_addrs()
+        .map_err(|e| format!("bad address {addr:?}: {e}"))?
+        .next()
+        .ok_or_else(|| format!("{addr:?} resolves to no address"))?;
+    let mut pid = None;
+    for part in parts {
+        match part.split_once('=') {
+            Some(("pid", p)) => {
+                pid = Some(p.parse().map_err(|_| format!("bad pid {p:?} in {s:?}"))?);
+            }
+            _ => {
+                return Err(format!(
+                    "unknown target option {part:?} in {s:?} (only pid=PID)"
+                ))
+            }
+        }
+    }
+    Ok(ExternalTarget { name, addr, pid })
+}
+
+/// A server to start: `memcached`, `memfleet` or `NAME=COMMAND` (`{port}` in COMMAND is
+/// replaced by the chosen port; split on whitespace, no shell).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SpawnSpec {
+    /// Debian's memcached.
+    Memcached,
+    /// `memfleet server`.
+    Memfleet,
+    /// Any command.
+    Custom {
+        /// Name in the report.
+        name: String,
+        /// The argument vector, with `{port}` placeholders.
+        argv: Vec<String>,
+    },
+}
+
+/// Parses a `--spawn` value.
+pub fn parse_spawn(s: &str) -> Result<SpawnSpec, String> {
+    match s {
+        "memcached" => Ok(SpawnSpec::Memcached),
+        "memfleet" => Ok(SpawnSpec::Memfleet),
+        _ => {
+            let Some((name, cmd)) = s.split_once('=') else {
+                return Err(format!(
+                    "unknown server {s:?}: use memcached, memfleet or NAME='COMMAND -p {{port}}'"
+                ));
+            };
+            let argv: Vec<String> = cmd.split_whitespace().map(String::from).collect();
+            if name.is_empty() || argv.is_empty() {
+                return Err(format!("empty name or command in {s:?}"));
+            }
+            if !argv.iter().any(|a| a.contains("{port}")) {
+                return Err(format!("the command in {s:?} must contain {{port}}"));
+            }
+            Ok(SpawnSpec::Custom {
+                name: name.to_string(),
+                argv,
+            })
+        }
+    }
+}
+
+/// What the built-in server commands are made of.
+#[derive(Debug, Clone)]
+pub struct ServerSettings {
+    /// memcached executable.
+    pub memcached_bin: String,
+    /// memfleet executable.
+    pub memfleet_bin: String,
+    /// Worker threads (`-t`).
+    pub threads: u32,
+    /// Memory in MiB (`-m`).
+    pub memory_mib: u64,
+}
+
+impl SpawnSpec {
+    /// Name in the report.
+    pub fn name(&self) -> &str {
+        match self {
+            SpawnSpec::Memcached => "memcached",
+            SpawnSpec::Memfleet => "memfleet",
+            SpawnSpec::Custom { name, .. } => name,
+        }
+    }
+
+    /// The command line for a server on `port`.
+    pub fn argv(&self, port: u16, s: &ServerSettings) -> Vec<String> {
+        let (p, t, m) = (
+            port.to_string(),
+            s.threads.to_string(),
+            s.memory_mib.to_string(),
+        );
+        match self {
+            SpawnSpec::Memcached => [
+                s.memcached_bin.as_str(),
+                // Root needs -u; as another user memcached ignores it.
+                "-u",
+                "nobody",
+                "-l",
+                "127.0.0.1",
+                "-p",
+                &p,
+                "-U",
+                "0",
+                "-t",
+                &t,
+                "-m",
+                &m,
+            ]
+            .map(String::from)
+            .to_vec(),
+            SpawnSpec::Memfleet => [
+                s.memfleet_bin.as_str(),
+                "server",
+                "-l",
+                "127.0.0.1",
+                "-p",
+                &p,
+                "-t",
+                &t,
+                "-m",
+                &m,
+            ]
+            .map(String::from)
+            .to_vec(),
+            SpawnSpec::Custom { argv, .. } => {
+                argv.iter().map(|a| a.replace("{port}", &p)).collect()
+            }
+        }
+    }
+}
+
+/// A port on 127.0.0.1 that was free a moment ago.
+pub fn free_port() -> Result<u16> {
+    let l = TcpListener::bind("127.0.0.1:0").context("finding a free port")?;
+    Ok(l.local_addr()?.port())
+}
+
+/// A server process this run started; stopped on drop.
+pub struct Spawned {
+    child: Child,
+    /// Where it listens.
+    pub addr: SocketAddr,
+    /// The full command line it was started with (taskset included).
+    pub command: Vec<String>,
+    stderr_path: PathBuf,
+}
+
+impl Spawned {
+    /// Starts `argv` (under `taskset -c CPU` when `cpu` is given) and waits until `addr`
+    /// accepts connections.
+    pub fn start(argv: &[String], addr: SocketAddr, cpu: Option<usize>) -> Result<Spawned> {
+        let mut command = Vec::new();
+        if let Some(cpu) = cpu {
+            command.extend(["taskset".to_string(), "-c".into(), cpu.to_string()]);
+        }
+        command.extend(argv.iter().cloned());
+        let stderr_path = std::env::temp_dir().join(format!(
+            "memfleet-bench-{}-{}.stderr",
+            std::process::id(),
+            addr.port()
+        ));
+        let stderr = File::create(&stderr_path)
+            .with_context(|| format!("creating {}", stderr_path.display()))?;
+        let child = Command::new(&command[0])
+            .args(&command[1..])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(stderr)
+            .spawn()
+            .with_context(|| format!("starting {}", command[0]))?;
+        let mut server = Spawned {
+            child,
+            addr,
+            command,
+            stderr_path,
+        };
+        server.wait_ready()?;
+        Ok(server)
+    }
+
+    /// The server's PID: taskset execs the server, so it is the child's.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    fn stderr_text(&self) -> String {
+        std::fs::read_to_string(&self.stderr_path).unwrap_or_default()
+    }
+
+    fn wait_ready(&mut self) -> Result<()> {
+        let start = Instant::now();
+        loop {
+            if let Some(status) = self.child.try_wait()? {
+                bail!(
+                    "{} exited at start ({status}): {}",
+                    super::report::shell_line(&self.command),
+                    self.stderr_text().trim()
+                );
+            }
+            if TcpStream::connect_timeout(&self.addr, Duration::from_millis(200)).is_ok() {
+                return Ok(());
+            }
+            if start.elapsed() > START_TIMEOUT {
+                bail!(
+                    "{} did not accept connections on {} within {START_TIMEOUT:?}",
+                    super::report::shell_line(&self.command),
+                    self.addr
+                );
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Whether the server is still running.
+    pub fn check_alive(&mut self) -> Result<()> {
+        if let Some(status) = self.child.try_wait()? {
+            bail!(
+                "the server {} died ({status}): {}",
+                super::report::shell_line(&self.command),
+                self.stderr_text().trim()
+            );
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Spawned {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            // SIGTERM first so a server can exit cleanly (and flush what it prints).
+            let pid = self.child.id() as libc::pid_t;
+            // SAFETY: kill only sends a signal to our own child, which has not been reaped
+            // (try_wait said it is running), so the PID cannot have been reused.
+            unsafe { libc::kill(pid, libc::SIGTERM) };
+            let start = Instant::now();
+            while start.elapsed() < Duration::from_secs(3) {
+                if let Ok(Some(_)) = self.child.try_wait() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+        let _ = std::fs::remove_file(&self.stderr_path);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn targets_parse() {
+        assert_eq!(
+            parse_target("memfleet=127.0.0.1:11211,pid=1234").unwrap(),
+            ExternalTarget {
+                name: "memfleet".into(),
+                addr: "127.0.0.1:11211".parse().unwrap(),
+                pid: Some(1234)
+            }
+        );
+        let t = parse_target("127.0.0.1:5").unwrap();
+        assert_eq!((t.name.as_str(), t.pid), ("127.0.0.1:5", None));
+        assert!(parse_target("x=127.0.0.1:5,cpu=1").is_err());
+        assert!(parse_target("x=127.0.0.1:5,pid=z").is_err());
+        assert!(parse_target("=127.0.0.1:5").is_err());
+        assert!(parse_target("x=nowhere").is_err());
+    }
+
+    #[test]
+    fn spawn_commands() {
+        let s = ServerSettings {
+            memcached_bin: "memcached".into(),
+            memfleet_bin: "target/release/memfleet".into(),
+            threads: 1,
+            memory_mib: 1024,
+        };
+        assert_eq!(
+            parse_spawn("memcached").unwrap().argv(7, &s).join(" "),
+            "memcached -u nobody -l 127.0.0.1 -p 7 -U 0 -t 1 -m 1024"
+        );
+        assert_eq!(
+            parse_spawn("memfleet").unwrap().argv(7, &s).join(" "),
+            "target/release/memfleet server -l 127.0.0.1 -p 7 -t 1 -m 1024"
+        );
+        let c = parse_spawn("old=/opt/mc -p {port} -t 2").unwrap();
+        assert_eq!(c.name(), "old");
+        assert_eq!(c.argv(9, &s).join(" "), "/opt/mc -p 9 -t 2");
+        assert!(parse_spawn("nginx").is_err());
+        assert!(parse_spawn("x=/bin/true").is_err());
+        assert!(parse_spawn("=a {port}").is_err());
+    }
+}
