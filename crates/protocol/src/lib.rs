@@ -3,7 +3,7 @@
 //!
 //! This crate is shared by the server and the router. It is not a connection handler: it
 //! never reads or writes a socket, keeps no state between requests, and does not execute
-//! anything. (The binary protocol is not covered either.)
+//! anything. The binary protocol lives in [`binary`], with the same shape.
 //!
 //! - [`parse`] takes the bytes buffered so far and returns one [`Request`] borrowing from
 //!   them, plus how many bytes it used; [`ParseError::Incomplete`] means "read more";
@@ -35,6 +35,7 @@
 //! ```
 
 pub mod base64;
+pub mod binary;
 mod encode;
 mod error;
 mod flags;
