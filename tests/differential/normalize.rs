@@ -137,17 +137,23 @@ pub fn binary(raw: &[u8], cas: &mut Vec<u64>, normalize: bool) -> Vec<u8> {
         } else {
             format!("#{}", cas_index(cas, c))
         };
+        // Rule version: the body is the version string, so its length differs too.
+        let version = normalize && op == 0x0b && status == 0;
+        let body_shown = if version {
+            "*".to_string()
+        } else {
+            body.to_string()
+        };
         let _ = write!(
             out,
             "[magic={:02x} op={op:02x} status={status:04x} datatype={:02x} opaque={opaque:08x} cas={c} \
-             extlen={ext_len} keylen={key_len} bodylen={body}] extras={:02x?} key=\"{}\" ",
+             extlen={ext_len} keylen={key_len} bodylen={body_shown}] extras={:02x?} key=\"{}\" ",
             h[0],
             h[5],
             extras,
             crate::harness::escape(key)
         );
-        if normalize && op == 0x0b && status == 0 {
-            // Rule version.
+        if version {
             out.push_str("value=*\n");
         } else {
             let _ = writeln!(out, "value=\"{}\"", crate::harness::escape(value));

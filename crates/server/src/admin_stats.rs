@@ -148,24 +148,35 @@ impl<'s> StatsReport<'s> {
         ]
     }
 
-    /// `stats`: the general statistics.
-    pub fn general(&self, out: &mut Vec<u8>) {
-        for (name, value) in self.general_values() {
-            stat(out, name, &value);
+    /// A statistics group by name, as `(name, value)` pairs: `None` for an unknown group.
+    /// The general group is the empty name; `memfleet` is the engine's own figures.
+    pub fn group(&self, name: &[u8]) -> Option<Vec<(String, String)>> {
+        let pairs = |values: Vec<(&'static str, Value)>| {
+            values
+                .into_iter()
+                .map(|(n, v)| (n.to_string(), v.render()))
+                .collect()
+        };
+        Some(match name {
+            b"" => pairs(self.general_values()),
+            b"memfleet" => pairs(self.engine_values()),
+            b"settings" => self.settings(),
+            b"items" => self.items(),
+            b"slabs" => self.slabs(),
+            b"conns" | b"sizes" => Vec::new(),
+            _ => return None,
+        })
+    }
+
+    /// Writes a group in the text protocol (`STAT name value` lines, then `END`).
+    pub fn write_text(pairs: &[(String, String)], out: &mut Vec<u8>) {
+        for (name, value) in pairs {
+            response::stat(out, name.as_bytes(), value.as_bytes());
         }
         response::end(out);
     }
 
-    /// `stats memfleet`: the engine's own figures only.
-    pub fn engine(&self, out: &mut Vec<u8>) {
-        for (name, value) in self.engine_values() {
-            stat(out, name, &value);
-        }
-        response::end(out);
-    }
-
-    /// `stats settings`.
-    pub fn settings(&self, out: &mut Vec<u8>) {
+    fn settings(&self) -> Vec<(String, String)> {
         let st = &self.shared.settings;
         let cfg = self.shared.cache.config();
         let idle = st.idle_timeout.map_or(0, |d| d.as_secs());
@@ -206,50 +217,51 @@ impl<'s> StatsReport<'s> {
                 cfg.expiry_precision_shift.to_string(),
             ),
         ];
-        for (name, value) in rows {
-            response::stat(out, name.as_bytes(), value.as_bytes());
-        }
-        response::end(out);
+        rows.into_iter().map(|(n, v)| (n.to_string(), v)).collect()
     }
 
-    /// `stats items`: one pseudo class holding every item (nothing when empty, like
-    /// memcached).
-    pub fn items(&self, out: &mut Vec<u8>) {
+    /// One pseudo class holding every item (nothing when empty, like memcached).
+    fn items(&self) -> Vec<(String, String)> {
         let e = &self.engine;
-        if e.items > 0 {
-            response::stat_u64(out, b"items:1:number", e.items);
-            response::stat_u64(out, b"items:1:age", 0);
-            response::stat_u64(out, b"items:1:evicted", e.evicted_items);
-            response::stat_u64(out, b"items:1:evicted_nonzero", 0);
-            response::stat_u64(out, b"items:1:outofmemory", e.out_of_memory);
-            response::stat_u64(out, b"items:1:reclaimed", e.expired_items);
-            response::stat_u64(out, b"items:1:expired_unfetched", e.expired_items);
-            response::stat_u64(out, b"items:1:evicted_unfetched", 0);
+        if e.items == 0 {
+            return Vec::new();
         }
-        response::end(out);
+        [
+            ("items:1:number", e.items),
+            ("items:1:age", 0),
+            ("items:1:evicted", e.evicted_items),
+            ("items:1:evicted_nonzero", 0),
+            ("items:1:outofmemory", e.out_of_memory),
+            ("items:1:reclaimed", e.expired_items),
+            ("items:1:expired_unfetched", e.expired_items),
+            ("items:1:evicted_unfetched", 0),
+        ]
+        .iter()
+        .map(|(n, v)| (n.to_string(), v.to_string()))
+        .collect()
     }
 
-    /// `stats slabs`: segments presented as one slab class of segment-sized pages.
-    pub fn slabs(&self, out: &mut Vec<u8>) {
+    /// Segments presented as one slab class of segment-sized pages.
+    fn slabs(&self) -> Vec<(String, String)> {
         let e = &self.engine;
         let used = e.segments - e.segments_free;
+        let mut rows = Vec::new();
         if used > 0 {
-            response::stat_u64(out, b"1:chunk_size", e.segment_size);
-            response::stat_u64(out, b"1:chunks_per_page", 1);
-            response::stat_u64(out, b"1:total_pages", used);
-            response::stat_u64(out, b"1:total_chunks", used);
-            response::stat_u64(out, b"1:used_chunks", e.items);
-            response::stat_u64(out, b"1:free_chunks", e.segments_free);
-            response::stat_u64(out, b"1:mem_requested", e.bytes);
+            rows.extend([
+                ("1:chunk_size", e.segment_size),
+                ("1:chunks_per_page", 1),
+                ("1:total_pages", used),
+                ("1:total_chunks", used),
+                ("1:used_chunks", e.items),
+                ("1:free_chunks", e.segments_free),
+                ("1:mem_requested", e.bytes),
+            ]);
         }
-        response::stat_u64(out, b"active_slabs", u64::from(used > 0));
-        response::stat_u64(out, b"total_malloced", used * e.segment_size);
-        response::end(out);
-    }
-
-    /// Just `END` (for `stats` groups memfleet has nothing to say about).
-    pub fn end(&self, out: &mut Vec<u8>) {
-        response::end(out);
+        rows.push(("active_slabs", u64::from(used > 0)));
+        rows.push(("total_malloced", used * e.segment_size));
+        rows.iter()
+            .map(|(n, v)| (n.to_string(), v.to_string()))
+            .collect()
     }
 
     /// The Prometheus text exposition of the general statistics: `memfleet_<name>`, one
@@ -301,10 +313,12 @@ fn is_gauge(name: &str) -> bool {
         || (name.starts_with("segcache_hash_") && name != "segcache_hash_growths")
 }
 
-fn stat(out: &mut Vec<u8>, name: &str, value: &Value) {
-    match value {
-        Value::Int(n) => response::stat_u64(out, name.as_bytes(), *n),
-        Value::Float(f) => response::stat(out, name.as_bytes(), format!("{f:.6}").as_bytes()),
-        Value::Text(t) => response::stat(out, name.as_bytes(), t.as_bytes()),
+impl Value {
+    fn render(&self) -> String {
+        match self {
+            Value::Int(n) => n.to_string(),
+            Value::Float(f) => format!("{f:.6}"),
+            Value::Text(t) => t.clone(),
+        }
     }
 }

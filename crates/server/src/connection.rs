@@ -14,6 +14,7 @@
 
 use crate::execute::{Executor, Next};
 use crate::worker::WorkerContext;
+use memfleet_protocol::binary::{self, BinError};
 use memfleet_protocol::{parse, ErrorKind, KeyBytes, MetaKey, ParseError, ParserConfig};
 use std::io;
 use std::rc::Rc;
@@ -40,6 +41,9 @@ pub struct ParseState {
     swallow: usize,
     /// A paused multi-get's next key.
     resume: Option<usize>,
+    /// The connection's protocol, fixed by its first byte as memcached's `-B auto` does:
+    /// `Some(true)` for binary.
+    binary: Option<bool>,
 }
 
 /// What a batch of processing ended with.
@@ -72,6 +76,14 @@ pub fn process(
             return (pos, Flow::NeedInput);
         }
     }
+    let binary = match (state.binary, input.get(pos)) {
+        (Some(b), _) => b,
+        (None, Some(&first)) => *state.binary.insert(binary::is_binary(first)),
+        (None, None) => return (pos, Flow::NeedInput),
+    };
+    if binary {
+        return process_binary(exec, config, input, pos, state, out, budget);
+    }
     loop {
         if out.len() >= budget {
             return (pos, Flow::OutputFull);
@@ -101,6 +113,52 @@ pub fn process(
                     }
                 }
                 out.extend_from_slice(rejection.reply());
+                if rejection.close() {
+                    return (input.len(), Flow::Close);
+                }
+                let available = input.len() - pos;
+                if rejection.skip <= available {
+                    pos += rejection.skip;
+                } else {
+                    state.swallow = rejection.skip - available;
+                    return (input.len(), Flow::NeedInput);
+                }
+            }
+        }
+    }
+}
+
+/// [`process`] for a binary-protocol connection.
+fn process_binary(
+    exec: &mut Executor<'_>,
+    config: &ParserConfig,
+    input: &[u8],
+    mut pos: usize,
+    state: &mut ParseState,
+    out: &mut Vec<u8>,
+    budget: usize,
+) -> (usize, Flow) {
+    loop {
+        if out.len() >= budget {
+            return (pos, Flow::OutputFull);
+        }
+        if pos == input.len() {
+            return (pos, Flow::NeedInput);
+        }
+        match binary::parse(&input[pos..], config) {
+            Ok((request, used)) => {
+                pos += used;
+                if exec.run_binary(&request, out) == Next::Close {
+                    return (pos, Flow::Close);
+                }
+            }
+            Err(BinError::Incomplete) => return (pos, Flow::NeedInput),
+            Err(BinError::Invalid(rejection)) => {
+                if let Some(key) = rejection.stale_key(&input[pos..]) {
+                    // As for a text `set`: a refused value must not leave the old one.
+                    exec.handle.delete(key);
+                }
+                rejection.reply(out);
                 if rejection.close() {
                     return (input.len(), Flow::Close);
                 }

@@ -5,6 +5,8 @@
 //! to read and write. The one wrinkle is a multi-get whose values would grow the output
 //! buffer without bound: [`Executor::get`] stops at a byte budget and says where to resume.
 
+mod binary;
+
 use crate::admin_stats::StatsReport;
 use crate::stats::WorkerCounters;
 use crate::worker::Shared;
@@ -298,22 +300,18 @@ impl Executor<'_> {
         let mut words = args;
         let report = StatsReport::new(self.shared);
         match words.next() {
-            None => report.general(out),
-            Some(b"settings") => report.settings(out),
-            Some(b"items") => report.items(out),
-            Some(b"slabs") => report.slabs(out),
-            Some(b"conns") => report.end(out),
             Some(b"reset") => {
                 report.reset();
                 response::status(out, Status::Reset);
             }
             Some(b"detail") => match words.next() {
-                Some(b"on") | Some(b"off") => response::status(out, Status::Ok),
                 Some(b"dump") => response::end(out),
-                _ => out.extend_from_slice(b"OK\r\n"),
+                _ => response::status(out, Status::Ok),
             },
-            Some(b"memfleet") => report.engine(out),
-            Some(_) => response::status(out, Status::Error),
+            group => match report.group(group.unwrap_or_default()) {
+                Some(pairs) => StatsReport::write_text(&pairs, out),
+                None => response::status(out, Status::Error),
+            },
         }
     }
 

@@ -57,6 +57,16 @@ impl HandleCounters {
     }
 }
 
+/// The CAS unique clients see: the hash bucket's shared 32-bit write counter (Segcache
+/// keeps one per bucket, not one per item) in the high half, and 32 bits of the key's hash in
+/// the low half. It changes whenever any key of the bucket is written, and, unlike the bare
+/// counter, differs between keys (unless their hashes agree in those 32 bits), as memcached's
+/// global counter does; it survives table growth because it does not depend on the bucket's
+/// position.
+pub(crate) fn client_cas(bucket_cas: u32, h: u64) -> u64 {
+    (u64::from(bucket_cas) << 32) | (h & 0xffff_ffff)
+}
+
 /// One thread's way into the cache. `Send`, not `Sync`: give each thread its own.
 pub struct Handle {
     pub(crate) shared: Arc<Shared>,
@@ -82,7 +92,7 @@ pub struct ItemRef<'a> {
     seg: u32,
     offset: usize,
     header: Header,
-    cas: u32,
+    cas: u64,
     pub(crate) slot: Slot,
     deadline: u32,
 }
@@ -100,10 +110,9 @@ impl ItemRef<'_> {
     pub fn flags(&self) -> u32 {
         self.header.client_flags
     }
-    /// The CAS value (shared by the keys of one hash bucket; changes whenever any of
-    /// their values changes).
+    /// The CAS unique: see [`client_cas`].
     pub fn cas(&self) -> u64 {
-        u64::from(self.cas)
+        self.cas
     }
     /// Lease and hold-off marks ([`crate::MARK_STALE`] and friends).
     pub fn marks(&self) -> u8 {
@@ -327,7 +336,7 @@ impl Handle {
                 seg,
                 offset,
                 header: item_header,
-                cas,
+                cas: client_cas(cas, h),
                 slot: current,
                 deadline,
             })))

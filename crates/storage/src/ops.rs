@@ -9,7 +9,7 @@
 
 use crate::cache::Shared;
 use crate::clock::{Expiry, NEVER};
-use crate::handle::{hash, Handle, HandleCounters, ItemRef, Written};
+use crate::handle::{client_cas, hash, Handle, HandleCounters, ItemRef, Written};
 use crate::hashtable::{tag_of, ChainGuard, Slot, Table, TableFull};
 use crate::item::{self, Header, MARK_STALE, MARK_TOKEN, MARK_TOMBSTONE};
 use crate::numeric;
@@ -252,7 +252,9 @@ impl Handle {
                 StoreMode::Cas(_) if !old.as_ref().is_some_and(Existing::has_value) => {
                     Err(StoreStatus::NotFound)
                 }
-                StoreMode::Cas(cas) if u64::from(chain.cas()) != cas => Err(StoreStatus::Exists),
+                StoreMode::Cas(cas) if client_cas(chain.cas(), h) != cas => {
+                    Err(StoreStatus::Exists)
+                }
                 _ => Ok(()),
             };
             if let Err(status) = verdict {

@@ -112,7 +112,7 @@ func main() {
 		os.Exit(2)
 	}
 	mc := memcache.New(os.Args[1])
-	mc.Timeout = 10 * time.Second
+	mc.Timeout = 3 * time.Second
 	s := &suite{mc: mc, prefix: fmt.Sprintf("it:gomemcache:%d:%x:", os.Getpid(), rand.Uint32())}
 	k := s.k
 	start := time.Now()
@@ -197,6 +197,14 @@ func main() {
 		if s.get(k("cas")) != nil {
 			fail("cas recreated a deleted key")
 		}
+		// A new item under the same key must not accept the id of the one it replaced.
+		s.set(k("cas"), []byte("v5"))
+		old := s.get(k("cas"))
+		must(mc.Delete(k("cas")), "delete")
+		s.set(k("cas"), []byte("again"))
+		old.Value = []byte("v6")
+		wantErr(mc.CompareAndSwap(old), memcache.ErrCASConflict, "cas with the id of a deleted, re-set item")
+		eqBytes(s.value(k("cas")), []byte("again"), "value after that cas")
 	})
 
 	s.run("incr_decr", func() {

@@ -18,8 +18,8 @@ mc = pylibmc.Client(
     binary=binary,
     # cas: libmemcached only fetches cas ids when asked to; timeouts keep a broken server from
     # hanging the run (milliseconds).
-    behaviors={"cas": True, "connect_timeout": 5000, "receive_timeout": 10_000_000,
-               "send_timeout": 10_000_000, "tcp_nodelay": True},
+    behaviors={"cas": True, "connect_timeout": 3000, "receive_timeout": 3_000_000,
+               "send_timeout": 3_000_000, "_poll_timeout": 3000, "tcp_nodelay": True},
 )
 
 
@@ -30,7 +30,7 @@ def false_or_not_found(fn):
         return False
 
 
-# libmemcached 1.0.16 (bundled in the pylibmc wheel) waits for its poll timeout (5 s) after a
+# libmemcached 1.0.16 (bundled in the pylibmc wheel) waits for its poll timeout (3 s) after a
 # binary TOUCH reply that carries the 4-byte flags extras memcached sends; the touch itself
 # succeeds. A separate client with a short poll timeout keeps the touch test fast.
 toucher = mc.clone()
@@ -106,6 +106,12 @@ def cas():
     eq(mc.cas(k("cas"), b"v5", token2), False, "cas after an intervening set")
     eq(false_or_not_found(lambda: mc.cas(k("cas-missing"), b"x", token2)), False, "cas of a missing key")
     eq(mc.get(k("cas-missing")), None, "cas must not create")
+    # A new item under the same key must not accept the token of the one it replaced.
+    _, old = mc.gets(k("cas"))
+    mc.delete(k("cas"))
+    mc.set(k("cas"), b"again")
+    eq(mc.cas(k("cas"), b"v6", old), False, "cas with the token of a deleted, re-set item")
+    eq(mc.get(k("cas")), b"again", "value after that cas")
 
 
 @s.case

@@ -22,8 +22,8 @@ class RawSerde:
 addr = parse_addr(sys.argv)
 # default_noreply=False: pymemcache otherwise sends `noreply` on every storage command and
 # reports True whatever the server said, which would hide add/replace semantics.
-mc = Client(addr, default_noreply=False, connect_timeout=5, timeout=10)
-raw = Client(addr, default_noreply=False, connect_timeout=5, timeout=10, serde=RawSerde())
+mc = Client(addr, default_noreply=False, connect_timeout=3, timeout=3)
+raw = Client(addr, default_noreply=False, connect_timeout=3, timeout=3, serde=RawSerde())
 s = Suite("pymemcache")
 k = s.key
 
@@ -93,6 +93,12 @@ def cas():
     mc.set(k("cas"), b"v4")
     eq(mc.cas(k("cas"), b"v5", token2), False, "cas after an intervening set")
     eq(mc.cas(k("cas-missing"), b"x", token2), None, "cas of a missing key (NOT_FOUND)")
+    # A new item under the same key must not accept the token of the one it replaced.
+    _, old = mc.gets(k("cas"))
+    mc.delete(k("cas"))
+    mc.set(k("cas"), b"again")
+    eq(mc.cas(k("cas"), b"v6", old), False, "cas with the token of a deleted, re-set item")
+    eq(mc.get(k("cas")), b"again", "value after that cas")
 
 
 @s.case

@@ -13,7 +13,7 @@ from harness import LARGE_SIZES, TRICKY, Suite, check, eq, parse_addr, random_by
 host, port = parse_addr(sys.argv)
 # dead_retry=0: python-memcached otherwise silently skips a server for 30 s after one error,
 # which would turn a single failure into a cascade of confusing ones.
-mc = memcache.Client(["%s:%d" % (host, port)], cache_cas=True, dead_retry=0, socket_timeout=10)
+mc = memcache.Client(["%s:%d" % (host, port)], cache_cas=True, dead_retry=0, socket_timeout=3)
 s = Suite("python-memcached")
 k = s.key
 
@@ -88,6 +88,13 @@ def cas():
     mc.delete(k("cas"))
     eq(mc.cas(k("cas"), b"v5"), False, "cas of a deleted key (NOT_FOUND)")
     eq(mc.get(k("cas")), None, "cas must not recreate a deleted key")
+    # A new item under the same key must not accept the id of the one it replaced.
+    other.set(k("cas"), b"v6")
+    eq(mc.gets(k("cas")), b"v6", "gets")
+    other.delete(k("cas"))
+    other.set(k("cas"), b"again")
+    eq(mc.cas(k("cas"), b"v7"), False, "cas with the id of a deleted, re-set item")
+    eq(mc.get(k("cas")), b"again", "value after that cas")
 
 
 @s.case

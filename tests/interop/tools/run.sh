@@ -38,7 +38,7 @@ run() {
 check_stats() {
     local out="$TMP/stat$1"
     shift
-    timeout 20 memcstat --servers="$SERVERS" "$@" >"$out" 2>"$out.err" || fail "memcstat $* exited $?: $(head -c 300 "$out.err")"
+    timeout 10 memcstat --servers="$SERVERS" "$@" >"$out" 2>"$out.err" || fail "memcstat $* exited $?: $(head -c 300 "$out.err")"
     [[ -s "$out.err" ]] && fail "memcstat $* wrote to stderr: $(head -c 300 "$out.err")"
     grep -q '^Server: ' "$out" || fail "no 'Server:' line in: $(head -c 300 "$out")"
     local key value
@@ -57,7 +57,7 @@ check_stats() {
 }
 
 evictions() {
-    timeout 20 memcstat --servers="$SERVERS" | sed -n 's/^\tevictions: //p'
+    timeout 10 memcstat --servers="$SERVERS" | sed -n 's/^\tevictions: //p'
 }
 
 # memcslap prints "Time to TEST N keys by T threads" and never fails by exit status: errors only
@@ -68,7 +68,7 @@ slap() {
     shift 2
     local out="$TMP/slap-$test" ev0 ev1
     ev0="$(evictions)"
-    timeout 60 memcslap --servers="$SERVERS" --concurrency=4 --execute-number=500 --test="$test" "$@" \
+    timeout 20 memcslap --servers="$SERVERS" --concurrency=4 --execute-number=500 --test="$test" "$@" \
         >"$out" 2>"$out.err" || fail "memcslap exited $?"
     ev1="$(evictions)"
     if ! grep -qE "Time to $test +$expect keys by +4 threads" "$out" || [[ -s "$out.err" ]]; then
@@ -82,7 +82,7 @@ slap() {
 memcaslap_run() {
     local out="$TMP/aslap" ev0 ev1
     ev0="$(evictions)"
-    timeout 60 memcaslap -s "$SERVERS" -T 2 -c 8 -x 20000 -X 200 -v 0.2 >"$out" 2>&1 \
+    timeout 20 memcaslap -s "$SERVERS" -T 2 -c 8 -x 20000 -X 200 -v 0.2 >"$out" 2>&1 \
         || fail "memcaslap exited $?: $(tail -c 300 "$out")"
     local get set
     get="$(sed -n 's/^cmd_get: //p' "$out" | tail -1)"
@@ -110,28 +110,28 @@ cp_cat() {
     head -c $((1024 * 1024 - 2048)) /dev/urandom >"$dir/$near"
     local f
     for f in "$small" "$big" "$near"; do
-        timeout 20 memccp --servers="$SERVERS" "${proto[@]}" --flags=123 --basename "$dir/$f" 2>"$TMP/err" \
+        timeout 10 memccp --servers="$SERVERS" "${proto[@]}" --flags=123 --basename "$dir/$f" 2>"$TMP/err" \
             || fail "memccp $f exited $?: $(head -c 200 "$TMP/err")"
-        timeout 20 memccat --servers="$SERVERS" "${proto[@]}" --file="$dir/$f.out" "$f" 2>"$TMP/err" \
+        timeout 10 memccat --servers="$SERVERS" "${proto[@]}" --file="$dir/$f.out" "$f" 2>"$TMP/err" \
             || fail "memccat $f exited $?: $(head -c 200 "$TMP/err")"
         cmp -s "$dir/$f" "$dir/$f.out" \
             || fail "memccat $f: $(stat -c %s "$dir/$f.out") bytes differ from the $(stat -c %s "$dir/$f") copied"
     done
     local flags
-    flags="$(timeout 20 memccat --servers="$SERVERS" "${proto[@]}" --flags "$small" | head -1)"
+    flags="$(timeout 10 memccat --servers="$SERVERS" "${proto[@]}" --flags "$small" | head -1)"
     [[ "$flags" == 123 ]] || fail "memccat --flags: expected 123, got '$flags'"
-    timeout 20 memcexist --servers="$SERVERS" "${proto[@]}" "$small" || fail "memcexist of a stored key exited $?"
-    timeout 20 memcexist --servers="$SERVERS" "${proto[@]}" "${PREFIX}missing" && fail "memcexist of a missing key succeeded"
-    timeout 20 memctouch --servers="$SERVERS" "${proto[@]}" --expire=3600 "$small" || fail "memctouch exited $?"
-    timeout 20 memctouch --servers="$SERVERS" "${proto[@]}" --expire=3600 "${PREFIX}missing" 2>/dev/null \
+    timeout 10 memcexist --servers="$SERVERS" "${proto[@]}" "$small" || fail "memcexist of a stored key exited $?"
+    timeout 10 memcexist --servers="$SERVERS" "${proto[@]}" "${PREFIX}missing" && fail "memcexist of a missing key succeeded"
+    timeout 10 memctouch --servers="$SERVERS" "${proto[@]}" --expire=3600 "$small" || fail "memctouch exited $?"
+    timeout 10 memctouch --servers="$SERVERS" "${proto[@]}" --expire=3600 "${PREFIX}missing" 2>/dev/null \
         && fail "memctouch of a missing key succeeded"
-    timeout 20 memcrm --servers="$SERVERS" "${proto[@]}" "$small" || fail "memcrm exited $?"
-    timeout 20 memccat --servers="$SERVERS" "${proto[@]}" "$small" >/dev/null 2>&1 && fail "memccat after memcrm found the key"
-    timeout 20 memcrm --servers="$SERVERS" "${proto[@]}" "$small" 2>/dev/null && fail "memcrm of a missing key succeeded"
+    timeout 10 memcrm --servers="$SERVERS" "${proto[@]}" "$small" || fail "memcrm exited $?"
+    timeout 10 memccat --servers="$SERVERS" "${proto[@]}" "$small" >/dev/null 2>&1 && fail "memccat after memcrm found the key"
+    timeout 10 memcrm --servers="$SERVERS" "${proto[@]}" "$small" 2>/dev/null && fail "memcrm of a missing key succeeded"
     return 0
 }
 
-run memcping bash -c "timeout 20 memcping --servers='$SERVERS' || { echo 'memcping exited non-zero' >'$TMP/why'; exit 1; }"
+run memcping bash -c "timeout 10 memcping --servers='$SERVERS' || { echo 'memcping exited non-zero' >'$TMP/why'; exit 1; }"
 run memcstat_text check_stats text
 run memcstat_binary check_stats binary --binary
 run memccp_memccat_text cp_cat

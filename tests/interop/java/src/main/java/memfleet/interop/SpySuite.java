@@ -51,7 +51,7 @@ final class SpySuite {
         ConnectionFactoryBuilder b = new ConnectionFactoryBuilder()
                 .setProtocol(binary ? ConnectionFactoryBuilder.Protocol.BINARY
                         : ConnectionFactoryBuilder.Protocol.TEXT)
-                .setOpTimeout(10_000)
+                .setOpTimeout(3_000)
                 // Cancel: fail operations at once when the connection is down instead of queueing
                 // them for a reconnect, so a broken server shows up as failures, not a hang.
                 .setFailureMode(FailureMode.Cancel)
@@ -130,6 +130,13 @@ final class SpySuite {
             mc.delete(s.k("cas")).get();
             eq(mc.cas(s.k("cas"), cv2.getCas(), f("v4"), raw), CASResponse.NOT_FOUND, "cas of a deleted key");
             eq(mc.get(s.k("cas"), raw), null, "cas must not recreate a deleted key");
+            // A new item under the same key must not accept the id of the one it replaced.
+            mc.set(s.k("cas"), 0, f("v5"), raw).get();
+            long old = mc.gets(s.k("cas"), raw).getCas();
+            mc.delete(s.k("cas")).get();
+            mc.set(s.k("cas"), 0, f("again"), raw).get();
+            eq(mc.cas(s.k("cas"), old, f("v6"), raw), CASResponse.EXISTS, "cas with the id of a deleted, re-set item");
+            eq(mc.get(s.k("cas"), raw), f("again"), "value after that cas");
         });
 
         s.run("incr_decr", () -> {

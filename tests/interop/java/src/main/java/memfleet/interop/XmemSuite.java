@@ -65,8 +65,8 @@ final class XmemSuite {
         if (binary) {
             b.setCommandFactory(new BinaryCommandFactory());
         }
-        b.setOpTimeout(10_000);
-        b.setConnectTimeout(5_000);
+        b.setOpTimeout(3_000);
+        b.setConnectTimeout(3_000);
         b.setConnectionPoolSize(1);
         MemcachedClient mc = b.build();
         Suite s = new Suite(binary ? "xmemcached-binary" : "xmemcached-text");
@@ -143,6 +143,13 @@ final class XmemSuite {
             mc.delete(s.k("cas"));
             eq(mc.cas(s.k("cas"), 0, f("v4"), raw, r2.getCas()), false, "cas of a deleted key");
             eq(mc.get(s.k("cas"), raw), null, "cas must not recreate a deleted key");
+            // A new item under the same key must not accept the id of the one it replaced.
+            mc.set(s.k("cas"), 0, f("v5"), raw);
+            long old = mc.gets(s.k("cas"), raw).getCas();
+            mc.delete(s.k("cas"));
+            mc.set(s.k("cas"), 0, f("again"), raw);
+            eq(mc.cas(s.k("cas"), 0, f("v6"), raw, old), false, "cas with the id of a deleted, re-set item");
+            eq(mc.get(s.k("cas"), raw), f("again"), "value after that cas");
         });
 
         s.run("incr_decr", () -> {
