@@ -380,3 +380,23 @@ fn general_stats_use_memcached_names() {
     assert!(settings.contains(&("item_size_max".into(), "1048576".into())));
     c.check("stats nonsense\r\n", "ERROR\r\n");
 }
+
+/// Short TTLs live as long as in memcached (whose clock also ticks in whole seconds): an
+/// item set with TTL 2 is still there 0.9 s later, whenever in the second it was set. (TTL
+/// buckets once let such items go up to a second earlier still.)
+#[test]
+fn short_ttls_are_not_cut_short() {
+    let s = TestServer::start();
+    let mut c = s.connect();
+    for round in 0..4 {
+        let key = format!("short{round}");
+        c.check(format!("set {key} 0 2 1\r\na\r\n"), "STORED\r\n");
+        std::thread::sleep(Duration::from_millis(900));
+        c.check(
+            format!("get {key}\r\n"),
+            format!("VALUE {key} 0 1\r\na\r\nEND\r\n"),
+        );
+        // Start the next round at another point within the second.
+        std::thread::sleep(Duration::from_millis(330));
+    }
+}

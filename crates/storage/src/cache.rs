@@ -40,7 +40,7 @@ pub struct Config {
     /// What to do when memory is full.
     pub eviction: EvictionPolicy,
     /// How early an item may expire, as a fraction 1/2^shift of its TTL bucket's lower bound
-    /// (at least one second). Smaller shifts fill sparse TTL buckets' segments better at the
+    /// (rounded down: none below 8 s at the default). Smaller shifts fill sparse TTL buckets' segments better at the
     /// cost of earlier expiry; see `ttl.rs`. Default 3 (1/8).
     pub expiry_precision_shift: u32,
     /// The clock (system by default; tests use a manual one).

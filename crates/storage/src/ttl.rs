@@ -17,8 +17,11 @@
 //! The bucket only *groups* items. Expiry itself is exact from above: a segment expires at the
 //! earliest deadline of any item in it, so nothing is ever served past its own deadline. What
 //! the grouping costs is early expiry, and [`tolerance`] bounds it: a segment accepts an item
-//! only while the spread of deadlines in it stays within the bucket's tolerance (1/16 of the
-//! bucket's lower bound, at least one second, memcached's own clock granularity).
+//! only while the spread of deadlines in it stays within the bucket's tolerance (1/8 of the
+//! bucket's lower bound by default, rounded down: zero below 8 s). The clock ticks in whole
+//! seconds, like memcached's, so an item already lives between `ttl - 1` and `ttl` seconds;
+//! a tolerance of a whole second on top would let a 2-second item vanish at once, which is
+//! why short TTLs get none (their segments then hold one deadline each, and live seconds).
 
 /// Number of TTL buckets.
 pub const N_BUCKETS: usize = 1024;
@@ -62,13 +65,13 @@ pub fn lower_bound(bucket: usize) -> u32 {
 pub const DEFAULT_PRECISION_SHIFT: u32 = 3;
 
 /// How far apart, in seconds, the deadlines inside one segment of `bucket` may be, with a
-/// precision of 1/2^`shift` of the bucket's lower bound (at least one second). An item is
-/// therefore served at least until `deadline - tolerance`.
+/// precision of 1/2^`shift` of the bucket's lower bound, rounded down. An item is therefore
+/// served at least until `deadline - tolerance`.
 pub fn tolerance_with(bucket: usize, shift: u32) -> u32 {
     if bucket == NEVER_BUCKET {
         return 0;
     }
-    (lower_bound(bucket) >> shift).max(1)
+    lower_bound(bucket) >> shift
 }
 
 /// The most an item written with `ttl` seconds (0: never expires) may expire early, given the
@@ -119,9 +122,11 @@ mod tests {
     }
 
     #[test]
-    fn tolerance_is_a_fraction_of_the_ttl_but_at_least_a_second() {
-        assert_eq!(tolerance_with(0, 4), 1);
-        assert_eq!(tolerance_with(bucket_for(Some(10)), 4), 1);
+    fn tolerance_is_a_fraction_of_the_ttl_rounded_down() {
+        assert_eq!(tolerance_with(0, 4), 0);
+        assert_eq!(tolerance_with(bucket_for(Some(7)), 3), 0);
+        assert_eq!(tolerance_with(bucket_for(Some(8)), 3), 1);
+        assert_eq!(tolerance_with(bucket_for(Some(10)), 4), 0);
         assert_eq!(tolerance_with(bucket_for(Some(60)), 4), 3);
         assert_eq!(tolerance_with(bucket_for(Some(3600)), 4), 3584 / 16);
         assert_eq!(early_expiry_bound(3600, DEFAULT_PRECISION_SHIFT), 3584 / 8);

@@ -65,7 +65,7 @@ fn tolerance(ttl: u32, shift: u32) -> u32 {
     } else {
         G3 + ((ttl - G3) / 16384).min(254) * 16384
     };
-    (lower >> shift).max(1)
+    lower >> shift
 }
 
 /// memcached's `safe_strtoull`: optional leading whitespace and sign, decimal digits, then
@@ -648,7 +648,9 @@ fn keys_have_independent_cas_values() {
 /// one in the engine (and vice versa).
 #[test]
 fn model_rules_spot_checks() {
-    assert_eq!(tolerance(1, 4), 1);
+    assert_eq!(tolerance(1, 4), 0);
+    assert_eq!(tolerance(7, 3), 0);
+    assert_eq!(tolerance(8, 3), 1);
     assert_eq!(tolerance(30, 4), 1);
     assert_eq!(tolerance(100, 4), 6);
     assert_eq!(tolerance(3600, 4), 224);

@@ -246,14 +246,16 @@ func main() {
 	})
 
 	s.run("touch_gat", func() {
-		// memcached's clock ticks once a second, so a TTL of N expires after N-1..N seconds.
-		must(mc.Set(&memcache.Item{Key: k("t-extend"), Value: []byte("x"), Expiration: 2}), "set")
+		// memcached's clock ticks once a second, so a TTL of N lasts N-1..N s; memfleet may expire
+		// an item up to a second earlier still (Segcache TTL buckets). TTL 3 leaves about a second
+		// for the immediate checks; the deferred ones run 3.5 s later.
+		must(mc.Set(&memcache.Item{Key: k("t-extend"), Value: []byte("x"), Expiration: 3}), "set")
 		s.set(k("t-shorten"), []byte("y"))
 		must(mc.Set(&memcache.Item{Key: k("gat-shorten"), Value: []byte("g"), Flags: 77}), "set")
 		must(mc.Touch(k("t-extend"), 3600), "touch extending")
-		must(mc.Touch(k("t-shorten"), 2), "touch shortening")
+		must(mc.Touch(k("t-shorten"), 3), "touch shortening")
 		wantErr(mc.Touch(k("t-missing"), 10), memcache.ErrCacheMiss, "touch of a missing key")
-		it, err := mc.GetAndTouch(k("gat-shorten"), 2)
+		it, err := mc.GetAndTouch(k("gat-shorten"), 3)
 		must(err, "gat")
 		eqBytes(it.Value, []byte("g"), "gat value")
 		if it.Flags != 77 {
@@ -263,22 +265,22 @@ func main() {
 		wantErr(err, memcache.ErrCacheMiss, "gat of a missing key")
 		must(mc.Set(&memcache.Item{Key: k("ttl"), Value: []byte("z"), Expiration: 1}), "set ttl 1")
 		eqBytes(s.value(k("t-shorten")), []byte("y"), "touched item still there")
-		s.deferAt = time.Now().Add(3200 * time.Millisecond)
+		s.deferAt = time.Now().Add(3500 * time.Millisecond)
 		s.deferred = append(s.deferred,
 			check{"touch_extended_survives", func() { eqBytes(s.value(k("t-extend")), []byte("x"), "extended item") }},
 			check{"touch_shortened_expires", func() {
 				if s.get(k("t-shorten")) != nil {
-					fail("item touched with ttl 2 still there after 3.2 s")
+					fail("item touched with ttl 3 still there after 3.5 s")
 				}
 			}},
 			check{"gat_shortened_expires", func() {
 				if s.get(k("gat-shorten")) != nil {
-					fail("item gat with ttl 2 still there after 3.2 s")
+					fail("item gat with ttl 3 still there after 3.5 s")
 				}
 			}},
 			check{"set_ttl_expires", func() {
 				if s.get(k("ttl")) != nil {
-					fail("item set with ttl 1 still there after 3.2 s")
+					fail("item set with ttl 1 still there after 3.5 s")
 				}
 			}},
 		)

@@ -147,16 +147,17 @@ def delete():
 
 @s.case
 def touch():
-    # memcached's clock ticks once a second, so a TTL of N expires after N-1..N seconds: TTLs of
-    # 2 leave at least a second for the checks before the deferred ones, 3.2 s later.
-    mc.set(k("t-extend"), b"x", time=2)
+    # memcached's clock ticks once a second, so a TTL of N lasts N-1..N s; memfleet may expire an
+    # item up to a second earlier still (Segcache TTL buckets). TTL 3 leaves about a second for
+    # the immediate checks; the deferred ones run 3.5 s later, when every short TTL is over.
+    mc.set(k("t-extend"), b"x", time=3)
     mc.set(k("t-shorten"), b"y")
     eq(toucher.touch(k("t-extend"), 3600), True, "touch extending")
-    eq(toucher.touch(k("t-shorten"), 2), True, "touch shortening")
+    eq(toucher.touch(k("t-shorten"), 3), True, "touch shortening")
     eq(toucher.touch(k("t-missing"), 10), False, "touch of a missing key")
     mc.set(k("ttl"), b"z", time=1)
     eq(mc.get(k("t-shorten")), b"y", "touched item still there")
-    at = time.monotonic() + 3.2
+    at = time.monotonic() + 3.5
     s.defer("touch_extended_survives", lambda: eq(mc.get(k("t-extend")), b"x", "extended item"), at)
     s.defer("touch_shortened_expires", lambda: eq(mc.get(k("t-shorten")), None, "shortened item"), at)
     s.defer("set_ttl_expires", lambda: eq(mc.get(k("ttl")), None, "item set with ttl 1"), at)
