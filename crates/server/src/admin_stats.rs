@@ -11,7 +11,7 @@
 
 use crate::execute::VERSION;
 use crate::stats::{rusage, CounterValues};
-use crate::worker::Shared;
+use crate::worker::{Baseline, Shared};
 use memfleet_protocol::response;
 use memfleet_storage::{EvictionPolicy, Stats};
 use std::sync::atomic::Ordering;
@@ -21,6 +21,7 @@ pub struct StatsReport<'s> {
     shared: &'s Shared,
     engine: Stats,
     counters: CounterValues,
+    base: Baseline,
 }
 
 /// A value in the general stats.
@@ -33,25 +34,30 @@ enum Value {
 impl<'s> StatsReport<'s> {
     /// Collects the engine's and the workers' counters now.
     pub fn new(shared: &'s Shared) -> Self {
+        let (counters, base) = shared.counters();
         StatsReport {
             shared,
             engine: shared.cache.stats(),
-            counters: shared.counters(),
+            counters,
+            base,
         }
     }
 
     /// Zeroes the counters `stats reset` zeroes in memcached (command and hit counts), by
     /// moving the baseline.
     pub fn reset(&self) {
-        let mut now = CounterValues::default();
-        for w in &self.shared.workers {
-            now.add(&w.snapshot());
-        }
-        *self
-            .shared
-            .reset_base
-            .lock()
-            .unwrap_or_else(|e| e.into_inner()) = now;
+        let shared = self.shared;
+        let mut base = shared.reset_base.lock().unwrap_or_else(|e| e.into_inner());
+        let engine = shared.cache.stats();
+        let conns = &shared.connections;
+        *base = Baseline {
+            counters: shared.raw_counters(),
+            total_connections: conns.total.load(Ordering::Relaxed),
+            rejected_connections: conns.rejected.load(Ordering::Relaxed),
+            evicted_items: engine.evicted_items,
+            expired_items: engine.expired_items,
+            flushed_items: engine.flushed_items,
+        };
     }
 
     fn general_values(&self) -> Vec<(&'static str, Value)> {
@@ -80,11 +86,17 @@ impl<'s> StatsReport<'s> {
             ),
             (
                 "total_connections",
-                Int(conns.total.load(Ordering::Relaxed)),
+                Int(conns
+                    .total
+                    .load(Ordering::Relaxed)
+                    .saturating_sub(self.base.total_connections)),
             ),
             (
                 "rejected_connections",
-                Int(conns.rejected.load(Ordering::Relaxed)),
+                Int(conns
+                    .rejected
+                    .load(Ordering::Relaxed)
+                    .saturating_sub(self.base.rejected_connections)),
             ),
             (
                 "connection_structures",
@@ -114,10 +126,20 @@ impl<'s> StatsReport<'s> {
             ("bytes", Int(e.bytes)),
             ("curr_items", Int(e.items)),
             ("total_items", Int(c.cmd_set)),
-            ("expired_unfetched", Int(e.expired_items)),
+            (
+                "expired_unfetched",
+                Int(e.expired_items.saturating_sub(self.base.expired_items)),
+            ),
             ("evicted_unfetched", Int(0)),
-            ("evictions", Int(e.evicted_items)),
-            ("reclaimed", Int(e.expired_items + e.flushed_items)),
+            (
+                "evictions",
+                Int(e.evicted_items.saturating_sub(self.base.evicted_items)),
+            ),
+            (
+                "reclaimed",
+                Int((e.expired_items + e.flushed_items)
+                    .saturating_sub(self.base.expired_items + self.base.flushed_items)),
+            ),
         ]);
         v.extend(self.engine_values());
         v

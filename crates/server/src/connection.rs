@@ -214,6 +214,11 @@ pub async fn serve(ctx: &Rc<WorkerContext>, stream: TcpStream) -> io::Result<()>
     let mut state = ParseState::default();
     let mut input_waiting = false;
     let mut batches = 0u32;
+    // The idle timeout runs from the last completed request (as memcached's does), so a
+    // client trickling a command line byte by byte is still timed out; while a data block
+    // is arriving it runs from the last read instead. Only kept when a timeout is set.
+    let timeout = settings.idle_timeout;
+    let mut idle_since = timeout.map(|_| tokio::time::Instant::now());
 
     loop {
         if !input_waiting {
@@ -250,9 +255,10 @@ pub async fn serve(ctx: &Rc<WorkerContext>, stream: TcpStream) -> io::Result<()>
                         // No shutdown signal here (it would cost a lock per wait): the
                         // worker aborts its connections at shutdown, which can only happen
                         // at an await, i.e. between batches.
+                        let deadline = idle_since.zip(timeout).map(|(since, t)| since + t);
                         let wait = tokio::select! {
                             r = stream.readable() => r.map(|_| true),
-                            _ = idle(settings.idle_timeout) => Ok(false),
+                            _ = idle_until(deadline) => Ok(false),
                         };
                         if !wait? {
                             return Ok(());
@@ -266,9 +272,12 @@ pub async fn serve(ctx: &Rc<WorkerContext>, stream: TcpStream) -> io::Result<()>
                 return Ok(());
             }
             ctx.counters.bytes_read.add(read as u64);
+            if idle_since.is_some() && in_data_block(&pending_in, &state) {
+                idle_since = Some(tokio::time::Instant::now());
+            }
         }
 
-        let flow = {
+        let (used, flow) = {
             let mut shared_buf = ctx.read_buf.borrow_mut();
             let mut out = ctx.write_buf.borrow_mut();
             let mut handle = ctx.handle.borrow_mut();
@@ -289,7 +298,7 @@ pub async fn serve(ctx: &Rc<WorkerContext>, stream: TcpStream) -> io::Result<()>
                 );
                 pending_in.extend_from_slice(&shared_buf[used..]);
                 shared_buf.clear();
-                flow
+                (used, flow)
             } else {
                 let (used, flow) = process(
                     &mut exec,
@@ -300,11 +309,16 @@ pub async fn serve(ctx: &Rc<WorkerContext>, stream: TcpStream) -> io::Result<()>
                     WRITE_BUDGET,
                 );
                 pending_in.drain(..used);
-                flow
+                (used, flow)
             }
         };
-        if pending_in.is_empty() && pending_in.capacity() > KEEP_CAPACITY {
-            pending_in = Vec::new();
+        if used > 0 && idle_since.is_some() {
+            idle_since = Some(tokio::time::Instant::now());
+        }
+        if pending_in.capacity() > KEEP_CAPACITY && pending_in.len() < pending_in.capacity() / 4 {
+            // A large request is done; keep only what the next one needs (an idle connection
+            // holding one byte of its next request must not pin a megabyte).
+            pending_in.shrink_to(pending_in.len().max(KEEP_CAPACITY));
         }
 
         write_replies(ctx, &stream, &mut pending_out).await?;
@@ -361,7 +375,7 @@ async fn write_replies(
     while !pending_out.is_empty() {
         let ready = tokio::select! {
             r = stream.writable() => r.map(|_| true),
-            _ = idle(timeout) => Ok(false),
+            _ = idle_until(timeout.map(|t| tokio::time::Instant::now() + t)) => Ok(false),
         };
         if !ready? {
             return Err(io::Error::new(
@@ -385,10 +399,21 @@ async fn write_replies(
     Ok(())
 }
 
-/// Completes after `timeout`, or never when there is none.
-async fn idle(timeout: Option<std::time::Duration>) {
-    match timeout {
-        Some(t) => tokio::time::sleep(t).await,
+/// Completes at `deadline`, or never when there is none.
+async fn idle_until(deadline: Option<tokio::time::Instant>) {
+    match deadline {
+        Some(d) => tokio::time::sleep_until(d).await,
         None => std::future::pending().await,
     }
+}
+
+/// Whether the connection is receiving a request's data block (a text command line has
+/// arrived, a binary header has, or a refused block is being swallowed): memcached does not
+/// time out such a connection while bytes keep coming.
+fn in_data_block(pending: &[u8], state: &ParseState) -> bool {
+    state.swallow > 0
+        || match state.binary {
+            Some(true) => pending.len() >= binary::HEADER_LEN,
+            _ => pending.contains(&b'\n'),
+        }
 }

@@ -166,7 +166,6 @@ impl Executor<'_> {
         f: impl FnOnce(&ItemRef<'_>, u32),
     ) -> bool {
         let c = self.counters;
-        c.cmd_get.incr();
         let now = self.handle.now();
         let found = match touch {
             None => self.handle.get(key).map(|item| f(&item, now)).is_some(),
@@ -193,11 +192,14 @@ impl Executor<'_> {
             } else {
                 c.touch_misses.incr();
             }
-        }
-        if found {
-            c.get_hits.incr();
         } else {
-            c.get_misses.incr();
+            // memcached counts gat and touch as touches only, not as gets.
+            c.cmd_get.incr();
+            if found {
+                c.get_hits.incr();
+            } else {
+                c.get_misses.incr();
+            }
         }
         found
     }
@@ -334,6 +336,10 @@ impl Executor<'_> {
                 w.finish();
             }
         });
+        if !found && touch.is_some() {
+            // memcached's mg with T counts a hit as a touch but a miss as a get miss too.
+            self.counters.get_misses.incr();
+        }
         if !found && !m.flags.quiet() {
             let mut w = MetaWriter::new(out, MetaStatus::En);
             w.echo(&m.flags, &m.key);

@@ -41,20 +41,45 @@ pub struct Shared {
     pub connections: ConnectionCounts,
     /// Counter values at the last `stats reset`, subtracted when reporting (resetting the
     /// counters themselves would race with their single writers).
-    pub reset_base: Mutex<CounterValues>,
+    pub reset_base: Mutex<Baseline>,
     /// Flips to true when the server is shutting down.
     pub shutdown: watch::Receiver<bool>,
 }
 
+/// What `stats reset` zeroes, as the values it saw: the command counters and, as in
+/// memcached, the connection totals and the engine's eviction and reclaim counts.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Baseline {
+    /// The workers' counters.
+    pub counters: CounterValues,
+    /// `total_connections`.
+    pub total_connections: u64,
+    /// `rejected_connections`.
+    pub rejected_connections: u64,
+    /// `evictions`.
+    pub evicted_items: u64,
+    /// `expired_unfetched` (and part of `reclaimed`).
+    pub expired_items: u64,
+    /// The rest of `reclaimed`.
+    pub flushed_items: u64,
+}
+
 impl Shared {
-    /// All workers' counters, summed, minus the last reset.
-    pub fn counters(&self) -> CounterValues {
+    /// All workers' counters, summed, minus the last reset, and that baseline. Holds the
+    /// baseline's lock while summing, so a concurrent reset cannot make values go negative.
+    pub fn counters(&self) -> (CounterValues, Baseline) {
+        let base = self.reset_base.lock().unwrap_or_else(|e| e.into_inner());
+        let mut total = self.raw_counters();
+        total.subtract(&base.counters);
+        (total, *base)
+    }
+
+    /// The workers' counters summed, without the reset baseline.
+    pub fn raw_counters(&self) -> CounterValues {
         let mut total = CounterValues::default();
         for w in &self.workers {
             total.add(&w.snapshot());
         }
-        let base = *self.reset_base.lock().unwrap_or_else(|e| e.into_inner());
-        total.subtract(&base);
         total
     }
 }
@@ -163,14 +188,15 @@ async fn accept_loop(ctx: &Rc<WorkerContext>, listener: tokio::net::TcpListener)
         let _ = stream.set_nodelay(true);
         let id = ctx.next_id.get();
         ctx.next_id.set(id + 1);
-        let task_ctx = ctx.clone();
+        // Made before the task is spawned, so that even a task aborted before its first
+        // poll (shutdown right after accept) releases its place when it is dropped.
+        let open = OpenConnection {
+            ctx: ctx.clone(),
+            id,
+        };
         let task = tokio::task::spawn_local(async move {
-            // Runs when the task ends or is aborted at shutdown.
-            let _open = OpenConnection {
-                ctx: task_ctx.clone(),
-                id,
-            };
-            if let Err(e) = connection::serve(&task_ctx, stream).await {
+            let open = open;
+            if let Err(e) = connection::serve(&open.ctx, stream).await {
                 tracing::debug!(error = %e, "connection ended with an error");
             }
         });
