@@ -6,6 +6,14 @@ use std::net::{TcpListener, TcpStream};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+/// The tests of this file pick free ports and start servers on them; one at a time, so two
+/// of them cannot be handed the same port.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .unwrap()
@@ -73,6 +81,7 @@ fn stop(mut child: Child, signal: i32) {
 
 #[test]
 fn flags_serve_and_sigterm_exits_cleanly() {
+    let _serial = serial();
     let port = free_port();
     let mut child = memfleet()
         .args([
@@ -102,6 +111,7 @@ fn flags_serve_and_sigterm_exits_cleanly() {
 
 #[test]
 fn environment_and_config_file_apply_and_flags_win() {
+    let _serial = serial();
     let dir = std::env::temp_dir().join(format!("memfleet-cli-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let config = dir.join("memfleet.toml");
@@ -156,4 +166,46 @@ fn help_explains_the_flags_and_bad_settings_are_refused() {
         .output()
         .unwrap();
     assert!(!out.status.success());
+}
+
+/// A second server on a port another one serves is refused, as memcached's would be, even
+/// though both would set SO_REUSEPORT (which would otherwise let them split the clients).
+#[test]
+fn a_port_in_use_is_an_error() {
+    let _serial = serial();
+    let port = free_port();
+    let mut first = memfleet()
+        .args(["server", "-p", &port.to_string(), "-t", "2"])
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    connect(port, &mut first);
+    let mut second = memfleet()
+        .args(["server", "-p", &port.to_string(), "-t", "2"])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let status = loop {
+        if let Some(status) = second.try_wait().unwrap() {
+            break Some(status);
+        }
+        if Instant::now() > deadline {
+            second.kill().unwrap();
+            second.wait().unwrap();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    stop(first, libc::SIGTERM);
+    let mut err = String::new();
+    second
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    let status = status.unwrap_or_else(|| panic!("a second server started on the port: {err}"));
+    assert!(!status.success());
+    assert!(err.contains("cannot listen"), "{err}");
 }

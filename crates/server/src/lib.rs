@@ -67,11 +67,16 @@ impl Server {
         let cache =
             Cache::new(Config::new(settings.memory_bytes).segment_size(settings.segment_size()))
                 .context("the memory limit cannot hold the cache")?;
-        let first = worker::bind(
-            SocketAddr::new(settings.listen, settings.port),
-            settings.backlog,
-        )
-        .with_context(|| format!("cannot listen on {}:{}", settings.listen, settings.port))?;
+        let wanted = SocketAddr::new(settings.listen, settings.port);
+        // SO_REUSEPORT would let this server share a port another process (of the same
+        // user) already listens on, splitting the clients between the two without a word:
+        // claim the port alone first, so a taken port is an error as in memcached.
+        let probe =
+            worker::bind_exclusive(wanted).with_context(|| format!("cannot listen on {wanted}"))?;
+        let wanted = probe.local_addr()?;
+        drop(probe);
+        let first = worker::bind(wanted, settings.backlog)
+            .with_context(|| format!("cannot listen on {wanted}"))?;
         let addr = first.local_addr()?;
         let mut listeners = vec![first];
         for _ in 1..settings.threads {

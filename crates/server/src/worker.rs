@@ -103,6 +103,16 @@ pub struct WorkerContext {
     pub next_id: Cell<u64>,
 }
 
+/// Binds and listens on `addr` without SO_REUSEPORT: fails if anyone listens there already.
+/// (The port is then released and taken again by [`bind`] for every worker.)
+pub fn bind_exclusive(addr: SocketAddr) -> std::io::Result<std::net::TcpListener> {
+    let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
+    socket.set_reuse_address(true)?;
+    socket.bind(&addr.into())?;
+    socket.listen(1)?;
+    Ok(socket.into())
+}
+
 /// Binds one listening socket. Every worker binds its own with SO_REUSEPORT.
 pub fn bind(addr: SocketAddr, backlog: u32) -> std::io::Result<std::net::TcpListener> {
     let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
