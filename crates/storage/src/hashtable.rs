@@ -115,11 +115,34 @@ struct Bucket {
 }
 
 impl Bucket {
+    /// An empty bucket, built field by field (the tests compare `zeroed_buckets` with it).
+    #[cfg(test)]
     fn new() -> Bucket {
         Bucket {
             slots: std::array::from_fn(|_| AtomicU64::new(0)),
         }
     }
+}
+
+/// `n` empty buckets, allocated as fresh zeroed memory that is advised to use huge pages
+/// before anything touches it (advice given after the pages were faulted in as small pages
+/// would come too late). An empty bucket is all zero bits.
+fn zeroed_buckets(n: usize) -> Box<[Bucket]> {
+    if n == 0 {
+        return Box::new([]);
+    }
+    let layout = std::alloc::Layout::array::<Bucket>(n).expect("hash table size");
+    // SAFETY: the layout has a non-zero size (n > 0 and a Bucket is 64 bytes).
+    let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
+    if ptr.is_null() {
+        std::alloc::handle_alloc_error(layout);
+    }
+    crate::heap::advise_huge_pages(ptr, layout.size());
+    // SAFETY: `ptr` is a live allocation from the global allocator with exactly the layout
+    // of `[Bucket; n]` (so `Box` may own and later free it with that layout), it is aligned
+    // for `Bucket`, and all-zero bytes are a valid `Bucket` (seven `AtomicU64` zeros, the
+    // same value `Bucket::new` builds; the unit test `zeroed_buckets_are_empty` checks it).
+    unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(ptr.cast::<Bucket>(), n)) }
 }
 
 /// One generation of the table.
@@ -138,9 +161,8 @@ impl Table {
     fn new(power: u32) -> Table {
         let primary = 1usize << power;
         let overflow = (primary / 4).max(16);
-        let buckets: Vec<Bucket> = (0..primary + overflow).map(|_| Bucket::new()).collect();
         Table {
-            buckets: buckets.into_boxed_slice(),
+            buckets: zeroed_buckets(primary + overflow),
             primary,
             next_overflow: AtomicUsize::new(primary),
             power,
@@ -470,6 +492,19 @@ impl HashTable {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn zeroed_buckets_are_empty() {
+        let empty = Bucket::new();
+        let buckets = zeroed_buckets(1000);
+        assert_eq!(buckets.len(), 1000);
+        for b in buckets.iter() {
+            for (slot, want) in b.slots.iter().zip(&empty.slots) {
+                assert_eq!(slot.load(Ordering::Relaxed), want.load(Ordering::Relaxed));
+            }
+        }
+        assert!(zeroed_buckets(0).is_empty());
+    }
+
     use super::*;
 
     fn hash_for(i: u64) -> u64 {

@@ -14,6 +14,7 @@
 
 pub mod client;
 pub mod cpu;
+pub mod floor;
 pub mod report;
 pub mod target;
 pub mod workload;
@@ -31,7 +32,8 @@ use self::workload::Workload;
 /// Arguments of `memfleet bench`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct LoadArgs {
-    /// Start this server for the run, on a free port: memcached, memfleet, or
+    /// Start this server for the run, on a free port: memcached, memfleet, floor (a server
+    /// that only reads and writes its socket, not a cache: the cost of socket I/O alone), or
     /// NAME='COMMAND ... {port} ...'. Repeatable; spawned servers come before --target ones,
     /// and the first target is the anchor of the ratio columns.
     #[arg(long, value_parser = target::parse_spawn)]
@@ -81,7 +83,7 @@ pub struct LoadArgs {
     /// The memcached executable for --spawn memcached.
     #[arg(long, default_value = "memcached")]
     pub memcached_bin: String,
-    /// The memfleet executable for --spawn memfleet.
+    /// The memfleet executable for --spawn memfleet and --spawn floor.
     #[arg(long, default_value = "target/release/memfleet")]
     pub memfleet_bin: String,
     /// CPU that spawned servers are pinned to (taskset -c).
@@ -93,6 +95,10 @@ pub struct LoadArgs {
     /// Pin nothing.
     #[arg(long)]
     pub no_pin: bool,
+    /// Be the floor server on 127.0.0.1:PORT (with --value-size) instead of loading
+    /// anything: what --spawn floor runs.
+    #[arg(long, hide = true, value_name = "PORT")]
+    pub floor_server: Option<u16>,
 }
 
 /// Parses `10s`, `250ms`, `1.5s`, `2m` or a plain number of seconds.
@@ -130,7 +136,7 @@ impl Target {
 /// rows (medians over repeats) without judging them. [`run`] is this plus the verdict.
 pub fn bench(args: &LoadArgs) -> Result<Vec<Row>> {
     if args.spawn.is_empty() && args.target.is_empty() {
-        bail!("nothing to load: give --spawn memcached|memfleet|NAME=CMD or --target NAME=HOST:PORT[,pid=PID]");
+        bail!("nothing to load: give --spawn memcached|memfleet|floor|NAME=CMD or --target NAME=HOST:PORT[,pid=PID]");
     }
     if args.conns == 0 || args.repeat == 0 || args.pipeline.contains(&0) || args.pipeline.is_empty()
     {
@@ -194,6 +200,7 @@ pub fn bench(args: &LoadArgs) -> Result<Vec<Row>> {
         memfleet_bin: args.memfleet_bin.clone(),
         threads: args.server_threads,
         memory_mib: args.server_memory,
+        value_size: args.value_size,
     };
 
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -254,6 +261,10 @@ pub fn bench(args: &LoadArgs) -> Result<Vec<Row>> {
 /// Runs the benchmark and fails (after printing everything) if any reply was wrong or any
 /// connection failed.
 pub fn run(args: &LoadArgs) -> Result<()> {
+    if let Some(port) = args.floor_server {
+        return floor::serve(port, args.value_size)
+            .with_context(|| format!("floor server on 127.0.0.1:{port}"));
+    }
     let rows = bench(args)?;
     let errors: u64 = rows.iter().map(|r| r.errors).sum();
     if errors > 0 {

@@ -1,5 +1,5 @@
 //! The servers under test: external ones (`--target NAME=ADDR[,pid=PID]`) and
-//! ones this process starts itself (`--spawn memcached|memfleet|NAME=COMMAND`),
+//! ones this process starts itself (`--spawn memcached|memfleet|floor|NAME=COMMAND`),
 //! on a free loopback port, optionally pinned with `taskset`, waited for until
 //! they accept connections, and stopped (SIGTERM, then SIGKILL) when dropped.
 //! Not here: the load itself (`client`).
@@ -56,7 +56,7 @@ pub fn parse_target(s: &str) -> Result<ExternalTarget, String> {
     Ok(ExternalTarget { name, addr, pid })
 }
 
-/// A server to start: `memcached`, `memfleet` or `NAME=COMMAND` (`{port}` in COMMAND is
+/// A server to start: `memcached`, `memfleet`, `floor` or `NAME=COMMAND` (`{port}` in COMMAND is
 /// replaced by the chosen port; split on whitespace, no shell).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SpawnSpec {
@@ -64,6 +64,8 @@ pub enum SpawnSpec {
     Memcached,
     /// `memfleet server`.
     Memfleet,
+    /// `memfleet bench --floor-server`: the do-nothing server of [`super::floor`].
+    Floor,
     /// Any command.
     Custom {
         /// Name in the report.
@@ -78,10 +80,11 @@ pub fn parse_spawn(s: &str) -> Result<SpawnSpec, String> {
     match s {
         "memcached" => Ok(SpawnSpec::Memcached),
         "memfleet" => Ok(SpawnSpec::Memfleet),
+        "floor" => Ok(SpawnSpec::Floor),
         _ => {
             let Some((name, cmd)) = s.split_once('=') else {
                 return Err(format!(
-                    "unknown server {s:?}: use memcached, memfleet or NAME='COMMAND -p {{port}}'"
+                    "unknown server {s:?}: use memcached, memfleet, floor or NAME='COMMAND -p {{port}}'"
                 ));
             };
             let argv: Vec<String> = cmd.split_whitespace().map(String::from).collect();
@@ -110,6 +113,8 @@ pub struct ServerSettings {
     pub threads: u32,
     /// Memory in MiB (`-m`).
     pub memory_mib: u64,
+    /// Value size of the run: the floor server's get replies carry values of this size.
+    pub value_size: usize,
 }
 
 impl SpawnSpec {
@@ -118,6 +123,7 @@ impl SpawnSpec {
         match self {
             SpawnSpec::Memcached => "memcached",
             SpawnSpec::Memfleet => "memfleet",
+            SpawnSpec::Floor => "floor",
             SpawnSpec::Custom { name, .. } => name,
         }
     }
@@ -159,6 +165,18 @@ impl SpawnSpec {
                 &t,
                 "-m",
                 &m,
+            ]
+            .map(String::from)
+            .to_vec(),
+            // Same executable as --spawn memfleet: the floor and the server it bounds come
+            // from the same build.
+            SpawnSpec::Floor => [
+                s.memfleet_bin.as_str(),
+                "bench",
+                "--floor-server",
+                &p,
+                "--value-size",
+                &s.value_size.to_string(),
             ]
             .map(String::from)
             .to_vec(),
@@ -315,6 +333,7 @@ mod tests {
             memfleet_bin: "target/release/memfleet".into(),
             threads: 1,
             memory_mib: 1024,
+            value_size: 100,
         };
         assert_eq!(
             parse_spawn("memcached").unwrap().argv(7, &s).join(" "),
@@ -324,6 +343,11 @@ mod tests {
             parse_spawn("memfleet").unwrap().argv(7, &s).join(" "),
             "target/release/memfleet server -l 127.0.0.1 -p 7 -t 1 -m 1024"
         );
+        assert_eq!(
+            parse_spawn("floor").unwrap().argv(7, &s).join(" "),
+            "target/release/memfleet bench --floor-server 7 --value-size 100"
+        );
+        assert_eq!(parse_spawn("floor").unwrap().name(), "floor");
         let c = parse_spawn("old=/opt/mc -p {port} -t 2").unwrap();
         assert_eq!(c.name(), "old");
         assert_eq!(c.argv(9, &s).join(" "), "/opt/mc -p 9 -t 2");
