@@ -255,10 +255,14 @@ pub async fn serve(ctx: &Rc<WorkerContext>, stream: TcpStream) -> io::Result<()>
                         // No shutdown signal here (it would cost a lock per wait): the
                         // worker aborts its connections at shutdown, which can only happen
                         // at an await, i.e. between batches.
-                        let deadline = idle_since.zip(timeout).map(|(since, t)| since + t);
-                        let wait = tokio::select! {
-                            r = stream.readable() => r.map(|_| true),
-                            _ = idle_until(deadline) => Ok(false),
+                        let wait = match idle_since.zip(timeout) {
+                            // The common case, kept free of select!'s bookkeeping.
+                            None => stream.readable().await.map(|_| true),
+                            Some((since, t)) => tokio::select! {
+                                biased;
+                                r = stream.readable() => r.map(|_| true),
+                                _ = tokio::time::sleep_until(since + t) => Ok(false),
+                            },
                         };
                         if !wait? {
                             return Ok(());
