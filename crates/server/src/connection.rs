@@ -15,7 +15,7 @@
 use crate::execute::{Executor, Next};
 use crate::worker::WorkerContext;
 use memfleet_protocol::binary::{self, BinError};
-use memfleet_protocol::{parse, ErrorKind, KeyBytes, MetaKey, ParseError, ParserConfig};
+use memfleet_protocol::{parse, ErrorKind, KeyBytes, MetaKey, ParseError, ParserConfig, Request};
 use std::io;
 use std::rc::Rc;
 use tokio::io::Interest;
@@ -85,26 +85,61 @@ pub fn process(
         return process_binary(exec, config, input, pos, state, out, budget);
     }
     loop {
-        if out.len() >= budget {
-            return (pos, Flow::OutputFull);
-        }
-        if pos == input.len() {
-            return (pos, Flow::NeedInput);
-        }
-        match parse(&input[pos..], config) {
-            Ok((request, used)) => {
-                let start = state.resume.take().unwrap_or(0);
-                match exec.run(&request, out, start, budget) {
-                    Next::Continue => pos += used,
-                    Next::Close => return (pos + used, Flow::Close),
-                    Next::Resume(key) => {
-                        state.resume = Some(key);
-                        return (pos, Flow::OutputFull);
-                    }
+        // Parse up to LOOKAHEAD requests, prefetch what they will touch, then run them. Each
+        // request is parsed once; a lone request (pipeline depth 1) skips the prefetch.
+        let mut batch: [Option<(Request<'_>, usize)>; LOOKAHEAD] = [None; LOOKAHEAD];
+        let mut parsed = 0;
+        let mut at = pos;
+        let mut stopped = None;
+        while parsed < LOOKAHEAD && at < input.len() {
+            match parse(&input[at..], config) {
+                Ok((request, used)) => {
+                    batch[parsed] = Some((request, used));
+                    parsed += 1;
+                    at += used;
+                }
+                Err(e) => {
+                    stopped = Some(e);
+                    break;
                 }
             }
-            Err(ParseError::Incomplete) => return (pos, Flow::NeedInput),
-            Err(ParseError::Invalid(rejection)) => {
+        }
+        let batch = &batch[..parsed];
+        if parsed > 1 {
+            prefetch(exec.handle, batch);
+        }
+        for &(request, used) in batch.iter().flatten() {
+            if out.len() >= budget {
+                return (pos, Flow::OutputFull);
+            }
+            let start = state.resume.take().unwrap_or(0);
+            match exec.run(&request, out, start, budget) {
+                Next::Continue => pos += used,
+                Next::Close => return (pos + used, Flow::Close),
+                Next::Resume(key) => {
+                    state.resume = Some(key);
+                    return (pos, Flow::OutputFull);
+                }
+            }
+        }
+        match stopped {
+            None if pos < input.len() => continue,
+            None => {
+                return (
+                    pos,
+                    if out.len() >= budget {
+                        Flow::OutputFull
+                    } else {
+                        Flow::NeedInput
+                    },
+                )
+            }
+            Some(ParseError::Incomplete) => return (pos, Flow::NeedInput),
+            Some(ParseError::Invalid(rejection)) => {
+                if out.len() >= budget {
+                    // Answer the rejection after the client has taken the replies so far.
+                    return (pos, Flow::OutputFull);
+                }
                 if rejection.kind == ErrorKind::TooLarge {
                     if let Some(key) = replaced_key(&input[pos..]) {
                         // memcached unlinks the old value of a `set` it cannot store, so a
@@ -124,6 +159,43 @@ pub fn process(
                     return (input.len(), Flow::NeedInput);
                 }
             }
+        }
+    }
+}
+
+/// Requests parsed ahead of running them, so their memory accesses can be prefetched.
+const LOOKAHEAD: usize = 16;
+
+/// Prefetches, for a batch of parsed requests, first every key's hash bucket, then every
+/// key's item header: the cache misses of the batch overlap instead of queueing one after
+/// another (two dependent misses per lookup otherwise dominate a pipelined get).
+fn prefetch(handle: &memfleet_storage::Handle, batch: &[Option<(Request<'_>, usize)>]) {
+    fn keys<'r>(request: &'r Request<'_>) -> impl Iterator<Item = &'r [u8]> {
+        let (single, multi) = match request {
+            Request::Get(get) => (None, Some(get.keys.take(4))),
+            Request::Store(s) => (Some(s.key), None),
+            Request::Delete { key, .. }
+            | Request::Arith { key, .. }
+            | Request::Touch { key, .. } => (Some(*key), None),
+            // Base64 keys would need decoding twice; plain meta keys are used as they are.
+            Request::MetaGet(m) | Request::MetaDelete(m) if !m.key.is_base64() => {
+                (Some(m.key.raw()), None)
+            }
+            Request::MetaSet(m) if !m.key.is_base64() => (Some(m.key.raw()), None),
+            Request::MetaArithmetic(m) if !m.key.is_base64() => (Some(m.key.raw()), None),
+            _ => (None, None),
+        };
+        single.into_iter().chain(multi.into_iter().flatten())
+    }
+    let requests = || batch.iter().flatten().map(|(r, _)| r);
+    for r in requests() {
+        for key in keys(r) {
+            handle.prefetch_bucket(key);
+        }
+    }
+    for r in requests() {
+        for key in keys(r) {
+            handle.prefetch_item(key);
         }
     }
 }

@@ -175,6 +175,14 @@ impl Table {
         (hash as usize) & (self.primary - 1)
     }
 
+    /// Starts loading the chain head's bucket into the CPU cache.
+    #[inline]
+    pub fn prefetch(&self, head: usize) {
+        if let Some(bucket) = self.buckets.get(head) {
+            crate::heap::prefetch_line((bucket as *const Bucket).cast());
+        }
+    }
+
     /// log2 of the number of primary buckets.
     pub fn power(&self) -> u32 {
         self.power
