@@ -148,18 +148,34 @@ pub fn process(
                     }
                 }
                 out.extend_from_slice(rejection.reply());
-                if rejection.close() {
-                    return (input.len(), Flow::Close);
-                }
-                let available = input.len() - pos;
-                if rejection.skip <= available {
-                    pos += rejection.skip;
-                } else {
-                    state.swallow = rejection.skip - available;
-                    return (input.len(), Flow::NeedInput);
+                match skip_rejected(input.len(), pos, rejection.skip, rejection.close(), state) {
+                    Ok(next) => pos = next,
+                    Err(end) => return end,
                 }
             }
         }
+    }
+}
+
+/// After a rejected request at `pos`: where parsing goes on (its `skip` bytes discarded;
+/// those not buffered yet are swallowed as they arrive), or how the batch ends (the error
+/// closes the connection, or the rest of the refused block is still to come).
+fn skip_rejected(
+    input_len: usize,
+    pos: usize,
+    skip: usize,
+    close: bool,
+    state: &mut ParseState,
+) -> Result<usize, (usize, Flow)> {
+    if close {
+        return Err((input_len, Flow::Close));
+    }
+    let available = input_len - pos;
+    if skip <= available {
+        Ok(pos + skip)
+    } else {
+        state.swallow = skip - available;
+        Err((input_len, Flow::NeedInput))
     }
 }
 
@@ -231,15 +247,9 @@ fn process_binary(
                     exec.handle.delete(key);
                 }
                 rejection.reply(out);
-                if rejection.close() {
-                    return (input.len(), Flow::Close);
-                }
-                let available = input.len() - pos;
-                if rejection.skip <= available {
-                    pos += rejection.skip;
-                } else {
-                    state.swallow = rejection.skip - available;
-                    return (input.len(), Flow::NeedInput);
+                match skip_rejected(input.len(), pos, rejection.skip, rejection.close(), state) {
+                    Ok(next) => pos = next,
+                    Err(end) => return end,
                 }
             }
         }
