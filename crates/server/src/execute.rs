@@ -12,7 +12,7 @@ use crate::stats::WorkerCounters;
 use crate::worker::Shared;
 use memfleet_protocol::response::{self, MetaDebug, MetaStatus, MetaWriter, Status};
 use memfleet_protocol::{
-    ArithOp, Get, Meta, MetaArith, MetaKey, MetaSet, Request, StoreCommand, Tokens,
+    ArithOp, Get, Meta, MetaArith, MetaFlags, MetaKey, MetaSet, Request, StoreCommand, Tokens,
 };
 use memfleet_storage::{DeltaError, Expiry, Handle, ItemRef, StoreError, StoreMode, StoreStatus};
 
@@ -394,25 +394,7 @@ impl Executor<'_> {
             None
         };
         let mut w = MetaWriter::new(out, status);
-        for f in m.flags.iter() {
-            match f.letter {
-                b'O' => {
-                    w.opaque(f.token);
-                }
-                b'k' => {
-                    w.key(&key, m.key.is_base64());
-                }
-                b'c' => {
-                    if let Some(cas) = cas {
-                        w.flag_u64(b'c', cas);
-                    }
-                }
-                b'b' if m.flags.has(b'k') => {
-                    // memcached echoes `b` for a base64 key; `key()` already adds it.
-                }
-                _ => {}
-            }
-        }
+        write_flags(&mut w, m.flags, &key, m.key.is_base64(), cas, None);
         w.finish();
     }
 
@@ -511,27 +493,9 @@ impl Executor<'_> {
         }
         let now = self.handle.now();
         let mut w = MetaWriter::new(out, status);
-        for f in m.flags.iter() {
-            match f.letter {
-                b'O' => {
-                    w.opaque(f.token);
-                }
-                b'k' => {
-                    w.key(&key, m.key.is_base64());
-                }
-                b'c' => {
-                    if let Some(item) = &item {
-                        w.flag_u64(b'c', item.cas());
-                    }
-                }
-                b't' => {
-                    if let Some(item) = &item {
-                        w.flag_i64(b't', ttl_flag(item, now));
-                    }
-                }
-                _ => {}
-            }
-        }
+        let cas = item.as_ref().map(|i| i.cas());
+        let ttl = item.as_ref().map(|i| ttl_flag(i, now));
+        write_flags(&mut w, m.flags, &key, m.key.is_base64(), cas, ttl);
         match (status, &text) {
             (MetaStatus::Va(_), Some(t)) => w.finish_with_value(t.as_bytes()),
             _ => w.finish(),
@@ -565,6 +529,35 @@ impl Executor<'_> {
         match expected {
             None => true,
             Some(cas) => self.handle.get(key).is_some_and(|i| i.cas() == cas),
+        }
+    }
+}
+
+/// The return flags of `ms` and `ma`, in request order: the opaque and key echoes, and the
+/// item's CAS (`c`) and remaining TTL (`t`) when known.
+fn write_flags(
+    w: &mut MetaWriter<'_>,
+    flags: MetaFlags<'_>,
+    key: &[u8],
+    base64: bool,
+    cas: Option<u64>,
+    ttl: Option<i64>,
+) {
+    for f in flags.iter() {
+        match (f.letter, cas, ttl) {
+            (b'O', _, _) => {
+                w.opaque(f.token);
+            }
+            (b'k', _, _) => {
+                w.key(key, base64);
+            }
+            (b'c', Some(cas), _) => {
+                w.flag_u64(b'c', cas);
+            }
+            (b't', _, Some(ttl)) => {
+                w.flag_i64(b't', ttl);
+            }
+            _ => {}
         }
     }
 }
