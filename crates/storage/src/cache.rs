@@ -9,7 +9,7 @@ use crate::heap::Heap;
 use crate::item::{self, Header};
 use crate::segment::{state, SegmentHeader};
 use crate::stats::{EngineCounters, Stats};
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -45,6 +45,12 @@ pub struct Config {
     pub expiry_precision_shift: u32,
     /// The clock (system by default; tests use a manual one).
     pub clock: Clock,
+    /// Seconds a lease token stays the only one for its key (Facebook §3.2.1: "once every 10
+    /// seconds per key"); later misses are hot misses. Default 10.
+    pub lease_interval: u32,
+    /// Seconds a deleted value is kept for lease reads to serve as stale (0: deletes drop the
+    /// value at once, as memcached). Default 0 (the server turns it on).
+    pub stale_after_delete: u32,
 }
 
 impl Config {
@@ -58,7 +64,22 @@ impl Config {
             eviction: EvictionPolicy::Merge,
             expiry_precision_shift: crate::ttl::DEFAULT_PRECISION_SHIFT,
             clock: Clock::system(),
+            lease_interval: 10,
+            stale_after_delete: 0,
         }
+    }
+
+    /// Sets the lease interval (see [`Config::lease_interval`]; at least 1 second).
+    pub fn lease_interval(mut self, secs: u32) -> Config {
+        self.lease_interval = secs.max(1);
+        self
+    }
+
+    /// Sets how long deleted values stay readable as stale (see
+    /// [`Config::stale_after_delete`]).
+    pub fn stale_after_delete(mut self, secs: u32) -> Config {
+        self.stale_after_delete = secs;
+        self
     }
 
     /// Sets the segment size.
@@ -151,6 +172,8 @@ pub(crate) struct Shared {
     pub counters: EngineCounters,
     pub handles: Mutex<HandleRegistry>,
     pub evictor: Mutex<crate::evict::EvictorState>,
+    /// The next lease token (see `lease.rs`).
+    pub next_token: AtomicU64,
 }
 
 /// Counters of live handles and the totals of dropped ones.
@@ -403,6 +426,7 @@ impl Cache {
             counters: EngineCounters::default(),
             handles: Mutex::new(HandleRegistry::default()),
             evictor: Mutex::new(crate::evict::EvictorState::default()),
+            next_token: AtomicU64::new(crate::lease::first_token()),
             config,
         };
         Ok(Cache {

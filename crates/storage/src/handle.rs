@@ -10,7 +10,8 @@
 use crate::cache::Shared;
 use crate::clock::NEVER;
 use crate::hashtable::{tag_of, ChainGuard, Moved, Slot, Table};
-use crate::item::{self, Header};
+use crate::item::{self, Extras, Header, Lease};
+use crate::lease::Visibility;
 use crate::segment::{state, SEALED};
 use crate::stats::HandleTotals;
 use crate::ttl;
@@ -110,13 +111,23 @@ impl ItemRef<'_> {
     pub fn flags(&self) -> u32 {
         self.header.client_flags
     }
-    /// The CAS unique: see [`client_cas`].
+    /// The CAS unique: the outstanding lease's token if the item carries one (so a meta
+    /// client's `mg ... c` then `ms ... C<cas>` is exactly a lease-set), else the bucket's
+    /// (see [`client_cas`]).
     pub fn cas(&self) -> u64 {
-        self.cas
+        self.header.lease.map_or(self.cas, |l| l.token)
     }
     /// Lease and hold-off marks ([`crate::MARK_STALE`] and friends).
     pub fn marks(&self) -> u8 {
         self.header.marks
+    }
+    /// The bucket's CAS, ignoring a lease token.
+    pub(crate) fn bucket_cas(&self) -> u64 {
+        self.cas
+    }
+    /// The lease handed out for this key, if one is outstanding.
+    pub fn lease(&self) -> Option<Lease> {
+        self.header.lease
     }
     /// Seconds until the item expires (`None`: never). The value is the engine's effective
     /// deadline, which may be up to the TTL bucket's tolerance earlier than the one asked for.
@@ -251,10 +262,12 @@ impl Handle {
         self.shared.clock.now()
     }
 
-    /// Looks up a live item with no lease or hold-off marks: what memcached's `get` returns.
+    /// Looks up what memcached's `get` returns: a value (possibly stale after meta `md I`, as
+    /// memcached serves it), not a lease placeholder, a deleted value kept for lease reads, or
+    /// a hold-off.
     pub fn get(&self, key: &[u8]) -> Option<ItemRef<'_>> {
         let item = self.lookup(key)?;
-        if item.marks() == 0 {
+        if Visibility::of(item.marks()).plain_read {
             HandleCounters::bump(&self.counters.get_hits, 1);
             Some(item)
         } else {
@@ -433,14 +446,13 @@ impl Handle {
         value: &[&[u8]],
         flags: u32,
         deadline: u32,
-        own_deadline: Option<u32>,
-        marks: u8,
+        extras: Extras,
     ) -> Result<Written, StoreError> {
         let value_len: usize = value.iter().map(|v| v.len()).sum();
         if value_len > item::MAX_VALUE_LEN {
             return Err(StoreError::TooLarge);
         }
-        let len = item::encoded_len(key.len(), value_len, flags, own_deadline.is_some());
+        let len = item::encoded_len(key.len(), value_len, flags, &extras);
         let size = self.shared.aligned(len);
         if size > self.shared.heap.segment_size() {
             return Err(StoreError::TooLarge);
@@ -451,15 +463,8 @@ impl Handle {
         let (seg, offset) = self.reserve(bucket, size, deadline, now)?;
         let shared = &*self.shared;
         let mut prefix = [0u8; item::MAX_PREFIX + item::MAX_KEY_LEN];
-        let prefix_len = item::prefix_len(key.len(), flags, own_deadline.is_some());
-        item::encode_prefix(
-            &mut prefix[..prefix_len],
-            key,
-            value_len,
-            flags,
-            own_deadline,
-            marks,
-        );
+        let prefix_len = item::prefix_len(key.len(), flags, &extras);
+        item::encode_prefix(&mut prefix[..prefix_len], key, value_len, flags, &extras);
         let mut at = offset;
         // SAFETY: `reserve` gave this handle [offset, offset + size) exclusively; nothing is
         // published there until the caller installs the slot.

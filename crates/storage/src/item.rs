@@ -8,11 +8,15 @@
 //! byte 4      flag bits:
 //!             0-1  width of the client flags that follow: 0, 1, 2 or 4 bytes
 //!             2    an own deadline (u32) follows
-//!             3    STALE      value kept after an invalidating delete (leases, paper §3.2.1)
+//!             3    STALE      the value is stale (meta `md I`, or kept after a delete)
 //!             4    TOMBSTONE  delete hold-off: no value, `add` refused (paper §4.3)
-//!             5    TOKEN      a lease token was handed out for this key
-//! then        [own deadline: 4 bytes] [client flags: 0/1/2/4 bytes] key value
+//!             5    TOKEN      a lease was handed out: token (u64) and issue time (u32) follow
+//!             6    EMPTY      a placeholder created by a lease miss: no client stored a value
+//!             7    DELETED    kept after a delete: only lease reads see it (paper §3.2.1)
+//! then        [own deadline: 4] [lease: 12] [client flags: 0/1/2/4] key value
 //! ```
+//!
+//! What each mark means to each command is decided in one place, `lease.rs` (`Visibility`).
 //!
 //! What the paper moves out of the item lives elsewhere: creation time, expiry and reference
 //! count in the segment header; CAS, lock and last-access time in the hash bucket; frequency
@@ -37,14 +41,41 @@ pub const MAX_VALUE_LEN: usize = (1 << 24) - 1;
 
 const FLAGS_WIDTH_MASK: u8 = 0b11;
 const OWN_DEADLINE: u8 = 1 << 2;
-/// Value kept after an invalidating delete.
+/// The value is stale: invalidated by meta `md I`, or (with [`MARK_DELETED`]) deleted.
 pub const MARK_STALE: u8 = 1 << 3;
 /// Delete hold-off marker: not a value, but blocks `add`.
 pub const MARK_TOMBSTONE: u8 = 1 << 4;
-/// A lease token was handed out for this key.
+/// A lease token was handed out for this key; the header carries it ([`Lease`]).
 pub const MARK_TOKEN: u8 = 1 << 5;
-/// The marks a caller may set.
-pub const MARKS: u8 = MARK_STALE | MARK_TOMBSTONE | MARK_TOKEN;
+/// A placeholder a lease miss created (memcached's autovivified item): its value is empty.
+pub const MARK_EMPTY: u8 = 1 << 6;
+/// A value kept after a delete: plain reads miss it, lease reads may serve it as stale.
+pub const MARK_DELETED: u8 = 1 << 7;
+/// Every mark.
+pub const MARKS: u8 = MARK_STALE | MARK_TOMBSTONE | MARK_TOKEN | MARK_EMPTY | MARK_DELETED;
+/// Bytes of the lease extension.
+const LEASE_LEN: usize = 12;
+
+/// A lease handed out for a key (Facebook §3.2.1): the token a later set must carry, and
+/// when it was issued (on the cache's clock), which rate-limits tokens per key.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Lease {
+    /// The 64-bit token (never 0 or 1: mcrouter's ASCII protocol gives those meanings).
+    pub token: u64,
+    /// Cache-clock second of issue.
+    pub issued: u32,
+}
+
+/// The optional parts of an item beyond key, value and flags.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Extras {
+    /// An exact deadline kept across rewrites.
+    pub own_deadline: Option<u32>,
+    /// The outstanding lease, if any (sets [`MARK_TOKEN`]).
+    pub lease: Option<Lease>,
+    /// Marks other than [`MARK_TOKEN`].
+    pub marks: u8,
+}
 
 /// What an item header says, decoded.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -53,6 +84,7 @@ pub struct Header {
     pub value_len: usize,
     pub client_flags: u32,
     pub own_deadline: Option<u32>,
+    pub lease: Option<Lease>,
     pub marks: u8,
     /// Bytes from the start of the item to the key.
     pub key_offset: usize,
@@ -79,8 +111,13 @@ fn width_of(code: u8) -> usize {
 }
 
 /// The size an item with these fields needs, before alignment.
-pub fn encoded_len(key_len: usize, value_len: usize, flags: u32, own_deadline: bool) -> usize {
-    HEADER_LEN + if own_deadline { 4 } else { 0 } + flags_width(flags).1 + key_len + value_len
+pub fn encoded_len(key_len: usize, value_len: usize, flags: u32, extras: &Extras) -> usize {
+    HEADER_LEN
+        + if extras.own_deadline.is_some() { 4 } else { 0 }
+        + if extras.lease.is_some() { LEASE_LEN } else { 0 }
+        + flags_width(flags).1
+        + key_len
+        + value_len
 }
 
 /// Writes the header and key of an item into `out` (which is exactly `key_offset + key_len`
@@ -90,20 +127,25 @@ pub fn encode_prefix(
     key: &[u8],
     value_len: usize,
     flags: u32,
-    own_deadline: Option<u32>,
-    marks: u8,
+    extras: &Extras,
 ) -> usize {
     debug_assert!(!key.is_empty() && key.len() <= MAX_KEY_LEN);
     debug_assert!(value_len <= MAX_VALUE_LEN);
     let (code, width) = flags_width(flags);
     out[0] = key.len() as u8;
     out[1..4].copy_from_slice(&(value_len as u32).to_le_bytes()[..3]);
-    let mut bits = code | (marks & MARKS);
+    let mut bits = code | (extras.marks & MARKS & !MARK_TOKEN);
     let mut at = HEADER_LEN;
-    if let Some(deadline) = own_deadline {
+    if let Some(deadline) = extras.own_deadline {
         bits |= OWN_DEADLINE;
         out[at..at + 4].copy_from_slice(&deadline.to_le_bytes());
         at += 4;
+    }
+    if let Some(lease) = extras.lease {
+        bits |= MARK_TOKEN;
+        out[at..at + 8].copy_from_slice(&lease.token.to_le_bytes());
+        out[at + 8..at + 12].copy_from_slice(&lease.issued.to_le_bytes());
+        at += LEASE_LEN;
     }
     out[4] = bits;
     out[at..at + width].copy_from_slice(&flags.to_le_bytes()[..width]);
@@ -113,8 +155,8 @@ pub fn encode_prefix(
 }
 
 /// Bytes needed for the header, extensions and key (the part [`encode_prefix`] writes).
-pub fn prefix_len(key_len: usize, flags: u32, own_deadline: bool) -> usize {
-    encoded_len(key_len, 0, flags, own_deadline)
+pub fn prefix_len(key_len: usize, flags: u32, extras: &Extras) -> usize {
+    encoded_len(key_len, 0, flags, extras)
 }
 
 /// Decodes the header at the start of `bytes`, which must hold at least the header and its
@@ -131,6 +173,19 @@ pub fn decode(bytes: &[u8]) -> Header {
     } else {
         None
     };
+    let lease = if bits & MARK_TOKEN != 0 {
+        let mut token = [0u8; 8];
+        token.copy_from_slice(&bytes[at..at + 8]);
+        let issued =
+            u32::from_le_bytes([bytes[at + 8], bytes[at + 9], bytes[at + 10], bytes[at + 11]]);
+        at += LEASE_LEN;
+        Some(Lease {
+            token: u64::from_le_bytes(token),
+            issued,
+        })
+    } else {
+        None
+    };
     let width = width_of(bits);
     let mut flag_bytes = [0u8; 4];
     flag_bytes[..width].copy_from_slice(&bytes[at..at + width]);
@@ -140,29 +195,40 @@ pub fn decode(bytes: &[u8]) -> Header {
         value_len,
         client_flags: u32::from_le_bytes(flag_bytes),
         own_deadline,
+        lease,
         marks: bits & MARKS,
         key_offset: at,
     }
 }
 
 /// The most bytes a header with all extensions can take (for bounds checks).
-pub const MAX_PREFIX: usize = HEADER_LEN + 4 + 4;
+pub const MAX_PREFIX: usize = HEADER_LEN + 4 + LEASE_LEN + 4;
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn roundtrip(key: &[u8], value_len: usize, flags: u32, own: Option<u32>, marks: u8) {
-        let len = prefix_len(key.len(), flags, own.is_some());
+    fn roundtrip(key: &[u8], value_len: usize, flags: u32, own: Option<u32>, extras: Extras) {
+        let extras = Extras {
+            own_deadline: own,
+            ..extras
+        };
+        let len = prefix_len(key.len(), flags, &extras);
         let mut buf = vec![0u8; len];
-        let value_at = encode_prefix(&mut buf, key, value_len, flags, own, marks);
+        let value_at = encode_prefix(&mut buf, key, value_len, flags, &extras);
         assert_eq!(value_at, len);
         let h = decode(&buf);
         assert_eq!(h.key_len, key.len());
         assert_eq!(h.value_len, value_len);
         assert_eq!(h.client_flags, flags);
         assert_eq!(h.own_deadline, own);
-        assert_eq!(h.marks, marks);
+        assert_eq!(h.lease, extras.lease);
+        let token_mark = if extras.lease.is_some() {
+            MARK_TOKEN
+        } else {
+            0
+        };
+        assert_eq!(h.marks, extras.marks | token_mark);
         assert_eq!(&buf[h.key_offset..h.key_offset + h.key_len], key);
         assert_eq!(h.len(), len + value_len);
     }
@@ -171,9 +237,33 @@ mod tests {
     fn headers_roundtrip() {
         for flags in [0, 1, 255, 256, 65_535, 65_536, u32::MAX] {
             for own in [None, Some(0), Some(123_456)] {
-                for marks in [0, MARK_STALE, MARK_TOMBSTONE | MARK_TOKEN] {
-                    roundtrip(b"k", 0, flags, own, marks);
-                    roundtrip(&[b'x'; 255], MAX_VALUE_LEN, flags, own, marks);
+                let lease = Some(Lease {
+                    token: u64::MAX - 7,
+                    issued: 99,
+                });
+                for extras in [
+                    Extras::default(),
+                    Extras {
+                        marks: MARK_STALE | MARK_DELETED,
+                        ..Extras::default()
+                    },
+                    Extras {
+                        marks: MARK_TOMBSTONE,
+                        ..Extras::default()
+                    },
+                    Extras {
+                        marks: MARK_EMPTY,
+                        lease,
+                        ..Extras::default()
+                    },
+                    Extras {
+                        marks: MARK_STALE,
+                        lease,
+                        ..Extras::default()
+                    },
+                ] {
+                    roundtrip(b"k", 0, flags, own, extras);
+                    roundtrip(&[b'x'; 255], MAX_VALUE_LEN, flags, own, extras);
                 }
             }
         }
@@ -181,10 +271,23 @@ mod tests {
 
     #[test]
     fn client_flags_cost_what_the_docs_say() {
-        assert_eq!(encoded_len(10, 50, 0, false), 65);
-        assert_eq!(encoded_len(10, 50, 7, false), 66);
-        assert_eq!(encoded_len(10, 50, 300, false), 67);
-        assert_eq!(encoded_len(10, 50, 1 << 20, false), 69);
-        assert_eq!(encoded_len(10, 50, 0, true), 69);
+        let none = Extras::default();
+        assert_eq!(encoded_len(10, 50, 0, &none), 65);
+        assert_eq!(encoded_len(10, 50, 7, &none), 66);
+        assert_eq!(encoded_len(10, 50, 300, &none), 67);
+        assert_eq!(encoded_len(10, 50, 1 << 20, &none), 69);
+        let own = Extras {
+            own_deadline: Some(1),
+            ..none
+        };
+        assert_eq!(encoded_len(10, 50, 0, &own), 69);
+        let leased = Extras {
+            lease: Some(Lease {
+                token: 2,
+                issued: 0,
+            }),
+            ..none
+        };
+        assert_eq!(encoded_len(10, 50, 0, &leased), 77);
     }
 }

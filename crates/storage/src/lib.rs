@@ -12,6 +12,7 @@
 //! | `heap`        | the one allocation of fixed-size segments (the memory limit); all `unsafe` byte access |
 //! | `segment`     | per-segment shared metadata: expiry, reader count, chain links, life cycle |
 //! | `item`        | the ≤5-byte item header, client flags, marks for leases and hold-offs |
+//! | `lease`       | leases, stale values, and what each mark means to each command |
 //! | `ttl`         | the 1024 TTL buckets and the early-expiry tolerance |
 //! | `hashtable`   | the bulk-chained table: cache-line buckets, shared CAS, growth |
 //! | `chains`      | per-TTL-bucket segment chains and the free pool |
@@ -59,6 +60,7 @@ mod handle;
 mod hashtable;
 mod heap;
 mod item;
+mod lease;
 mod numeric;
 mod ops;
 mod segment;
@@ -70,7 +72,10 @@ mod cache;
 pub use cache::{Cache, Config, ConfigError, EvictionPolicy, Expirer};
 pub use clock::{Clock, Expiry, MEMCACHED_MAX_RELATIVE};
 pub use handle::{DeltaError, Handle, ItemRef, StoreError, StoreMode, StoreStatus};
-pub use item::{MARK_STALE, MARK_TOKEN, MARK_TOMBSTONE, MAX_KEY_LEN};
+pub use item::{
+    Lease, MARK_DELETED, MARK_EMPTY, MARK_STALE, MARK_TOKEN, MARK_TOMBSTONE, MAX_KEY_LEN,
+};
+pub use lease::{LeaseOutcome, LeaseRead};
 pub use numeric::parse_u64 as parse_memcached_u64;
 pub use stats::{HandleTotals, Stats};
 pub use ttl::early_expiry_bound;

@@ -11,7 +11,8 @@ use crate::cache::Shared;
 use crate::clock::{Expiry, NEVER};
 use crate::handle::{client_cas, hash, Handle, HandleCounters, ItemRef, Written};
 use crate::hashtable::{tag_of, ChainGuard, Slot, Table, TableFull};
-use crate::item::{self, Header, MARK_STALE, MARK_TOKEN, MARK_TOMBSTONE};
+use crate::item::{self, Extras, Header, Lease, MARK_DELETED, MARK_TOMBSTONE};
+use crate::lease::Visibility;
 use crate::numeric;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -28,8 +29,13 @@ pub enum StoreMode {
     Append,
     /// Add to the start of an existing value (flags and expiry unchanged).
     Prepend,
-    /// Store only if the key's CAS value is still this one.
+    /// Store only if the key's CAS value is still this one (an item's CAS is its lease token
+    /// while it has one, so this is also the meta protocol's lease-set).
     Cas(u64),
+    /// mcrouter's `lease-set`: store if this token is the key's outstanding lease, or if the
+    /// key holds a plain value (the lease was for a miss someone else has since filled);
+    /// otherwise (deleted since, token voided or expired and reissued) refuse.
+    Lease(u64),
 }
 
 /// What a store did, in memcached's words.
@@ -71,32 +77,77 @@ pub enum DeltaError {
 }
 
 /// The item currently in a locked chain for a key.
-struct Existing<'a> {
-    slot: &'a AtomicU64,
-    slot_value: Slot,
-    header: Header,
+pub(crate) struct Existing<'a> {
+    pub slot: &'a AtomicU64,
+    pub slot_value: Slot,
+    pub header: Header,
     /// Not expired, flushed or being retired.
-    live: bool,
+    pub live: bool,
 }
 
 impl Existing<'_> {
-    /// Holds a value a client can see (not a lease placeholder, hold-off or stale copy).
+    /// Holds a value a client stored (not a placeholder, stale copy or hold-off).
     fn has_value(&self) -> bool {
-        self.live && self.header.marks & (MARK_TOMBSTONE | MARK_TOKEN | MARK_STALE) == 0
+        self.live && Visibility::of(self.header.marks).value
     }
-    /// Blocks `add`: a value or a hold-off tombstone.
-    fn blocks_add(&self) -> bool {
-        self.live && self.header.marks & (MARK_TOKEN | MARK_STALE) == 0
+    /// What a conditional store compares against.
+    fn seen(&self, bucket_cas: u64) -> Option<Seen> {
+        self.live.then_some(Seen {
+            marks: self.header.marks,
+            lease: self.header.lease,
+            bucket_cas,
+        })
     }
 }
 
-enum Outcome<T> {
+/// What a conditional store needs to know of the key's current item.
+#[derive(Clone, Copy)]
+struct Seen {
+    marks: u8,
+    lease: Option<Lease>,
+    /// The bucket's client CAS (an item's CAS when it has no lease).
+    bucket_cas: u64,
+}
+
+/// Whether a store in `mode` goes ahead over `old` (`None`: the key holds nothing live),
+/// or the status it answers instead.
+fn verdict(mode: StoreMode, old: Option<Seen>) -> Result<(), StoreStatus> {
+    let vis = old.map(|o| Visibility::of(o.marks));
+    match mode {
+        StoreMode::Set | StoreMode::Append | StoreMode::Prepend => Ok(()),
+        StoreMode::Add if vis.is_some_and(|v| v.blocks_add) => Err(StoreStatus::NotStored),
+        StoreMode::Add => Ok(()),
+        StoreMode::Replace if vis.is_some_and(|v| v.value) => Ok(()),
+        StoreMode::Replace => Err(StoreStatus::NotStored),
+        StoreMode::Cas(cas) => {
+            let Some(o) = old else {
+                return Err(StoreStatus::NotFound);
+            };
+            let gone = o.marks & (MARK_TOMBSTONE | MARK_DELETED) != 0;
+            match o.lease {
+                Some(l) if l.token == cas => Ok(()),
+                _ if gone => Err(StoreStatus::NotFound),
+                Some(_) => Err(StoreStatus::Exists),
+                None if o.bucket_cas == cas => Ok(()),
+                None => Err(StoreStatus::Exists),
+            }
+        }
+        StoreMode::Lease(token) => match old {
+            Some(o) if o.marks & MARK_TOMBSTONE != 0 => Err(StoreStatus::NotStored),
+            Some(o) if o.lease.is_some_and(|l| l.token == token) => Ok(()),
+            Some(o) if Visibility::of(o.marks).value => Ok(()),
+            _ => Err(StoreStatus::NotStored),
+        },
+    }
+}
+
+pub(crate) enum Outcome<T> {
     Done(T),
     Grow(u32),
     Retry,
 }
 
-fn existing<'a>(
+pub(crate) fn existing<'a>(
     shared: &Shared,
     chain: &ChainGuard<'a>,
     key: &[u8],
@@ -128,7 +179,7 @@ fn existing<'a>(
     })
 }
 
-fn check_key(key: &[u8]) -> Result<(), StoreError> {
+pub(crate) fn check_key(key: &[u8]) -> Result<(), StoreError> {
     if key.is_empty() || key.len() > item::MAX_KEY_LEN {
         Err(StoreError::BadKey)
     } else {
@@ -138,7 +189,7 @@ fn check_key(key: &[u8]) -> Result<(), StoreError> {
 
 impl Handle {
     /// Publishes `written` for the key, replacing `old` if there is one.
-    fn publish(
+    pub(crate) fn publish(
         &self,
         table: &Table,
         chain: &ChainGuard<'_>,
@@ -171,21 +222,21 @@ impl Handle {
     }
 
     /// Drops an existing item's slot.
-    fn unpublish(&self, chain: &ChainGuard<'_>, old: &Existing<'_>) {
+    pub(crate) fn unpublish(&self, chain: &ChainGuard<'_>, old: &Existing<'_>) {
         let shared = &*self.shared;
         chain.remove(old.slot);
         shared.headers[old.slot_value.seg() as usize].remove_live(shared.aligned(old.header.len()));
         chain.bump_cas();
     }
 
-    fn finish(&self, written: Option<Written>) {
+    pub(crate) fn finish(&self, written: Option<Written>) {
         if let Some(w) = written {
             self.shared.headers[w.seg as usize].release();
         }
     }
 
     /// Runs `f` under the key's chain lock until it neither needs a bigger table nor a retry.
-    fn locked<T>(
+    pub(crate) fn locked<T>(
         &self,
         h: u64,
         mut f: impl FnMut(&Self, &Table, &ChainGuard<'_>) -> Outcome<T>,
@@ -236,27 +287,14 @@ impl Handle {
         }
         let deadline = self.shared.clock.deadline(expiry, now);
         let written = match deadline {
-            Some(d) => Some(self.append(key, &[value], flags, d, None, 0)?),
+            Some(d) => Some(self.append(key, &[value], flags, d, Extras::default())?),
             None => None,
         };
         let status = self.locked(h, |this, table, chain| {
             let shared = &*this.shared;
             let old = existing(shared, chain, key, tag, now);
-            let verdict = match mode {
-                StoreMode::Add if old.as_ref().is_some_and(Existing::blocks_add) => {
-                    Err(StoreStatus::NotStored)
-                }
-                StoreMode::Replace if !old.as_ref().is_some_and(Existing::has_value) => {
-                    Err(StoreStatus::NotStored)
-                }
-                StoreMode::Cas(_) if !old.as_ref().is_some_and(Existing::has_value) => {
-                    Err(StoreStatus::NotFound)
-                }
-                StoreMode::Cas(cas) if client_cas(chain.cas(), h) != cas => {
-                    Err(StoreStatus::Exists)
-                }
-                _ => Ok(()),
-            };
+            let bucket_cas = client_cas(chain.cas(), h);
+            let verdict = verdict(mode, old.as_ref().and_then(|o| o.seen(bucket_cas)));
             if let Err(status) = verdict {
                 return Outcome::Done(status);
             }
@@ -280,25 +318,18 @@ impl Handle {
 
     /// A lock-free look at the key that settles doomed conditional stores early.
     fn precheck(&self, mode: StoreMode, key: &[u8], h: u64, now: u32) -> Option<StoreStatus> {
-        let has_value =
-            |item: &ItemRef<'_>| item.marks() & (MARK_TOMBSTONE | MARK_TOKEN | MARK_STALE) == 0;
-        match mode {
-            StoreMode::Set | StoreMode::Append | StoreMode::Prepend => None,
-            StoreMode::Add => {
-                let item = self.find(key, h, now, false)?;
-                (item.marks() & (MARK_TOKEN | MARK_STALE) == 0).then_some(StoreStatus::NotStored)
-            }
-            StoreMode::Replace => match self.find(key, h, now, false) {
-                Some(item) if has_value(&item) => None,
-                _ => Some(StoreStatus::NotStored),
-            },
-            StoreMode::Cas(cas) => match self.find(key, h, now, false) {
-                Some(item) if has_value(&item) => {
-                    (item.cas() != cas).then_some(StoreStatus::Exists)
-                }
-                _ => Some(StoreStatus::NotFound),
-            },
+        if matches!(
+            mode,
+            StoreMode::Set | StoreMode::Append | StoreMode::Prepend
+        ) {
+            return None;
         }
+        let seen = self.find(key, h, now, false).map(|item| Seen {
+            marks: item.marks(),
+            lease: item.lease(),
+            bucket_cas: item.bucket_cas(),
+        });
+        verdict(mode, seen).err()
     }
 
     /// Rewrites the key's current value with `rewrite`, keeping flags and (by default) expiry,
@@ -320,7 +351,7 @@ impl Handle {
             let Some(item) = self.find(key, h, now, false) else {
                 break Ok(None);
             };
-            if item.marks() != 0 {
+            if !Visibility::of(item.marks()).value {
                 break Ok(None);
             }
             let out = match rewrite(item.value(), &mut buf) {
@@ -329,6 +360,9 @@ impl Handle {
             };
             let flags = item.flags();
             let expected = item.slot;
+            // A rewrite that keeps the value (touch) keeps an outstanding lease; one that
+            // changes it voids the lease, as any other write would.
+            let lease = if bump_cas { None } else { item.lease() };
             // Keep the deadline the item had. An item from a plain set knows only its segment's
             // earliest deadline (at most one tolerance early); after this rewrite it carries
             // that deadline exactly, so repeated rewrites cannot drift it further.
@@ -343,7 +377,17 @@ impl Handle {
                 None => (Some(kept), Some(kept)),
             };
             let written = match deadline {
-                Some(d) if d > now => match self.append(key, &[&buf], flags, d, own, 0) {
+                Some(d) if d > now => match self.append(
+                    key,
+                    &[&buf],
+                    flags,
+                    d,
+                    Extras {
+                        own_deadline: own,
+                        lease,
+                        marks: 0,
+                    },
+                ) {
                     Ok(w) => Some(w),
                     Err(e) => break Err(e.into()),
                 },
@@ -443,7 +487,7 @@ impl Handle {
             let item = self.get(key);
             if item.is_some() {
                 // The reference pins the old bytes; the delete only unlinks them.
-                self.remove(key);
+                self.remove_outright(key);
             }
             return Ok(item);
         }
@@ -454,15 +498,27 @@ impl Handle {
         Ok(self.get(key))
     }
 
-    /// memcached's `delete`: true when a value was removed.
+    /// memcached's `delete`: true when a value was removed. With
+    /// [`crate::Config::stale_after_delete`] set, the value stays behind as a stale copy only
+    /// lease reads see (see `lease.rs`); a hold-off stays in force either way.
     pub fn delete(&mut self, key: &[u8]) -> bool {
-        self.remove(key)
-    }
-
-    fn remove(&self, key: &[u8]) -> bool {
         if check_key(key).is_err() {
             return false;
         }
+        let removed = if self.shared.config.stale_after_delete > 0 {
+            self.delete_keeping_stale(key)
+        } else {
+            self.remove_outright(key)
+        };
+        if removed {
+            HandleCounters::bump(&self.counters.deletes, 1);
+        }
+        removed
+    }
+
+    /// Drops the key's item unless it is a hold-off; true when it was a value (or a lease
+    /// placeholder, which memcached counts as an item).
+    pub(crate) fn remove_outright(&self, key: &[u8]) -> bool {
         let h = hash(key);
         let tag = tag_of(h);
         let now = self.shared.clock.now();
@@ -470,14 +526,14 @@ impl Handle {
             let Some(old) = existing(&this.shared, chain, key, tag, now) else {
                 return Outcome::Done(false);
             };
+            if old.live && old.header.marks & MARK_TOMBSTONE != 0 {
+                return Outcome::Done(false);
+            }
             this.unpublish(chain, &old);
-            Outcome::Done(old.has_value())
+            let vis = Visibility::of(old.header.marks);
+            Outcome::Done(old.live && vis.blocks_add)
         });
-        let removed = removed.unwrap_or(false);
-        if removed {
-            HandleCounters::bump(&self.counters.deletes, 1);
-        }
-        removed
+        removed.unwrap_or(false)
     }
 
     /// Deletes the key's value and holds the key off for `holdoff` seconds (Facebook §4.3,
@@ -492,7 +548,11 @@ impl Handle {
         let tag = tag_of(h);
         let now = self.shared.clock.now();
         let deadline = now.saturating_add(holdoff).min(NEVER - 1);
-        let written = self.append(key, &[], 0, deadline, None, MARK_TOMBSTONE)?;
+        let tombstone = Extras {
+            marks: MARK_TOMBSTONE,
+            ..Extras::default()
+        };
+        let written = self.append(key, &[], 0, deadline, tombstone)?;
         let removed = self.locked(h, |this, table, chain| {
             let old = existing(&this.shared, chain, key, tag, now);
             match this.publish(table, chain, old.as_ref(), &written, tag, true) {

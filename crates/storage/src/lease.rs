@@ -1,0 +1,424 @@
+//! Leases, stale values and what every mark means (Facebook §3.2.1, memcached's meta `N`,
+//! `R`, `I` flags).
+//!
+//! A key's single hash slot can point at more than a plain value. The item's marks
+//! (`item.rs`) say which; [`Visibility`] is the one table of what each command sees:
+//!
+//! | item                         | get / mg | lease read (lease-get, mg N) | add     | replace, incr, touch |
+//! |------------------------------|----------|------------------------------|---------|----------------------|
+//! | value                        | hit      | hit (R may win a token)      | refused | yes                  |
+//! | STALE (meta `md I`)          | hit, X   | stale + token (or hot miss)  | refused | no                   |
+//! | EMPTY (lease placeholder)    | miss¹    | hot miss (or token if old)   | refused | no                   |
+//! | STALE+DELETED (after delete) | miss     | stale + token (or hot miss)  | stored  | no                   |
+//! | TOMBSTONE (delete hold-off)  | miss     | hot miss, no token           | refused | no                   |
+//!
+//! ¹ `mg` without `N` sees a placeholder as memcached does (an empty hit flagged `Z`); a
+//! plain `get` misses, where memcached would return an empty value nobody stored.
+//!
+//! **Tokens.** A lease is a token stored *in the item* (with its issue time), not a bucket
+//! CAS: another key of the same hash bucket being written must not void it. Whoever holds
+//! the item's token may store over it (`lease-set`, or `ms` with `C<token>`: the item's CAS
+//! *is* its token while it has one). A delete replaces the item with a copy that has no
+//! token, so a set racing with the delete is refused — the stale-set prevention. One token
+//! per key per [`crate::Config::lease_interval`]: misses meanwhile are hot misses, told to
+//! wait (and given the stale value if there is one); after the interval the next miss gets a
+//! new token, so a client that died holding one blocks its key for at most the interval.
+//! memcached hands a key's token out once per item lifetime; the rate limit is memfleet's.
+
+use crate::clock::{Expiry, NEVER};
+use crate::handle::{hash, Handle, ItemRef};
+use crate::hashtable::tag_of;
+use crate::item::{
+    Extras, Lease, MARK_DELETED, MARK_EMPTY, MARK_STALE, MARK_TOKEN, MARK_TOMBSTONE,
+};
+use crate::ops::{existing, Outcome, StoreError};
+use std::sync::atomic::Ordering;
+
+/// What the commands may do with an item, from its marks (see the module table).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Visibility {
+    /// `get`, `gets`, `gat`, `me` and the binary gets return it.
+    pub plain_read: bool,
+    /// It is a value a client stored: replace, incr/decr, append, touch and a bucket-CAS
+    /// compare apply.
+    pub value: bool,
+    /// `add` is refused while it is there.
+    pub blocks_add: bool,
+}
+
+impl Visibility {
+    pub(crate) fn of(marks: u8) -> Visibility {
+        Visibility {
+            plain_read: marks & (MARK_TOMBSTONE | MARK_EMPTY | MARK_DELETED) == 0,
+            value: marks & (MARK_STALE | MARK_TOMBSTONE | MARK_EMPTY | MARK_DELETED) == 0,
+            blocks_add: marks & MARK_DELETED == 0,
+        }
+    }
+}
+
+/// Where token numbering starts: from the wall clock, so tokens handed out before a restart
+/// are not handed out again soon after it (a client may still hold one).
+pub(crate) fn first_token() -> u64 {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    nanos.max(2)
+}
+
+/// What a lease read asks for.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LeaseRead {
+    /// On a miss, create an empty placeholder with this expiry and hand its token to this
+    /// caller (`lease-get`, meta `N`).
+    pub vivify: Option<Expiry>,
+    /// Win the token on a value whose remaining TTL is below this many seconds (meta `R`).
+    pub recache_below: Option<u32>,
+    /// See values kept after a delete (lease reads do; a plain `mg` does not).
+    pub see_deleted: bool,
+}
+
+/// What a lease read found.
+#[derive(Debug)]
+pub enum LeaseOutcome<'a> {
+    /// An item: a value, a stale value or a placeholder (see its marks). `won` says this
+    /// caller was handed its token (the item's [`ItemRef::cas`]); otherwise a token held
+    /// by someone else is outstanding if the item has one ([`ItemRef::lease`]).
+    Found {
+        /// The item.
+        item: ItemRef<'a>,
+        /// This caller was handed the token.
+        won: bool,
+    },
+    /// Nothing, and nothing was created.
+    Miss,
+    /// A delete hold-off is in force: no value and no token until it ends.
+    HeldOff,
+}
+
+/// What [`Handle::amend`] should do with the item it was shown.
+pub(crate) enum Amend<T> {
+    /// Nothing; return this.
+    Keep(T),
+    /// Remove it, then return this.
+    Unlink(T),
+    /// Replace it by a copy with these extras and deadline (and the replacement value, if
+    /// one was given), then return this.
+    Copy {
+        extras: Extras,
+        deadline: u32,
+        bump_cas: bool,
+        result: T,
+    },
+}
+
+/// Whether a reader of `item` is handed a new token: none is outstanding (or the last one
+/// is older than the lease interval), and the item is stale, a placeholder, or (meta `R`) a
+/// value close to expiring. A hold-off never hands one out.
+fn wins_token(item: &ItemRef<'_>, now: u32, interval: u32, ask: LeaseRead) -> bool {
+    let marks = item.marks();
+    if marks & MARK_TOMBSTONE != 0 {
+        return false;
+    }
+    if item
+        .lease()
+        .is_some_and(|l| now < l.issued.saturating_add(interval))
+    {
+        return false;
+    }
+    if marks & (MARK_STALE | MARK_EMPTY) != 0 {
+        return true;
+    }
+    ask.recache_below
+        .is_some_and(|below| item.ttl_remaining(now).is_some_and(|left| left < below))
+}
+
+impl Handle {
+    fn new_lease(&self, now: u32) -> Lease {
+        let token = self.shared.next_token.fetch_add(1, Ordering::Relaxed);
+        Lease {
+            token: token.max(2),
+            issued: now,
+        }
+    }
+
+    /// A lease-aware read: `mg` (with or without `N`/`R`) and `lease-get`. Hands this
+    /// caller the key's token when the rules in the module docs say it wins one.
+    pub fn lease_read(
+        &mut self,
+        key: &[u8],
+        ask: LeaseRead,
+    ) -> Result<LeaseOutcome<'_>, StoreError> {
+        crate::ops::check_key(key)?;
+        let h = hash(key);
+        let tag = tag_of(h);
+        let mut mine: Option<u64> = None;
+        // Decide under a lookup, act under the chain lock, and look again: the item returned
+        // is always one read after any change this call made.
+        enum Act {
+            Claim,
+            Create(u32),
+        }
+        let act = loop {
+            let now = self.shared.clock.now();
+            let act = match self.find(key, h, now, true) {
+                None => match ask.vivify.and_then(|e| self.shared.clock.deadline(e, now)) {
+                    Some(deadline) if mine.is_none() => Act::Create(deadline),
+                    _ => break None,
+                },
+                Some(item) => {
+                    let marks = item.marks();
+                    if marks & MARK_TOMBSTONE != 0 {
+                        break Some(false);
+                    }
+                    if marks & MARK_DELETED != 0 && !ask.see_deleted {
+                        break None;
+                    }
+                    if mine.is_some() && item.lease().map(|l| l.token) == mine {
+                        break Some(true);
+                    }
+                    let interval = self.shared.config.lease_interval;
+                    if mine.is_some() || !wins_token(&item, now, interval, ask) {
+                        break Some(true);
+                    }
+                    Act::Claim
+                }
+            };
+            let lease = self.new_lease(now);
+            mine = Some(lease.token);
+            match act {
+                Act::Claim => {
+                    let interval = self.shared.config.lease_interval;
+                    // Decided again on the item the chain lock protects: whoever claims first
+                    // keeps the token.
+                    self.amend(key, None, |item, now| {
+                        if !wins_token(item, now, interval, ask) {
+                            return Amend::Keep(());
+                        }
+                        Amend::Copy {
+                            extras: Extras {
+                                own_deadline: item.own_deadline(),
+                                lease: Some(lease),
+                                marks: item.marks() & !MARK_TOKEN,
+                            },
+                            deadline: item.deadline(),
+                            bump_cas: false,
+                            result: (),
+                        }
+                    })?;
+                }
+                Act::Create(deadline) => {
+                    let extras = Extras {
+                        own_deadline: None,
+                        lease: Some(lease),
+                        marks: MARK_EMPTY,
+                    };
+                    let written = self.append(key, &[], 0, deadline, extras)?;
+                    self.locked(h, |this, table, chain| {
+                        let old = existing(&this.shared, chain, key, tag, now);
+                        if old.as_ref().is_some_and(|o| o.live) {
+                            // Someone stored or vivified the key meanwhile: read theirs.
+                            return Outcome::Done(());
+                        }
+                        match this.publish(table, chain, old.as_ref(), &written, tag, false) {
+                            Ok(()) => Outcome::Done(()),
+                            Err(_) => Outcome::Grow(table.power()),
+                        }
+                    });
+                    self.finish(Some(written));
+                }
+            }
+        };
+        // Borrow again for the result (the loop above needed `&mut self` for writes).
+        let now = self.shared.clock.now();
+        Ok(match act {
+            None => LeaseOutcome::Miss,
+            Some(false) => LeaseOutcome::HeldOff,
+            Some(true) => match self.find(key, h, now, false) {
+                Some(item) if item.marks() & MARK_TOMBSTONE != 0 => LeaseOutcome::HeldOff,
+                Some(item) if item.marks() & MARK_DELETED != 0 && !ask.see_deleted => {
+                    LeaseOutcome::Miss
+                }
+                Some(item) => {
+                    let won = mine.is_some() && item.lease().map(|l| l.token) == mine;
+                    LeaseOutcome::Found { item, won }
+                }
+                None => LeaseOutcome::Miss,
+            },
+        })
+    }
+
+    /// Meta `md <key> I [T]`: keeps the value but marks it stale (reads see it flagged `X`,
+    /// the next reader wins a token to refresh it) and voids any outstanding token. `ttl`
+    /// gives it a new expiry. False when the key holds no value.
+    pub fn invalidate(&mut self, key: &[u8], ttl: Option<Expiry>) -> Result<bool, StoreError> {
+        crate::ops::check_key(key)?;
+        let clock = self.shared.clock.clone();
+        let done = self.amend(key, None, |item, now| {
+            if item.marks() & (MARK_TOMBSTONE | MARK_DELETED) != 0 {
+                return Amend::Keep(false);
+            }
+            let (deadline, own) = match ttl.map(|e| clock.deadline(e, now)) {
+                Some(Some(d)) => (d, None),
+                Some(None) => return Amend::Unlink(true),
+                None => (item.deadline(), item.own_deadline()),
+            };
+            Amend::Copy {
+                extras: Extras {
+                    own_deadline: own,
+                    lease: None,
+                    marks: (item.marks() & MARK_EMPTY) | MARK_STALE,
+                },
+                deadline,
+                bump_cas: true,
+                result: true,
+            }
+        })?;
+        Ok(done.unwrap_or(false))
+    }
+
+    /// Meta `ms <key> I C<cas>` when `cas` did not match: memcached stores the value anyway
+    /// if the client's CAS is *older* than the item's, marked stale and keeping the item's
+    /// expiry and token, so a slow writer's data can be served as stale but never as fresh.
+    /// `None` when the key holds no item (or the CAS is not older).
+    pub fn set_stale_if_older(
+        &mut self,
+        key: &[u8],
+        value: &[u8],
+        flags: u32,
+        cas: u64,
+    ) -> Result<Option<()>, StoreError> {
+        crate::ops::check_key(key)?;
+        let done = self.amend(key, Some((value, flags)), |item, _| {
+            if item.marks() & (MARK_TOMBSTONE | MARK_DELETED) != 0 || cas >= item.cas() {
+                return Amend::Keep(None);
+            }
+            Amend::Copy {
+                extras: Extras {
+                    own_deadline: item.own_deadline(),
+                    lease: item.lease(),
+                    marks: MARK_STALE,
+                },
+                deadline: item.deadline(),
+                bump_cas: true,
+                result: Some(()),
+            }
+        })?;
+        Ok(done.flatten())
+    }
+
+    /// `delete` when deleted values are kept for lease reads: the value becomes a stale copy
+    /// no plain read sees, for [`crate::Config::stale_after_delete`] seconds (or less if it
+    /// was to expire sooner), and any outstanding token is voided. True when a value was
+    /// deleted. A delete hold-off stays in force.
+    pub(crate) fn delete_keeping_stale(&mut self, key: &[u8]) -> bool {
+        let keep = self.shared.config.stale_after_delete;
+        let done = self.amend(key, None, |item, now| {
+            let marks = item.marks();
+            if marks & MARK_TOMBSTONE != 0 {
+                return Amend::Keep(false);
+            }
+            if marks & MARK_EMPTY != 0 {
+                // A placeholder: nothing to keep; dropping it voids its token. memcached
+                // counts deleting its vivified item as a delete.
+                return Amend::Unlink(true);
+            }
+            let deleted = marks & MARK_DELETED == 0;
+            if !deleted && item.lease().is_none() {
+                return Amend::Keep(false);
+            }
+            let deadline = if deleted {
+                item.deadline().min(now.saturating_add(keep))
+            } else {
+                item.deadline()
+            };
+            Amend::Copy {
+                extras: Extras {
+                    own_deadline: None,
+                    lease: None,
+                    marks: MARK_STALE | MARK_DELETED,
+                },
+                deadline,
+                bump_cas: true,
+                result: deleted,
+            }
+        });
+        match done {
+            Ok(found) => found.unwrap_or(false),
+            // No room for the stale copy: delete outright (a delete must never fail).
+            Err(_) => self.remove_outright(key),
+        }
+    }
+
+    /// Changes the key's current item as `decide` says, provided it is still the item
+    /// `decide` was shown when the chain is locked (else looks again). `replacement` replaces
+    /// the value and flags of a copy. `None` when the key holds no live item.
+    pub(crate) fn amend<T>(
+        &mut self,
+        key: &[u8],
+        replacement: Option<(&[u8], u32)>,
+        mut decide: impl FnMut(&ItemRef<'_>, u32) -> Amend<T>,
+    ) -> Result<Option<T>, StoreError> {
+        let h = hash(key);
+        let tag = tag_of(h);
+        let mut buf = std::mem::take(&mut self.scratch);
+        let result = loop {
+            let now = self.shared.clock.now();
+            let Some(item) = self.find(key, h, now, false) else {
+                break Ok(None);
+            };
+            let expected = item.slot;
+            let (extras, deadline, bump_cas, result) = match decide(&item, now) {
+                Amend::Keep(result) => break Ok(Some(result)),
+                Amend::Unlink(result) => (Extras::default(), now, true, result),
+                Amend::Copy {
+                    extras,
+                    deadline,
+                    bump_cas,
+                    result,
+                } => (extras, deadline, bump_cas, result),
+            };
+            let mut flags = item.flags();
+            buf.clear();
+            match replacement {
+                Some((value, new_flags)) => {
+                    buf.extend_from_slice(value);
+                    flags = new_flags;
+                }
+                None => buf.extend_from_slice(item.value()),
+            }
+            drop(item);
+            let written = if deadline > now || deadline == NEVER {
+                match self.append(key, &[&buf], flags, deadline, extras) {
+                    Ok(w) => Some(w),
+                    Err(e) => break Err(e),
+                }
+            } else {
+                None
+            };
+            let done = self.locked(h, |this, table, chain| {
+                let old = existing(&this.shared, chain, key, tag, now);
+                match &old {
+                    Some(e) if e.live && e.slot_value.same_location(expected) => {}
+                    _ => return Outcome::Retry,
+                }
+                let old = old.expect("checked above");
+                match &written {
+                    Some(w) => match this.publish(table, chain, Some(&old), w, tag, bump_cas) {
+                        Ok(()) => Outcome::Done(()),
+                        Err(_) => Outcome::Grow(table.power()),
+                    },
+                    None => {
+                        this.unpublish(chain, &old);
+                        Outcome::Done(())
+                    }
+                }
+            });
+            self.finish(written);
+            if done.is_some() {
+                break Ok(Some(result));
+            }
+        };
+        self.scratch = buf;
+        result
+    }
+}
