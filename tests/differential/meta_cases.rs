@@ -262,6 +262,26 @@ fn semantics() -> Vec<Case> {
         )],
     );
     g.named(
+        "leases: the mg N winner stores with its CAS, a loser's stale CAS is refused",
+        vec![text(
+            "mg k N30 c v\r\nmg k N30 c v\r\nms k 3 C$C1\r\nnew\r\nms k 3 C$C1\r\nold\r\n\
+             mg k v c\r\n",
+        )],
+    );
+    g.named(
+        "leases: md I keeps the value, one reader wins, a set clears the flags",
+        vec![text(
+            "ms k 2 T100\r\nv1\r\nmd k I\r\nmd nope I\r\nmg k v N30\r\nmg k v R30\r\n\
+             mg k s\r\nget k\r\nms k 2\r\nv2\r\nmg k v\r\nmd k I q\r\nmn\r\n",
+        )],
+    );
+    g.named(
+        "leases: mg N on a hit, and R outside the window",
+        vec![text(
+            "ms k 1 T100\r\nx\r\nmg k N30 v\r\nmg k R10 v\r\nmg k R200 v\r\nmg k R200 v\r\n",
+        )],
+    );
+    g.named(
         "ms with a zero-length value",
         vec![text("ms k 0 F1\r\n\r\nmg k v f s\r\n")],
     );

@@ -171,9 +171,14 @@ pub fn binary(raw: &[u8], cas: &mut Vec<u64>, normalize: bool) -> Vec<u8> {
 }
 
 /// Rule stats-names: drops the `STAT` lines whose name only one of the two replies has,
-/// except memfleet-only names that do not start with `segcache_` (an unexpected name is
-/// still a difference). Other lines are kept in order.
+/// except memfleet-only names that do not start with `segcache_`, `lease_` or `holdoff_` (an
+/// unexpected name is still a difference). Other lines are kept in order.
 pub fn shared_stats(reference: &[u8], subject: &[u8]) -> (Vec<u8>, Vec<u8>) {
+    fn memfleet_only(name: &[u8]) -> bool {
+        [&b"segcache_"[..], b"lease_", b"holdoff_"]
+            .iter()
+            .any(|p| name.starts_with(p))
+    }
     fn name(line: &[u8]) -> Option<&[u8]> {
         let rest = line.strip_prefix(b"STAT ")?;
         rest.split(|&b| b == b' ').next()
@@ -185,8 +190,8 @@ pub fn shared_stats(reference: &[u8], subject: &[u8]) -> (Vec<u8>, Vec<u8>) {
     let keep = |reply: &[u8], other: &[&[u8]], subject: bool| -> Vec<u8> {
         let mut out = Vec::with_capacity(reply.len());
         for line in reply.split_inclusive(|&b| b == b'\n') {
-            let drop = name(line)
-                .is_some_and(|n| !other.contains(&n) && (!subject || n.starts_with(b"segcache_")));
+            let drop =
+                name(line).is_some_and(|n| !other.contains(&n) && (!subject || memfleet_only(n)));
             if !drop {
                 out.extend_from_slice(line);
             }

@@ -47,6 +47,10 @@ impl Request<'_> {
                 out.extend_from_slice(s.command.name());
                 out.push(b' ');
                 out.extend_from_slice(s.key);
+                if s.command == crate::StoreCommand::LeaseSet {
+                    out.push(b' ');
+                    push_u64(out, s.cas);
+                }
                 out.push(b' ');
                 push_u64(out, u64::from(s.flags));
                 out.push(b' ');
@@ -61,9 +65,17 @@ impl Request<'_> {
                 out.extend_from_slice(b"\r\n");
                 out.extend_from_slice(s.data);
             }
-            Request::Delete { key, noreply: nr } => {
+            Request::Delete {
+                key,
+                holdoff,
+                noreply: nr,
+            } => {
                 out.extend_from_slice(b"delete ");
                 out.extend_from_slice(key);
+                if *holdoff != 0 {
+                    out.push(b' ');
+                    push_u64(out, u64::from(*holdoff));
+                }
                 noreply(out, *nr);
             }
             Request::Arith {

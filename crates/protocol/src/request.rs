@@ -19,10 +19,14 @@ pub enum Request<'a> {
     Get(Get<'a>),
     /// `set`/`add`/`replace`/`append`/`prepend`/`cas` with its data block.
     Store(Store<'a>),
-    /// `delete <key> [0] [noreply]`.
+    /// `delete <key> [<seconds>] [noreply]`. memcached 1.6 accepts only `0` for the time;
+    /// memfleet takes any number of seconds as a delete hold-off (Facebook §4.3), as
+    /// mcrouter sends it.
     Delete {
         /// The key.
         key: &'a [u8],
+        /// Seconds during which `add` is refused and gets miss (0: a plain delete).
+        holdoff: u32,
         /// Suppress the reply.
         noreply: bool,
     },
@@ -108,6 +112,9 @@ pub enum GetKind {
     Gat,
     /// `gats`: get and touch, return CAS.
     Gats,
+    /// mcrouter's `lease-get`: a hit is a `VALUE` line; a miss is an `LVALUE` line carrying a
+    /// lease token (1: a hot miss, retry shortly) and any stale value.
+    LeaseGet,
 }
 
 impl GetKind {
@@ -128,6 +135,7 @@ impl GetKind {
             GetKind::Gets => b"gets",
             GetKind::Gat => b"gat",
             GetKind::Gats => b"gats",
+            GetKind::LeaseGet => b"lease-get",
         }
     }
 }
@@ -159,6 +167,9 @@ pub enum StoreCommand {
     Prepend,
     /// Store only if the CAS unique matches.
     Cas,
+    /// mcrouter's `lease-set <key> <token> <flags> <exptime> <bytes>`: store if the token is
+    /// the key's outstanding lease (the token travels in [`Store::cas`]).
+    LeaseSet,
 }
 
 impl StoreCommand {
@@ -171,6 +182,7 @@ impl StoreCommand {
             StoreCommand::Append => b"append",
             StoreCommand::Prepend => b"prepend",
             StoreCommand::Cas => b"cas",
+            StoreCommand::LeaseSet => b"lease-set",
         }
     }
 
@@ -182,7 +194,7 @@ impl StoreCommand {
             StoreCommand::Replace => Some(b'R'),
             StoreCommand::Append => Some(b'A'),
             StoreCommand::Prepend => Some(b'P'),
-            StoreCommand::Cas => None,
+            StoreCommand::Cas | StoreCommand::LeaseSet => None,
         }
     }
 }
@@ -198,7 +210,7 @@ pub struct Store<'a> {
     pub flags: u32,
     /// Expiration time, memcached's convention.
     pub exptime: i64,
-    /// CAS unique to compare (`cas` only; 0 otherwise).
+    /// CAS unique to compare (`cas`), or the lease token (`lease-set`); 0 otherwise.
     pub cas: u64,
     /// Suppress the reply.
     pub noreply: bool,

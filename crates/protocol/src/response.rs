@@ -88,6 +88,26 @@ pub fn value(out: &mut Vec<u8>, key: &[u8], flags: u32, data: &[u8], cas: Option
     out.extend_from_slice(CRLF);
 }
 
+/// The lease token of a `lease-get` hot miss: someone else holds the key's lease; retry
+/// shortly (mcrouter's ASCII protocol; 0 would mean a hit).
+pub const HOT_MISS_TOKEN: u64 = 1;
+
+/// Appends one `lease-get` miss: `LVALUE <key> <token> <flags> <bytes>`, the data (a stale
+/// value, or empty) and `\r\n`; the reply ends with `END` like a get's.
+pub fn lease_value(out: &mut Vec<u8>, key: &[u8], token: u64, flags: u32, data: &[u8]) {
+    out.extend_from_slice(b"LVALUE ");
+    out.extend_from_slice(key);
+    out.push(b' ');
+    push_u64(out, token);
+    out.push(b' ');
+    push_u64(out, u64::from(flags));
+    out.push(b' ');
+    push_u64(out, data.len() as u64);
+    out.extend_from_slice(CRLF);
+    out.extend_from_slice(data);
+    out.extend_from_slice(CRLF);
+}
+
 /// Appends an incr/decr result: the new value alone on a line.
 pub fn number(out: &mut Vec<u8>, v: u64) {
     push_u64(out, v);

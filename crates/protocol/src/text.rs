@@ -82,6 +82,8 @@ pub(crate) fn parse_line<'a>(buf: &'a [u8], line: &Line<'a>, cfg: &ParserConfig)
             b"version" => ok(Request::Version),
             b"quit" => ok(Request::Quit),
             b"verbosity" => verbosity(line, &t),
+            b"lease-get" if n >= 2 => get(line, &t, GetKind::LeaseGet),
+            b"lease-set" => store(buf, line, &t, StoreCommand::LeaseSet, cfg),
             b"lru_crawler" | b"watch" | b"refresh_certs" => other(),
             b"lru" | b"extstore" if n >= 2 => other(),
             b"lru" | b"extstore" => unknown(),
@@ -159,7 +161,12 @@ fn store<'a>(
     cfg: &ParserConfig,
 ) -> Parsed<'a> {
     let consumed = line.consumed;
-    let base = if command == StoreCommand::Cas { 6 } else { 5 };
+    // Token positions: `lease-set` puts its token before the flags, `cas` its unique last.
+    let (base, fields) = match command {
+        StoreCommand::Cas => (6, 2),
+        StoreCommand::LeaseSet => (6, 3),
+        _ => (5, 2),
+    };
     if t.n != base && t.n != base + 1 {
         return Err(reject(ErrorKind::UnknownCommand, consumed, false));
     }
@@ -171,15 +178,20 @@ fn store<'a>(
         return bad();
     }
     let (Some(flags), Some(exptime), Some(len)) = (
-        safe_strtoul(t.get(2)),
-        safe_strtol(t.get(3)),
-        safe_strtol(t.get(4)),
+        safe_strtoul(t.get(fields)),
+        safe_strtol(t.get(fields + 1)),
+        safe_strtol(t.get(fields + 2)),
     ) else {
         return bad();
     };
     let mut cas = 0;
-    if command == StoreCommand::Cas {
-        match safe_strtoull(t.get(5)) {
+    let cas_at = match command {
+        StoreCommand::Cas => Some(5),
+        StoreCommand::LeaseSet => Some(2),
+        _ => None,
+    };
+    if let Some(at) = cas_at {
+        match safe_strtoull(t.get(at)) {
             Some(v) => cas = v,
             None => return bad(),
         }
@@ -212,21 +224,33 @@ fn delete<'a>(line: &Line<'a>, t: &Tokenized<'a>) -> Parsed<'a> {
         return Err(reject(ErrorKind::UnknownCommand, consumed, false));
     }
     let mut noreply = false;
+    let mut holdoff = 0;
     if t.n > 2 {
-        // memcached 1.6 accepts only a legacy hold time of exactly "0".
-        let hold_is_zero = t.get(2) == b"0";
+        // memcached 1.6 accepts only a legacy hold time of exactly "0"; memfleet takes any
+        // number of seconds as a hold-off (see `Request::Delete`).
+        let hold = safe_strtoul(t.get(2));
         noreply = t.noreply();
         let valid =
-            (t.n == 3 && (hold_is_zero || noreply)) || (t.n == 4 && hold_is_zero && noreply);
+            (t.n == 3 && (hold.is_some() || noreply)) || (t.n == 4 && hold.is_some() && noreply);
         if !valid {
             return Err(reject(ErrorKind::DeleteUsage, consumed, noreply));
+        }
+        if t.n == 4 || !noreply {
+            holdoff = hold.unwrap_or(0);
         }
     }
     let key = t.get(1);
     if key_too_long(key) {
         return Err(reject(ErrorKind::BadCommandLineFormat, consumed, noreply));
     }
-    Ok((Request::Delete { key, noreply }, consumed))
+    Ok((
+        Request::Delete {
+            key,
+            holdoff,
+            noreply,
+        },
+        consumed,
+    ))
 }
 
 fn arith<'a>(line: &Line<'a>, t: &Tokenized<'a>, op: ArithOp) -> Parsed<'a> {

@@ -171,6 +171,7 @@ fn other_commands_fields() {
         ok(b"delete k 0 noreply\r\n"),
         Request::Delete {
             key: b"k",
+            holdoff: 0,
             noreply: true
         }
     );
@@ -377,4 +378,50 @@ fn error_kinds_reply_bytes() {
         ErrorKind::BadDataChunk.to_string(),
         "CLIENT_ERROR bad data chunk"
     );
+}
+
+#[test]
+fn lease_commands_and_delete_hold_off() {
+    let Request::Get(g) = ok(b"lease-get k1 k2\r\n") else {
+        panic!()
+    };
+    assert_eq!(g.kind, GetKind::LeaseGet);
+    assert_eq!(g.keys.collect::<Vec<_>>(), vec![&b"k1"[..], &b"k2"[..]]);
+    let Request::Store(s) = ok(b"lease-set k 12345 7 60 3 noreply\r\nabc\r\n") else {
+        panic!()
+    };
+    assert_eq!(
+        (s.command, s.key, s.cas, s.flags, s.exptime, s.data, s.noreply),
+        (
+            StoreCommand::LeaseSet,
+            &b"k"[..],
+            12345,
+            7,
+            60,
+            &b"abc"[..],
+            true
+        )
+    );
+    // A token that is not a number is a format error, as for cas.
+    assert_eq!(
+        rejection(b"lease-set k x 0 0 1\r\na\r\n").kind,
+        ErrorKind::BadCommandLineFormat
+    );
+    assert_eq!(
+        ok(b"delete k 5\r\n"),
+        Request::Delete {
+            key: b"k",
+            holdoff: 5,
+            noreply: false
+        }
+    );
+    assert_eq!(
+        ok(b"delete k 5 noreply\r\n"),
+        Request::Delete {
+            key: b"k",
+            holdoff: 5,
+            noreply: true
+        }
+    );
+    assert_eq!(rejection(b"delete k -5\r\n").kind, ErrorKind::DeleteUsage);
 }

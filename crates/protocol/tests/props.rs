@@ -186,7 +186,7 @@ proptest! {
     #[test]
     fn store_round_trips(
         cmd in prop::sample::select(vec![StoreCommand::Set, StoreCommand::Add, StoreCommand::Replace,
-            StoreCommand::Append, StoreCommand::Prepend, StoreCommand::Cas]),
+            StoreCommand::Append, StoreCommand::Prepend, StoreCommand::Cas, StoreCommand::LeaseSet]),
         key in key(),
         flags in any::<u32>(),
         exptime in any::<i32>(),
@@ -194,7 +194,7 @@ proptest! {
         noreply in any::<bool>(),
         data in prop::collection::vec(any::<u8>(), 0..512),
     ) {
-        let cas = if cmd == StoreCommand::Cas { cas } else { 0 };
+        let cas = if matches!(cmd, StoreCommand::Cas | StoreCommand::LeaseSet) { cas } else { 0 };
         let req = Request::Store(Store { command: cmd, key: &key, flags, exptime: exptime.into(), cas, noreply, data: &data });
         let mut enc = Vec::new();
         req.encode(&mut enc);
@@ -204,7 +204,7 @@ proptest! {
     #[test]
     fn get_and_simple_commands_round_trip(
         keys in prop::collection::vec(key(), 1..40),
-        kind in prop::sample::select(vec![GetKind::Get, GetKind::Gets, GetKind::Gat, GetKind::Gats]),
+        kind in prop::sample::select(vec![GetKind::Get, GetKind::Gets, GetKind::Gat, GetKind::Gats, GetKind::LeaseGet]),
         exptime in any::<i32>(),
         delta in any::<u64>(),
         noreply in any::<bool>(),
@@ -213,7 +213,8 @@ proptest! {
         let exptime = if kind.touches() { i64::from(exptime) } else { 0 };
         let reqs = [
             Request::Get(Get { kind, exptime, keys: Tokens::new(&line) }),
-            Request::Delete { key: &keys[0], noreply },
+            Request::Delete { key: &keys[0], holdoff: 0, noreply },
+            Request::Delete { key: &keys[0], holdoff: delta as u32, noreply },
             Request::Arith { op: ArithOp::Decr, key: &keys[0], delta, noreply },
             Request::Touch { key: &keys[0], exptime, noreply },
             Request::FlushAll { delay: exptime, noreply },

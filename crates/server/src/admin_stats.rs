@@ -231,6 +231,8 @@ impl<'s> StatsReport<'s> {
             ("item_size_max", st.max_item_size.to_string()),
             ("maxconns_fast", "yes".into()),
             ("idle_timeout", idle.to_string()),
+            ("lease_interval", st.lease_interval.to_string()),
+            ("stale_after_delete", st.stale_after_delete.to_string()),
             ("segment_size", cfg.segment_size.to_string()),
             ("merge_segments", cfg.merge_segments.to_string()),
             ("eviction_policy", eviction.into()),

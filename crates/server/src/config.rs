@@ -52,6 +52,18 @@ pub struct ServerArgs {
     #[arg(long = "idle-timeout", env = "MEMFLEET_IDLE_TIMEOUT")]
     pub idle_timeout: Option<u64>,
 
+    /// Seconds a lease token is the only one for its key (`lease-get`, meta `mg N`/`R`):
+    /// other misses meanwhile are hot misses, told to retry; after it the next miss gets a
+    /// new token, so a client that died holding one blocks the key no longer [default: 10].
+    #[arg(long = "lease-interval", env = "MEMFLEET_LEASE_INTERVAL")]
+    pub lease_interval: Option<u32>,
+
+    /// Seconds a deleted value stays behind as stale for lease reads (`lease-get`, `mg N`),
+    /// which may serve it marked stale while one client refreshes it; plain gets miss it at
+    /// once. 0 drops values at delete, as memcached does [default: 10].
+    #[arg(long = "stale-after-delete", env = "MEMFLEET_STALE_AFTER_DELETE")]
+    pub stale_after_delete: Option<u32>,
+
     /// Serve Prometheus metrics over HTTP at /metrics on this port (same address as
     /// --listen); off unless given.
     #[arg(long = "admin-port", env = "MEMFLEET_ADMIN_PORT")]
@@ -78,6 +90,8 @@ struct FileSettings {
     threads: Option<usize>,
     max_item_size: Option<toml::Value>,
     idle_timeout: Option<u64>,
+    lease_interval: Option<u32>,
+    stale_after_delete: Option<u32>,
     admin_port: Option<u16>,
     listen_backlog: Option<u32>,
 }
@@ -99,6 +113,10 @@ pub struct Settings {
     pub max_item_size: usize,
     /// Idle connection timeout; `None` for never.
     pub idle_timeout: Option<Duration>,
+    /// Lease interval, seconds (at least 1).
+    pub lease_interval: u32,
+    /// Seconds deleted values stay readable as stale (0: none).
+    pub stale_after_delete: u32,
     /// Metrics port.
     pub admin_port: Option<u16>,
     /// Listen backlog.
@@ -115,6 +133,8 @@ impl Default for Settings {
             threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
             max_item_size: 1 << 20,
             idle_timeout: None,
+            lease_interval: 10,
+            stale_after_delete: 10,
             admin_port: None,
             backlog: 1024,
         }
@@ -173,6 +193,15 @@ impl Settings {
         }
         if let Some(secs) = args.idle_timeout.or(file.idle_timeout) {
             s.idle_timeout = (secs > 0).then(|| Duration::from_secs(secs));
+        }
+        if let Some(v) = args.lease_interval.or(file.lease_interval) {
+            if v == 0 {
+                bail!("--lease-interval must be at least 1 second");
+            }
+            s.lease_interval = v;
+        }
+        if let Some(v) = args.stale_after_delete.or(file.stale_after_delete) {
+            s.stale_after_delete = v;
         }
         s.admin_port = args.admin_port.or(file.admin_port);
         if let Some(v) = args.backlog.or(file.listen_backlog) {

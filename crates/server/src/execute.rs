@@ -10,11 +10,17 @@ mod binary;
 use crate::admin_stats::StatsReport;
 use crate::stats::WorkerCounters;
 use crate::worker::Shared;
-use memfleet_protocol::response::{self, MetaDebug, MetaStatus, MetaWriter, Status};
-use memfleet_protocol::{
-    ArithOp, Get, Meta, MetaArith, MetaFlags, MetaKey, MetaSet, Request, StoreCommand, Tokens,
+use memfleet_protocol::response::{
+    self, MetaDebug, MetaStatus, MetaWriter, Status, HOT_MISS_TOKEN,
 };
-use memfleet_storage::{DeltaError, Expiry, Handle, ItemRef, StoreError, StoreMode, StoreStatus};
+use memfleet_protocol::{
+    ArithOp, Get, GetKind, Meta, MetaArith, MetaFlags, MetaKey, MetaSet, Request, StoreCommand,
+    Tokens,
+};
+use memfleet_storage::{
+    DeltaError, Expiry, Handle, ItemRef, LeaseOutcome, LeaseRead, StoreError, StoreMode,
+    StoreStatus, MARK_DELETED, MARK_EMPTY, MARK_STALE,
+};
 
 /// The version string: memcached's protocol level, then ours. Clients that parse the
 /// version as numbers (libmemcached, spymemcached) see 1.6.18, which enables the commands
@@ -67,6 +73,7 @@ impl Executor<'_> {
                     StoreCommand::Append => StoreMode::Append,
                     StoreCommand::Prepend => StoreMode::Prepend,
                     StoreCommand::Cas => StoreMode::Cas(s.cas),
+                    StoreCommand::LeaseSet => StoreMode::Lease(s.cas),
                 };
                 let reply = self.store(mode, s.key, s.data, s.flags, s.exptime);
                 if !s.noreply {
@@ -76,13 +83,22 @@ impl Executor<'_> {
                     });
                 }
             }
-            Request::Delete { key, noreply } => {
-                let status = if self.delete(key) {
-                    Status::Deleted
+            Request::Delete {
+                key,
+                holdoff,
+                noreply,
+            } => {
+                let deleted = if *holdoff > 0 {
+                    self.delete_holding_off(key, *holdoff)
                 } else {
-                    Status::NotFound
+                    Ok(self.delete(key))
                 };
-                reply_status(out, status, *noreply);
+                match deleted {
+                    Ok(true) => reply_status(out, Status::Deleted, *noreply),
+                    Ok(false) => reply_status(out, Status::NotFound, *noreply),
+                    Err(e) if !*noreply => out.extend_from_slice(store_error(e)),
+                    Err(_) => {}
+                }
             }
             Request::Arith {
                 op,
@@ -143,9 +159,14 @@ impl Executor<'_> {
             .touches()
             .then(|| Expiry::from_memcached(get.exptime));
         let with_cas = get.kind.returns_cas();
+        let lease = get.kind == GetKind::LeaseGet;
         for (i, key) in get.keys.enumerate().skip(start) {
             if out.len() >= budget && i > start {
                 return Next::Resume(i);
+            }
+            if lease {
+                self.lease_get(key, out);
+                continue;
             }
             self.fetch(key, touch, |item, _| {
                 let cas = with_cas.then(|| item.cas());
@@ -204,6 +225,63 @@ impl Executor<'_> {
         found
     }
 
+    /// One key of mcrouter's `lease-get`: `VALUE` for a value; otherwise an `LVALUE` line
+    /// with this caller's new token, or the hot-miss token 1 if another client holds the
+    /// key's lease (or a hold-off is in force), and the stale value if there is one.
+    fn lease_get(&mut self, key: &[u8], out: &mut Vec<u8>) {
+        let c = self.counters;
+        c.cmd_get.incr();
+        let ask = LeaseRead {
+            vivify: Some(Expiry::After(self.shared.settings.lease_interval)),
+            recache_below: None,
+            see_deleted: true,
+        };
+        let done = self.handle.lease_read(key, ask, |found| match found {
+            LeaseOutcome::Found { item, won } => {
+                let marks = item.marks();
+                if marks & (MARK_STALE | MARK_EMPTY | MARK_DELETED) == 0 {
+                    c.get_hits.incr();
+                    response::value(out, key, item.flags(), item.value(), None);
+                    return;
+                }
+                c.get_misses.incr();
+                if won {
+                    c.lease_grants.incr();
+                } else {
+                    c.lease_hot_misses.incr();
+                }
+                if marks & MARK_STALE != 0 {
+                    c.lease_stale_hits.incr();
+                }
+                let token = if won { item.cas() } else { HOT_MISS_TOKEN };
+                response::lease_value(out, key, token, item.flags(), item.value());
+            }
+            LeaseOutcome::HeldOff | LeaseOutcome::Miss => {
+                c.get_misses.incr();
+                c.lease_hot_misses.incr();
+                response::lease_value(out, key, HOT_MISS_TOKEN, 0, b"");
+            }
+        });
+        if done.is_err() {
+            // No memory for the placeholder: the client may read the database but cannot fill.
+            c.get_misses.incr();
+            c.lease_hot_misses.incr();
+            response::lease_value(out, key, HOT_MISS_TOKEN, 0, b"");
+        }
+    }
+
+    /// `delete <key> <seconds>`: deletes and refuses `add` for the hold-off.
+    fn delete_holding_off(&mut self, key: &[u8], secs: u32) -> Result<bool, StoreError> {
+        self.counters.holdoff_deletes.incr();
+        let deleted = self.handle.delete_with_holdoff(key, secs)?;
+        if deleted {
+            self.counters.delete_hits.incr();
+        } else {
+            self.counters.delete_misses.incr();
+        }
+        Ok(deleted)
+    }
+
     fn store(
         &mut self,
         mode: StoreMode,
@@ -243,6 +321,9 @@ impl Executor<'_> {
             (Err(StoreError::TooLarge), _) => c.store_too_large.incr(),
             (Err(StoreError::OutOfMemory), _) => c.store_no_memory.incr(),
             _ => {}
+        }
+        if let (Ok(StoreStatus::NotStored), StoreMode::Lease(_)) = (&result, mode) {
+            c.lease_sets_refused.incr();
         }
         result
     }
@@ -321,7 +402,28 @@ impl Executor<'_> {
         self.counters.cmd_meta.incr();
         let key = m.key.bytes();
         let touch = m.flags.ttl().map(Expiry::from_memcached);
-        let found = self.fetch(&key, touch, |item, now| {
+        if let Some(expiry) = touch.filter(|e| *e != Expiry::Expired) {
+            // Like gat: a new expiry first (a placeholder or stale value keeps its own).
+            let _ = self.handle.touch(&key, expiry);
+        }
+        let ask = LeaseRead {
+            vivify: m.flags.vivify_ttl().map(Expiry::from_memcached),
+            recache_below: m
+                .flags
+                .recache_ttl()
+                .map(|r| u32::try_from(r.max(0)).unwrap_or(u32::MAX)),
+            // A deleted value kept as stale is offered only to a client that takes leases.
+            see_deleted: m.flags.has(b'N'),
+        };
+        let c = self.counters;
+        let now = self.handle.now();
+        let found = self.handle.lease_read(&key, ask, |found| {
+            let LeaseOutcome::Found { item, won } = found else {
+                return false;
+            };
+            if won {
+                c.lease_grants.incr();
+            }
             let value = m.flags.has(b'v');
             let status = if value {
                 MetaStatus::Va(item.value().len())
@@ -329,16 +431,50 @@ impl Executor<'_> {
                 MetaStatus::Hd
             };
             let mut w = MetaWriter::new(out, status);
-            item_flags(&mut w, m, item, now);
+            item_flags(&mut w, m, &item, now);
+            // memcached's order: Z (a token is out), X (stale), W (this client won).
+            if item.lease().is_some() && !won {
+                w.flag(b'Z');
+            }
+            if item.marks() & MARK_STALE != 0 {
+                w.flag(b'X');
+            }
+            if won {
+                w.flag(b'W');
+            }
             if value {
                 w.finish_with_value(item.value());
             } else {
                 w.finish();
             }
+            true
         });
-        if !found && touch.is_some() {
-            // memcached's mg with T counts a hit as a touch but a miss as a get miss too.
-            self.counters.get_misses.incr();
+        let found = match found {
+            Ok(found) => found,
+            Err(e) => {
+                out.extend_from_slice(store_error(e));
+                return;
+            }
+        };
+        if touch == Some(Expiry::Expired) && found {
+            self.handle.delete(&key);
+        }
+        if touch.is_some() {
+            c.cmd_touch.incr();
+            if found {
+                c.touch_hits.incr();
+            } else {
+                c.touch_misses.incr();
+                // memcached's mg with T counts a miss as a get miss too.
+                c.get_misses.incr();
+            }
+        } else {
+            c.cmd_get.incr();
+            if found {
+                c.get_hits.incr();
+            } else {
+                c.get_misses.incr();
+            }
         }
         if !found && !m.flags.quiet() {
             let mut w = MetaWriter::new(out, MetaStatus::En);
@@ -372,8 +508,19 @@ impl Executor<'_> {
                 StoreCommand::Append => StoreMode::Append,
                 StoreCommand::Prepend => StoreMode::Prepend,
                 StoreCommand::Cas => StoreMode::Cas(compare.unwrap_or(0)),
+                StoreCommand::LeaseSet => unreachable!("ms has no lease-set mode"),
             };
-            self.store(mode, &key, m.data, flags, exptime)
+            match (self.store(mode, &key, m.data, flags, exptime), compare) {
+                // `I` with a CAS older than the item's: memcached keeps the value as stale.
+                (Ok(StoreStatus::Exists), Some(cas)) if m.flags.has(b'I') => self
+                    .handle
+                    .set_stale_if_older(&key, m.data, flags, cas)
+                    .map(|done| match done {
+                        Some(()) => StoreStatus::Stored,
+                        None => StoreStatus::Exists,
+                    }),
+                (result, _) => result,
+            }
         };
         let status = match result {
             Ok(StoreStatus::Stored) => MetaStatus::Hd,
@@ -402,12 +549,36 @@ impl Executor<'_> {
         self.counters.cmd_meta.incr();
         let key = m.key.bytes();
         let compare = m.flags.compare_cas();
+        let ttl = m.flags.ttl();
         let status = if compare.is_some() && !self.cas_matches(&key, compare) {
             if self.handle.get(&key).is_some() {
                 MetaStatus::Ex
             } else {
                 self.counters.delete_misses.incr();
                 MetaStatus::Nf
+            }
+        } else if m.flags.has(b'I') {
+            // Invalidate: keep the value as stale (memcached's md I, with T a new TTL).
+            match self
+                .handle
+                .invalidate(&key, ttl.map(Expiry::from_memcached))
+            {
+                Ok(true) => MetaStatus::Hd,
+                Ok(false) => MetaStatus::Nf,
+                Err(e) => {
+                    out.extend_from_slice(store_error(e));
+                    return;
+                }
+            }
+        } else if let Some(secs) = ttl.filter(|t| *t > 0) {
+            // T without I: memfleet's meta form of `delete <key> <seconds>` (a hold-off).
+            match self.delete_holding_off(&key, u32::try_from(secs).unwrap_or(u32::MAX)) {
+                Ok(true) => MetaStatus::Hd,
+                Ok(false) => MetaStatus::Nf,
+                Err(e) => {
+                    out.extend_from_slice(store_error(e));
+                    return;
+                }
             }
         } else if self.delete(&key) {
             MetaStatus::Hd
@@ -525,10 +696,11 @@ impl Executor<'_> {
     }
 
     /// Whether the key's current CAS is `expected` (true when there is nothing to compare).
+    /// A placeholder or stale value has a CAS too (its lease token once one is out).
     fn cas_matches(&self, key: &[u8], expected: Option<u64>) -> bool {
         match expected {
             None => true,
-            Some(cas) => self.handle.get(key).is_some_and(|i| i.cas() == cas),
+            Some(cas) => self.handle.lookup(key).is_some_and(|i| i.cas() == cas),
         }
     }
 }

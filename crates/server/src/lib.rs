@@ -64,9 +64,13 @@ impl Server {
     /// Allocates the cache, binds the listeners and starts the workers. With port 0 the
     /// kernel picks a port (see [`Server::local_addr`]).
     pub fn start(settings: Settings) -> anyhow::Result<Server> {
-        let cache =
-            Cache::new(Config::new(settings.memory_bytes).segment_size(settings.segment_size()))
-                .context("the memory limit cannot hold the cache")?;
+        let cache = Cache::new(
+            Config::new(settings.memory_bytes)
+                .segment_size(settings.segment_size())
+                .lease_interval(settings.lease_interval)
+                .stale_after_delete(settings.stale_after_delete),
+        )
+        .context("the memory limit cannot hold the cache")?;
         let wanted = SocketAddr::new(settings.listen, settings.port);
         // SO_REUSEPORT would let this server share a port another process (of the same
         // user) already listens on, splitting the clients between the two without a word:

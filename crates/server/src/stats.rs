@@ -127,6 +127,16 @@ counters! {
         bytes_written,
         /// Times a connection yielded to others after a long batch.
         conn_yields,
+        /// Lease tokens handed out (`lease-get` misses, meta `W` wins).
+        lease_grants,
+        /// Lease reads told to wait: another client holds the key's token (or a hold-off).
+        lease_hot_misses,
+        /// Lease reads answered with a stale value.
+        lease_stale_hits,
+        /// `lease-set`s refused: the token was voided by a delete or had been replaced.
+        lease_sets_refused,
+        /// Deletes with a hold-off (`delete <key> <seconds>`, `md <key> T<seconds>`).
+        holdoff_deletes,
     }
 }
 

@@ -142,43 +142,44 @@ impl Handle {
     }
 
     /// A lease-aware read: `mg` (with or without `N`/`R`) and `lease-get`. Hands this
-    /// caller the key's token when the rules in the module docs say it wins one.
-    pub fn lease_read(
+    /// caller the key's token when the rules in the module docs say it wins one, then calls
+    /// `f` with what it found (a callback, so the common case, no token to hand out, costs
+    /// one lookup and no copy).
+    pub fn lease_read<R>(
         &mut self,
         key: &[u8],
         ask: LeaseRead,
-    ) -> Result<LeaseOutcome<'_>, StoreError> {
+        f: impl FnOnce(LeaseOutcome<'_>) -> R,
+    ) -> Result<R, StoreError> {
         crate::ops::check_key(key)?;
         let h = hash(key);
         let tag = tag_of(h);
+        let interval = self.shared.config.lease_interval;
+        // The token this call handed itself, once it has tried to.
         let mut mine: Option<u64> = None;
-        // Decide under a lookup, act under the chain lock, and look again: the item returned
-        // is always one read after any change this call made.
         enum Act {
             Claim,
             Create(u32),
         }
-        let act = loop {
+        loop {
             let now = self.shared.clock.now();
             let act = match self.find(key, h, now, true) {
                 None => match ask.vivify.and_then(|e| self.shared.clock.deadline(e, now)) {
                     Some(deadline) if mine.is_none() => Act::Create(deadline),
-                    _ => break None,
+                    _ => return Ok(f(LeaseOutcome::Miss)),
                 },
                 Some(item) => {
                     let marks = item.marks();
                     if marks & MARK_TOMBSTONE != 0 {
-                        break Some(false);
+                        return Ok(f(LeaseOutcome::HeldOff));
                     }
                     if marks & MARK_DELETED != 0 && !ask.see_deleted {
-                        break None;
+                        return Ok(f(LeaseOutcome::Miss));
                     }
-                    if mine.is_some() && item.lease().map(|l| l.token) == mine {
-                        break Some(true);
-                    }
-                    let interval = self.shared.config.lease_interval;
+                    // After one attempt, whoever's token is there now is the winner.
                     if mine.is_some() || !wins_token(&item, now, interval, ask) {
-                        break Some(true);
+                        let won = mine.is_some() && item.lease().map(|l| l.token) == mine;
+                        return Ok(f(LeaseOutcome::Found { item, won }));
                     }
                     Act::Claim
                 }
@@ -187,7 +188,6 @@ impl Handle {
             mine = Some(lease.token);
             match act {
                 Act::Claim => {
-                    let interval = self.shared.config.lease_interval;
                     // Decided again on the item the chain lock protects: whoever claims first
                     // keeps the token.
                     self.amend(key, None, |item, now| {
@@ -227,24 +227,7 @@ impl Handle {
                     self.finish(Some(written));
                 }
             }
-        };
-        // Borrow again for the result (the loop above needed `&mut self` for writes).
-        let now = self.shared.clock.now();
-        Ok(match act {
-            None => LeaseOutcome::Miss,
-            Some(false) => LeaseOutcome::HeldOff,
-            Some(true) => match self.find(key, h, now, false) {
-                Some(item) if item.marks() & MARK_TOMBSTONE != 0 => LeaseOutcome::HeldOff,
-                Some(item) if item.marks() & MARK_DELETED != 0 && !ask.see_deleted => {
-                    LeaseOutcome::Miss
-                }
-                Some(item) => {
-                    let won = mine.is_some() && item.lease().map(|l| l.token) == mine;
-                    LeaseOutcome::Found { item, won }
-                }
-                None => LeaseOutcome::Miss,
-            },
-        })
+        }
     }
 
     /// Meta `md <key> I [T]`: keeps the value but marks it stale (reads see it flagged `X`,

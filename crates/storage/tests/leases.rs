@@ -31,14 +31,15 @@ enum Saw {
 }
 
 fn read(h: &mut Handle, key: &[u8], ask: LeaseRead) -> Saw {
-    match h.lease_read(key, ask).unwrap() {
+    h.lease_read(key, ask, |found| match found {
         LeaseOutcome::Found { item, won: true } => {
             Saw::Won(item.cas(), item.value().to_vec(), item.marks())
         }
         LeaseOutcome::Found { item, won: false } => Saw::Lost(item.value().to_vec(), item.marks()),
         LeaseOutcome::Miss => Saw::Miss,
         LeaseOutcome::HeldOff => Saw::HeldOff,
-    }
+    })
+    .unwrap()
 }
 
 fn token(saw: Saw) -> u64 {

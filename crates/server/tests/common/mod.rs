@@ -89,6 +89,15 @@ impl Client {
         buf
     }
 
+    /// Reads one line, `\r\n` included, and nothing after it.
+    pub fn read_line(&mut self) -> String {
+        let mut out = Vec::new();
+        while !out.ends_with(b"\r\n") {
+            out.extend_from_slice(&self.read_n(1));
+        }
+        String::from_utf8(out).expect("a text line")
+    }
+
     /// Reads until the reply ends with `terminator`.
     pub fn read_until(&mut self, terminator: &[u8]) -> Vec<u8> {
         let mut out = Vec::new();
