@@ -49,3 +49,34 @@ fn bench_spawns_floor_and_memfleet_and_verifies_every_reply() {
         );
     }
 }
+
+/// The herd scenario against this build's server: with leases one client per delete
+/// queries the database; without, every reader that misses does.
+#[test]
+fn herd_scenario_shows_leases_cutting_database_queries() {
+    let bin = env!("CARGO_BIN_EXE_memfleet");
+    let out = Command::new(bin)
+        .args(["bench", "--scenario", "herd", "--spawn", "memfleet"])
+        .args(["--memfleet-bin", bin, "--no-pin", "--server-memory", "64"])
+        .args(["--duration", "1500ms", "--conns", "30"])
+        .args(["--herd-invalidate", "100ms", "--herd-db-latency", "10ms"])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "bench failed:\n{stdout}\n{stderr}");
+    // Table rows: server, mode, reads/s, hit1 %, db total, ...
+    let db_total = |mode: &str| -> u64 {
+        stdout
+            .lines()
+            .map(|l| l.split_whitespace().collect::<Vec<_>>())
+            .find(|r| r.len() > 5 && r[0] == "memfleet" && r[1] == mode)
+            .unwrap_or_else(|| panic!("no {mode} row in:\n{stdout}"))[4]
+            .parse()
+            .unwrap()
+    };
+    let (plain, lease, meta) = (db_total("plain"), db_total("lease"), db_total("meta"));
+    // About 14 updates in 1.5 s: leases allow one query each (plus the key's first fill).
+    assert!(lease <= 16 && meta <= 16, "lease {lease}, meta {meta}:\n{stdout}");
+    assert!(plain >= 5 * lease, "plain {plain} vs lease {lease}:\n{stdout}");
+}

@@ -15,6 +15,7 @@
 pub mod client;
 pub mod cpu;
 pub mod floor;
+pub mod herd;
 pub mod report;
 pub mod target;
 pub mod workload;
@@ -95,10 +96,39 @@ pub struct LoadArgs {
     /// Pin nothing.
     #[arg(long)]
     pub no_pin: bool,
+    /// What to run: `load` (the request mix above) or `herd` (one hot key invalidated
+    /// every --herd-invalidate while --conns readers fill it from a simulated database,
+    /// with and without leases: Facebook §3.2.1's thundering herd).
+    #[arg(long, value_enum, default_value = "load")]
+    pub scenario: Scenario,
+    /// herd: time between database updates, each followed by a delete of the key.
+    #[arg(long, value_parser = parse_duration, default_value = "300ms")]
+    pub herd_invalidate: Duration,
+    /// herd: how long a simulated database query takes.
+    #[arg(long, value_parser = parse_duration, default_value = "10ms")]
+    pub herd_db_latency: Duration,
+    /// herd: pause before a reader told to wait (hot miss) asks again.
+    #[arg(long, value_parser = parse_duration, default_value = "2ms")]
+    pub herd_retry: Duration,
+    /// herd: a reader told to wait takes a stale value when one is offered.
+    #[arg(long)]
+    pub herd_accept_stale: bool,
+    /// herd: which modes to run where the server speaks them (plain, lease, meta).
+    #[arg(long, value_delimiter = ',', default_value = "plain,lease,meta")]
+    pub herd_modes: Vec<String>,
     /// Be the floor server on 127.0.0.1:PORT (with --value-size) instead of loading
     /// anything: what --spawn floor runs.
     #[arg(long, hide = true, value_name = "PORT")]
     pub floor_server: Option<u16>,
+}
+
+/// What `memfleet bench` runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Scenario {
+    /// The get/set mix at each pipeline depth.
+    Load,
+    /// The hot-key thundering herd, with and without leases.
+    Herd,
 }
 
 /// Parses `10s`, `250ms`, `1.5s`, `2m` or a plain number of seconds.
@@ -265,11 +295,157 @@ pub fn run(args: &LoadArgs) -> Result<()> {
         return floor::serve(port, args.value_size)
             .with_context(|| format!("floor server on 127.0.0.1:{port}"));
     }
+    if args.scenario == Scenario::Herd {
+        return herd_bench(args);
+    }
     let rows = bench(args)?;
     let errors: u64 = rows.iter().map(|r| r.errors).sum();
     if errors > 0 {
         bail!("{errors} error(s): wrong replies or failed connections (details above)");
     }
+    Ok(())
+}
+
+/// `--scenario herd`: every target, every mode it speaks, `--repeat` times; prints each run
+/// and the table of medians (by peak database rate).
+fn herd_bench(args: &LoadArgs) -> Result<()> {
+    if args.spawn.is_empty() && args.target.is_empty() {
+        bail!("nothing to load: give --spawn memcached|memfleet or --target NAME=HOST:PORT");
+    }
+    if args.repeat == 0 || args.duration.is_zero() || args.herd_invalidate.is_zero() {
+        bail!("--repeat, --duration and --herd-invalidate must be positive");
+    }
+    let wanted: Vec<herd::Mode> = args
+        .herd_modes
+        .iter()
+        .map(|m| match m.as_str() {
+            "plain" => Ok(herd::Mode::Plain),
+            "lease" => Ok(herd::Mode::Lease),
+            "meta" => Ok(herd::Mode::Meta),
+            other => bail!("--herd-modes: unknown mode {other:?} (plain, lease, meta)"),
+        })
+        .collect::<Result<_>>()?;
+    let command = report::shell_line(&std::env::args().collect::<Vec<_>>());
+    let load_at_start = cpu::load_average().unwrap_or_else(|e| format!("unknown ({e})"));
+    println!(
+        "memfleet bench --scenario herd: {} readers of one hot key, updated and deleted every \
+         {:?}; database queries take {:?}; waiting readers retry after {:?}{}; {:?} per run, \
+         {} repeat(s)",
+        args.conns,
+        args.herd_invalidate,
+        args.herd_db_latency,
+        args.herd_retry,
+        if args.herd_accept_stale {
+            ", or take a stale value"
+        } else {
+            ""
+        },
+        args.duration,
+        args.repeat
+    );
+    println!("load average at start: {load_at_start}");
+    println!("command: {command}");
+    let settings = ServerSettings {
+        memcached_bin: args.memcached_bin.clone(),
+        memfleet_bin: args.memfleet_bin.clone(),
+        threads: args.server_threads,
+        memory_mib: args.server_memory,
+        value_size: args.value_size,
+    };
+    let server_pin =
+        (!args.no_pin && args.server_cpu < cpu::online_cpus()).then_some(args.server_cpu);
+    let targets: Vec<Target> = args
+        .spawn
+        .iter()
+        .cloned()
+        .map(Target::Spawn)
+        .chain(args.target.iter().cloned().map(Target::External))
+        .collect();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("building the tokio runtime")?;
+    let local = tokio::task::LocalSet::new();
+    let mut runs: Vec<(String, herd::Mode, Vec<herd::HerdResult>)> = Vec::new();
+    local.block_on(&rt, async {
+        for t in &targets {
+            let (spawned, addr) = match t {
+                Target::Spawn(spec) => {
+                    let port = target::free_port()?;
+                    let addr = ([127, 0, 0, 1], port).into();
+                    let server = Spawned::start(&spec.argv(port, &settings), addr, server_pin)?;
+                    println!(
+                        "[{}] started {}",
+                        spec.name(),
+                        report::shell_line(&server.command)
+                    );
+                    (Some(server), addr)
+                }
+                Target::External(e) => (None, e.addr),
+            };
+            let spoken = herd::supported_modes(addr).await?;
+            for &mode in wanted.iter().filter(|m| spoken.contains(m)) {
+                let mut results = Vec::new();
+                for r in 1..=args.repeat {
+                    let cfg = herd::HerdConfig {
+                        addr,
+                        conns: args.conns,
+                        duration: args.duration,
+                        invalidate_every: args.herd_invalidate,
+                        db_latency: args.herd_db_latency,
+                        retry_after: args.herd_retry,
+                        accept_stale: args.herd_accept_stale,
+                        value_size: args.value_size,
+                        key: format!("herd:{}:{r}", mode.name()),
+                    };
+                    let res = herd::run(&cfg, mode)
+                        .await
+                        .with_context(|| format!("{} herd in mode {}", t.name(), mode.name()))?;
+                    println!(
+                        "[{}] {} run {r}/{}: db peak {:.0}/s, mean {:.1}/s, {} queries for {} \
+                         updates, {} reads",
+                        t.name(),
+                        mode.name(),
+                        args.repeat,
+                        res.db_qps_peak,
+                        res.db_qps_mean,
+                        res.db_queries,
+                        res.updates,
+                        res.reads
+                    );
+                    results.push(res);
+                }
+                runs.push((t.name().to_string(), mode, results));
+            }
+            for m in wanted.iter().filter(|m| !spoken.contains(m)) {
+                println!("[{}] does not speak mode {}: skipped", t.name(), m.name());
+            }
+            drop(spawned);
+        }
+        anyhow::Ok(())
+    })?;
+    let rows: Vec<(String, herd::Mode, herd::HerdResult)> = runs
+        .into_iter()
+        .map(|(name, mode, mut results)| {
+            results.sort_by(|a, b| a.db_qps_peak.total_cmp(&b.db_qps_peak));
+            let median = results.swap_remove(results.len() / 2);
+            (name, mode, median)
+        })
+        .collect();
+    println!();
+    if args.repeat > 1 {
+        println!("median (by database peak) of {} runs:", args.repeat);
+    }
+    print!("{}", herd::table(&rows));
+    println!(
+        "columns: hit1 = reads answered by their first request; db q/s = mean database \
+         queries per second, db peak/s = busiest 100 ms window; waits = hot misses retried; \
+         stale = stale values taken by choice; stale-hit = stale values served as fresh; \
+         refused = fills the server refused"
+    );
+    let load_at_end = cpu::load_average().unwrap_or_else(|e| format!("unknown ({e})"));
+    println!("load average: {load_at_start} at start, {load_at_end} at end");
+    println!("command: {command}");
     Ok(())
 }
 
