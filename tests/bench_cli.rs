@@ -77,6 +77,12 @@ fn herd_scenario_shows_leases_cutting_database_queries() {
     };
     let (plain, lease, meta) = (db_total("plain"), db_total("lease"), db_total("meta"));
     // About 14 updates in 1.5 s: leases allow one query each (plus the key's first fill).
-    assert!(lease <= 16 && meta <= 16, "lease {lease}, meta {meta}:\n{stdout}");
-    assert!(plain >= 5 * lease, "plain {plain} vs lease {lease}:\n{stdout}");
+    assert!(
+        lease <= 16 && meta <= 16,
+        "lease {lease}, meta {meta}:\n{stdout}"
+    );
+    assert!(
+        plain >= 5 * lease,
+        "plain {plain} vs lease {lease}:\n{stdout}"
+    );
 }

@@ -87,10 +87,10 @@ pub const EXCEPTIONS: &[(&str, &str, &str)] = &[
     (
         "stats-names",
         "`STAT` lines whose name only one server reports are dropped, except memfleet names \
-         not starting with `segcache_`, `lease_` or `holdoff_`",
+         not starting with `segcache_`, `lease_`, `holdoff_` or `udp_`",
         "memcached reports slab-allocator, LRU-crawler and libevent internals that Segcache \
-         does not have; memfleet adds its engine's `segcache_*` figures and its lease and \
-         hold-off counters. Every name both have is still compared, in order",
+         does not have; memfleet adds its engine's `segcache_*` figures and its lease, \
+         hold-off and UDP counters. Every name both have is still compared, in order",
     ),
     (
         "delete-holdoff",

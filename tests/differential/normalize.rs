@@ -171,11 +171,11 @@ pub fn binary(raw: &[u8], cas: &mut Vec<u64>, normalize: bool) -> Vec<u8> {
 }
 
 /// Rule stats-names: drops the `STAT` lines whose name only one of the two replies has,
-/// except memfleet-only names that do not start with `segcache_`, `lease_` or `holdoff_` (an
+/// except memfleet-only names that do not start with `segcache_`, `lease_`, `holdoff_` or `udp_` (an
 /// unexpected name is still a difference). Other lines are kept in order.
 pub fn shared_stats(reference: &[u8], subject: &[u8]) -> (Vec<u8>, Vec<u8>) {
     fn memfleet_only(name: &[u8]) -> bool {
-        [&b"segcache_"[..], b"lease_", b"holdoff_"]
+        [&b"segcache_"[..], b"lease_", b"holdoff_", b"udp_"]
             .iter()
             .any(|p| name.starts_with(p))
     }

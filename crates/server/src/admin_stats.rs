@@ -211,7 +211,7 @@ impl<'s> StatsReport<'s> {
             ("maxbytes", st.memory_bytes.to_string()),
             ("maxconns", st.max_connections.to_string()),
             ("tcpport", st.port.to_string()),
-            ("udpport", "0".into()),
+            ("udpport", st.udp_port.unwrap_or(0).to_string()),
             ("inter", st.listen.to_string()),
             ("verbosity", "0".into()),
             ("oldest", "0".into()),

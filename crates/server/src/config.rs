@@ -52,6 +52,12 @@ pub struct ServerArgs {
     #[arg(long = "idle-timeout", env = "MEMFLEET_IDLE_TIMEOUT")]
     pub idle_timeout: Option<u64>,
 
+    /// Serve gets (get, gets, mg) over UDP on this port, memcached's framing (memcached's
+    /// -U); 0 or absent: no UDP. Read the amplification warning in the README first: only
+    /// on a network where source addresses cannot be spoofed [default: off].
+    #[arg(short = 'U', long = "udp-port", env = "MEMFLEET_UDP_PORT")]
+    pub udp_port: Option<u16>,
+
     /// Seconds a lease token is the only one for its key (`lease-get`, meta `mg N`/`R`):
     /// other misses meanwhile are hot misses, told to retry; after it the next miss gets a
     /// new token, so a client that died holding one blocks the key no longer [default: 10].
@@ -90,6 +96,7 @@ struct FileSettings {
     threads: Option<usize>,
     max_item_size: Option<toml::Value>,
     idle_timeout: Option<u64>,
+    udp_port: Option<u16>,
     lease_interval: Option<u32>,
     stale_after_delete: Option<u32>,
     admin_port: Option<u16>,
@@ -113,6 +120,8 @@ pub struct Settings {
     pub max_item_size: usize,
     /// Idle connection timeout; `None` for never.
     pub idle_timeout: Option<Duration>,
+    /// UDP port for reads (`None`: off; `Some(0)`: any free port, for tests).
+    pub udp_port: Option<u16>,
     /// Lease interval, seconds (at least 1).
     pub lease_interval: u32,
     /// Seconds deleted values stay readable as stale (0: none).
@@ -133,6 +142,7 @@ impl Default for Settings {
             threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
             max_item_size: 1 << 20,
             idle_timeout: None,
+            udp_port: None,
             lease_interval: 10,
             stale_after_delete: 10,
             admin_port: None,
@@ -194,6 +204,8 @@ impl Settings {
         if let Some(secs) = args.idle_timeout.or(file.idle_timeout) {
             s.idle_timeout = (secs > 0).then(|| Duration::from_secs(secs));
         }
+        // memcached's -U 0 means off; tests ask for a free port by setting Some(0) directly.
+        s.udp_port = args.udp_port.or(file.udp_port).filter(|p| *p != 0);
         if let Some(v) = args.lease_interval.or(file.lease_interval) {
             if v == 0 {
                 bail!("--lease-interval must be at least 1 second");

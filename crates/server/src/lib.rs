@@ -30,6 +30,7 @@ pub mod config;
 pub mod connection;
 pub mod execute;
 pub mod stats;
+pub mod udp;
 pub mod worker;
 
 pub use config::{ServerArgs, Settings};
@@ -63,7 +64,7 @@ pub struct Server {
 impl Server {
     /// Allocates the cache, binds the listeners and starts the workers. With port 0 the
     /// kernel picks a port (see [`Server::local_addr`]).
-    pub fn start(settings: Settings) -> anyhow::Result<Server> {
+    pub fn start(mut settings: Settings) -> anyhow::Result<Server> {
         let cache = Cache::new(
             Config::new(settings.memory_bytes)
                 .segment_size(settings.segment_size())
@@ -85,6 +86,26 @@ impl Server {
         let mut listeners = vec![first];
         for _ in 1..settings.threads {
             listeners.push(worker::bind(addr, settings.backlog)?);
+        }
+        let mut udp_sockets: Vec<Option<std::net::UdpSocket>> =
+            (0..settings.threads).map(|_| None).collect();
+        if let Some(port) = settings.udp_port {
+            let wanted = SocketAddr::new(settings.listen, port);
+            // As for TCP: claim the port alone first, so a taken port is an error.
+            let probe = std::net::UdpSocket::bind(wanted)
+                .with_context(|| format!("cannot listen on UDP {wanted}"))?;
+            let wanted = probe.local_addr()?;
+            drop(probe);
+            for slot in &mut udp_sockets {
+                *slot = Some(
+                    udp::bind(wanted).with_context(|| format!("cannot listen on UDP {wanted}"))?,
+                );
+            }
+            settings.udp_port = Some(wanted.port());
+            tracing::warn!(
+                udp = %wanted,
+                "UDP is on: serve it only where source addresses cannot be spoofed"
+            );
         }
         let admin = match settings.admin_port {
             Some(port) => {
@@ -109,12 +130,13 @@ impl Server {
             shutdown: rx,
         });
         let mut threads = Vec::new();
-        for (i, (listener, counters)) in listeners.into_iter().zip(counters).enumerate() {
+        let sockets = listeners.into_iter().zip(udp_sockets);
+        for (i, ((listener, udp), counters)) in sockets.zip(counters).enumerate() {
             let shared = shared.clone();
             threads.push(
                 std::thread::Builder::new()
                     .name(format!("memfleet-worker-{i}"))
-                    .spawn(move || worker::run(shared, counters, listener, SHUTDOWN_GRACE))?,
+                    .spawn(move || worker::run(shared, counters, listener, udp, SHUTDOWN_GRACE))?,
             );
         }
         if let Some(listener) = admin {
@@ -154,6 +176,14 @@ impl Server {
     /// The address clients connect to.
     pub fn local_addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// The UDP address for reads, when enabled.
+    pub fn udp_addr(&self) -> Option<SocketAddr> {
+        self.shared
+            .settings
+            .udp_port
+            .map(|port| SocketAddr::new(self.addr.ip(), port))
     }
 
     /// The `/metrics` address, when enabled.

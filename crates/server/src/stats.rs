@@ -135,6 +135,10 @@ counters! {
         lease_stale_hits,
         /// `lease-set`s refused: the token was voided by a delete or had been replaced.
         lease_sets_refused,
+        /// Reads served over UDP.
+        udp_requests,
+        /// UDP replies refused as larger than one UDP message may be.
+        udp_too_large,
         /// Deletes with a hold-off (`delete <key> <seconds>`, `md <key> T<seconds>`).
         holdoff_deletes,
     }

@@ -130,6 +130,7 @@ pub fn run(
     shared: Arc<Shared>,
     counters: Arc<WorkerCounters>,
     listener: std::net::TcpListener,
+    udp: Option<std::net::UdpSocket>,
     grace: Duration,
 ) -> std::io::Result<()> {
     let runtime = tokio::runtime::Builder::new_current_thread()
@@ -147,7 +148,13 @@ pub fn run(
     });
     local.block_on(&runtime, async move {
         let listener = tokio::net::TcpListener::from_std(listener)?;
+        let udp =
+            udp.map(|socket| tokio::task::spawn_local(crate::udp::serve(ctx.clone(), socket)));
         accept_loop(&ctx, listener).await;
+        if let Some(task) = udp {
+            // It watches the same shutdown signal.
+            let _ = task.await;
+        }
         // Every connection task is parked at an await, so between batches (or waiting for a
         // slow client to take its replies): end them there. An aborted task drops its
         // socket (closing it) when the runtime next gets to it; give that up to `grace`.

@@ -18,6 +18,7 @@ pub mod floor;
 pub mod herd;
 pub mod report;
 pub mod target;
+pub mod udp;
 pub mod workload;
 
 use std::rc::Rc;
@@ -129,6 +130,9 @@ pub enum Scenario {
     Load,
     /// The hot-key thundering herd, with and without leases.
     Herd,
+    /// Get latency over TCP and over UDP at the same load (servers get `-U` on the same
+    /// port number).
+    Udp,
 }
 
 /// Parses `10s`, `250ms`, `1.5s`, `2m` or a plain number of seconds.
@@ -231,6 +235,7 @@ pub fn bench(args: &LoadArgs) -> Result<Vec<Row>> {
         threads: args.server_threads,
         memory_mib: args.server_memory,
         value_size: args.value_size,
+        udp: false,
     };
 
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -295,8 +300,10 @@ pub fn run(args: &LoadArgs) -> Result<()> {
         return floor::serve(port, args.value_size)
             .with_context(|| format!("floor server on 127.0.0.1:{port}"));
     }
-    if args.scenario == Scenario::Herd {
-        return herd_bench(args);
+    match args.scenario {
+        Scenario::Herd => return herd_bench(args),
+        Scenario::Udp => return udp_bench(args),
+        Scenario::Load => {}
     }
     let rows = bench(args)?;
     let errors: u64 = rows.iter().map(|r| r.errors).sum();
@@ -351,6 +358,7 @@ fn herd_bench(args: &LoadArgs) -> Result<()> {
         threads: args.server_threads,
         memory_mib: args.server_memory,
         value_size: args.value_size,
+        udp: false,
     };
     let server_pin =
         (!args.no_pin && args.server_cpu < cpu::online_cpus()).then_some(args.server_cpu);
@@ -443,6 +451,117 @@ fn herd_bench(args: &LoadArgs) -> Result<()> {
          stale = stale values taken by choice; stale-hit = stale values served as fresh; \
          refused = fills the server refused"
     );
+    let load_at_end = cpu::load_average().unwrap_or_else(|e| format!("unknown ({e})"));
+    println!("load average: {load_at_start} at start, {load_at_end} at end");
+    println!("command: {command}");
+    Ok(())
+}
+
+/// `--scenario udp`: per target, pre-fill, then `--repeat` pairs of runs (TCP, then UDP) with
+/// the same clients, keys and duration; the table shows the run with the median p50 of each.
+fn udp_bench(args: &LoadArgs) -> Result<()> {
+    if args.spawn.is_empty() && args.target.is_empty() {
+        bail!("nothing to load: give --spawn memcached|memfleet or --target NAME=HOST:PORT");
+    }
+    if args.repeat == 0 || args.duration.is_zero() || args.conns == 0 {
+        bail!("--repeat, --duration and --conns must be positive");
+    }
+    let workload = Rc::new(
+        Workload::new(args.keys, 1.0, args.value_size, args.zipf).map_err(anyhow::Error::msg)?,
+    );
+    let command = report::shell_line(&std::env::args().collect::<Vec<_>>());
+    let load_at_start = cpu::load_average().unwrap_or_else(|e| format!("unknown ({e})"));
+    println!(
+        "memfleet bench --scenario udp: {} clients, one get at a time each, {} keys, \
+         {}-byte values, {:?} per run, {} repeat(s)",
+        args.conns, args.keys, args.value_size, args.duration, args.repeat
+    );
+    println!("load average at start: {load_at_start}");
+    println!("command: {command}");
+    let settings = ServerSettings {
+        memcached_bin: args.memcached_bin.clone(),
+        memfleet_bin: args.memfleet_bin.clone(),
+        threads: args.server_threads,
+        memory_mib: args.server_memory,
+        value_size: args.value_size,
+        udp: true,
+    };
+    let cpus = cpu::online_cpus();
+    let (client_pin, server_pin) =
+        if !args.no_pin && args.client_cpu < cpus && args.server_cpu < cpus {
+            (Some(args.client_cpu), Some(args.server_cpu))
+        } else {
+            (None, None)
+        };
+    let _pinned = client_pin.map(cpu::pin_this_thread).transpose()?;
+    let targets: Vec<Target> = args
+        .spawn
+        .iter()
+        .cloned()
+        .map(Target::Spawn)
+        .chain(args.target.iter().cloned().map(Target::External))
+        .collect();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("building the tokio runtime")?;
+    let local = tokio::task::LocalSet::new();
+    let mut lines = Vec::new();
+    local.block_on(&rt, async {
+        for t in &targets {
+            let (spawned, addr) = match t {
+                Target::Spawn(spec) => {
+                    let port = target::free_port()?;
+                    let addr = ([127, 0, 0, 1], port).into();
+                    let server = Spawned::start(&spec.argv(port, &settings), addr, server_pin)?;
+                    println!(
+                        "[{}] started {}",
+                        spec.name(),
+                        report::shell_line(&server.command)
+                    );
+                    (Some(server), addr)
+                }
+                Target::External(e) => (None, e.addr),
+            };
+            client::prefill(addr, &workload, 100).await?;
+            let (mut tcp_runs, mut udp_runs) = (Vec::new(), Vec::new());
+            for r in 1..=args.repeat {
+                let seed = args.seed.wrapping_add(r as u64);
+                let tcp = udp::tcp(addr, workload.clone(), args.conns, args.duration, seed)
+                    .await
+                    .with_context(|| format!("{} over TCP", t.name()))?;
+                println!(
+                    "[{}] run {r}: {}",
+                    t.name(),
+                    udp::line(t.name(), "tcp", &tcp)
+                );
+                let over_udp = udp::udp(addr, workload.clone(), args.conns, args.duration, seed)
+                    .await
+                    .with_context(|| format!("{} over UDP", t.name()))?;
+                println!(
+                    "[{}] run {r}: {}",
+                    t.name(),
+                    udp::line(t.name(), "udp", &over_udp)
+                );
+                tcp_runs.push(tcp);
+                udp_runs.push(over_udp);
+            }
+            for (via, mut runs) in [("tcp", tcp_runs), ("udp", udp_runs)] {
+                runs.sort_by_key(|r| r.us[0]);
+                lines.push(udp::line(t.name(), via, &runs[runs.len() / 2]));
+            }
+            drop(spawned);
+        }
+        anyhow::Ok(())
+    })?;
+    println!();
+    if args.repeat > 1 {
+        println!("median (by p50) of {} runs:", args.repeat);
+    }
+    println!("{}", udp::header());
+    for l in lines {
+        println!("{l}");
+    }
     let load_at_end = cpu::load_average().unwrap_or_else(|e| format!("unknown ({e})"));
     println!("load average: {load_at_start} at start, {load_at_end} at end");
     println!("command: {command}");

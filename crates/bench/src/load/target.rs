@@ -115,6 +115,8 @@ pub struct ServerSettings {
     pub memory_mib: u64,
     /// Value size of the run: the floor server's get replies carry values of this size.
     pub value_size: usize,
+    /// Also serve UDP on the same port number (memcached's and memfleet's `-U`).
+    pub udp: bool,
 }
 
 impl SpawnSpec {
@@ -135,6 +137,7 @@ impl SpawnSpec {
             s.threads.to_string(),
             s.memory_mib.to_string(),
         );
+        let udp = if s.udp { p.clone() } else { "0".to_string() };
         match self {
             SpawnSpec::Memcached => [
                 s.memcached_bin.as_str(),
@@ -146,7 +149,7 @@ impl SpawnSpec {
                 "-p",
                 &p,
                 "-U",
-                "0",
+                &udp,
                 "-t",
                 &t,
                 "-m",
@@ -161,6 +164,8 @@ impl SpawnSpec {
                 "127.0.0.1",
                 "-p",
                 &p,
+                "-U",
+                &udp,
                 "-t",
                 &t,
                 "-m",
@@ -334,6 +339,7 @@ mod tests {
             threads: 1,
             memory_mib: 1024,
             value_size: 100,
+            udp: false,
         };
         assert_eq!(
             parse_spawn("memcached").unwrap().argv(7, &s).join(" "),
@@ -341,7 +347,7 @@ mod tests {
         );
         assert_eq!(
             parse_spawn("memfleet").unwrap().argv(7, &s).join(" "),
-            "target/release/memfleet server -l 127.0.0.1 -p 7 -t 1 -m 1024"
+            "target/release/memfleet server -l 127.0.0.1 -p 7 -U 0 -t 1 -m 1024"
         );
         assert_eq!(
             parse_spawn("floor").unwrap().argv(7, &s).join(" "),

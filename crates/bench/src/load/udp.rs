@@ -1,0 +1,204 @@
+//! `memfleet bench --scenario udp`: get latency over UDP and over TCP at the same load
+//! (Facebook §3.1 moved gets to UDP to cut latency). The same number of clients, each in a
+//! closed loop of one `get` of a random pre-filled key at a time, first over TCP (one
+//! connection each), then over UDP (one socket each, memcached's 8-byte framing). Every
+//! reply is checked; a UDP request without an answer within 200 ms counts as lost and the
+//! client moves on (UDP gives no delivery guarantee; a real client retries or falls back).
+
+use std::net::SocketAddr;
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use hdrhistogram::Histogram;
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::net::{TcpStream, UdpSocket};
+
+use super::workload::{conn_rng, Workload};
+
+/// What one transport measured.
+#[derive(Debug, Clone)]
+pub struct LatencyResult {
+    /// Gets answered.
+    pub ops: u64,
+    /// Requests without an answer (UDP only).
+    pub lost: u64,
+    /// Latency percentiles in µs: p50, p90, p99, p99.9.
+    pub us: [u64; 4],
+    /// Wall time.
+    pub elapsed: Duration,
+}
+
+impl LatencyResult {
+    fn from(h: &Histogram<u64>, lost: u64, elapsed: Duration) -> LatencyResult {
+        LatencyResult {
+            ops: h.len(),
+            lost,
+            us: [0.5, 0.9, 0.99, 0.999].map(|q| h.value_at_quantile(q)),
+            elapsed,
+        }
+    }
+}
+
+const UDP_TIMEOUT: Duration = Duration::from_millis(200);
+
+fn request(w: &Workload, rng: &mut rand::rngs::SmallRng) -> (u64, Vec<u8>) {
+    let n = w.key(rng);
+    (n, format!("get key:{n}\r\n").into_bytes())
+}
+
+fn expected(w: &Workload, n: u64) -> Vec<u8> {
+    let value = w.value(n);
+    let mut want = format!("VALUE key:{n} 0 {}\r\n", value.len()).into_bytes();
+    want.extend_from_slice(value);
+    want.extend_from_slice(b"\r\nEND\r\n");
+    want
+}
+
+/// Closed-loop gets over TCP from `conns` connections for `duration`.
+pub async fn tcp(
+    addr: SocketAddr,
+    w: Rc<Workload>,
+    conns: usize,
+    duration: Duration,
+    seed: u64,
+) -> Result<LatencyResult> {
+    let start = Instant::now();
+    let end = start + duration;
+    let mut tasks = Vec::new();
+    for id in 0..conns {
+        let w = w.clone();
+        let stream = TcpStream::connect(addr).await?;
+        stream.set_nodelay(true)?;
+        tasks.push(tokio::task::spawn_local(async move {
+            let mut s = BufReader::new(stream);
+            let mut rng = conn_rng(seed, id);
+            let mut h = Histogram::<u64>::new(3).expect("histogram");
+            let mut got = Vec::new();
+            while Instant::now() < end {
+                let (n, req) = request(&w, &mut rng);
+                let t = Instant::now();
+                s.get_mut().write_all(&req).await?;
+                got.clear();
+                let want = expected(&w, n);
+                while !got.ends_with(b"END\r\n") || got.len() < want.len() {
+                    if s.read_until(b'\n', &mut got).await? == 0 {
+                        bail!("the server closed the connection");
+                    }
+                }
+                if got != want {
+                    bail!("wrong reply over TCP: {:?}", String::from_utf8_lossy(&got));
+                }
+                let _ = h.record((t.elapsed().as_micros() as u64).max(1));
+            }
+            anyhow::Ok(h)
+        }));
+    }
+    let mut all = Histogram::<u64>::new(3).expect("histogram");
+    for t in tasks {
+        all.add(t.await.context("tcp client")??)?;
+    }
+    Ok(LatencyResult::from(&all, 0, start.elapsed()))
+}
+
+/// Closed-loop gets over UDP from `conns` sockets for `duration`.
+pub async fn udp(
+    addr: SocketAddr,
+    w: Rc<Workload>,
+    conns: usize,
+    duration: Duration,
+    seed: u64,
+) -> Result<LatencyResult> {
+    let start = Instant::now();
+    let end = start + duration;
+    let mut tasks = Vec::new();
+    for id in 0..conns {
+        let w = w.clone();
+        let sock = UdpSocket::bind("127.0.0.1:0").await?;
+        sock.connect(addr).await?;
+        tasks.push(tokio::task::spawn_local(async move {
+            let mut rng = conn_rng(seed, id);
+            let mut h = Histogram::<u64>::new(3).expect("histogram");
+            let mut lost = 0u64;
+            let mut request_id: u16 = 0;
+            let mut buf = vec![0u8; 2048];
+            let mut datagram = Vec::new();
+            while Instant::now() < end {
+                let (n, req) = request(&w, &mut rng);
+                request_id = request_id.wrapping_add(1);
+                datagram.clear();
+                for word in [request_id, 0, 1, 0] {
+                    datagram.extend_from_slice(&word.to_be_bytes());
+                }
+                datagram.extend_from_slice(&req);
+                let t = Instant::now();
+                sock.send(&datagram).await?;
+                let want = expected(&w, n);
+                let mut parts: Vec<Option<Vec<u8>>> = Vec::new();
+                let answered = loop {
+                    let got = tokio::time::timeout(UDP_TIMEOUT, sock.recv(&mut buf)).await;
+                    let Ok(len) = got else { break false };
+                    let len = len?;
+                    if len < 8 {
+                        continue;
+                    }
+                    let word = |i: usize| u16::from_be_bytes([buf[i], buf[i + 1]]);
+                    if word(0) != request_id {
+                        continue; // a late answer to a request given up on
+                    }
+                    let (seq, count) = (word(2) as usize, word(4) as usize);
+                    if parts.is_empty() {
+                        parts = vec![None; count.max(1)];
+                    }
+                    if seq < parts.len() {
+                        parts[seq] = Some(buf[8..len].to_vec());
+                    }
+                    if parts.iter().all(Option::is_some) {
+                        break true;
+                    }
+                };
+                if !answered {
+                    lost += 1;
+                    continue;
+                }
+                let got: Vec<u8> = parts.into_iter().flatten().flatten().collect();
+                if got != want {
+                    bail!("wrong reply over UDP: {:?}", String::from_utf8_lossy(&got));
+                }
+                let _ = h.record((t.elapsed().as_micros() as u64).max(1));
+            }
+            anyhow::Ok((h, lost))
+        }));
+    }
+    let mut all = Histogram::<u64>::new(3).expect("histogram");
+    let mut lost = 0;
+    for t in tasks {
+        let (h, l) = t.await.context("udp client")??;
+        all.add(h)?;
+        lost += l;
+    }
+    Ok(LatencyResult::from(&all, lost, start.elapsed()))
+}
+
+/// One table line.
+pub fn line(server: &str, transport: &str, r: &LatencyResult) -> String {
+    format!(
+        "{:<12} {:<5} {:>10.0} {:>8} {:>8} {:>8} {:>8} {:>8}",
+        server,
+        transport,
+        r.ops as f64 / r.elapsed.as_secs_f64().max(1e-9),
+        r.us[0],
+        r.us[1],
+        r.us[2],
+        r.us[3],
+        r.lost
+    )
+}
+
+/// The table header.
+pub fn header() -> String {
+    format!(
+        "{:<12} {:<5} {:>10} {:>8} {:>8} {:>8} {:>8} {:>8}",
+        "server", "via", "gets/s", "p50 µs", "p90 µs", "p99 µs", "p99.9 µs", "lost"
+    )
+}

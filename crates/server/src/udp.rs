@@ -1,0 +1,224 @@
+//! memcached's UDP transport, for reads only (Facebook §3.1: gets over UDP skip connection
+//! state and cut latency; sets and deletes stay on TCP). Off unless `--udp-port` is given.
+//!
+//! Framing, as memcached's: every datagram starts with 8 bytes, big-endian
+//!
+//! ```text
+//! 0-1 request id   2-3 sequence number   4-5 datagrams in this message   6-7 reserved (0)
+//! ```
+//!
+//! A request must fit one datagram (sequence 0 of 1) and hold exactly one `get`, `gets` or
+//! `mg`; anything else is answered with a `CLIENT_ERROR` line (or dropped when the header
+//! itself is unusable). A reply is cut into datagrams of at most [`MAX_DATAGRAM`] bytes,
+//! each with the request id, its sequence number and the count.
+//!
+//! **Amplification.** A UDP reply goes to whatever source address the request claims, and a
+//! 20-byte `get` can fetch a megabyte: in 2018 memcached servers open on UDP were used to
+//! flood victims with spoofed requests (up to 50,000x amplification). memfleet therefore
+//! keeps UDP off by default, listens on 127.0.0.1 unless told otherwise, serves only reads,
+//! and refuses replies over [`MAX_UDP_REPLY`] bytes (a `SERVER_ERROR` instead). Enable UDP
+//! only on a network where source addresses cannot be spoofed (a private cluster network),
+//! never on an address reachable from the internet.
+//!
+//! Each worker thread has its own UDP socket on the shared port (SO_REUSEPORT), receives
+//! on it and replies from it, with the worker's engine handle and counters.
+
+use crate::execute::{Executor, Next};
+use crate::worker::WorkerContext;
+use memfleet_protocol::{parse, GetKind, Request};
+use socket2::{Domain, Protocol, Socket, Type};
+use std::net::SocketAddr;
+use std::rc::Rc;
+
+/// The frame header's size.
+pub const HEADER_LEN: usize = 8;
+/// The largest datagram sent, header included (memcached's `UDP_MAX_PAYLOAD_SIZE`).
+pub const MAX_DATAGRAM: usize = 1400;
+/// The largest reply sent over UDP (about 47 datagrams); larger replies are refused.
+pub const MAX_UDP_REPLY: usize = 64 * 1024;
+/// The largest datagram read (anything longer is cut by the kernel and refused).
+const MAX_REQUEST: usize = 64 * 1024;
+
+const NOT_A_READ: &[u8] = b"CLIENT_ERROR UDP serves only get, gets and mg\r\n";
+const NOT_ONE_REQUEST: &[u8] = b"CLIENT_ERROR a UDP request must be one complete command\r\n";
+const TOO_LARGE: &[u8] = b"SERVER_ERROR reply too large for UDP; use TCP\r\n";
+
+/// Binds one worker's UDP socket; every worker binds its own with SO_REUSEPORT.
+pub fn bind(addr: SocketAddr) -> std::io::Result<std::net::UdpSocket> {
+    let socket = Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP))?;
+    socket.set_reuse_address(true)?;
+    socket.set_reuse_port(true)?;
+    socket.set_nonblocking(true)?;
+    socket.bind(&addr.into())?;
+    Ok(socket.into())
+}
+
+/// The header of a datagram.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Frame {
+    /// Chosen by the client, echoed in every reply datagram.
+    pub request_id: u16,
+    /// This datagram's position in its message.
+    pub sequence: u16,
+    /// Datagrams in the message.
+    pub count: u16,
+}
+
+impl Frame {
+    /// Reads the header of `datagram` (`None` if it is shorter than one).
+    pub fn parse(datagram: &[u8]) -> Option<Frame> {
+        let h = datagram.get(..HEADER_LEN)?;
+        let word = |i: usize| u16::from_be_bytes([h[i], h[i + 1]]);
+        Some(Frame {
+            request_id: word(0),
+            sequence: word(2),
+            count: word(4),
+        })
+    }
+
+    /// Appends this header.
+    pub fn write(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.request_id.to_be_bytes());
+        out.extend_from_slice(&self.sequence.to_be_bytes());
+        out.extend_from_slice(&self.count.to_be_bytes());
+        out.extend_from_slice(&[0, 0]);
+    }
+}
+
+/// Runs the request in one datagram and returns the reply payload in `reply` (without
+/// framing). `false`: drop the datagram without answering.
+pub fn answer(exec: &mut Executor<'_>, datagram: &[u8], reply: &mut Vec<u8>) -> bool {
+    let Some(frame) = Frame::parse(datagram) else {
+        return false;
+    };
+    if frame.sequence != 0 || frame.count != 1 {
+        // A multi-datagram request: memcached never supported these for reads either.
+        reply.extend_from_slice(NOT_ONE_REQUEST);
+        return true;
+    }
+    let payload = &datagram[HEADER_LEN..];
+    let config = &exec.shared.parser;
+    let request = match parse(payload, config) {
+        Ok((request, used)) if used == payload.len() => request,
+        Ok(_) | Err(_) => {
+            reply.extend_from_slice(NOT_ONE_REQUEST);
+            return true;
+        }
+    };
+    let is_read = match &request {
+        Request::Get(g) => matches!(g.kind, GetKind::Get | GetKind::Gets),
+        Request::MetaGet(_) => true,
+        _ => false,
+    };
+    if !is_read {
+        reply.extend_from_slice(NOT_A_READ);
+        return true;
+    }
+    exec.counters.udp_requests.incr();
+    match exec.run(&request, reply, 0, MAX_UDP_REPLY) {
+        Next::Continue if reply.len() <= MAX_UDP_REPLY => {}
+        _ => {
+            exec.counters.udp_too_large.incr();
+            reply.clear();
+            reply.extend_from_slice(TOO_LARGE);
+        }
+    }
+    true
+}
+
+/// Cuts `reply` into framed datagrams for `request_id`, appended to `out` back to back;
+/// returns where each datagram ends.
+pub fn frame(request_id: u16, reply: &[u8], out: &mut Vec<u8>) -> Vec<usize> {
+    let per = MAX_DATAGRAM - HEADER_LEN;
+    let count = reply.len().div_ceil(per).max(1);
+    let mut ends = Vec::with_capacity(count);
+    for (i, chunk) in reply
+        .chunks(per)
+        .chain(reply.is_empty().then_some(&[][..]))
+        .enumerate()
+    {
+        Frame {
+            request_id,
+            sequence: i as u16,
+            count: count as u16,
+        }
+        .write(out);
+        out.extend_from_slice(chunk);
+        ends.push(out.len());
+    }
+    ends
+}
+
+/// Serves datagrams on `socket` until shutdown.
+pub async fn serve(ctx: Rc<WorkerContext>, socket: std::net::UdpSocket) -> std::io::Result<()> {
+    let socket = tokio::net::UdpSocket::from_std(socket)?;
+    let mut shutdown = ctx.shared.shutdown.clone();
+    let mut datagram = vec![0u8; MAX_REQUEST];
+    let mut reply = Vec::with_capacity(MAX_UDP_REPLY + 1024);
+    let mut framed = Vec::with_capacity(MAX_UDP_REPLY * 2);
+    loop {
+        if *shutdown.borrow() {
+            return Ok(());
+        }
+        let (n, peer) = tokio::select! {
+            r = socket.recv_from(&mut datagram) => match r {
+                Ok(got) => got,
+                Err(e) => {
+                    tracing::debug!(error = %e, "udp receive failed");
+                    continue;
+                }
+            },
+            _ = shutdown.changed() => return Ok(()),
+        };
+        reply.clear();
+        let answered = {
+            let mut handle = ctx.handle.borrow_mut();
+            let mut exec = Executor {
+                handle: &mut handle,
+                counters: &ctx.counters,
+                shared: &ctx.shared,
+            };
+            answer(&mut exec, &datagram[..n], &mut reply)
+        };
+        if !answered {
+            continue;
+        }
+        let request_id = Frame::parse(&datagram[..n]).map_or(0, |f| f.request_id);
+        framed.clear();
+        let ends = frame(request_id, &reply, &mut framed);
+        let mut start = 0;
+        for end in ends {
+            // A full send buffer drops the rest of the message, as UDP may anyway.
+            if socket.send_to(&framed[start..end], peer).await.is_err() {
+                break;
+            }
+            start = end;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn replies_are_cut_into_numbered_datagrams() {
+        let reply: Vec<u8> = (0..3000u32).map(|i| i as u8).collect();
+        let mut out = Vec::new();
+        let ends = frame(0xabcd, &reply, &mut out);
+        assert_eq!(ends.len(), 3);
+        let mut start = 0;
+        let mut joined = Vec::new();
+        for (i, end) in ends.iter().enumerate() {
+            let d = &out[start..*end];
+            assert!(d.len() <= MAX_DATAGRAM);
+            let f = Frame::parse(d).unwrap();
+            assert_eq!((f.request_id, f.sequence, f.count), (0xabcd, i as u16, 3));
+            joined.extend_from_slice(&d[HEADER_LEN..]);
+            start = *end;
+        }
+        assert_eq!(joined, reply);
+        let mut out = Vec::new();
+        assert_eq!(frame(1, b"", &mut out), vec![HEADER_LEN]);
+    }
+}
