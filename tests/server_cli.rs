@@ -209,3 +209,58 @@ fn a_port_in_use_is_an_error() {
     assert!(!status.success());
     assert!(err.contains("cannot listen"), "{err}");
 }
+
+/// `--memory-file`: SIGUSR1 stops the server keeping its items for the next start; a
+/// SIGKILL leaves no snapshot, so the start after it is empty rather than trusting a heap
+/// that was changing when the process died.
+#[test]
+fn memory_file_survives_sigusr1_and_not_a_crash() {
+    let _serial = serial();
+    let dir = if std::path::Path::new("/dev/shm").is_dir() {
+        std::path::PathBuf::from("/dev/shm")
+    } else {
+        std::env::temp_dir()
+    };
+    let file = dir.join(format!("memfleet-cli-{}", std::process::id()));
+    let meta = dir.join(format!("memfleet-cli-{}.meta", std::process::id()));
+    let start = |port: u16| {
+        memfleet()
+            .args([
+                "server",
+                "-p",
+                &port.to_string(),
+                "-m",
+                "16",
+                "--memory-file",
+            ])
+            .arg(&file)
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap()
+    };
+    let port = free_port();
+    let mut child = start(port);
+    let mut s = connect(port, &mut child);
+    assert_eq!(roundtrip(&mut s, "set k 7 0 5\r\nhello\r\n"), "STORED\r\n");
+    stop(child, libc::SIGUSR1);
+    assert!(meta.exists());
+
+    let port = free_port();
+    let mut child = start(port);
+    let mut s = connect(port, &mut child);
+    assert_eq!(
+        roundtrip(&mut s, "get k\r\n"),
+        "VALUE k 7 5\r\nhello\r\nEND\r\n"
+    );
+    assert!(!meta.exists(), "the snapshot is consumed at start");
+    child.kill().unwrap();
+    child.wait().unwrap();
+
+    let port = free_port();
+    let mut child = start(port);
+    let mut s = connect(port, &mut child);
+    assert_eq!(roundtrip(&mut s, "get k\r\n"), "END\r\n");
+    stop(child, libc::SIGTERM);
+    let _ = std::fs::remove_file(&file);
+    let _ = std::fs::remove_file(&meta);
+}

@@ -52,6 +52,13 @@ pub struct ServerArgs {
     #[arg(long = "idle-timeout", env = "MEMFLEET_IDLE_TIMEOUT")]
     pub idle_timeout: Option<u64>,
 
+    /// Keep the item memory in this file (on tmpfs, e.g. /dev/shm/memfleet) so that a
+    /// restart serves the same items: a graceful stop (SIGTERM, SIGINT, SIGUSR1) saves
+    /// PATH.meta, the next start with the same file and memory size restores it. After a
+    /// crash, an upgrade to another version or a size change it starts empty.
+    #[arg(long = "memory-file", env = "MEMFLEET_MEMORY_FILE")]
+    pub memory_file: Option<PathBuf>,
+
     /// Serve gets (get, gets, mg) over UDP on this port, memcached's framing (memcached's
     /// -U); 0 or absent: no UDP. Read the amplification warning in the README first: only
     /// on a network where source addresses cannot be spoofed [default: off].
@@ -96,6 +103,7 @@ struct FileSettings {
     threads: Option<usize>,
     max_item_size: Option<toml::Value>,
     idle_timeout: Option<u64>,
+    memory_file: Option<PathBuf>,
     udp_port: Option<u16>,
     lease_interval: Option<u32>,
     stale_after_delete: Option<u32>,
@@ -120,6 +128,8 @@ pub struct Settings {
     pub max_item_size: usize,
     /// Idle connection timeout; `None` for never.
     pub idle_timeout: Option<Duration>,
+    /// The memory file for warm restarts.
+    pub memory_file: Option<PathBuf>,
     /// UDP port for reads (`None`: off; `Some(0)`: any free port, for tests).
     pub udp_port: Option<u16>,
     /// Lease interval, seconds (at least 1).
@@ -142,6 +152,7 @@ impl Default for Settings {
             threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
             max_item_size: 1 << 20,
             idle_timeout: None,
+            memory_file: None,
             udp_port: None,
             lease_interval: 10,
             stale_after_delete: 10,
@@ -204,6 +215,7 @@ impl Settings {
         if let Some(secs) = args.idle_timeout.or(file.idle_timeout) {
             s.idle_timeout = (secs > 0).then(|| Duration::from_secs(secs));
         }
+        s.memory_file = args.memory_file.clone().or(file.memory_file);
         // memcached's -U 0 means off; tests ask for a free port by setting Some(0) directly.
         s.udp_port = args.udp_port.or(file.udp_port).filter(|p| *p != 0);
         if let Some(v) = args.lease_interval.or(file.lease_interval) {

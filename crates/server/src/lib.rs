@@ -31,6 +31,7 @@ pub mod connection;
 pub mod execute;
 pub mod stats;
 pub mod udp;
+pub mod warm;
 pub mod worker;
 
 pub use config::{ServerArgs, Settings};
@@ -58,20 +59,39 @@ pub struct Server {
     shutdown: watch::Sender<bool>,
     threads: Vec<JoinHandle<std::io::Result<()>>>,
     shared: Arc<worker::Shared>,
-    _expirer: Expirer,
+    expirer: Option<Expirer>,
+    memory_file: Option<warm::MemoryFile>,
+    start: warm::Start,
 }
 
 impl Server {
     /// Allocates the cache, binds the listeners and starts the workers. With port 0 the
     /// kernel picks a port (see [`Server::local_addr`]).
     pub fn start(mut settings: Settings) -> anyhow::Result<Server> {
-        let cache = Cache::new(
-            Config::new(settings.memory_bytes)
-                .segment_size(settings.segment_size())
-                .lease_interval(settings.lease_interval)
-                .stale_after_delete(settings.stale_after_delete),
-        )
-        .context("the memory limit cannot hold the cache")?;
+        let config = Config::new(settings.memory_bytes)
+            .segment_size(settings.segment_size())
+            .lease_interval(settings.lease_interval)
+            .stale_after_delete(settings.stale_after_delete);
+        let (cache, memory_file, start) = match &settings.memory_file {
+            Some(path) => {
+                let (cache, file, start) = warm::open(path, config)?;
+                (cache, Some(file), start)
+            }
+            None => (
+                Cache::new(config).context("the memory limit cannot hold the cache")?,
+                None,
+                warm::Start::Plain,
+            ),
+        };
+        match &start {
+            warm::Start::Plain => {}
+            warm::Start::Cold(why) => tracing::warn!(reason = %why, "memory file: starting empty"),
+            warm::Start::Warm { items, micros } => tracing::info!(
+                items,
+                restore_ms = *micros as f64 / 1000.0,
+                "memory file: warm restart"
+            ),
+        }
         let wanted = SocketAddr::new(settings.listen, settings.port);
         // SO_REUSEPORT would let this server share a port another process (of the same
         // user) already listens on, splitting the clients between the two without a word:
@@ -169,7 +189,9 @@ impl Server {
             shutdown: tx,
             threads,
             shared,
-            _expirer: expirer,
+            expirer: Some(expirer),
+            memory_file,
+            start,
         })
     }
 
@@ -186,6 +208,11 @@ impl Server {
             .map(|port| SocketAddr::new(self.addr.ip(), port))
     }
 
+    /// How the cache came up (warm restart or not).
+    pub fn start_kind(&self) -> &warm::Start {
+        &self.start
+    }
+
     /// The `/metrics` address, when enabled.
     pub fn admin_addr(&self) -> Option<SocketAddr> {
         self.admin_addr
@@ -197,13 +224,25 @@ impl Server {
     }
 
     /// Stops accepting, lets open connections finish their current batch (briefly), and
-    /// waits for every thread.
-    pub fn shutdown(self) -> anyhow::Result<()> {
+    /// waits for every thread. With a memory file, then writes the warm-restart snapshot.
+    pub fn shutdown(mut self) -> anyhow::Result<()> {
         let _ = self.shutdown.send(true);
-        for t in self.threads {
+        for t in std::mem::take(&mut self.threads) {
             t.join()
                 .map_err(|_| anyhow::anyhow!("a server thread panicked"))?
                 .context("a server thread failed")?;
+        }
+        // Nothing may change the engine while it is described: the workers' handles are
+        // gone with their threads; stop the expirer too.
+        drop(self.expirer.take());
+        if let Some(file) = &self.memory_file {
+            let started = std::time::Instant::now();
+            let bytes = file.save(&self.shared.cache)?;
+            tracing::info!(
+                snapshot_bytes = bytes,
+                save_ms = started.elapsed().as_secs_f64() * 1000.0,
+                "memory file: saved for a warm restart"
+            );
         }
         Ok(())
     }
@@ -225,10 +264,14 @@ pub fn run(args: &ServerArgs) -> anyhow::Result<()> {
         .enable_all()
         .build()?;
     rt.block_on(async {
-        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+        use tokio::signal::unix::{signal, SignalKind};
+        let mut term = signal(SignalKind::terminate())?;
+        // memcached's signal for "stop, keeping the memory file for a restart".
+        let mut usr1 = signal(SignalKind::user_defined1())?;
         tokio::select! {
             r = tokio::signal::ctrl_c() => r,
             _ = term.recv() => Ok(()),
+            _ = usr1.recv() => Ok(()),
         }
     })?;
     tracing::info!("shutting down");

@@ -147,6 +147,75 @@ pub enum ConfigError {
     /// Hash power out of range.
     #[error("hash_power must be between 4 and 30, got {0}")]
     HashPower(u32),
+    /// A memory mapping of the wrong size.
+    #[error("the memory file mapping has {have} bytes, the heap needs {want}")]
+    MappingSize {
+        /// Bytes mapped.
+        have: usize,
+        /// Bytes needed.
+        want: usize,
+    },
+}
+
+/// The shape a configuration gives the engine: checked once, shared by a new cache and a
+/// restored one (which must have the same shape as the one saved).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Geometry {
+    pub segments: usize,
+    pub align_shift: u32,
+    pub power: u32,
+    pub max_power: u32,
+}
+
+impl Geometry {
+    pub(crate) fn of(config: &Config) -> Result<Geometry, ConfigError> {
+        let seg = config.segment_size;
+        if !seg.is_multiple_of(4096) || !(16 << 10..=1 << 30).contains(&seg) {
+            return Err(ConfigError::SegmentSize(seg));
+        }
+        let segments = config.memory_bytes / seg;
+        if segments < MIN_SEGMENTS {
+            return Err(ConfigError::TooLittleMemory {
+                memory: config.memory_bytes,
+                segment: seg,
+                min: MIN_SEGMENTS,
+            });
+        }
+        if segments > MAX_SEGMENTS {
+            return Err(ConfigError::TooManySegments);
+        }
+        if config.expiry_precision_shift > 16 {
+            return Err(ConfigError::ExpiryPrecision(config.expiry_precision_shift));
+        }
+        if !(2..=16).contains(&config.merge_segments) {
+            return Err(ConfigError::MergeSegments(config.merge_segments));
+        }
+        let unit = seg.div_ceil(MAX_OFFSET_UNITS).next_power_of_two();
+        let align_shift = unit.trailing_zeros();
+        // Start with one bucket per 4 KiB of heap (room for items averaging 1 KiB at ~4 per
+        // bucket); the table doubles as small items arrive.
+        let max_items = config.memory_bytes / 16;
+        let max_power = (max_items / 4)
+            .max(16)
+            .next_power_of_two()
+            .trailing_zeros()
+            .min(30);
+        let power = match config.hash_power {
+            Some(p) if !(4..=30).contains(&p) => return Err(ConfigError::HashPower(p)),
+            Some(p) => p,
+            None => (config.memory_bytes / 4096)
+                .max(1024)
+                .next_power_of_two()
+                .trailing_zeros()
+                .min(max_power),
+        };
+        Ok(Geometry {
+            segments,
+            align_shift,
+            power,
+            max_power,
+        })
+    }
 }
 
 /// Fewest segments a cache can run with: room for a few active segments and a merge.
@@ -372,54 +441,43 @@ impl std::fmt::Debug for Cache {
 impl Cache {
     /// Creates a cache, allocating its whole heap.
     pub fn new(config: Config) -> Result<Cache, ConfigError> {
-        let seg = config.segment_size;
-        if !seg.is_multiple_of(4096) || !(16 << 10..=1 << 30).contains(&seg) {
-            return Err(ConfigError::SegmentSize(seg));
-        }
-        let segments = config.memory_bytes / seg;
-        if segments < MIN_SEGMENTS {
-            return Err(ConfigError::TooLittleMemory {
-                memory: config.memory_bytes,
-                segment: seg,
-                min: MIN_SEGMENTS,
+        let g = Geometry::of(&config)?;
+        let heap = Heap::new(g.segments, config.segment_size);
+        Ok(Cache::build(config, g, heap))
+    }
+
+    /// Creates an empty cache whose heap is `mapping` (a shared mapping of the memory file
+    /// for warm restarts, exactly `memory_bytes` rounded down to whole segments), zeroing it.
+    /// [`Cache::snapshot`] and [`Cache::resume`] then carry it across a restart.
+    pub fn with_mapping(config: Config, mapping: memmap2::MmapMut) -> Result<Cache, ConfigError> {
+        let g = Geometry::of(&config)?;
+        if mapping.len() != g.segments * config.segment_size {
+            return Err(ConfigError::MappingSize {
+                have: mapping.len(),
+                want: g.segments * config.segment_size,
             });
         }
-        if segments > MAX_SEGMENTS {
-            return Err(ConfigError::TooManySegments);
-        }
-        if config.expiry_precision_shift > 16 {
-            return Err(ConfigError::ExpiryPrecision(config.expiry_precision_shift));
-        }
-        if !(2..=16).contains(&config.merge_segments) {
-            return Err(ConfigError::MergeSegments(config.merge_segments));
-        }
-        let unit = seg.div_ceil(MAX_OFFSET_UNITS).next_power_of_two();
-        let align_shift = unit.trailing_zeros();
-        // Start with one bucket per 4 KiB of heap (room for items averaging 1 KiB at ~4 per
-        // bucket); the table doubles as small items arrive.
-        let max_items = config.memory_bytes / 16;
-        let max_power = (max_items / 4)
-            .max(16)
-            .next_power_of_two()
-            .trailing_zeros()
-            .min(30);
-        let power = match config.hash_power {
-            Some(p) if !(4..=30).contains(&p) => return Err(ConfigError::HashPower(p)),
-            Some(p) => p,
-            None => (config.memory_bytes / 4096)
-                .max(1024)
-                .next_power_of_two()
-                .trailing_zeros()
-                .min(max_power),
-        };
+        let heap = Heap::mapped(mapping, g.segments, config.segment_size);
+        // SAFETY: the cache is not built yet, so nothing else can touch the heap.
+        unsafe { heap.zero() };
+        Ok(Cache::build(config, g, heap))
+    }
+
+    /// The bytes a memory file for `config` must have.
+    pub fn mapping_len(config: &Config) -> Result<usize, ConfigError> {
+        let g = Geometry::of(config)?;
+        Ok(g.segments * config.segment_size)
+    }
+
+    fn build(config: Config, g: Geometry, heap: Heap) -> Cache {
         let shared = Shared {
-            heap: Heap::new(segments, seg),
-            headers: (0..segments).map(|_| SegmentHeader::new()).collect(),
-            table: HashTable::new(power, max_power.max(power)),
+            heap,
+            headers: (0..g.segments).map(|_| SegmentHeader::new()).collect(),
+            table: HashTable::new(g.power, g.max_power.max(g.power)),
             chains: Chains::new(),
-            free: FreePool::new(segments, 1),
+            free: FreePool::new(g.segments, 1),
             clock: config.clock.clone(),
-            align_shift,
+            align_shift: g.align_shift,
             generation: AtomicU32::new(0),
             flush_at: AtomicU32::new(u32::MAX),
             reclaimed_generation: AtomicU32::new(0),
@@ -429,9 +487,9 @@ impl Cache {
             next_token: AtomicU64::new(crate::lease::first_token()),
             config,
         };
-        Ok(Cache {
+        Cache {
             shared: Arc::new(shared),
-        })
+        }
     }
 
     /// A new handle for the calling thread.

@@ -146,6 +146,19 @@ impl FreePool {
     pub fn len(&self) -> usize {
         self.lock().len()
     }
+
+    /// The free list, in the order `take` would not hand it out (for a warm restart).
+    pub fn list(&self) -> Vec<u32> {
+        self.lock().clone()
+    }
+
+    /// A pool holding exactly `list`.
+    pub fn from_list(list: Vec<u32>, reserve: usize) -> FreePool {
+        FreePool {
+            free: Mutex::new(list),
+            reserve,
+        }
+    }
 }
 
 #[cfg(test)]

@@ -37,6 +37,29 @@ impl Clock {
         })
     }
 
+    /// This clock continued in a new process: the same start (so the relative deadlines a
+    /// warm restart brings back keep their meaning) and, for a manual clock, at least the
+    /// time it had reached.
+    pub fn resumed(&self, start_unix: u64, now: u32) -> Clock {
+        match &self.0 {
+            ClockKind::System { .. } => {
+                let elapsed = unix_now().saturating_sub(start_unix);
+                Clock(ClockKind::System {
+                    start_coarse: coarse_monotonic_secs().wrapping_sub(elapsed),
+                    start_unix,
+                })
+            }
+            ClockKind::Manual { now: current, .. } => {
+                // The same counter, so whoever drives this manual clock drives the cache's.
+                current.fetch_max(now, Ordering::AcqRel);
+                Clock(ClockKind::Manual {
+                    now: current.clone(),
+                    start_unix,
+                })
+            }
+        }
+    }
+
     /// A clock that moves only when told to ([`Clock::advance`], [`Clock::set`]); it starts at 0
     /// and pretends the cache started at the current Unix time.
     pub fn manual() -> Clock {
@@ -51,7 +74,8 @@ impl Clock {
     pub fn now(&self) -> u32 {
         match &self.0 {
             ClockKind::System { start_coarse, .. } => {
-                (coarse_monotonic_secs().saturating_sub(*start_coarse)) as u32
+                // Wrapping: a resumed clock's start may lie before boot (see `resumed`).
+                (coarse_monotonic_secs().wrapping_sub(*start_coarse)) as u32
             }
             ClockKind::Manual { now, .. } => now.load(Ordering::Acquire),
         }

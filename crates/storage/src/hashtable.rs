@@ -432,7 +432,82 @@ pub struct HashTable {
     max_power: u32,
 }
 
+/// A table's whole state as plain numbers, for a warm restart (`persist.rs`).
+pub struct TableImage {
+    pub power: u32,
+    pub next_overflow: u64,
+    /// Every slot of every bucket, primary then overflow, locks cleared.
+    pub slots: Vec<u64>,
+}
+
+impl Table {
+    /// Copies the table out. Only when nothing writes it (no handle is live).
+    pub fn image(&self) -> TableImage {
+        let mut slots = Vec::with_capacity(self.buckets.len() * SLOTS);
+        for (i, b) in self.buckets.iter().enumerate() {
+            for (j, s) in b.slots.iter().enumerate() {
+                let v = s.load(Ordering::Acquire);
+                // Chain heads' slot 0 is the info word: drop a lock or MOVED bit.
+                let head_info = i < self.primary && j == 0;
+                slots.push(if head_info { v & !(LOCK | MOVED) } else { v });
+            }
+        }
+        TableImage {
+            power: self.power,
+            next_overflow: self.next_overflow.load(Ordering::Acquire) as u64,
+            slots,
+        }
+    }
+
+    /// Rebuilds a table from [`Table::image`]; `None` if the image is inconsistent.
+    pub fn from_image(image: &TableImage) -> Option<Table> {
+        if !(1..=40).contains(&image.power) {
+            return None;
+        }
+        let primary = 1usize << image.power;
+        let buckets = primary + (primary / 4).max(16);
+        let next = usize::try_from(image.next_overflow).ok()?;
+        if image.slots.len() != buckets * SLOTS || !(primary..=buckets).contains(&next) {
+            return None;
+        }
+        let table = Table {
+            buckets: zeroed_buckets(buckets),
+            primary,
+            next_overflow: AtomicUsize::new(next),
+            power: image.power,
+        };
+        for (i, (b, chunk)) in table
+            .buckets
+            .iter()
+            .zip(image.slots.chunks(SLOTS))
+            .enumerate()
+        {
+            for (j, (slot, v)) in b.slots.iter().zip(chunk).enumerate() {
+                let info = i < primary && j == 0;
+                // A chain pointer must point into the overflow area already handed out.
+                let target = v >> TAG_BITS;
+                if !info && is_pointer(*v) && !((primary as u64)..next as u64).contains(&target) {
+                    return None;
+                }
+                slot.store(*v, Ordering::Relaxed);
+            }
+        }
+        Some(table)
+    }
+}
+
 impl HashTable {
+    /// A table restored from an image, which may grow to `2^max_power`.
+    pub fn from_table(table: Table, max_power: u32) -> HashTable {
+        let power = table.power;
+        HashTable {
+            current: Mutex::new(Arc::new(table)),
+            version: AtomicU64::new(0),
+            grow_lock: Mutex::new(()),
+            max_power: max_power.max(power),
+        }
+    }
+
     /// A table with `2^power` primary buckets that may grow to `2^max_power`.
     pub fn new(power: u32, max_power: u32) -> HashTable {
         HashTable {

@@ -22,9 +22,18 @@ use std::ptr::NonNull;
 /// A fixed array of equally sized segments.
 pub struct Heap {
     base: NonNull<u8>,
-    layout: Layout,
+    backing: Backing,
     segment_size: usize,
     segments: usize,
+}
+
+/// Where the heap's bytes live.
+enum Backing {
+    /// Our own allocation (freed on drop).
+    Allocated(Layout),
+    /// A shared mapping of a file the caller opened (warm restart): the bytes outlive the
+    /// process in the file, e.g. on tmpfs.
+    Mapped(memmap2::MmapMut),
 }
 
 // SAFETY: the heap is plain memory; every access goes through the methods below, whose callers
@@ -73,10 +82,46 @@ impl Heap {
         advise_huge_pages(base.as_ptr(), size);
         Heap {
             base,
-            layout,
+            backing: Backing::Allocated(layout),
             segment_size,
             segments,
         }
+    }
+
+    /// A heap in `mapping` (exactly `segments * segment_size` bytes, checked by the caller),
+    /// whose current bytes are kept: zero them first for an empty cache.
+    pub fn mapped(mut mapping: memmap2::MmapMut, segments: usize, segment_size: usize) -> Heap {
+        assert_eq!(mapping.len(), segments * segment_size, "mapping size");
+        let base = NonNull::new(mapping.as_mut_ptr()).expect("a mapping is never at address 0");
+        advise_huge_pages(base.as_ptr(), mapping.len());
+        Heap {
+            base,
+            backing: Backing::Mapped(mapping),
+            segment_size,
+            segments,
+        }
+    }
+
+    /// Whether the heap is a file mapping.
+    pub fn is_mapped(&self) -> bool {
+        matches!(self.backing, Backing::Mapped(_))
+    }
+
+    /// Writes a mapped heap's bytes back to its file (nothing for an allocated heap).
+    pub fn flush(&self) -> std::io::Result<()> {
+        match &self.backing {
+            Backing::Mapped(m) => m.flush(),
+            Backing::Allocated(_) => Ok(()),
+        }
+    }
+
+    /// Zeroes every byte (an empty cache in a reused mapping).
+    ///
+    /// # Safety
+    /// Nothing may read or write the heap meanwhile (the cache is being built).
+    pub unsafe fn zero(&self) {
+        // SAFETY: the whole range is ours and, per the contract, untouched by anyone else.
+        unsafe { std::ptr::write_bytes(self.base.as_ptr(), 0, self.segments * self.segment_size) }
     }
 
     /// Bytes per segment.
@@ -182,8 +227,11 @@ pub(crate) fn prefetch_line(ptr: *const u8) {
 
 impl Drop for Heap {
     fn drop(&mut self) {
-        // SAFETY: `base` came from `alloc_zeroed` with exactly this layout and is freed once.
-        unsafe { dealloc(self.base.as_ptr(), self.layout) }
+        if let Backing::Allocated(layout) = self.backing {
+            // SAFETY: `base` came from `alloc_zeroed` with exactly this layout and is freed
+            // once. (A mapping unmaps itself when `backing` drops.)
+            unsafe { dealloc(self.base.as_ptr(), layout) }
+        }
     }
 }
 

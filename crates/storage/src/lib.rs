@@ -13,6 +13,7 @@
 //! | `segment`     | per-segment shared metadata: expiry, reader count, chain links, life cycle |
 //! | `item`        | the ≤5-byte item header, client flags, marks for leases and hold-offs |
 //! | `lease`       | leases, stale values, and what each mark means to each command |
+//! | `persist`     | warm restart: the snapshot of everything outside a file-mapped heap |
 //! | `ttl`         | the 1024 TTL buckets and the early-expiry tolerance |
 //! | `hashtable`   | the bulk-chained table: cache-line buckets, shared CAS, growth |
 //! | `chains`      | per-TTL-bucket segment chains and the free pool |
@@ -63,6 +64,7 @@ mod item;
 mod lease;
 mod numeric;
 mod ops;
+mod persist;
 mod segment;
 mod stats;
 mod ttl;
@@ -76,7 +78,9 @@ pub use item::{
     Lease, MARK_DELETED, MARK_EMPTY, MARK_STALE, MARK_TOKEN, MARK_TOMBSTONE, MAX_KEY_LEN,
 };
 pub use lease::{LeaseOutcome, LeaseRead};
+pub use memmap2;
 pub use numeric::parse_u64 as parse_memcached_u64;
+pub use persist::{Restored, SnapshotError};
 pub use stats::{HandleTotals, Stats};
 pub use ttl::early_expiry_bound;
 

@@ -1,0 +1,376 @@
+//! Warm restart (Facebook §6.4): the heap lives in a shared file mapping the caller provides
+//! (on tmpfs, so it survives the process, not a reboot); on a graceful stop the engine
+//! describes everything *outside* the heap — segment headers, chains, free pool, hash
+//! table, clock, flush generation — as a snapshot the caller stores next to the file. A
+//! new process given the same mapping and that snapshot serves the same items, values,
+//! flags, CAS and TTLs, without refilling.
+//!
+//! The snapshot is self-checking: a magic, a format number, this crate's version, the
+//! heap's geometry and an xxh3 checksum over the rest. Anything that does not match — a
+//! different version, another heap size or segment size, a torn or truncated file — is
+//! refused, and the caller starts empty. The caller must delete the snapshot as soon as it
+//! has read it: the heap changes from then on, so after a crash the old snapshot would
+//! describe bytes that are no longer there; no snapshot means an empty start.
+//!
+//! I/O stays with the caller (the server): this module turns state into bytes and back.
+
+use crate::cache::{Cache, Config, ConfigError, Shared};
+use crate::chains::{Chains, FreePool};
+use crate::hashtable::{HashTable, Table, TableImage};
+use crate::heap::Heap;
+use crate::segment::{state, SegmentHeader};
+use crate::ttl::N_BUCKETS;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+const MAGIC: &[u8; 8] = b"MFWARM\x00\x01";
+const FORMAT: u32 = 1;
+
+/// Why a snapshot cannot be taken or used.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum SnapshotError {
+    /// The cache's heap is not a file mapping (nothing would survive).
+    #[error("the heap is not in a memory file")]
+    NotMapped,
+    /// Handles are still live: the state may change under the snapshot.
+    #[error("{0} handle(s) still in use; stop every worker first")]
+    InUse(usize),
+    /// A segment is mid-merge or mid-retirement (an eviction was running).
+    #[error("segment {0} is being evicted")]
+    Busy(u32),
+    /// The bytes are not a snapshot of this version and geometry.
+    #[error("unusable snapshot: {0}")]
+    Invalid(String),
+    /// The configuration itself is invalid.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+}
+
+/// What a restored cache holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Restored {
+    /// Items the hash table points to.
+    pub items: u64,
+    /// Segments holding them.
+    pub segments_in_use: usize,
+    /// Time spent rebuilding (checks, table, headers).
+    pub elapsed: Duration,
+}
+
+struct Writer(Vec<u8>);
+
+impl Writer {
+    fn u8(&mut self, v: u8) {
+        self.0.push(v);
+    }
+    fn u32(&mut self, v: u32) {
+        self.0.extend_from_slice(&v.to_le_bytes());
+    }
+    fn u64(&mut self, v: u64) {
+        self.0.extend_from_slice(&v.to_le_bytes());
+    }
+    fn bytes(&mut self, b: &[u8]) {
+        self.u64(b.len() as u64);
+        self.0.extend_from_slice(b);
+    }
+}
+
+struct Reader<'a> {
+    buf: &'a [u8],
+    at: usize,
+}
+
+impl Reader<'_> {
+    fn take(&mut self, n: usize) -> Result<&[u8], SnapshotError> {
+        let end = self.at.checked_add(n).filter(|e| *e <= self.buf.len());
+        let end = end.ok_or_else(|| SnapshotError::Invalid("truncated".into()))?;
+        let s = &self.buf[self.at..end];
+        self.at = end;
+        Ok(s)
+    }
+    fn u8(&mut self) -> Result<u8, SnapshotError> {
+        Ok(self.take(1)?[0])
+    }
+    fn u32(&mut self) -> Result<u32, SnapshotError> {
+        Ok(u32::from_le_bytes(
+            self.take(4)?.try_into().expect("4 bytes"),
+        ))
+    }
+    fn u64(&mut self) -> Result<u64, SnapshotError> {
+        Ok(u64::from_le_bytes(
+            self.take(8)?.try_into().expect("8 bytes"),
+        ))
+    }
+    fn bytes(&mut self) -> Result<&[u8], SnapshotError> {
+        let n = usize::try_from(self.u64()?).map_err(|_| invalid("length"))?;
+        self.take(n)
+    }
+}
+
+fn invalid(what: &str) -> SnapshotError {
+    SnapshotError::Invalid(what.to_string())
+}
+
+fn expect_eq<T: PartialEq + std::fmt::Debug>(
+    what: &str,
+    saved: T,
+    now: T,
+) -> Result<(), SnapshotError> {
+    if saved == now {
+        Ok(())
+    } else {
+        Err(SnapshotError::Invalid(format!(
+            "{what} was {saved:?}, is {now:?}"
+        )))
+    }
+}
+
+impl Cache {
+    /// Describes everything outside the heap, for a warm restart with the same memory file
+    /// (see the module docs). Call it after every [`crate::Handle`] is dropped and the
+    /// expirer stopped; it flushes the mapping too.
+    pub fn snapshot(&self) -> Result<Vec<u8>, SnapshotError> {
+        let s = &*self.shared;
+        if !s.heap.is_mapped() {
+            return Err(SnapshotError::NotMapped);
+        }
+        let live = s
+            .handles
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .live
+            .len();
+        if live > 0 {
+            return Err(SnapshotError::InUse(live));
+        }
+        let mut w = Writer(Vec::new());
+        w.0.extend_from_slice(MAGIC);
+        w.u32(FORMAT);
+        w.bytes(env!("CARGO_PKG_VERSION").as_bytes());
+        w.u64(s.heap.segments() as u64);
+        w.u64(s.heap.segment_size() as u64);
+        w.u32(s.align_shift);
+        w.u64(s.clock.start_unix());
+        w.u32(s.clock.now());
+        w.u32(s.generation.load(Ordering::Acquire));
+        w.u32(s.flush_at.load(Ordering::Acquire));
+        w.u32(s.reclaimed_generation.load(Ordering::Acquire));
+        w.u64(s.next_token.load(Ordering::Acquire));
+        for (i, h) in s.headers.iter().enumerate() {
+            let st = h.state.load(Ordering::Acquire);
+            if st == state::MERGING || st == state::RETIRING {
+                return Err(SnapshotError::Busy(i as u32));
+            }
+            // No handle is live, so an ACTIVE segment's writer is gone: it is sealed.
+            let st = if st == state::ACTIVE {
+                state::SEALED
+            } else {
+                st
+            };
+            w.u8(st);
+            w.u8(u8::from(h.accessible.load(Ordering::Acquire)));
+            for v in [
+                h.write_offset.load(Ordering::Acquire) | crate::segment::SEALED,
+                h.ttl_bucket.load(Ordering::Acquire),
+                h.create_at.load(Ordering::Acquire),
+                h.min_deadline.load(Ordering::Acquire),
+                h.max_deadline.load(Ordering::Acquire),
+                h.generation.load(Ordering::Acquire),
+                h.epoch.load(Ordering::Acquire),
+                h.prev.load(Ordering::Acquire),
+                h.next.load(Ordering::Acquire),
+                h.live_items.load(Ordering::Acquire),
+                h.live_bytes.load(Ordering::Acquire),
+            ] {
+                w.u32(v);
+            }
+        }
+        for b in 0..N_BUCKETS {
+            let c = s.chains.lock(b);
+            for v in [c.head, c.tail, c.merge_cursor, c.segments] {
+                w.u32(v);
+            }
+        }
+        let free = s.free.list();
+        w.u64(free.len() as u64);
+        for id in free {
+            w.u32(id);
+        }
+        let image = s.table.load().image();
+        w.u32(image.power);
+        w.u64(image.next_overflow);
+        w.u64(image.slots.len() as u64);
+        for v in &image.slots {
+            w.u64(*v);
+        }
+        let sum = xxhash_rust::xxh3::xxh3_64(&w.0);
+        w.u64(sum);
+        s.heap
+            .flush()
+            .map_err(|e| SnapshotError::Invalid(format!("flushing the memory file: {e}")))?;
+        Ok(w.0)
+    }
+
+    /// A cache in `mapping` (the memory file) rebuilt from `snapshot`, or the reason it
+    /// cannot be; the caller then starts empty with [`Config::memory_mapping`].
+    pub fn resume(
+        config: Config,
+        mapping: memmap2::MmapMut,
+        snapshot: &[u8],
+    ) -> Result<(Cache, Restored), SnapshotError> {
+        let started = Instant::now();
+        let geometry = crate::cache::Geometry::of(&config)?;
+        if snapshot.len() < MAGIC.len() + 8 {
+            return Err(invalid("too short"));
+        }
+        let (body, sum) = snapshot.split_at(snapshot.len() - 8);
+        if xxhash_rust::xxh3::xxh3_64(body).to_le_bytes() != sum {
+            return Err(invalid("checksum mismatch (torn or corrupt)"));
+        }
+        let mut r = Reader { buf: body, at: 0 };
+        if r.take(MAGIC.len())? != MAGIC {
+            return Err(invalid("not a memfleet snapshot"));
+        }
+        expect_eq("format", r.u32()?, FORMAT)?;
+        let version = String::from_utf8_lossy(r.bytes()?).into_owned();
+        expect_eq("version", version.as_str(), env!("CARGO_PKG_VERSION"))?;
+        let segments = usize::try_from(r.u64()?).map_err(|_| invalid("segments"))?;
+        expect_eq("segment count", segments, geometry.segments)?;
+        let segment_size = usize::try_from(r.u64()?).map_err(|_| invalid("segment size"))?;
+        expect_eq("segment size", segment_size, config.segment_size)?;
+        expect_eq("memory file size", mapping.len(), segments * segment_size)?;
+        expect_eq("alignment", r.u32()?, geometry.align_shift)?;
+        let start_unix = r.u64()?;
+        let saved_now = r.u32()?;
+        let generation = r.u32()?;
+        let flush_at = r.u32()?;
+        let reclaimed = r.u32()?;
+        let next_token = r.u64()?;
+        let headers: Box<[SegmentHeader]> = (0..segments).map(|_| SegmentHeader::new()).collect();
+        for (i, h) in headers.iter().enumerate() {
+            let st = r.u8()?;
+            if st != state::FREE && st != state::SEALED {
+                return Err(SnapshotError::Invalid(format!("segment {i} in state {st}")));
+            }
+            h.state.store(st, Ordering::Relaxed);
+            h.accessible.store(r.u8()? != 0, Ordering::Relaxed);
+            let fields = [
+                &h.write_offset,
+                &h.ttl_bucket,
+                &h.create_at,
+                &h.min_deadline,
+                &h.max_deadline,
+                &h.generation,
+                &h.epoch,
+                &h.prev,
+                &h.next,
+                &h.live_items,
+                &h.live_bytes,
+            ];
+            for f in fields {
+                f.store(r.u32()?, Ordering::Relaxed);
+            }
+            let used = h.used();
+            let links_ok = [
+                h.prev.load(Ordering::Relaxed),
+                h.next.load(Ordering::Relaxed),
+            ]
+            .iter()
+            .all(|l| *l == crate::segment::NONE || (*l as usize) < segments);
+            if used > segment_size
+                || h.ttl_bucket.load(Ordering::Relaxed) as usize >= N_BUCKETS
+                || !links_ok
+            {
+                return Err(SnapshotError::Invalid(format!("segment {i} header")));
+            }
+        }
+        let chains = Chains::new();
+        for b in 0..N_BUCKETS {
+            let mut c = chains.lock(b);
+            c.head = r.u32()?;
+            c.tail = r.u32()?;
+            c.merge_cursor = r.u32()?;
+            c.segments = r.u32()?;
+        }
+        let free_len = usize::try_from(r.u64()?).map_err(|_| invalid("free list"))?;
+        if free_len > segments {
+            return Err(invalid("free list longer than the heap"));
+        }
+        let mut free = Vec::with_capacity(free_len);
+        for _ in 0..free_len {
+            let id = r.u32()?;
+            if id as usize >= segments {
+                return Err(invalid("free segment id"));
+            }
+            free.push(id);
+        }
+        let power = r.u32()?;
+        let next_overflow = r.u64()?;
+        let n = usize::try_from(r.u64()?).map_err(|_| invalid("table size"))?;
+        if n > body.len() / 8 {
+            return Err(invalid("table size"));
+        }
+        let mut slots = Vec::with_capacity(n);
+        for _ in 0..n {
+            slots.push(r.u64()?);
+        }
+        if r.at != body.len() {
+            return Err(invalid("trailing bytes"));
+        }
+        let image = TableImage {
+            power,
+            next_overflow,
+            slots,
+        };
+        let table = Table::from_image(&image).ok_or_else(|| invalid("hash table"))?;
+        // Every slot must point at a complete item below its segment's write offset.
+        let unit = 1usize << geometry.align_shift;
+        let mut items = 0u64;
+        for (i, v) in image.slots.iter().enumerate() {
+            let info = (i / 8) < (1usize << power) && i % 8 == 0;
+            if info || *v == 0 || *v & 0xfff == 0 {
+                continue;
+            }
+            let slot = crate::hashtable::Slot(*v);
+            let seg = slot.seg() as usize;
+            let offset = slot.offset_units() as usize * unit;
+            if seg >= segments || offset >= headers[seg].used() {
+                return Err(invalid("a hash slot points outside the written heap"));
+            }
+            items += 1;
+        }
+        let clock = config.clock.resumed(start_unix, saved_now);
+        let heap = Heap::mapped(mapping, segments, segment_size);
+        let shared = Shared {
+            heap,
+            headers,
+            table: HashTable::from_table(table, geometry.max_power),
+            chains,
+            free: FreePool::from_list(free, 1),
+            clock,
+            align_shift: geometry.align_shift,
+            generation: std::sync::atomic::AtomicU32::new(generation),
+            flush_at: std::sync::atomic::AtomicU32::new(flush_at),
+            reclaimed_generation: std::sync::atomic::AtomicU32::new(reclaimed),
+            counters: Default::default(),
+            handles: Default::default(),
+            evictor: Default::default(),
+            next_token: std::sync::atomic::AtomicU64::new(
+                next_token.max(crate::lease::first_token()),
+            ),
+            config,
+        };
+        let segments_in_use = segments - shared.free.len();
+        let cache = Cache {
+            shared: std::sync::Arc::new(shared),
+        };
+        Ok((
+            cache,
+            Restored {
+                items,
+                segments_in_use,
+                elapsed: started.elapsed(),
+            },
+        ))
+    }
+}
