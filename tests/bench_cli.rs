@@ -86,3 +86,36 @@ fn herd_scenario_shows_leases_cutting_database_queries() {
         "plain {plain} vs lease {lease}:\n{stdout}"
     );
 }
+
+/// The restart scenario: every key read back with the right value after a warm restart.
+#[test]
+fn restart_scenario_keeps_every_item() {
+    let bin = env!("CARGO_BIN_EXE_memfleet");
+    let out = Command::new(bin)
+        .args([
+            "bench",
+            "--scenario",
+            "restart",
+            "--memfleet-bin",
+            bin,
+            "--no-pin",
+        ])
+        .args([
+            "--server-memory",
+            "16",
+            "--keys",
+            "5000",
+            "--value-size",
+            "500",
+        ])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "bench failed:\n{stdout}\n{stderr}");
+    assert!(
+        stdout.contains("right after the restart: 5000 of 5000 keys hit (100.00%), 0 wrong"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("warm restart items=5000"), "{stdout}");
+}

@@ -17,6 +17,7 @@ pub mod cpu;
 pub mod floor;
 pub mod herd;
 pub mod report;
+pub mod restart;
 pub mod target;
 pub mod udp;
 pub mod workload;
@@ -133,6 +134,9 @@ pub enum Scenario {
     /// Get latency over TCP and over UDP at the same load (servers get `-U` on the same
     /// port number).
     Udp,
+    /// Warm restart: fill a memfleet server that keeps its memory in a file, read every
+    /// key, stop it with SIGUSR1, start it again, read every key again.
+    Restart,
 }
 
 /// Parses `10s`, `250ms`, `1.5s`, `2m` or a plain number of seconds.
@@ -303,6 +307,7 @@ pub fn run(args: &LoadArgs) -> Result<()> {
     match args.scenario {
         Scenario::Herd => return herd_bench(args),
         Scenario::Udp => return udp_bench(args),
+        Scenario::Restart => return restart_bench(args),
         Scenario::Load => {}
     }
     let rows = bench(args)?;
@@ -565,6 +570,99 @@ fn udp_bench(args: &LoadArgs) -> Result<()> {
     let load_at_end = cpu::load_average().unwrap_or_else(|e| format!("unknown ({e})"));
     println!("load average: {load_at_start} at start, {load_at_end} at end");
     println!("command: {command}");
+    Ok(())
+}
+
+/// `--scenario restart`: see `restart.rs`. Uses --memfleet-bin, --server-memory, --keys and
+/// --value-size; the memory file goes to /dev/shm (or the temporary directory).
+fn restart_bench(args: &LoadArgs) -> Result<()> {
+    let workload =
+        Workload::new(args.keys, 1.0, args.value_size, None).map_err(anyhow::Error::msg)?;
+    let command = report::shell_line(&std::env::args().collect::<Vec<_>>());
+    println!("memfleet bench --scenario restart");
+    println!(
+        "load average at start: {}",
+        cpu::load_average().unwrap_or_else(|e| format!("unknown ({e})"))
+    );
+    println!("command: {command}");
+    let dir = if std::path::Path::new("/dev/shm").is_dir() {
+        std::path::PathBuf::from("/dev/shm")
+    } else {
+        std::env::temp_dir()
+    };
+    let file = dir.join(format!("memfleet-bench-restart-{}", std::process::id()));
+    let meta = dir.join(format!(
+        "memfleet-bench-restart-{}.meta",
+        std::process::id()
+    ));
+    let settings = ServerSettings {
+        memcached_bin: args.memcached_bin.clone(),
+        memfleet_bin: args.memfleet_bin.clone(),
+        threads: args.server_threads,
+        memory_mib: args.server_memory,
+        value_size: args.value_size,
+        udp: false,
+    };
+    let server_pin =
+        (!args.no_pin && args.server_cpu < cpu::online_cpus()).then_some(args.server_cpu);
+    let argv = |port: u16| {
+        let mut argv = SpawnSpec::Memfleet.argv(port, &settings);
+        argv.push("--memory-file".into());
+        argv.push(file.display().to_string());
+        argv
+    };
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("building the tokio runtime")?;
+    let result = rt.block_on(async {
+        let port = target::free_port()?;
+        let addr: std::net::SocketAddr = ([127, 0, 0, 1], port).into();
+        let mut first = Spawned::start(&argv(port), addr, server_pin)?;
+        println!("started {}", report::shell_line(&first.command));
+        let t = Instant::now();
+        client::prefill(addr, &workload, 100).await?;
+        let fill = t.elapsed();
+        let before = restart::read_all(addr, &workload, 100).await?;
+        let stop = first.stop_with(libc::SIGUSR1)?;
+        let port = target::free_port()?;
+        let addr: std::net::SocketAddr = ([127, 0, 0, 1], port).into();
+        let t = Instant::now();
+        let second = Spawned::start(&argv(port), addr, server_pin)?;
+        let start = t.elapsed();
+        let after = restart::read_all(addr, &workload, 100).await?;
+        let restore_log = second
+            .stderr_text()
+            .lines()
+            .find(|l| l.contains("memory file"))
+            .map(str::to_string);
+        drop(second);
+        anyhow::Ok(restart::RestartReport {
+            fill,
+            before,
+            stop,
+            start,
+            after,
+            restore_log,
+        })
+    });
+    let _ = std::fs::remove_file(&file);
+    let _ = std::fs::remove_file(&meta);
+    let report = result?;
+    for line in report.lines(&workload) {
+        println!("{line}");
+    }
+    println!("command: {command}");
+    if report.before.wrong + report.after.wrong > 0 {
+        bail!("wrong values were served");
+    }
+    if report.after.hits != report.before.hits {
+        bail!(
+            "the restart lost items: {} hits before, {} after",
+            report.before.hits,
+            report.after.hits
+        );
+    }
     Ok(())
 }
 

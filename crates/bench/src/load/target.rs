@@ -246,7 +246,32 @@ impl Spawned {
         self.child.id()
     }
 
-    fn stderr_text(&self) -> String {
+    /// Sends `signal` and waits (up to a minute) for the process to exit successfully;
+    /// returns how long that took.
+    pub fn stop_with(&mut self, signal: i32) -> Result<Duration> {
+        let started = Instant::now();
+        // SAFETY: kill only sends a signal to our own child, which has not been reaped
+        // (it is still ours to wait for), so the PID cannot have been reused.
+        unsafe { libc::kill(self.child.id() as libc::pid_t, signal) };
+        loop {
+            if let Some(status) = self.child.try_wait()? {
+                if !status.success() {
+                    bail!(
+                        "the server exited with {status}: {}",
+                        self.stderr_text().trim()
+                    );
+                }
+                return Ok(started.elapsed());
+            }
+            if started.elapsed() > Duration::from_secs(60) {
+                bail!("the server did not stop within a minute of signal {signal}");
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+
+    /// What the server wrote to stderr so far.
+    pub fn stderr_text(&self) -> String {
         std::fs::read_to_string(&self.stderr_path).unwrap_or_default()
     }
 

@@ -1,0 +1,145 @@
+//! `memfleet bench --scenario restart`: the warm-restart experiment (Facebook §6.4). Start
+//! `memfleet server` with a memory file on tmpfs, fill it, read every key back (values
+//! checked) for the hit ratio, stop it with SIGUSR1, start it again on the same file, and
+//! read every key again: the hit ratio right after the restart should equal the one before,
+//! with no wrong value. Reports the fill, stop (snapshot) and restart times.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::net::TcpStream;
+
+use super::workload::Workload;
+
+/// What reading every key found.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Readback {
+    /// Keys asked for.
+    pub keys: u64,
+    /// Keys found with the right value.
+    pub hits: u64,
+    /// Keys found with a wrong value (must be 0).
+    pub wrong: u64,
+}
+
+impl Readback {
+    /// Hits over keys.
+    pub fn hit_ratio(&self) -> f64 {
+        self.hits as f64 / self.keys.max(1) as f64
+    }
+}
+
+/// Reads keys `0..w.keys()` with multi-gets of `batch` keys and checks every value.
+pub async fn read_all(addr: SocketAddr, w: &Workload, batch: u64) -> Result<Readback> {
+    let stream = TcpStream::connect(addr)
+        .await
+        .with_context(|| format!("connecting to {addr}"))?;
+    stream.set_nodelay(true)?;
+    let mut s = BufReader::with_capacity(1 << 20, stream);
+    let mut r = Readback::default();
+    let mut line = String::new();
+    let mut request = Vec::new();
+    let mut data = Vec::new();
+    let mut first = 0;
+    while first < w.keys() {
+        let last = w.keys().min(first + batch);
+        request.clear();
+        request.extend_from_slice(b"get");
+        for n in first..last {
+            request.extend_from_slice(format!(" key:{n}").as_bytes());
+        }
+        request.extend_from_slice(b"\r\n");
+        s.get_mut().write_all(&request).await?;
+        loop {
+            line.clear();
+            if s.read_line(&mut line).await? == 0 {
+                bail!("the server closed the connection");
+            }
+            let words: Vec<&str> = line.split_whitespace().collect();
+            match words.as_slice() {
+                ["END"] => break,
+                ["VALUE", key, _flags, len] => {
+                    let n: u64 = key
+                        .strip_prefix("key:")
+                        .and_then(|k| k.parse().ok())
+                        .with_context(|| format!("unexpected key {key}"))?;
+                    let len: usize = len.parse()?;
+                    data.resize(len + 2, 0);
+                    s.read_exact(&mut data).await?;
+                    if !(first..last).contains(&n) {
+                        bail!("a reply for key:{n}, which was not asked for");
+                    }
+                    if &data[..len] == w.value(n) {
+                        r.hits += 1;
+                    } else {
+                        r.wrong += 1;
+                    }
+                }
+                _ => bail!("unexpected reply line {line:?}"),
+            }
+        }
+        r.keys += last - first;
+        first = last;
+    }
+    Ok(r)
+}
+
+/// Timings and readbacks of one restart experiment.
+#[derive(Debug, Clone)]
+pub struct RestartReport {
+    /// Filling the cache.
+    pub fill: Duration,
+    /// Reading every key before the stop.
+    pub before: Readback,
+    /// From SIGUSR1 to the process's exit (snapshot included).
+    pub stop: Duration,
+    /// From starting the new process to its first accepted connection.
+    pub start: Duration,
+    /// Reading every key right after the restart.
+    pub after: Readback,
+    /// The new server's own log line about the restore, if it printed one.
+    pub restore_log: Option<String>,
+}
+
+impl RestartReport {
+    /// The report's lines.
+    pub fn lines(&self, w: &Workload) -> Vec<String> {
+        let gib = (w.keys() as f64 * w.value_size() as f64) / f64::from(1 << 30);
+        vec![
+            format!(
+                "filled {} keys of {} bytes ({gib:.2} GiB of values) in {:.1} s",
+                w.keys(),
+                w.value_size(),
+                self.fill.as_secs_f64()
+            ),
+            format!(
+                "before the stop: {} of {} keys hit ({:.2}%), {} wrong values",
+                self.before.hits,
+                self.before.keys,
+                100.0 * self.before.hit_ratio(),
+                self.before.wrong
+            ),
+            format!(
+                "stop (SIGUSR1, snapshot written): {:.0} ms",
+                self.stop.as_secs_f64() * 1000.0
+            ),
+            format!(
+                "restart (process start to first connection): {:.0} ms",
+                self.start.as_secs_f64() * 1000.0
+            ),
+            format!(
+                "right after the restart: {} of {} keys hit ({:.2}%), {} wrong values",
+                self.after.hits,
+                self.after.keys,
+                100.0 * self.after.hit_ratio(),
+                self.after.wrong
+            ),
+            format!(
+                "server log: {}",
+                self.restore_log.as_deref().unwrap_or("(none)")
+            ),
+        ]
+    }
+}
