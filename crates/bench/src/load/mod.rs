@@ -625,6 +625,11 @@ fn restart_bench(args: &LoadArgs) -> Result<()> {
         let fill = t.elapsed();
         let before = restart::read_all(addr, &workload, 100).await?;
         let stop = first.stop_with(libc::SIGUSR1)?;
+        let save_log = first
+            .stderr_text()
+            .lines()
+            .find(|l| l.contains("memory file: saved"))
+            .map(str::to_string);
         let port = target::free_port()?;
         let addr: std::net::SocketAddr = ([127, 0, 0, 1], port).into();
         let t = Instant::now();
@@ -643,6 +648,7 @@ fn restart_bench(args: &LoadArgs) -> Result<()> {
             stop,
             start,
             after,
+            save_log,
             restore_log,
         })
     });

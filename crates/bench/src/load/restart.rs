@@ -99,6 +99,8 @@ pub struct RestartReport {
     pub start: Duration,
     /// Reading every key right after the restart.
     pub after: Readback,
+    /// The first server's log line about the snapshot it saved.
+    pub save_log: Option<String>,
     /// The new server's own log line about the restore, if it printed one.
     pub restore_log: Option<String>,
 }
@@ -137,7 +139,11 @@ impl RestartReport {
                 self.after.wrong
             ),
             format!(
-                "server log: {}",
+                "server log at stop: {}",
+                self.save_log.as_deref().unwrap_or("(none)")
+            ),
+            format!(
+                "server log at start: {}",
                 self.restore_log.as_deref().unwrap_or("(none)")
             ),
         ]
