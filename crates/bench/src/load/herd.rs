@@ -28,6 +28,7 @@ use std::net::SocketAddr;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
+use super::{command_line, load_average, runtime, start, LoadArgs};
 use anyhow::{bail, Context, Result};
 use hdrhistogram::Histogram;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
@@ -502,6 +503,121 @@ pub fn table(rows: &[(String, Mode, HerdResult)]) -> String {
         );
     }
     t
+}
+
+/// `--scenario herd`: every target, every mode it speaks, `--repeat` times; prints each run
+/// and the table of medians (by peak database rate).
+pub fn bench(args: &LoadArgs) -> Result<()> {
+    if args.spawn.is_empty() && args.target.is_empty() {
+        bail!("nothing to load: give --spawn memcached|memfleet or --target NAME=HOST:PORT");
+    }
+    if args.repeat == 0 || args.duration.is_zero() || args.herd_invalidate.is_zero() {
+        bail!("--repeat, --duration and --herd-invalidate must be positive");
+    }
+    let wanted: Vec<Mode> = args
+        .herd_modes
+        .iter()
+        .map(|m| match m.as_str() {
+            "plain" => Ok(Mode::Plain),
+            "lease" => Ok(Mode::Lease),
+            "meta" => Ok(Mode::Meta),
+            other => bail!("--herd-modes: unknown mode {other:?} (plain, lease, meta)"),
+        })
+        .collect::<Result<_>>()?;
+    let command = command_line();
+    let load_at_start = load_average();
+    println!(
+        "memfleet bench --scenario herd: {} readers of one hot key, updated and deleted every \
+         {:?}; database queries take {:?}; waiting readers retry after {:?}{}; {:?} per run, \
+         {} repeat(s)",
+        args.conns,
+        args.herd_invalidate,
+        args.herd_db_latency,
+        args.herd_retry,
+        if args.herd_accept_stale {
+            ", or take a stale value"
+        } else {
+            ""
+        },
+        args.duration,
+        args.repeat
+    );
+    println!("load average at start: {load_at_start}");
+    println!("command: {command}");
+    let settings = args.server_settings(false);
+    let (_, server_pin) = args.pins();
+    let targets = args.targets();
+    let (rt, local) = runtime()?;
+    let mut runs: Vec<(String, Mode, Vec<HerdResult>)> = Vec::new();
+    local.block_on(&rt, async {
+        for t in &targets {
+            let (spawned, addr) = start(t, &settings, server_pin, &[])?;
+            let spoken = supported_modes(addr).await?;
+            for &mode in wanted.iter().filter(|m| spoken.contains(m)) {
+                let mut results = Vec::new();
+                for r in 1..=args.repeat {
+                    let cfg = HerdConfig {
+                        addr,
+                        conns: args.conns,
+                        duration: args.duration,
+                        invalidate_every: args.herd_invalidate,
+                        db_latency: args.herd_db_latency,
+                        retry_after: args.herd_retry,
+                        accept_stale: args.herd_accept_stale,
+                        value_size: args.value_size,
+                        key: format!("herd:{}:{r}", mode.name()),
+                    };
+                    let res = run(&cfg, mode)
+                        .await
+                        .with_context(|| format!("{} herd in mode {}", t.name(), mode.name()))?;
+                    println!(
+                        "[{}] {} run {r}/{}: db peak {:.0}/s, mean {:.1}/s, {} queries for {} \
+                         updates, {} reads",
+                        t.name(),
+                        mode.name(),
+                        args.repeat,
+                        res.db_qps_peak,
+                        res.db_qps_mean,
+                        res.db_queries,
+                        res.updates,
+                        res.reads
+                    );
+                    results.push(res);
+                }
+                runs.push((t.name().to_string(), mode, results));
+            }
+            for m in wanted.iter().filter(|m| !spoken.contains(m)) {
+                println!("[{}] does not speak mode {}: skipped", t.name(), m.name());
+            }
+            drop(spawned);
+        }
+        anyhow::Ok(())
+    })?;
+    let rows: Vec<(String, Mode, HerdResult)> = runs
+        .into_iter()
+        .map(|(name, mode, mut results)| {
+            results.sort_by(|a, b| a.db_qps_peak.total_cmp(&b.db_qps_peak));
+            let median = results.swap_remove(results.len() / 2);
+            (name, mode, median)
+        })
+        .collect();
+    println!();
+    if args.repeat > 1 {
+        println!("median (by database peak) of {} runs:", args.repeat);
+    }
+    print!("{}", table(&rows));
+    println!(
+        "columns: hit1 = reads answered by their first request; db q/s = mean database \
+         queries per second, db peak/s = busiest 100 ms window; waits = hot misses retried; \
+         stale = stale values taken by choice; stale-hit = stale values served as fresh; \
+         refused = fills the server refused"
+    );
+    println!(
+        "load average: {load_at_start} at start, {} at end",
+        load_average()
+    );
+    println!("command: {command}");
+    Ok(())
 }
 
 #[cfg(test)]

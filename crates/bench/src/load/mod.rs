@@ -156,13 +156,13 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
     }
 }
 
-enum Target {
+pub(crate) enum Target {
     Spawn(SpawnSpec),
     External(ExternalTarget),
 }
 
 impl Target {
-    fn name(&self) -> &str {
+    pub(crate) fn name(&self) -> &str {
         match self {
             Target::Spawn(s) => s.name(),
             Target::External(t) => &t.name,
@@ -186,15 +186,9 @@ pub fn bench(args: &LoadArgs) -> Result<Vec<Row>> {
     let workload = Workload::new(args.keys, args.get_ratio, args.value_size, args.zipf)
         .map_err(anyhow::Error::msg)?;
     let workload = Rc::new(workload);
-    let targets: Vec<Target> = args
-        .spawn
-        .iter()
-        .cloned()
-        .map(Target::Spawn)
-        .chain(args.target.iter().cloned().map(Target::External))
-        .collect();
-    let command = report::shell_line(&std::env::args().collect::<Vec<_>>());
-    let load_at_start = cpu::load_average().unwrap_or_else(|e| format!("unknown ({e})"));
+    let targets = args.targets();
+    let command = command_line();
+    let load_at_start = load_average();
     let cpus = cpu::online_cpus();
 
     println!(
@@ -218,35 +212,13 @@ pub fn bench(args: &LoadArgs) -> Result<Vec<Row>> {
     println!("load average at start: {load_at_start} ({cpus} CPUs online)");
     println!("command: {command}");
 
-    let (client_pin, server_pin) = if args.no_pin {
-        (None, None)
-    } else if args.client_cpu < cpus && args.server_cpu < cpus {
-        (Some(args.client_cpu), Some(args.server_cpu))
-    } else {
-        println!(
-            "note: not pinning (CPU {} or {} is not online)",
-            args.client_cpu, args.server_cpu
-        );
-        (None, None)
-    };
+    let (client_pin, server_pin) = args.pins();
     let _pinned = client_pin.map(cpu::pin_this_thread).transpose()?;
     if let (Some(c), Some(s)) = (client_pin, server_pin) {
         println!("pinning: load generator on CPU {c}, spawned servers on CPU {s}");
     }
-    let settings = ServerSettings {
-        memcached_bin: args.memcached_bin.clone(),
-        memfleet_bin: args.memfleet_bin.clone(),
-        threads: args.server_threads,
-        memory_mib: args.server_memory,
-        value_size: args.value_size,
-        udp: false,
-    };
-
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .context("building the tokio runtime")?;
-    let local = tokio::task::LocalSet::new();
+    let settings = args.server_settings(false);
+    let (rt, local) = runtime()?;
     // runs[target][depth] holds one row per repeat.
     let mut runs: Vec<Vec<Vec<Row>>> = vec![vec![Vec::new(); args.pipeline.len()]; targets.len()];
     local.block_on(&rt, async {
@@ -291,8 +263,10 @@ pub fn bench(args: &LoadArgs) -> Result<Vec<Row>> {
             }
         }
     }
-    let load_at_end = cpu::load_average().unwrap_or_else(|e| format!("unknown ({e})"));
-    println!("load average: {load_at_start} at start, {load_at_end} at end");
+    println!(
+        "load average: {load_at_start} at start, {} at end",
+        load_average()
+    );
     println!("command: {command}");
     Ok(rows)
 }
@@ -305,9 +279,9 @@ pub fn run(args: &LoadArgs) -> Result<()> {
             .with_context(|| format!("floor server on 127.0.0.1:{port}"));
     }
     match args.scenario {
-        Scenario::Herd => return herd_bench(args),
-        Scenario::Udp => return udp_bench(args),
-        Scenario::Restart => return restart_bench(args),
+        Scenario::Herd => return herd::bench(args),
+        Scenario::Udp => return udp::bench(args),
+        Scenario::Restart => return restart::bench(args),
         Scenario::Load => {}
     }
     let rows = bench(args)?;
@@ -318,358 +292,91 @@ pub fn run(args: &LoadArgs) -> Result<()> {
     Ok(())
 }
 
-/// `--scenario herd`: every target, every mode it speaks, `--repeat` times; prints each run
-/// and the table of medians (by peak database rate).
-fn herd_bench(args: &LoadArgs) -> Result<()> {
-    if args.spawn.is_empty() && args.target.is_empty() {
-        bail!("nothing to load: give --spawn memcached|memfleet or --target NAME=HOST:PORT");
+impl LoadArgs {
+    /// The targets in report order: spawned servers first, then `--target` ones.
+    pub(crate) fn targets(&self) -> Vec<Target> {
+        self.spawn
+            .iter()
+            .cloned()
+            .map(Target::Spawn)
+            .chain(self.target.iter().cloned().map(Target::External))
+            .collect()
     }
-    if args.repeat == 0 || args.duration.is_zero() || args.herd_invalidate.is_zero() {
-        bail!("--repeat, --duration and --herd-invalidate must be positive");
-    }
-    let wanted: Vec<herd::Mode> = args
-        .herd_modes
-        .iter()
-        .map(|m| match m.as_str() {
-            "plain" => Ok(herd::Mode::Plain),
-            "lease" => Ok(herd::Mode::Lease),
-            "meta" => Ok(herd::Mode::Meta),
-            other => bail!("--herd-modes: unknown mode {other:?} (plain, lease, meta)"),
-        })
-        .collect::<Result<_>>()?;
-    let command = report::shell_line(&std::env::args().collect::<Vec<_>>());
-    let load_at_start = cpu::load_average().unwrap_or_else(|e| format!("unknown ({e})"));
-    println!(
-        "memfleet bench --scenario herd: {} readers of one hot key, updated and deleted every \
-         {:?}; database queries take {:?}; waiting readers retry after {:?}{}; {:?} per run, \
-         {} repeat(s)",
-        args.conns,
-        args.herd_invalidate,
-        args.herd_db_latency,
-        args.herd_retry,
-        if args.herd_accept_stale {
-            ", or take a stale value"
-        } else {
-            ""
-        },
-        args.duration,
-        args.repeat
-    );
-    println!("load average at start: {load_at_start}");
-    println!("command: {command}");
-    let settings = ServerSettings {
-        memcached_bin: args.memcached_bin.clone(),
-        memfleet_bin: args.memfleet_bin.clone(),
-        threads: args.server_threads,
-        memory_mib: args.server_memory,
-        value_size: args.value_size,
-        udp: false,
-    };
-    let server_pin =
-        (!args.no_pin && args.server_cpu < cpu::online_cpus()).then_some(args.server_cpu);
-    let targets: Vec<Target> = args
-        .spawn
-        .iter()
-        .cloned()
-        .map(Target::Spawn)
-        .chain(args.target.iter().cloned().map(Target::External))
-        .collect();
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .context("building the tokio runtime")?;
-    let local = tokio::task::LocalSet::new();
-    let mut runs: Vec<(String, herd::Mode, Vec<herd::HerdResult>)> = Vec::new();
-    local.block_on(&rt, async {
-        for t in &targets {
-            let (spawned, addr) = match t {
-                Target::Spawn(spec) => {
-                    let port = target::free_port()?;
-                    let addr = ([127, 0, 0, 1], port).into();
-                    let server = Spawned::start(&spec.argv(port, &settings), addr, server_pin)?;
-                    println!(
-                        "[{}] started {}",
-                        spec.name(),
-                        report::shell_line(&server.command)
-                    );
-                    (Some(server), addr)
-                }
-                Target::External(e) => (None, e.addr),
-            };
-            let spoken = herd::supported_modes(addr).await?;
-            for &mode in wanted.iter().filter(|m| spoken.contains(m)) {
-                let mut results = Vec::new();
-                for r in 1..=args.repeat {
-                    let cfg = herd::HerdConfig {
-                        addr,
-                        conns: args.conns,
-                        duration: args.duration,
-                        invalidate_every: args.herd_invalidate,
-                        db_latency: args.herd_db_latency,
-                        retry_after: args.herd_retry,
-                        accept_stale: args.herd_accept_stale,
-                        value_size: args.value_size,
-                        key: format!("herd:{}:{r}", mode.name()),
-                    };
-                    let res = herd::run(&cfg, mode)
-                        .await
-                        .with_context(|| format!("{} herd in mode {}", t.name(), mode.name()))?;
-                    println!(
-                        "[{}] {} run {r}/{}: db peak {:.0}/s, mean {:.1}/s, {} queries for {} \
-                         updates, {} reads",
-                        t.name(),
-                        mode.name(),
-                        args.repeat,
-                        res.db_qps_peak,
-                        res.db_qps_mean,
-                        res.db_queries,
-                        res.updates,
-                        res.reads
-                    );
-                    results.push(res);
-                }
-                runs.push((t.name().to_string(), mode, results));
-            }
-            for m in wanted.iter().filter(|m| !spoken.contains(m)) {
-                println!("[{}] does not speak mode {}: skipped", t.name(), m.name());
-            }
-            drop(spawned);
-        }
-        anyhow::Ok(())
-    })?;
-    let rows: Vec<(String, herd::Mode, herd::HerdResult)> = runs
-        .into_iter()
-        .map(|(name, mode, mut results)| {
-            results.sort_by(|a, b| a.db_qps_peak.total_cmp(&b.db_qps_peak));
-            let median = results.swap_remove(results.len() / 2);
-            (name, mode, median)
-        })
-        .collect();
-    println!();
-    if args.repeat > 1 {
-        println!("median (by database peak) of {} runs:", args.repeat);
-    }
-    print!("{}", herd::table(&rows));
-    println!(
-        "columns: hit1 = reads answered by their first request; db q/s = mean database \
-         queries per second, db peak/s = busiest 100 ms window; waits = hot misses retried; \
-         stale = stale values taken by choice; stale-hit = stale values served as fresh; \
-         refused = fills the server refused"
-    );
-    let load_at_end = cpu::load_average().unwrap_or_else(|e| format!("unknown ({e})"));
-    println!("load average: {load_at_start} at start, {load_at_end} at end");
-    println!("command: {command}");
-    Ok(())
-}
 
-/// `--scenario udp`: per target, pre-fill, then `--repeat` pairs of runs (TCP, then UDP) with
-/// the same clients, keys and duration; the table shows the run with the median p50 of each.
-fn udp_bench(args: &LoadArgs) -> Result<()> {
-    if args.spawn.is_empty() && args.target.is_empty() {
-        bail!("nothing to load: give --spawn memcached|memfleet or --target NAME=HOST:PORT");
+    /// How spawned servers are started (`udp`: also serve UDP on the TCP port number).
+    pub(crate) fn server_settings(&self, udp: bool) -> ServerSettings {
+        ServerSettings {
+            memcached_bin: self.memcached_bin.clone(),
+            memfleet_bin: self.memfleet_bin.clone(),
+            threads: self.server_threads,
+            memory_mib: self.server_memory,
+            value_size: self.value_size,
+            udp,
+        }
     }
-    if args.repeat == 0 || args.duration.is_zero() || args.conns == 0 {
-        bail!("--repeat, --duration and --conns must be positive");
-    }
-    let workload = Rc::new(
-        Workload::new(args.keys, 1.0, args.value_size, args.zipf).map_err(anyhow::Error::msg)?,
-    );
-    let command = report::shell_line(&std::env::args().collect::<Vec<_>>());
-    let load_at_start = cpu::load_average().unwrap_or_else(|e| format!("unknown ({e})"));
-    println!(
-        "memfleet bench --scenario udp: {} clients, one get at a time each, {} keys, \
-         {}-byte values, {:?} per run, {} repeat(s)",
-        args.conns, args.keys, args.value_size, args.duration, args.repeat
-    );
-    println!("load average at start: {load_at_start}");
-    println!("command: {command}");
-    let settings = ServerSettings {
-        memcached_bin: args.memcached_bin.clone(),
-        memfleet_bin: args.memfleet_bin.clone(),
-        threads: args.server_threads,
-        memory_mib: args.server_memory,
-        value_size: args.value_size,
-        udp: true,
-    };
-    let cpus = cpu::online_cpus();
-    let (client_pin, server_pin) =
-        if !args.no_pin && args.client_cpu < cpus && args.server_cpu < cpus {
-            (Some(args.client_cpu), Some(args.server_cpu))
-        } else {
+
+    /// CPUs for the load generator and the spawned servers, unless `--no-pin` or a CPU is
+    /// not online (said on stdout).
+    pub(crate) fn pins(&self) -> (Option<usize>, Option<usize>) {
+        let cpus = cpu::online_cpus();
+        if self.no_pin {
             (None, None)
-        };
-    let _pinned = client_pin.map(cpu::pin_this_thread).transpose()?;
-    let targets: Vec<Target> = args
-        .spawn
-        .iter()
-        .cloned()
-        .map(Target::Spawn)
-        .chain(args.target.iter().cloned().map(Target::External))
-        .collect();
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .context("building the tokio runtime")?;
-    let local = tokio::task::LocalSet::new();
-    let mut lines = Vec::new();
-    local.block_on(&rt, async {
-        for t in &targets {
-            let (spawned, addr) = match t {
-                Target::Spawn(spec) => {
-                    let port = target::free_port()?;
-                    let addr = ([127, 0, 0, 1], port).into();
-                    let server = Spawned::start(&spec.argv(port, &settings), addr, server_pin)?;
-                    println!(
-                        "[{}] started {}",
-                        spec.name(),
-                        report::shell_line(&server.command)
-                    );
-                    (Some(server), addr)
-                }
-                Target::External(e) => (None, e.addr),
-            };
-            client::prefill(addr, &workload, 100).await?;
-            let (mut tcp_runs, mut udp_runs) = (Vec::new(), Vec::new());
-            for r in 1..=args.repeat {
-                let seed = args.seed.wrapping_add(r as u64);
-                let tcp = udp::tcp(addr, workload.clone(), args.conns, args.duration, seed)
-                    .await
-                    .with_context(|| format!("{} over TCP", t.name()))?;
-                println!(
-                    "[{}] run {r}: {}",
-                    t.name(),
-                    udp::line(t.name(), "tcp", &tcp)
-                );
-                let over_udp = udp::udp(addr, workload.clone(), args.conns, args.duration, seed)
-                    .await
-                    .with_context(|| format!("{} over UDP", t.name()))?;
-                println!(
-                    "[{}] run {r}: {}",
-                    t.name(),
-                    udp::line(t.name(), "udp", &over_udp)
-                );
-                tcp_runs.push(tcp);
-                udp_runs.push(over_udp);
-            }
-            for (via, mut runs) in [("tcp", tcp_runs), ("udp", udp_runs)] {
-                runs.sort_by_key(|r| r.us[0]);
-                lines.push(udp::line(t.name(), via, &runs[runs.len() / 2]));
-            }
-            drop(spawned);
+        } else if self.client_cpu < cpus && self.server_cpu < cpus {
+            (Some(self.client_cpu), Some(self.server_cpu))
+        } else {
+            println!(
+                "note: not pinning (CPU {} or {} is not online)",
+                self.client_cpu, self.server_cpu
+            );
+            (None, None)
         }
-        anyhow::Ok(())
-    })?;
-    println!();
-    if args.repeat > 1 {
-        println!("median (by p50) of {} runs:", args.repeat);
     }
-    println!("{}", udp::header());
-    for l in lines {
-        println!("{l}");
-    }
-    let load_at_end = cpu::load_average().unwrap_or_else(|e| format!("unknown ({e})"));
-    println!("load average: {load_at_start} at start, {load_at_end} at end");
-    println!("command: {command}");
-    Ok(())
 }
 
-/// `--scenario restart`: see `restart.rs`. Uses --memfleet-bin, --server-memory, --keys and
-/// --value-size; the memory file goes to /dev/shm (or the temporary directory).
-fn restart_bench(args: &LoadArgs) -> Result<()> {
-    let workload =
-        Workload::new(args.keys, 1.0, args.value_size, None).map_err(anyhow::Error::msg)?;
-    let command = report::shell_line(&std::env::args().collect::<Vec<_>>());
-    println!("memfleet bench --scenario restart");
-    println!(
-        "load average at start: {}",
-        cpu::load_average().unwrap_or_else(|e| format!("unknown ({e})"))
-    );
-    println!("command: {command}");
-    let dir = if std::path::Path::new("/dev/shm").is_dir() {
-        std::path::PathBuf::from("/dev/shm")
-    } else {
-        std::env::temp_dir()
-    };
-    let file = dir.join(format!("memfleet-bench-restart-{}", std::process::id()));
-    let meta = dir.join(format!(
-        "memfleet-bench-restart-{}.meta",
-        std::process::id()
-    ));
-    let settings = ServerSettings {
-        memcached_bin: args.memcached_bin.clone(),
-        memfleet_bin: args.memfleet_bin.clone(),
-        threads: args.server_threads,
-        memory_mib: args.server_memory,
-        value_size: args.value_size,
-        udp: false,
-    };
-    let server_pin =
-        (!args.no_pin && args.server_cpu < cpu::online_cpus()).then_some(args.server_cpu);
-    let argv = |port: u16| {
-        let mut argv = SpawnSpec::Memfleet.argv(port, &settings);
-        argv.push("--memory-file".into());
-        argv.push(file.display().to_string());
-        argv
-    };
+/// The load generator's single-threaded runtime.
+pub(crate) fn runtime() -> Result<(tokio::runtime::Runtime, tokio::task::LocalSet)> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .context("building the tokio runtime")?;
-    let result = rt.block_on(async {
-        let port = target::free_port()?;
-        let addr: std::net::SocketAddr = ([127, 0, 0, 1], port).into();
-        let mut first = Spawned::start(&argv(port), addr, server_pin)?;
-        println!("started {}", report::shell_line(&first.command));
-        let t = Instant::now();
-        client::prefill(addr, &workload, 100).await?;
-        let fill = t.elapsed();
-        let before = restart::read_all(addr, &workload, 100).await?;
-        let stop = first.stop_with(libc::SIGUSR1)?;
-        let save_log = first
-            .stderr_text()
-            .lines()
-            .find(|l| l.contains("memory file: saved"))
-            .map(str::to_string);
-        let port = target::free_port()?;
-        let addr: std::net::SocketAddr = ([127, 0, 0, 1], port).into();
-        let t = Instant::now();
-        let second = Spawned::start(&argv(port), addr, server_pin)?;
-        let start = t.elapsed();
-        let after = restart::read_all(addr, &workload, 100).await?;
-        let restore_log = second
-            .stderr_text()
-            .lines()
-            .find(|l| l.contains("memory file"))
-            .map(str::to_string);
-        drop(second);
-        anyhow::Ok(restart::RestartReport {
-            fill,
-            before,
-            stop,
-            start,
-            after,
-            save_log,
-            restore_log,
-        })
-    });
-    let _ = std::fs::remove_file(&file);
-    let _ = std::fs::remove_file(&meta);
-    let report = result?;
-    for line in report.lines(&workload) {
-        println!("{line}");
+    Ok((rt, tokio::task::LocalSet::new()))
+}
+
+/// Starts a `--spawn` target on a free port with `extra` arguments appended (an external
+/// target is already running); returns the process, if one was started, and the address.
+pub(crate) fn start(
+    target: &Target,
+    settings: &ServerSettings,
+    pin: Option<usize>,
+    extra: &[String],
+) -> Result<(Option<Spawned>, std::net::SocketAddr)> {
+    match target {
+        Target::Spawn(spec) => {
+            let port = target::free_port()?;
+            let addr = ([127, 0, 0, 1], port).into();
+            let mut argv = spec.argv(port, settings);
+            argv.extend(extra.iter().cloned());
+            let server = Spawned::start(&argv, addr, pin)?;
+            println!(
+                "[{}] started {} (pid {})",
+                spec.name(),
+                report::shell_line(&server.command),
+                server.pid()
+            );
+            Ok((Some(server), addr))
+        }
+        Target::External(t) => Ok((None, t.addr)),
     }
-    println!("command: {command}");
-    if report.before.wrong + report.after.wrong > 0 {
-        bail!("wrong values were served");
-    }
-    if report.after.hits != report.before.hits {
-        bail!(
-            "the restart lost items: {} hits before, {} after",
-            report.before.hits,
-            report.after.hits
-        );
-    }
-    Ok(())
+}
+
+/// The command line of this run, for the report.
+pub(crate) fn command_line() -> String {
+    report::shell_line(&std::env::args().collect::<Vec<_>>())
+}
+
+/// The load average now, or why it is unknown.
+pub(crate) fn load_average() -> String {
+    cpu::load_average().unwrap_or_else(|e| format!("unknown ({e})"))
 }
 
 /// One repeat of one target: start it if needed, pre-fill, one run per depth.
@@ -681,21 +388,10 @@ async fn run_target(
     workload: &Rc<Workload>,
     repeat: usize,
 ) -> Result<Vec<Row>> {
-    let (mut spawned, addr, pid) = match target {
-        Target::Spawn(spec) => {
-            let port = target::free_port()?;
-            let addr = ([127, 0, 0, 1], port).into();
-            let server = Spawned::start(&spec.argv(port, settings), addr, server_pin)?;
-            println!(
-                "[{}] started {} (pid {})",
-                spec.name(),
-                report::shell_line(&server.command),
-                server.pid()
-            );
-            let pid = server.pid();
-            (Some(server), addr, Some(pid))
-        }
-        Target::External(t) => (None, t.addr, t.pid),
+    let (mut spawned, addr) = start(target, settings, server_pin, &[])?;
+    let pid = match target {
+        Target::Spawn(_) => spawned.as_ref().map(Spawned::pid),
+        Target::External(t) => t.pid,
     };
     if !args.no_prefill {
         let start = Instant::now();

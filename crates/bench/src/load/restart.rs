@@ -5,13 +5,15 @@
 //! with no wrong value. Reports the fill, stop (snapshot) and restart times.
 
 use std::net::SocketAddr;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
 
+use super::target::SpawnSpec;
 use super::workload::Workload;
+use super::{client, command_line, load_average, runtime, start, LoadArgs, Target};
 
 /// What reading every key found.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -148,4 +150,82 @@ impl RestartReport {
             ),
         ]
     }
+}
+
+/// `--scenario restart`: see `restart.rs`. Uses --memfleet-bin, --server-memory, --keys and
+/// --value-size; the memory file goes to /dev/shm (or the temporary directory).
+pub fn bench(args: &LoadArgs) -> Result<()> {
+    let workload =
+        Workload::new(args.keys, 1.0, args.value_size, None).map_err(anyhow::Error::msg)?;
+    let command = command_line();
+    println!("memfleet bench --scenario restart");
+    println!("load average at start: {}", load_average());
+    println!("command: {command}");
+    let dir = if std::path::Path::new("/dev/shm").is_dir() {
+        std::path::PathBuf::from("/dev/shm")
+    } else {
+        std::env::temp_dir()
+    };
+    let file = dir.join(format!("memfleet-bench-restart-{}", std::process::id()));
+    let meta = dir.join(format!(
+        "memfleet-bench-restart-{}.meta",
+        std::process::id()
+    ));
+    let settings = args.server_settings(false);
+    let (_, server_pin) = args.pins();
+    let memfleet = Target::Spawn(SpawnSpec::Memfleet);
+    let extra = ["--memory-file".to_string(), file.display().to_string()];
+    let (rt, _) = runtime()?;
+    let result = rt.block_on(async {
+        let (first, addr) = start(&memfleet, &settings, server_pin, &extra)?;
+        let mut first = first.expect("a spawned target");
+        let t = Instant::now();
+        client::prefill(addr, &workload, 100).await?;
+        let fill = t.elapsed();
+        let before = read_all(addr, &workload, 100).await?;
+        let stop = first.stop_with(libc::SIGUSR1)?;
+        let save_log = first
+            .stderr_text()
+            .lines()
+            .find(|l| l.contains("memory file: saved"))
+            .map(str::to_string);
+        let t = Instant::now();
+        let (second, addr) = start(&memfleet, &settings, server_pin, &extra)?;
+        let second = second.expect("a spawned target");
+        let start = t.elapsed();
+        let after = read_all(addr, &workload, 100).await?;
+        let restore_log = second
+            .stderr_text()
+            .lines()
+            .find(|l| l.contains("memory file"))
+            .map(str::to_string);
+        drop(second);
+        anyhow::Ok(RestartReport {
+            fill,
+            before,
+            stop,
+            start,
+            after,
+            save_log,
+            restore_log,
+        })
+    });
+    let _ = std::fs::remove_file(&file);
+    let _ = std::fs::remove_file(&meta);
+    let report = result?;
+    for line in report.lines(&workload) {
+        println!("{line}");
+    }
+    println!("command: {command}");
+    if report.before.wrong + report.after.wrong > 0 {
+        bail!("wrong values were served");
+    }
+    if report.after.hits != report.before.hits {
+        bail!(
+            "the restart lost items: {} hits before, {} after",
+            report.before.hits,
+            report.after.hits
+        );
+    }
+    Ok(())
 }

@@ -15,6 +15,7 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{TcpStream, UdpSocket};
 
 use super::workload::{conn_rng, Workload};
+use super::{client, command_line, cpu, load_average, runtime, start, LoadArgs};
 
 /// What one transport measured.
 #[derive(Debug, Clone)]
@@ -201,4 +202,77 @@ pub fn header() -> String {
         "{:<12} {:<5} {:>10} {:>8} {:>8} {:>8} {:>8} {:>8}",
         "server", "via", "gets/s", "p50 µs", "p90 µs", "p99 µs", "p99.9 µs", "lost"
     )
+}
+
+/// `--scenario udp`: per target, pre-fill, then `--repeat` pairs of runs (TCP, then UDP) with
+/// the same clients, keys and duration; the table shows the run with the median p50 of each.
+pub fn bench(args: &LoadArgs) -> Result<()> {
+    if args.spawn.is_empty() && args.target.is_empty() {
+        bail!("nothing to load: give --spawn memcached|memfleet or --target NAME=HOST:PORT");
+    }
+    if args.repeat == 0 || args.duration.is_zero() || args.conns == 0 {
+        bail!("--repeat, --duration and --conns must be positive");
+    }
+    let workload = Rc::new(
+        Workload::new(args.keys, 1.0, args.value_size, args.zipf).map_err(anyhow::Error::msg)?,
+    );
+    let command = command_line();
+    let load_at_start = load_average();
+    println!(
+        "memfleet bench --scenario udp: {} clients, one get at a time each, {} keys, \
+         {}-byte values, {:?} per run, {} repeat(s)",
+        args.conns, args.keys, args.value_size, args.duration, args.repeat
+    );
+    println!("load average at start: {load_at_start}");
+    println!("command: {command}");
+    let settings = args.server_settings(true);
+    let (client_pin, server_pin) = args.pins();
+    let _pinned = client_pin.map(cpu::pin_this_thread).transpose()?;
+    let targets = args.targets();
+    let (rt, local) = runtime()?;
+    let mut lines = Vec::new();
+    local.block_on(&rt, async {
+        for t in &targets {
+            let (spawned, addr) = start(t, &settings, server_pin, &[])?;
+            client::prefill(addr, &workload, 100).await?;
+            let (mut tcp_runs, mut udp_runs) = (Vec::new(), Vec::new());
+            for r in 1..=args.repeat {
+                let seed = args.seed.wrapping_add(r as u64);
+                let tcp = tcp(addr, workload.clone(), args.conns, args.duration, seed)
+                    .await
+                    .with_context(|| format!("{} over TCP", t.name()))?;
+                println!("[{}] run {r}: {}", t.name(), line(t.name(), "tcp", &tcp));
+                let over_udp = udp(addr, workload.clone(), args.conns, args.duration, seed)
+                    .await
+                    .with_context(|| format!("{} over UDP", t.name()))?;
+                println!(
+                    "[{}] run {r}: {}",
+                    t.name(),
+                    line(t.name(), "udp", &over_udp)
+                );
+                tcp_runs.push(tcp);
+                udp_runs.push(over_udp);
+            }
+            for (via, mut runs) in [("tcp", tcp_runs), ("udp", udp_runs)] {
+                runs.sort_by_key(|r| r.us[0]);
+                lines.push(line(t.name(), via, &runs[runs.len() / 2]));
+            }
+            drop(spawned);
+        }
+        anyhow::Ok(())
+    })?;
+    println!();
+    if args.repeat > 1 {
+        println!("median (by p50) of {} runs:", args.repeat);
+    }
+    println!("{}", header());
+    for l in lines {
+        println!("{l}");
+    }
+    println!(
+        "load average: {load_at_start} at start, {} at end",
+        load_average()
+    );
+    println!("command: {command}");
+    Ok(())
 }
