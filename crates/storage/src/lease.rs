@@ -360,18 +360,20 @@ impl Handle {
                     result,
                 } => (extras, deadline, bump_cas, result),
             };
+            let keep = deadline > now || deadline == NEVER;
             let mut flags = item.flags();
             buf.clear();
             match replacement {
-                Some((value, new_flags)) => {
-                    buf.extend_from_slice(value);
-                    flags = new_flags;
-                }
-                None => buf.extend_from_slice(item.value()),
+                Some((_, new_flags)) => flags = new_flags,
+                // The copy's value, taken before the reference (which pins the old bytes)
+                // goes; nothing to copy for an unlink.
+                None if keep => buf.extend_from_slice(item.value()),
+                None => {}
             }
             drop(item);
-            let written = if deadline > now || deadline == NEVER {
-                match self.append(key, &[&buf], flags, deadline, extras) {
+            let value = replacement.map_or(&buf[..], |(v, _)| v);
+            let written = if keep {
+                match self.append(key, &[value], flags, deadline, extras) {
                     Ok(w) => Some(w),
                     Err(e) => break Err(e),
                 }
