@@ -99,6 +99,20 @@ pub const EXCEPTIONS: &[(&str, &str, &str)] = &[
          hold-off (Facebook §4.3), tested in crates/server/tests/leases.rs",
     ),
     (
+        "stale-after-delete",
+        "no case reads a deleted key with `mg ... N` (or `lease-get`)",
+        "memfleet keeps a deleted value for `--stale-after-delete` seconds (Facebook §3.2.1) and \
+         offers it to lease reads: `md k` then `mg k v N30` gives `VA <n> X W <old value>` \
+         where memcached vivifies an empty item (`VA 0 W`). Plain reads miss in both. \
+         `--stale-after-delete 0` gives memcached's reply",
+    ),
+    (
+        "md-holdoff",
+        "no case sends `md <key> T<n>` without `I`",
+        "memcached ignores `T` on `md` without `I`; memfleet takes it as the meta form of a \
+         delete hold-off (`add` refused for n seconds)",
+    ),
+    (
         "lease-placeholder",
         "no case reads a `mg N` placeholder with a plain `get`",
         "memcached returns the empty item `mg N` created to a plain `get` (a value nobody \

@@ -276,6 +276,15 @@ fn semantics() -> Vec<Case> {
         )],
     );
     g.named(
+        "leases: writes to an invalidated value (touch and a same-length incr keep it stale)",
+        vec![text(
+            "ms k 1 T100\r\n5\r\nmd k I\r\nincr k 2\r\nmg k v c\r\nmd k I\r\nincr k 200\r\n\
+             mg k v\r\nmd k I\r\ntouch k 50\r\nmg k v\r\nappend k 0 0 1\r\nx\r\nmg k v\r\n\
+             md k I\r\nreplace k 0 0 1\r\ny\r\nmg k v\r\nmd k I\r\nadd k 0 0 1\r\nz\r\n\
+             cas k 0 0 1 $X1\r\nq\r\ndecr k 1\r\nmg k v\r\n",
+        )],
+    );
+    g.named(
         "leases: mg N on a hit, and R outside the window",
         vec![text(
             "ms k 1 T100\r\nx\r\nmg k N30 v\r\nmg k R10 v\r\nmg k R200 v\r\nmg k R200 v\r\n",

@@ -372,6 +372,7 @@ pub async fn serve(ctx: &Rc<WorkerContext>, stream: TcpStream) -> io::Result<()>
                 handle: &mut handle,
                 counters: &ctx.counters,
                 shared,
+                read_only: false,
             };
             if pending_in.is_empty() {
                 let (used, flow) = process(

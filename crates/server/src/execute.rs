@@ -51,6 +51,8 @@ pub struct Executor<'w> {
     pub counters: &'w WorkerCounters,
     /// Server-wide state (settings, other workers' counters for `stats`).
     pub shared: &'w Shared,
+    /// Serve reads without side effects: no lease tokens, placeholders or touches (UDP).
+    pub read_only: bool,
 }
 
 impl Executor<'_> {
@@ -235,6 +237,7 @@ impl Executor<'_> {
             vivify: Some(Expiry::After(self.shared.settings.lease_interval)),
             recache_below: None,
             see_deleted: true,
+            read_only: false,
         };
         let done = self.handle.lease_read(key, ask, |found| match found {
             LeaseOutcome::Found { item, won } => {
@@ -414,6 +417,7 @@ impl Executor<'_> {
                 .map(|r| u32::try_from(r.max(0)).unwrap_or(u32::MAX)),
             // A deleted value kept as stale is offered only to a client that takes leases.
             see_deleted: m.flags.has(b'N'),
+            read_only: self.read_only,
         };
         let c = self.counters;
         let now = self.handle.now();

@@ -68,30 +68,6 @@ impl Server {
     /// Allocates the cache, binds the listeners and starts the workers. With port 0 the
     /// kernel picks a port (see [`Server::local_addr`]).
     pub fn start(mut settings: Settings) -> anyhow::Result<Server> {
-        let config = Config::new(settings.memory_bytes)
-            .segment_size(settings.segment_size())
-            .lease_interval(settings.lease_interval)
-            .stale_after_delete(settings.stale_after_delete);
-        let (cache, memory_file, start) = match &settings.memory_file {
-            Some(path) => {
-                let (cache, file, start) = warm::open(path, config)?;
-                (cache, Some(file), start)
-            }
-            None => (
-                Cache::new(config).context("the memory limit cannot hold the cache")?,
-                None,
-                warm::Start::Plain,
-            ),
-        };
-        match &start {
-            warm::Start::Plain => {}
-            warm::Start::Cold(why) => tracing::warn!(reason = %why, "memory file: starting empty"),
-            warm::Start::Warm { items, micros } => tracing::info!(
-                items,
-                restore_ms = *micros as f64 / 1000.0,
-                "memory file: warm restart"
-            ),
-        }
         let wanted = SocketAddr::new(settings.listen, settings.port);
         // SO_REUSEPORT would let this server share a port another process (of the same
         // user) already listens on, splitting the clients between the two without a word:
@@ -137,6 +113,32 @@ impl Server {
             None => None,
         };
         let admin_addr = admin.as_ref().map(|l| l.local_addr()).transpose()?;
+        // The cache comes last: opening a memory file consumes its snapshot, so a start that
+        // fails on a taken port must fail before that.
+        let config = Config::new(settings.memory_bytes)
+            .segment_size(settings.segment_size())
+            .lease_interval(settings.lease_interval)
+            .stale_after_delete(settings.stale_after_delete);
+        let (cache, memory_file, start) = match &settings.memory_file {
+            Some(path) => {
+                let (cache, file, start) = warm::open(path, config)?;
+                (cache, Some(file), start)
+            }
+            None => (
+                Cache::new(config).context("the memory limit cannot hold the cache")?,
+                None,
+                warm::Start::Plain,
+            ),
+        };
+        match &start {
+            warm::Start::Plain => {}
+            warm::Start::Cold(why) => tracing::warn!(reason = %why, "memory file: starting empty"),
+            warm::Start::Warm { items, micros } => tracing::info!(
+                items,
+                restore_ms = *micros as f64 / 1000.0,
+                "memory file: warm restart"
+            ),
+        }
         let (tx, rx) = watch::channel(false);
         let counters: Vec<_> = (0..settings.threads).map(|_| Arc::default()).collect();
         let expirer = cache.spawn_expirer(EXPIRE_INTERVAL);

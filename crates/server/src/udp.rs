@@ -8,7 +8,8 @@
 //! ```
 //!
 //! A request must fit one datagram (sequence 0 of 1) and hold exactly one `get`, `gets` or
-//! `mg`; anything else is answered with a `CLIENT_ERROR` line (or dropped when the header
+//! `mg` (without `N`, `R`, `T` or `E`: nothing sent over UDP changes the cache, not even a
+//! lease token); anything else is answered with an error line (or dropped when the header
 //! itself is unusable). A reply is cut into datagrams of at most [`MAX_DATAGRAM`] bytes,
 //! each with the request id, its sequence number and the count.
 //!
@@ -41,6 +42,9 @@ const MAX_REQUEST: usize = 64 * 1024;
 
 const NOT_A_READ: &[u8] = b"CLIENT_ERROR UDP serves only get, gets and mg\r\n";
 const NOT_ONE_REQUEST: &[u8] = b"CLIENT_ERROR a UDP request must be one complete command\r\n";
+/// memcached's words for a request spread over several datagrams.
+const MULTI_PACKET: &[u8] = b"SERVER_ERROR multi-packet request not supported\r\n";
+const NO_SIDE_EFFECTS: &[u8] = b"CLIENT_ERROR UDP mg takes no N, R, T or E flag\r\n";
 const TOO_LARGE: &[u8] = b"SERVER_ERROR reply too large for UDP; use TCP\r\n";
 
 /// Binds one worker's UDP socket; every worker binds its own with SO_REUSEPORT.
@@ -92,8 +96,7 @@ pub fn answer(exec: &mut Executor<'_>, datagram: &[u8], reply: &mut Vec<u8>) -> 
         return false;
     };
     if frame.sequence != 0 || frame.count != 1 {
-        // A multi-datagram request: memcached never supported these for reads either.
-        reply.extend_from_slice(NOT_ONE_REQUEST);
+        reply.extend_from_slice(MULTI_PACKET);
         return true;
     }
     let payload = &datagram[HEADER_LEN..];
@@ -113,6 +116,15 @@ pub fn answer(exec: &mut Executor<'_>, datagram: &[u8], reply: &mut Vec<u8>) -> 
     if !is_read {
         reply.extend_from_slice(NOT_A_READ);
         return true;
+    }
+    // A forged source address must not be able to change anything: no new TTL (T, which
+    // can also delete), no placeholder or token (N, R), no explicit CAS (E). The executor
+    // runs read-only too, so a stale item's token is not handed out either.
+    if let Request::MetaGet(m) = &request {
+        if [b'N', b'R', b'T', b'E'].iter().any(|f| m.flags.has(*f)) {
+            reply.extend_from_slice(NO_SIDE_EFFECTS);
+            return true;
+        }
     }
     exec.counters.udp_requests.incr();
     match exec.run(&request, reply, 0, MAX_UDP_REPLY) {
@@ -177,10 +189,12 @@ pub async fn serve(ctx: Rc<WorkerContext>, socket: std::net::UdpSocket) -> std::
                 handle: &mut handle,
                 counters: &ctx.counters,
                 shared: &ctx.shared,
+                read_only: true,
             };
             answer(&mut exec, &datagram[..n], &mut reply)
         };
-        if !answered {
+        // Nothing to say (a quiet mg miss): send nothing, as memcached does.
+        if !answered || reply.is_empty() {
             continue;
         }
         let request_id = Frame::parse(&datagram[..n]).map_or(0, |f| f.request_id);

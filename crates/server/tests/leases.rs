@@ -101,12 +101,27 @@ fn a_delete_between_lease_get_and_lease_set_refuses_the_stale_set() {
     assert_eq!(lease_set(&mut c, "k", token, "stale"), "NOT_STORED\r\n");
     c.check("get k\r\n", "END\r\n");
     assert_eq!(c.stat("lease_sets_refused"), 1);
-    // A new token works; so does a set over a value someone else filled meanwhile.
+    // A new token works; a token that is not the item's never stores.
     let (token, ..) = lease_get(&mut c, "k");
     assert!(token > 1);
     assert_eq!(lease_set(&mut c, "k", token, "v2"), "STORED\r\n");
-    assert_eq!(lease_set(&mut c, "k", 424242, "v3"), "STORED\r\n");
-    c.check("get k\r\n", "VALUE k 0 2\r\nv3\r\nEND\r\n");
+    assert_eq!(lease_set(&mut c, "k", 424242, "v3"), "NOT_STORED\r\n");
+    c.check("get k\r\n", "VALUE k 0 2\r\nv2\r\nEND\r\n");
+}
+
+#[test]
+fn a_voided_token_cannot_overwrite_a_newer_fill() {
+    let s = TestServer::start();
+    let (mut a, mut b) = (s.connect(), s.connect());
+    let (old_token, ..) = lease_get(&mut a, "hot");
+    // The row changes: delete; another client gets a fresh token and fills the new value.
+    b.check("delete hot\r\n", "DELETED\r\n");
+    let (new_token, ..) = lease_get(&mut b, "hot");
+    assert!(new_token > 1 && new_token != old_token);
+    assert_eq!(lease_set(&mut b, "hot", new_token, "new"), "STORED\r\n");
+    // The first client's fill, read before the change, arrives late: refused.
+    assert_eq!(lease_set(&mut a, "hot", old_token, "old"), "NOT_STORED\r\n");
+    a.check("get hot\r\n", "VALUE hot 0 3\r\nnew\r\nEND\r\n");
 }
 
 #[test]

@@ -103,17 +103,39 @@ fn udp_serves_reads_only_and_whole_requests_only() {
     let one_request = b"CLIENT_ERROR a UDP request must be one complete command\r\n";
     assert_eq!(ask(&sock, 3, b"get k"), one_request);
     assert_eq!(ask(&sock, 4, b"get a\r\nget b\r\n"), one_request);
-    // The first of a two-datagram request.
+    // The first of a two-datagram request: memcached's words.
     sock.send(&frame(5, 0, 2, b"get k\r\n")).unwrap();
     let mut buf = [0u8; 2048];
     let n = sock.recv(&mut buf).unwrap();
-    assert_eq!(&buf[8..n], one_request);
+    assert_eq!(
+        &buf[8..n],
+        b"SERVER_ERROR multi-packet request not supported\r\n"
+    );
     // The set was refused: TCP still sees nothing.
     let mut c = s.connect();
     c.check("get k\r\n", "END\r\n");
     // A datagram too short for a header is dropped; the socket still works afterwards.
     sock.send(b"abc").unwrap();
     assert_eq!(ask(&sock, 6, b"get k\r\n"), b"END\r\n");
+}
+
+#[test]
+fn nothing_sent_over_udp_changes_the_cache() {
+    let (s, sock) = udp_server();
+    let mut c = s.connect();
+    c.check("set k 0 0 1\r\nv\r\nmd k I\r\n", "STORED\r\nHD\r\n");
+    let refused = b"CLIENT_ERROR UDP mg takes no N, R, T or E flag\r\n";
+    assert_eq!(ask(&sock, 1, b"mg k v T-1\r\n"), refused);
+    assert_eq!(ask(&sock, 2, b"mg new v N30\r\n"), refused);
+    assert_eq!(ask(&sock, 3, b"mg k v R30\r\n"), refused);
+    // A plain mg of a stale value shows it (X) but does not take the refresh token...
+    assert_eq!(ask(&sock, 4, b"mg k v\r\n"), b"VA 1 X\r\nv\r\n");
+    // ...which the first TCP reader still wins.
+    c.check("mg k v\r\n", "VA 1 X W\r\nv\r\n");
+    c.check("mg new v\r\n", "EN\r\n");
+    // A quiet miss says nothing at all: the next request's answer is the next datagram.
+    sock.send(&frame(5, 0, 1, b"mg nope v q\r\n")).unwrap();
+    assert_eq!(ask(&sock, 6, b"get nope\r\n"), b"END\r\n");
 }
 
 #[test]

@@ -136,6 +136,29 @@ fn without_a_snapshot_or_with_another_size_the_cache_starts_empty() {
 }
 
 #[test]
+fn a_start_that_fails_keeps_the_snapshot_for_the_next() {
+    let file = memory_file("failed");
+    let s = server(&file, 16);
+    s.connect().check("set k 0 0 1\r\nv\r\n", "STORED\r\n");
+    s.stop();
+    // The port is taken: this start fails before it opens the memory file.
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let failed = memfleet_server::Server::start(memfleet_server::Settings {
+        port: taken.local_addr().unwrap().port(),
+        threads: 1,
+        memory_bytes: 16 << 20,
+        memory_file: Some(file.0.clone()),
+        ..Default::default()
+    });
+    assert!(failed.is_err());
+    assert!(meta_path(&file.0).exists());
+    let s = server(&file, 16);
+    assert!(matches!(s.server().start_kind(), Start::Warm { .. }));
+    s.connect()
+        .check("get k\r\n", "VALUE k 0 1\r\nv\r\nEND\r\n");
+}
+
+#[test]
 fn two_servers_cannot_share_a_memory_file() {
     let file = memory_file("shared");
     let _first = server(&file, 16);

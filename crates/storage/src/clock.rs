@@ -43,7 +43,9 @@ impl Clock {
     pub fn resumed(&self, start_unix: u64, now: u32) -> Clock {
         match &self.0 {
             ClockKind::System { .. } => {
-                let elapsed = unix_now().saturating_sub(start_unix);
+                // Never before the time the snapshot was taken, even if the wall clock was
+                // stepped back meanwhile: deadlines and lease times must not run backwards.
+                let elapsed = unix_now().saturating_sub(start_unix).max(u64::from(now));
                 Clock(ClockKind::System {
                     start_coarse: coarse_monotonic_secs().wrapping_sub(elapsed),
                     start_unix,

@@ -267,7 +267,7 @@ impl Handle {
     /// a hold-off.
     pub fn get(&self, key: &[u8]) -> Option<ItemRef<'_>> {
         let item = self.lookup(key)?;
-        if Visibility::of(item.marks()).plain_read {
+        if Visibility::of(item.marks()).value {
             HandleCounters::bump(&self.counters.get_hits, 1);
             Some(item)
         } else {

@@ -201,6 +201,22 @@ pub fn decode(bytes: &[u8]) -> Header {
     }
 }
 
+/// Decodes the item at the start of `bytes` only if its header, key and value all lie
+/// within `bytes` and the key is not empty (for checking untrusted state, e.g. a restored
+/// heap); `None` otherwise.
+pub fn decode_within(bytes: &[u8]) -> Option<Header> {
+    let bits = *bytes.get(4)?;
+    let prefix = HEADER_LEN
+        + if bits & OWN_DEADLINE != 0 { 4 } else { 0 }
+        + if bits & MARK_TOKEN != 0 { LEASE_LEN } else { 0 }
+        + width_of(bits);
+    if bytes.len() < prefix {
+        return None;
+    }
+    let header = decode(bytes);
+    (header.key_len > 0 && header.len() <= bytes.len()).then_some(header)
+}
+
 /// The most bytes a header with all extensions can take (for bounds checks).
 pub const MAX_PREFIX: usize = HEADER_LEN + 4 + LEASE_LEN + 4;
 

@@ -7,7 +7,7 @@
 //! | item                         | get / mg | lease read (lease-get, mg N) | add     | replace, incr, touch |
 //! |------------------------------|----------|------------------------------|---------|----------------------|
 //! | value                        | hit      | hit (R may win a token)      | refused | yes                  |
-//! | STALE (meta `md I`)          | hit, X   | stale + token (or hot miss)  | refused | no                   |
+//! | STALE (meta `md I`)          | hit, X   | stale + token (or hot miss)  | refused | yes (fresh again)    |
 //! | EMPTY (lease placeholder)    | miss¹    | hot miss (or token if old)   | refused | no                   |
 //! | STALE+DELETED (after delete) | miss     | stale + token (or hot miss)  | stored  | no                   |
 //! | TOMBSTONE (delete hold-off)  | miss     | hot miss, no token           | refused | no                   |
@@ -19,7 +19,9 @@
 //! CAS: another key of the same hash bucket being written must not void it. Whoever holds
 //! the item's token may store over it (`lease-set`, or `ms` with `C<token>`: the item's CAS
 //! *is* its token while it has one). A delete replaces the item with a copy that has no
-//! token, so a set racing with the delete is refused — the stale-set prevention. One token
+//! token, so a set racing with the delete is refused — the stale-set prevention — and so is
+//! a `lease-set` whose token is not the item's, even over a value someone else has filled
+//! since (that value may be newer than the late one). One token
 //! per key per [`crate::Config::lease_interval`]: misses meanwhile are hot misses, told to
 //! wait (and given the stale value if there is one); after the interval the next miss gets a
 //! new token, so a client that died holding one blocks its key for at most the interval.
@@ -37,10 +39,9 @@ use std::sync::atomic::Ordering;
 /// What the commands may do with an item, from its marks (see the module table).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Visibility {
-    /// `get`, `gets`, `gat`, `me` and the binary gets return it.
-    pub plain_read: bool,
-    /// It is a value a client stored: replace, incr/decr, append, touch and a bucket-CAS
-    /// compare apply.
+    /// A value a client stored, fresh or invalidated (`md I`): plain reads (`get`, `gets`,
+    /// `gat`, `me`, binary gets) return it, and replace, incr/decr, append, touch and a
+    /// bucket-CAS compare apply to it (the rewritten copy is fresh), as in memcached.
     pub value: bool,
     /// `add` is refused while it is there.
     pub blocks_add: bool,
@@ -49,8 +50,7 @@ pub(crate) struct Visibility {
 impl Visibility {
     pub(crate) fn of(marks: u8) -> Visibility {
         Visibility {
-            plain_read: marks & (MARK_TOMBSTONE | MARK_EMPTY | MARK_DELETED) == 0,
-            value: marks & (MARK_STALE | MARK_TOMBSTONE | MARK_EMPTY | MARK_DELETED) == 0,
+            value: marks & (MARK_TOMBSTONE | MARK_EMPTY | MARK_DELETED) == 0,
             blocks_add: marks & MARK_DELETED == 0,
         }
     }
@@ -75,6 +75,9 @@ pub struct LeaseRead {
     pub recache_below: Option<u32>,
     /// See values kept after a delete (lease reads do; a plain `mg` does not).
     pub see_deleted: bool,
+    /// Only look: never hand out a token or create a placeholder (reads over UDP, whose
+    /// source address may be forged, must not take a key's lease from its real readers).
+    pub read_only: bool,
 }
 
 /// What a lease read found.
@@ -116,7 +119,7 @@ pub(crate) enum Amend<T> {
 /// value close to expiring. A hold-off never hands one out.
 fn wins_token(item: &ItemRef<'_>, now: u32, interval: u32, ask: LeaseRead) -> bool {
     let marks = item.marks();
-    if marks & MARK_TOMBSTONE != 0 {
+    if ask.read_only || marks & MARK_TOMBSTONE != 0 {
         return false;
     }
     if item
@@ -165,7 +168,7 @@ impl Handle {
             let now = self.shared.clock.now();
             let act = match self.find(key, h, now, true) {
                 None => match ask.vivify.and_then(|e| self.shared.clock.deadline(e, now)) {
-                    Some(deadline) if mine.is_none() => Act::Create(deadline),
+                    Some(deadline) if mine.is_none() && !ask.read_only => Act::Create(deadline),
                     _ => return Ok(f(LeaseOutcome::Miss)),
                 },
                 Some(item) => {
@@ -255,8 +258,13 @@ impl Handle {
                 bump_cas: true,
                 result: true,
             }
-        })?;
-        Ok(done.unwrap_or(false))
+        });
+        match done {
+            Ok(found) => Ok(found.unwrap_or(false)),
+            // No room for the stale copy: a miss is as good as stale for freshness.
+            Err(StoreError::OutOfMemory) => Ok(self.remove_outright(key)),
+            Err(e) => Err(e),
+        }
     }
 
     /// Meta `ms <key> I C<cas>` when `cas` did not match: memcached stores the value anyway
@@ -272,6 +280,10 @@ impl Handle {
     ) -> Result<Option<()>, StoreError> {
         crate::ops::check_key(key)?;
         let done = self.amend(key, Some((value, flags)), |item, _| {
+            // "Older" compares numbers. A key's bucket CAS values grow with every write and
+            // stay far below lease tokens (which start at the wall clock in nanoseconds and
+            // only grow), so a CAS the client read before the current token is smaller, as
+            // in memcached; a made-up CAS may be judged older, and then only stores stale.
             if item.marks() & (MARK_TOMBSTONE | MARK_DELETED) != 0 || cas >= item.cas() {
                 return Amend::Keep(None);
             }
@@ -350,6 +362,7 @@ impl Handle {
                 break Ok(None);
             };
             let expected = item.slot;
+            let epoch = self.shared.headers[expected.seg() as usize].epoch();
             let (extras, deadline, bump_cas, result) = match decide(&item, now) {
                 Amend::Keep(result) => break Ok(Some(result)),
                 Amend::Unlink(result) => (Extras::default(), now, true, result),
@@ -383,7 +396,7 @@ impl Handle {
             let done = self.locked(h, |this, table, chain| {
                 let old = existing(&this.shared, chain, key, tag, now);
                 match &old {
-                    Some(e) if e.live && e.slot_value.same_location(expected) => {}
+                    Some(e) if e.live && e.is(&this.shared, expected, epoch) => {}
                     _ => return Outcome::Retry,
                 }
                 let old = old.expect("checked above");

@@ -11,7 +11,7 @@ use crate::cache::Shared;
 use crate::clock::{Expiry, NEVER};
 use crate::handle::{client_cas, hash, Handle, HandleCounters, ItemRef, Written};
 use crate::hashtable::{tag_of, ChainGuard, Slot, Table, TableFull};
-use crate::item::{self, Extras, Header, Lease, MARK_DELETED, MARK_TOMBSTONE};
+use crate::item::{self, Extras, Header, Lease, MARK_DELETED, MARK_STALE, MARK_TOMBSTONE};
 use crate::lease::Visibility;
 use crate::numeric;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -32,9 +32,8 @@ pub enum StoreMode {
     /// Store only if the key's CAS value is still this one (an item's CAS is its lease token
     /// while it has one, so this is also the meta protocol's lease-set).
     Cas(u64),
-    /// mcrouter's `lease-set`: store if this token is the key's outstanding lease, or if the
-    /// key holds a plain value (the lease was for a miss someone else has since filled);
-    /// otherwise (deleted since, token voided or expired and reissued) refuse.
+    /// mcrouter's `lease-set`: store if this token is the key's outstanding lease; otherwise
+    /// (deleted since, token voided, reissued, or the key filled by someone else) refuse.
     Lease(u64),
 }
 
@@ -90,6 +89,13 @@ impl Existing<'_> {
     fn has_value(&self) -> bool {
         self.live && Visibility::of(self.header.marks).value
     }
+    /// Whether this is still the item read at `expected` while its segment had `epoch`
+    /// (a freed and reused segment could hold the same key at the same offset again).
+    pub(crate) fn is(&self, shared: &Shared, expected: Slot, epoch: u32) -> bool {
+        self.slot_value.same_location(expected)
+            && shared.headers[expected.seg() as usize].epoch() == epoch
+    }
+
     /// What a conditional store compares against.
     fn seen(&self, bucket_cas: u64) -> Option<Seen> {
         self.live.then_some(Seen {
@@ -132,13 +138,28 @@ fn verdict(mode: StoreMode, old: Option<Seen>) -> Result<(), StoreStatus> {
                 None => Err(StoreStatus::Exists),
             }
         }
+        // Only the holder of the item's token: a value filled since by someone else may be
+        // newer than this one (a delete and a new lease came between).
         StoreMode::Lease(token) => match old {
-            Some(o) if o.marks & MARK_TOMBSTONE != 0 => Err(StoreStatus::NotStored),
-            Some(o) if o.lease.is_some_and(|l| l.token == token) => Ok(()),
-            Some(o) if Visibility::of(o.marks).value => Ok(()),
+            Some(o)
+                if o.marks & MARK_TOMBSTONE == 0 && o.lease.is_some_and(|l| l.token == token) =>
+            {
+                Ok(())
+            }
             _ => Err(StoreStatus::NotStored),
         },
     }
+}
+
+/// Which read-modify-write a [`Handle::rewrite`] is (they keep different parts of the item).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Rewrite {
+    /// touch / gat: same value, new expiry.
+    Touch,
+    /// incr / decr.
+    Delta,
+    /// append / prepend.
+    Concat,
 }
 
 pub(crate) enum Outcome<T> {
@@ -339,9 +360,10 @@ impl Handle {
         &mut self,
         key: &[u8],
         new_expiry: Option<Expiry>,
-        bump_cas: bool,
+        kind: Rewrite,
         mut rewrite: impl FnMut(&[u8], &mut Vec<u8>) -> Result<T, DeltaError>,
     ) -> Result<Option<T>, DeltaError> {
+        let bump_cas = kind != Rewrite::Touch;
         check_key(key)?;
         let h = hash(key);
         let tag = tag_of(h);
@@ -360,9 +382,26 @@ impl Handle {
             };
             let flags = item.flags();
             let expected = item.slot;
-            // A rewrite that keeps the value (touch) keeps an outstanding lease; one that
-            // changes it voids the lease, as any other write would.
-            let lease = if bump_cas { None } else { item.lease() };
+            let epoch = self.shared.headers[expected.seg() as usize].epoch();
+            // What memcached's in-place updates keep: touch keeps the whole item (stale mark
+            // and lease); an incr or decr that fits the old length keeps the stale mark but,
+            // having changed the value (and CAS), voids the lease; anything else is a new,
+            // fresh item.
+            let lease = if kind == Rewrite::Touch {
+                item.lease()
+            } else {
+                None
+            };
+            let keep_stale = match kind {
+                Rewrite::Touch => true,
+                Rewrite::Delta => buf.len() <= item.value().len(),
+                Rewrite::Concat => false,
+            };
+            let marks = if keep_stale {
+                item.marks() & MARK_STALE
+            } else {
+                0
+            };
             // Keep the deadline the item had. An item from a plain set knows only its segment's
             // earliest deadline (at most one tolerance early); after this rewrite it carries
             // that deadline exactly, so repeated rewrites cannot drift it further.
@@ -385,7 +424,7 @@ impl Handle {
                     Extras {
                         own_deadline: own,
                         lease,
-                        marks: 0,
+                        marks,
                     },
                 ) {
                     Ok(w) => Some(w),
@@ -396,7 +435,7 @@ impl Handle {
             let published = self.locked(h, |this, table, chain| {
                 let old = existing(&this.shared, chain, key, tag, now);
                 match &old {
-                    Some(e) if e.has_value() && e.slot_value.same_location(expected) => {}
+                    Some(e) if e.has_value() && e.is(&this.shared, expected, epoch) => {}
                     _ => return Outcome::Retry,
                 }
                 match &written {
@@ -420,7 +459,7 @@ impl Handle {
     }
 
     fn concat(&mut self, at_end: bool, key: &[u8], data: &[u8]) -> Result<StoreStatus, StoreError> {
-        let done = self.rewrite(key, None, true, |old, buf| {
+        let done = self.rewrite(key, None, Rewrite::Concat, |old, buf| {
             if old.len() + data.len() > item::MAX_VALUE_LEN {
                 return Err(StoreError::TooLarge.into());
             }
@@ -453,7 +492,7 @@ impl Handle {
     }
 
     fn delta(&mut self, key: &[u8], delta: u64, incr: bool) -> Result<Option<u64>, DeltaError> {
-        self.rewrite(key, None, true, |old, buf| {
+        self.rewrite(key, None, Rewrite::Delta, |old, buf| {
             let current = numeric::parse_u64(old).ok_or(DeltaError::NonNumeric)?;
             let new = numeric::apply(current, delta, incr);
             numeric::render(new, old.len(), buf);
@@ -464,7 +503,7 @@ impl Handle {
     /// memcached's `touch`: gives the item a new expiry; false when the key holds nothing.
     /// The CAS value does not change, as in memcached.
     pub fn touch(&mut self, key: &[u8], expiry: Expiry) -> Result<bool, StoreError> {
-        let done = self.rewrite(key, Some(expiry), false, |old, buf| {
+        let done = self.rewrite(key, Some(expiry), Rewrite::Touch, |old, buf| {
             buf.clear();
             buf.extend_from_slice(old);
             Ok(())
@@ -552,7 +591,15 @@ impl Handle {
             marks: MARK_TOMBSTONE,
             ..Extras::default()
         };
-        let written = self.append(key, &[], 0, deadline, tombstone)?;
+        let written = match self.append(key, &[], 0, deadline, tombstone) {
+            Ok(w) => w,
+            Err(e) => {
+                // No room for the tombstone: at least the value goes, and the caller hears
+                // that the hold-off could not be set.
+                self.remove_outright(key);
+                return Err(e);
+            }
+        };
         let removed = self.locked(h, |this, table, chain| {
             let old = existing(&this.shared, chain, key, tag, now);
             match this.publish(table, chain, old.as_ref(), &written, tag, true) {

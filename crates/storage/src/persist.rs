@@ -125,6 +125,55 @@ fn expect_eq<T: PartialEq + std::fmt::Debug>(
     }
 }
 
+/// Every segment must be in exactly one place: one TTL bucket's chain (linked both ways, as
+/// long as the chain says, and SEALED) or the free list (FREE). Anything else would let a
+/// writer reuse a segment that still holds items.
+fn check_membership(
+    headers: &[SegmentHeader],
+    chains: &Chains,
+    free: &[u32],
+) -> Result<(), SnapshotError> {
+    use crate::segment::NONE;
+    let n = headers.len();
+    let mut seen = vec![false; n];
+    let link = |id: u32| id == NONE || (id as usize) < n;
+    for b in 0..N_BUCKETS {
+        let c = chains.lock(b);
+        if !link(c.head) || !link(c.tail) || !link(c.merge_cursor) {
+            return Err(invalid("chain ends"));
+        }
+        let (mut at, mut prev, mut count) = (c.head, NONE, 0u32);
+        while at != NONE {
+            let h = &headers[at as usize];
+            if seen[at as usize]
+                || h.prev.load(Ordering::Relaxed) != prev
+                || h.state.load(Ordering::Relaxed) != state::SEALED
+                || h.ttl_bucket.load(Ordering::Relaxed) as usize != b
+            {
+                return Err(invalid("segment chains"));
+            }
+            seen[at as usize] = true;
+            count += 1;
+            prev = at;
+            at = h.next.load(Ordering::Relaxed);
+        }
+        if prev != c.tail || count != c.segments {
+            return Err(invalid("segment chain ends or length"));
+        }
+    }
+    for &id in free {
+        let h = &headers[id as usize];
+        if seen[id as usize] || h.state.load(Ordering::Relaxed) != state::FREE {
+            return Err(invalid("free list"));
+        }
+        seen[id as usize] = true;
+    }
+    if seen.iter().any(|s| !s) {
+        return Err(invalid("a segment in neither a chain nor the free list"));
+    }
+    Ok(())
+}
+
 impl Cache {
     /// Describes everything outside the heap, for a warm restart with the same memory file
     /// (see the module docs). Call it after every [`crate::Handle`] is dropped and the
@@ -322,8 +371,11 @@ impl Cache {
             next_overflow,
             slots,
         };
+        check_membership(&headers, &chains, &free)?;
         let table = Table::from_image(&image).ok_or_else(|| invalid("hash table"))?;
-        // Every slot must point at a complete item below its segment's write offset.
+        let heap = Heap::mapped(mapping, segments, segment_size);
+        // Every slot must point at a whole item below its segment's write offset, in a
+        // segment that is in use.
         let unit = 1usize << geometry.align_shift;
         let mut items = 0u64;
         for (i, v) in image.slots.iter().enumerate() {
@@ -332,15 +384,23 @@ impl Cache {
                 continue;
             }
             let slot = crate::hashtable::Slot(*v);
-            let seg = slot.seg() as usize;
+            let seg = slot.seg();
             let offset = slot.offset_units() as usize * unit;
-            if seg >= segments || offset >= headers[seg].used() {
+            let h = headers.get(seg as usize);
+            let used = h.map_or(0, |h| h.used());
+            let in_use = h.is_some_and(|h| h.state.load(Ordering::Relaxed) == state::SEALED);
+            // SAFETY: nothing else can reach the heap yet (the cache is being built), and
+            // the range lies below the segment's write offset, inside the heap.
+            let whole = in_use
+                && offset < used
+                && crate::item::decode_within(unsafe { heap.bytes(seg, offset, used - offset) })
+                    .is_some();
+            if !whole {
                 return Err(invalid("a hash slot points outside the written heap"));
             }
             items += 1;
         }
         let clock = config.clock.resumed(start_unix, saved_now);
-        let heap = Heap::mapped(mapping, segments, segment_size);
         let shared = Shared {
             heap,
             headers,
@@ -372,5 +432,45 @@ impl Cache {
                 elapsed: started.elapsed(),
             },
         ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn layout(chain: &[u32], free: &[u32]) -> (Box<[SegmentHeader]>, Chains) {
+        let headers: Box<[SegmentHeader]> = (0..4).map(|_| SegmentHeader::new()).collect();
+        let chains = Chains::new();
+        {
+            let mut c = chains.lock(3);
+            for &id in chain {
+                headers[id as usize].open(0, 3, 0, state::SEALED);
+                c.push_back(&headers, id);
+            }
+        }
+        for &id in free {
+            headers[id as usize]
+                .state
+                .store(state::FREE, Ordering::Relaxed);
+        }
+        (headers, chains)
+    }
+
+    #[test]
+    fn every_segment_is_in_one_chain_or_the_free_list() {
+        let (h, c) = layout(&[0, 1], &[2, 3]);
+        assert_eq!(check_membership(&h, &c, &[2, 3]), Ok(()));
+        // A free segment listed twice, or a chained one also free, would be handed out while
+        // it holds items; a segment in neither would be lost.
+        assert!(check_membership(&h, &c, &[2, 2, 3]).is_err());
+        assert!(check_membership(&h, &c, &[1, 2, 3]).is_err());
+        assert!(check_membership(&h, &c, &[2]).is_err());
+        // A chain whose length or links disagree with its segments.
+        c.lock(3).segments = 3;
+        assert!(check_membership(&h, &c, &[2, 3]).is_err());
+        c.lock(3).segments = 2;
+        h[1].prev.store(2, Ordering::Relaxed);
+        assert!(check_membership(&h, &c, &[2, 3]).is_err());
     }
 }

@@ -89,6 +89,12 @@ impl SegmentHeader {
         }
     }
 
+    /// How many times the segment has been freed (see `epoch`).
+    #[inline]
+    pub fn epoch(&self) -> u32 {
+        self.epoch.load(Ordering::Acquire)
+    }
+
     /// Bytes written so far (without the SEALED bit).
     #[inline]
     pub fn used(&self) -> usize {

@@ -19,6 +19,7 @@ const LEASE_GET: LeaseRead = LeaseRead {
     vivify: Some(Expiry::After(10)),
     recache_below: None,
     see_deleted: true,
+    read_only: false,
 };
 
 /// What a lease read says, flattened: (token if won, value, marks) or a miss/hold-off.
@@ -97,6 +98,13 @@ fn a_delete_voids_outstanding_leases() {
     let t2 = token(read(&mut h, b"v", LEASE_GET));
     assert_ne!(t, t2);
     assert_eq!(lease_set(&mut h, b"v", t2, b"two"), StoreStatus::Stored);
+    assert_eq!(h.get(b"v").unwrap().value(), b"two");
+    // Once filled, no token stores over the value: the late fill may be older than it.
+    assert_eq!(lease_set(&mut h, b"v", t, b"late"), StoreStatus::NotStored);
+    assert_eq!(
+        lease_set(&mut h, b"v", t2, b"again"),
+        StoreStatus::NotStored
+    );
     assert_eq!(h.get(b"v").unwrap().value(), b"two");
 }
 
