@@ -1,0 +1,310 @@
+//! Choosing a server for a key: the distributions deployments already use, so that a pool
+//! moved behind memfleet keeps every key on the server that holds it.
+//!
+//! * **Ketama** (libketama's consistent hashing): each server gets points on a 32-bit ring
+//!   from MD5 digests of a *node string*; a key goes to the first point at or after its hash,
+//!   wrapping around. Dialects differ in the node string and the point count, and a key hashed
+//!   with one dialect's ring lands elsewhere on another's — Flickr had to patch a proxy to move
+//!   between two of them; here it is [`KetamaDialect`]:
+//!   - `Libmemcached` (also twemproxy and libketama): node string `host` when the port is
+//!     11211, else `host:port`, or the server's name when it has one (twemproxy's `name`);
+//!     points per server `floor(weight share × 40 × servers + 1e-10) × 4`.
+//!   - `Spymemcached`: node string `host:port` always, 160 points whatever the weight.
+//! * **Modula**: `hash % total weight`, each server owning as many slots as its weight
+//!   (twemproxy's `modula`).
+//! * **Rendezvous** (pymemcache's `HashClient` default): the server with the highest
+//!   murmur3 score of `"host:port-key"`.
+//! * **Jump** (Lamping and Veach's jump consistent hash): no ring, minimal movement when
+//!   servers are added at the end; memfleet's own choice for new pools.
+
+use crate::hash::{md5_u32, murmur3_32, KeyHash};
+
+/// One server as a distribution sees it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Node {
+    /// Host name or address, as configured (not resolved: it is hashed as written).
+    pub host: String,
+    /// TCP port.
+    pub port: u16,
+    /// Relative weight (at least 1).
+    pub weight: u32,
+    /// A name to hash instead of the address (twemproxy's `host:port:weight name`), so
+    /// that a server can move to another address and keep its keys.
+    pub name: Option<String>,
+}
+
+impl Node {
+    /// A node of weight 1 without a name.
+    pub fn new(host: &str, port: u16) -> Node {
+        Node {
+            host: host.to_string(),
+            port,
+            weight: 1,
+            name: None,
+        }
+    }
+
+    /// `host:port`.
+    pub fn addr(&self) -> String {
+        format!("{}:{}", self.host, self.port)
+    }
+}
+
+/// Which ketama.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum KetamaDialect {
+    /// libmemcached, twemproxy, libketama.
+    Libmemcached,
+    /// spymemcached (and uhashring's ketama mode).
+    Spymemcached,
+}
+
+/// How keys are spread over the servers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Distribution {
+    /// Consistent hashing on a ring of MD5 points.
+    Ketama(KetamaDialect),
+    /// `hash % total weight`.
+    Modula,
+    /// Highest murmur3 score (pymemcache).
+    Rendezvous,
+    /// Jump consistent hash.
+    Jump,
+}
+
+/// Why servers cannot be distributed.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum RingError {
+    /// No servers.
+    #[error("a pool needs at least one server")]
+    Empty,
+    /// A weight of zero.
+    #[error("server {0} has weight 0")]
+    ZeroWeight(String),
+}
+
+/// Servers arranged for one distribution and key hash: answers "which server" for a key.
+#[derive(Clone, Debug)]
+pub struct Ring {
+    distribution: Distribution,
+    key_hash: KeyHash,
+    nodes: Vec<Node>,
+    /// Ketama: (point, server) sorted by point. Modula: one slot per unit of weight.
+    points: Vec<(u32, u32)>,
+}
+
+/// Ketama points per server in libmemcached's weighted formula (40 digests of 4 points).
+const POINTS_PER_SERVER: f32 = 160.0;
+
+impl Ring {
+    /// Arranges `nodes`. The key hash matters for ketama and modula (twemproxy lets a pool
+    /// pair any hash with them; libmemcached and spymemcached use md5); rendezvous always
+    /// uses murmur3 and jump its own 64-bit hash.
+    pub fn new(
+        nodes: Vec<Node>,
+        distribution: Distribution,
+        key_hash: KeyHash,
+    ) -> Result<Ring, RingError> {
+        if nodes.is_empty() {
+            return Err(RingError::Empty);
+        }
+        if let Some(n) = nodes.iter().find(|n| n.weight == 0) {
+            return Err(RingError::ZeroWeight(n.addr()));
+        }
+        let points = match distribution {
+            Distribution::Ketama(dialect) => ketama_points(&nodes, dialect),
+            Distribution::Modula => nodes
+                .iter()
+                .enumerate()
+                .flat_map(|(i, n)| std::iter::repeat_n((0, i as u32), n.weight as usize))
+                .collect(),
+            Distribution::Rendezvous | Distribution::Jump => Vec::new(),
+        };
+        Ok(Ring {
+            distribution,
+            key_hash,
+            nodes,
+            points,
+        })
+    }
+
+    /// The servers, in configuration order (indexes returned by [`Ring::pick`]).
+    pub fn nodes(&self) -> &[Node] {
+        &self.nodes
+    }
+
+    /// The index of the server that holds `key`.
+    pub fn pick(&self, key: &[u8]) -> usize {
+        match self.distribution {
+            Distribution::Ketama(_) => {
+                let h = self.key_hash.hash(key);
+                let at = self.points.partition_point(|&(p, _)| p < h);
+                let (_, server) = self.points.get(at).unwrap_or(&self.points[0]);
+                *server as usize
+            }
+            Distribution::Modula => {
+                let h = self.key_hash.hash(key);
+                self.points[h as usize % self.points.len()].1 as usize
+            }
+            Distribution::Rendezvous => {
+                let mut best: Option<(u32, usize)> = None;
+                for (i, n) in self.nodes.iter().enumerate() {
+                    let mut text = n.addr().into_bytes();
+                    text.push(b'-');
+                    text.extend_from_slice(key);
+                    let score = murmur3_32(&text, 0);
+                    // pymemcache breaks a tie by the larger node string.
+                    let better = match best {
+                        None => true,
+                        Some((s, j)) => {
+                            score > s || (score == s && n.addr() > self.nodes[j].addr())
+                        }
+                    };
+                    if better {
+                        best = Some((score, i));
+                    }
+                }
+                best.expect("a ring has servers").1
+            }
+            Distribution::Jump => {
+                jump(xxhash_rust::xxh3::xxh3_64(key), self.nodes.len() as u32) as usize
+            }
+        }
+    }
+}
+
+/// The node string a ketama dialect hashes for `node`.
+fn node_string(node: &Node, dialect: KetamaDialect) -> String {
+    match (dialect, &node.name) {
+        (KetamaDialect::Libmemcached, Some(name)) => name.clone(),
+        // libmemcached drops the default port to stay compatible with libketama's rings.
+        (KetamaDialect::Libmemcached, None) if node.port == 11211 => node.host.clone(),
+        _ => node.addr(),
+    }
+}
+
+fn ketama_points(nodes: &[Node], dialect: KetamaDialect) -> Vec<(u32, u32)> {
+    let total: u64 = nodes.iter().map(|n| u64::from(n.weight)).sum();
+    let count = nodes.len() as f32;
+    let mut points = Vec::new();
+    for (i, node) in nodes.iter().enumerate() {
+        let per_server = match dialect {
+            KetamaDialect::Spymemcached => 160,
+            KetamaDialect::Libmemcached => {
+                // twemproxy's arithmetic, single precision like the C (a double here would
+                // give another count for some weights).
+                let share = node.weight as f32 / total as f32;
+                let quarter = share * POINTS_PER_SERVER / 4.0 * count;
+                ((f64::from(quarter) + 0.000_000_000_1).floor() as u32) * 4
+            }
+        };
+        let name = node_string(node, dialect);
+        for digest in 0..per_server / 4 {
+            let text = format!("{name}-{digest}");
+            for word in 0..4 {
+                points.push((md5_u32(text.as_bytes(), word), i as u32));
+            }
+        }
+    }
+    // By point, then server: deterministic where the C libraries' qsort is not (a tie
+    // between two servers' points is a 1-in-10^5 event for a handful of servers).
+    points.sort_unstable();
+    points
+}
+
+/// Lamping and Veach's jump consistent hash: a bucket in `0..buckets` for `key`.
+pub fn jump(mut key: u64, buckets: u32) -> u32 {
+    let (mut b, mut j): (i64, i64) = (-1, 0);
+    while j < i64::from(buckets) {
+        b = j;
+        key = key.wrapping_mul(2_862_933_555_777_941_757).wrapping_add(1);
+        j = ((b + 1) as f64 * ((1u64 << 31) as f64 / ((key >> 33) + 1) as f64)) as i64;
+    }
+    b as u32
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn four() -> Vec<Node> {
+        (11211..11215).map(|p| Node::new("127.0.0.1", p)).collect()
+    }
+
+    #[test]
+    fn libmemcached_drops_the_default_port_and_gives_160_points() {
+        let ring = Ring::new(
+            four(),
+            Distribution::Ketama(KetamaDialect::Libmemcached),
+            KeyHash::Md5,
+        )
+        .unwrap();
+        assert_eq!(ring.points.len(), 4 * 160);
+        assert_eq!(
+            node_string(&ring.nodes[0], KetamaDialect::Libmemcached),
+            "127.0.0.1"
+        );
+        assert_eq!(
+            node_string(&ring.nodes[1], KetamaDialect::Libmemcached),
+            "127.0.0.1:11212"
+        );
+        assert_eq!(
+            node_string(&ring.nodes[0], KetamaDialect::Spymemcached),
+            "127.0.0.1:11211"
+        );
+    }
+
+    #[test]
+    fn weights_scale_ketama_points_and_modula_slots() {
+        let mut nodes = four();
+        nodes[0].weight = 3;
+        let ring = Ring::new(
+            nodes.clone(),
+            Distribution::Ketama(KetamaDialect::Libmemcached),
+            KeyHash::Md5,
+        )
+        .unwrap();
+        let of = |s: u32| ring.points.iter().filter(|p| p.1 == s).count();
+        // share 3/6 of 4 servers: floor(0.5 * 40 * 4) * 4 = 320; 1/6: floor(26.67) * 4 = 104.
+        assert_eq!((of(0), of(1)), (320, 104));
+        let modula = Ring::new(nodes, Distribution::Modula, KeyHash::Fnv1a64).unwrap();
+        assert_eq!(modula.points.len(), 6);
+        let spy = Ring::new(
+            four(),
+            Distribution::Ketama(KetamaDialect::Spymemcached),
+            KeyHash::Md5,
+        )
+        .unwrap();
+        assert_eq!(spy.points.len(), 640);
+    }
+
+    #[test]
+    fn jump_moves_only_what_it_must() {
+        // Growing from 10 to 11 buckets moves about 1/11 of the keys, all to the new one.
+        let mut moved = 0;
+        for k in 0..10_000u64 {
+            let key = xxhash_rust::xxh3::xxh3_64(&k.to_le_bytes());
+            let (a, b) = (jump(key, 10), jump(key, 11));
+            assert!(a < 10 && b < 11);
+            if a != b {
+                assert_eq!(b, 10);
+                moved += 1;
+            }
+        }
+        assert!((700..1200).contains(&moved), "{moved}");
+    }
+
+    #[test]
+    fn bad_pools_are_refused() {
+        assert_eq!(
+            Ring::new(vec![], Distribution::Jump, KeyHash::Md5).unwrap_err(),
+            RingError::Empty
+        );
+        let mut nodes = four();
+        nodes[2].weight = 0;
+        assert!(matches!(
+            Ring::new(nodes, Distribution::Modula, KeyHash::Md5),
+            Err(RingError::ZeroWeight(_))
+        ));
+    }
+}
