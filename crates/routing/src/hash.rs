@@ -15,7 +15,7 @@ use md5::{Digest, Md5};
 pub enum KeyHash {
     /// First four bytes of the MD5 digest, little-endian (libketama's, libmemcached's).
     Md5,
-    /// CRC-16/ARC (twemproxy's table).
+    /// twemproxy 0.5's CRC-16 (XMODEM table, 32-bit running value).
     Crc16,
     /// libmemcached's CRC-32: the top 15 bits of the complement.
     Crc32,
@@ -77,7 +77,7 @@ impl KeyHash {
     pub fn hash(self, key: &[u8]) -> u32 {
         match self {
             KeyHash::Md5 => md5_u32(key, 0),
-            KeyHash::Crc16 => u32::from(crc16_arc(key)),
+            KeyHash::Crc16 => crc16_twemproxy(key),
             KeyHash::Crc32 => (!crc32_raw(key) >> 16) & 0x7fff,
             KeyHash::Crc32a => !crc32_raw(key),
             KeyHash::Fnv1_64 => fnv64(key, false) as u32,
@@ -132,8 +132,26 @@ const fn crc_table(poly: u32) -> [u32; 256] {
 
 /// Reflected CRC-32 (IEEE, polynomial 0xEDB88320), before the final complement.
 const CRC32: [u32; 256] = crc_table(0xEDB8_8320);
-/// Reflected CRC-16/ARC (polynomial 0xA001): twemproxy's "Linux kernel" table.
-const CRC16: [u32; 256] = crc_table(0xA001);
+/// CRC-16/XMODEM's table (polynomial 0x1021, most significant bit first).
+const CRC16_XMODEM: [u32; 256] = {
+    let mut table = [0u32; 256];
+    let mut i = 0;
+    while i < 256 {
+        let mut c = (i as u32) << 8;
+        let mut k = 0;
+        while k < 8 {
+            c = if c & 0x8000 != 0 {
+                (c << 1) ^ 0x1021
+            } else {
+                c << 1
+            };
+            k += 1;
+        }
+        table[i] = c & 0xffff;
+        i += 1;
+    }
+    table
+};
 
 fn crc32_raw(key: &[u8]) -> u32 {
     key.iter().fold(u32::MAX, |crc, &b| {
@@ -141,9 +159,13 @@ fn crc32_raw(key: &[u8]) -> u32 {
     })
 }
 
-fn crc16_arc(key: &[u8]) -> u16 {
-    key.iter().fold(0u16, |crc, &b| {
-        (crc >> 8) ^ CRC16[((crc ^ u16::from(b)) & 0xff) as usize] as u16
+/// twemproxy 0.5's CRC-16: the XMODEM table (polynomial 0x1021), but the running value is
+/// a `uint32_t` that is never cut back to 16 bits, so long keys carry high bits along (the
+/// table index still uses bits 8-15 only). Later twemproxy switched to CRC-16/ARC; Debian 12
+/// ships 0.5.0, whose placement this reproduces.
+fn crc16_twemproxy(key: &[u8]) -> u32 {
+    key.iter().fold(0u32, |crc, &b| {
+        (crc << 8) ^ CRC16_XMODEM[(((crc >> 8) ^ u32::from(b)) & 0xff) as usize]
     })
 }
 
@@ -352,7 +374,10 @@ mod tests {
     fn published_check_values() {
         // The standard "123456789" check values of each CRC.
         assert_eq!(KeyHash::Crc32a.hash(b"123456789"), 0xCBF4_3926);
-        assert_eq!(KeyHash::Crc16.hash(b"123456789"), 0xBB3D);
+        // For a one-byte key twemproxy's CRC-16 is plain CRC-16/XMODEM; longer keys carry
+        // high bits (checked against nutcracker in tests/twemproxy_hashing.rs).
+        assert_eq!(KeyHash::Crc16.hash(b"A"), 0x58E5);
+        assert_eq!(KeyHash::Crc16.hash(b"123456789") & 0xffff, 0x31C3);
         // FNV reference values.
         assert_eq!(KeyHash::Fnv1a32.hash(b""), 0x811c_9dc5);
         assert_eq!(KeyHash::Fnv1a32.hash(b"a"), 0xe40c_292c);

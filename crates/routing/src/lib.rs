@@ -26,4 +26,4 @@ pub mod hash;
 pub mod ring;
 
 pub use hash::KeyHash;
-pub use ring::{Distribution, KetamaDialect, Node, Ring, RingError};
+pub use ring::{twemproxy_order, Distribution, KetamaDialect, Node, Ring, RingError};

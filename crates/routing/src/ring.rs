@@ -173,6 +173,18 @@ impl Ring {
     }
 }
 
+/// Puts `nodes` in the order twemproxy keeps a pool's servers: it sorts them by name when
+/// it loads its configuration (the name is the ketama node string: the configured name,
+/// else `host`, or `host:port` when the port is not 11211), shorter names first, then byte
+/// by byte. Order does not move keys on a ketama ring, but modula picks by position, so a
+/// twemproxy pool read from its YAML file must be sorted so to keep its keys in place.
+pub fn twemproxy_order(nodes: &mut [Node]) {
+    nodes.sort_by_cached_key(|n| {
+        let name = node_string(n, KetamaDialect::Libmemcached);
+        (name.len(), name.into_bytes())
+    });
+}
+
 /// The node string a ketama dialect hashes for `node`.
 fn node_string(node: &Node, dialect: KetamaDialect) -> String {
     match (dialect, &node.name) {
@@ -292,6 +304,25 @@ mod tests {
             }
         }
         assert!((700..1200).contains(&moved), "{moved}");
+    }
+
+    #[test]
+    fn twemproxy_sorts_by_name_length_then_bytes() {
+        let mut nodes = vec![
+            Node::new("10.0.0.2", 11212),
+            Node::new("10.0.0.10", 11211),
+            Node::new("10.0.0.1", 11211),
+            Node::new("10.0.0.1", 11213),
+        ];
+        twemproxy_order(&mut nodes);
+        let names: Vec<String> = nodes
+            .iter()
+            .map(|n| node_string(n, KetamaDialect::Libmemcached))
+            .collect();
+        assert_eq!(
+            names,
+            ["10.0.0.1", "10.0.0.10", "10.0.0.1:11213", "10.0.0.2:11212"]
+        );
     }
 
     #[test]

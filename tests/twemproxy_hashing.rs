@@ -1,0 +1,224 @@
+//! Routing compatible with twemproxy: Debian's `nutcracker` spreads keys over four
+//! `memfleet server` backends, one pool per key hash and distribution (ketama and modula,
+//! every hash twemproxy offers, weights and named servers); then each backend is asked which
+//! keys it holds, and every key must be where `memfleet_routing::Ring` says it goes. This is
+//! what lets a twemproxy user move a live pool to memfleet without moving a key.
+
+use memfleet_routing::{twemproxy_order, Distribution, KetamaDialect, KeyHash, Node, Ring};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const KEYS: usize = 200;
+
+struct Killed(Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn connect(port: u16) -> TcpStream {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Ok(s) = TcpStream::connect(("127.0.0.1", port)) {
+            s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+            return s;
+        }
+        assert!(Instant::now() < deadline, "nothing listens on {port}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn nutcracker() -> Option<String> {
+    ["nutcracker", "/usr/sbin/nutcracker"]
+        .into_iter()
+        .find(|bin| Command::new(bin).arg("--version").output().is_ok())
+        .map(String::from)
+}
+
+/// One pool: its yml lines and the ring memfleet builds from the same description.
+struct Pool {
+    name: String,
+    port: u16,
+    hash: KeyHash,
+    distribution: &'static str,
+    nodes: Vec<Node>,
+}
+
+impl Pool {
+    fn yml(&self) -> String {
+        let mut y = format!(
+            "{}:\n  listen: 127.0.0.1:{}\n  hash: {}\n  distribution: {}\n  \
+             auto_eject_hosts: false\n  servers:\n",
+            self.name,
+            self.port,
+            self.hash.name(),
+            self.distribution
+        );
+        for n in &self.nodes {
+            y.push_str(&format!("   - {}:{}:{}", n.host, n.port, n.weight));
+            if let Some(name) = &n.name {
+                y.push_str(&format!(" {name}"));
+            }
+            y.push('\n');
+        }
+        y
+    }
+
+    fn ring(&self) -> Ring {
+        let d = match self.distribution {
+            "ketama" => Distribution::Ketama(KetamaDialect::Libmemcached),
+            _ => Distribution::Modula,
+        };
+        // As twemproxy does when it reads the file (modula picks by position).
+        let mut nodes = self.nodes.clone();
+        twemproxy_order(&mut nodes);
+        Ring::new(nodes, d, self.hash).unwrap()
+    }
+
+    fn key(&self, i: usize) -> String {
+        format!("{}:key{i}", self.name)
+    }
+}
+
+/// Which of `keys` the server on `port` holds.
+fn held(port: u16, keys: &[String]) -> Vec<bool> {
+    let mut s = BufReader::new(connect(port));
+    s.get_mut()
+        .write_all(format!("get {}\r\n", keys.join(" ")).as_bytes())
+        .unwrap();
+    let mut found = vec![false; keys.len()];
+    let mut line = String::new();
+    loop {
+        line.clear();
+        s.read_line(&mut line).unwrap();
+        let words: Vec<&str> = line.split_whitespace().collect();
+        match words.as_slice() {
+            ["END"] => return found,
+            ["VALUE", key, _, len] => {
+                let i = keys.iter().position(|k| k == key).expect("a key asked for");
+                found[i] = true;
+                let mut data = vec![0; len.parse::<usize>().unwrap() + 2];
+                s.read_exact(&mut data).unwrap();
+            }
+            _ => panic!("unexpected reply {line:?}"),
+        }
+    }
+}
+
+#[test]
+fn keys_land_where_twemproxy_puts_them() {
+    let Some(bin) = nutcracker() else {
+        panic!("nutcracker is not installed (scripts/test installs Debian's package)");
+    };
+    let memfleet = env!("CARGO_BIN_EXE_memfleet");
+    let backend_ports: Vec<u16> = (0..4).map(|_| free_port()).collect();
+    let _backends: Vec<Killed> = backend_ports
+        .iter()
+        .map(|p| {
+            Killed(
+                Command::new(memfleet)
+                    .args(["server", "-p", &p.to_string(), "-t", "1", "-m", "16"])
+                    .stderr(Stdio::null())
+                    .spawn()
+                    .unwrap(),
+            )
+        })
+        .collect();
+    for p in &backend_ports {
+        drop(connect(*p));
+    }
+    let node = |i: usize, weight: u32, named: bool| Node {
+        host: "127.0.0.1".into(),
+        port: backend_ports[i],
+        weight,
+        name: named.then(|| format!("server{i}")),
+    };
+    let mut pools = Vec::new();
+    for (h, _) in KeyHash::ALL {
+        for distribution in ["ketama", "modula"] {
+            pools.push(Pool {
+                name: format!("{}_{distribution}", h.name()),
+                port: free_port(),
+                hash: h,
+                distribution,
+                nodes: (0..4).map(|i| node(i, 1, false)).collect(),
+            });
+        }
+    }
+    // Weights, and named servers (the name is hashed instead of the address).
+    for (suffix, weights, named) in [
+        ("weighted", [1, 2, 3, 5], false),
+        ("named", [1, 1, 1, 1], true),
+    ] {
+        for distribution in ["ketama", "modula"] {
+            pools.push(Pool {
+                name: format!("fnv1a_64_{distribution}_{suffix}"),
+                port: free_port(),
+                hash: KeyHash::Fnv1a64,
+                distribution,
+                nodes: (0..4).map(|i| node(i, weights[i], named)).collect(),
+            });
+        }
+    }
+    let dir = std::env::temp_dir().join(format!("memfleet-nutcracker-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let conf = dir.join("nutcracker.yml");
+    std::fs::write(&conf, pools.iter().map(Pool::yml).collect::<String>()).unwrap();
+    let stats = free_port();
+    let _proxy = Killed(
+        Command::new(&bin)
+            .arg("-c")
+            .arg(&conf)
+            .args(["-s", &stats.to_string(), "-a", "127.0.0.1"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    for pool in &pools {
+        let mut s = BufReader::new(connect(pool.port));
+        let mut batch = String::new();
+        for i in 0..KEYS {
+            batch.push_str(&format!("set {} 0 0 1\r\nx\r\n", pool.key(i)));
+        }
+        s.get_mut().write_all(batch.as_bytes()).unwrap();
+        let mut line = String::new();
+        for _ in 0..KEYS {
+            line.clear();
+            s.read_line(&mut line).unwrap();
+            assert_eq!(line, "STORED\r\n", "pool {}", pool.name);
+        }
+    }
+    let mut failures = Vec::new();
+    for pool in &pools {
+        let keys: Vec<String> = (0..KEYS).map(|i| pool.key(i)).collect();
+        let holders: Vec<Vec<bool>> = backend_ports.iter().map(|p| held(*p, &keys)).collect();
+        let ring = pool.ring();
+        let mut wrong = 0;
+        for (i, key) in keys.iter().enumerate() {
+            let on: Vec<usize> = (0..4).filter(|b| holders[*b][i]).collect();
+            assert_eq!(on.len(), 1, "{key} is on backends {on:?}");
+            if backend_ports[on[0]] != ring.nodes()[ring.pick(key.as_bytes())].port {
+                wrong += 1;
+            }
+        }
+        if wrong > 0 {
+            failures.push(format!("{}: {wrong} of {KEYS} keys elsewhere", pool.name));
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
