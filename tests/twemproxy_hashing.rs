@@ -1,10 +1,11 @@
 //! Routing compatible with twemproxy: Debian's `nutcracker` spreads keys over four
 //! `memfleet server` backends, one pool per key hash and distribution (ketama and modula,
 //! every hash twemproxy offers, weights and named servers); then each backend is asked which
-//! keys it holds, and every key must be where `memfleet_routing::Ring` says it goes. This is
-//! what lets a twemproxy user move a live pool to memfleet without moving a key.
+//! keys it holds, and every key must be where memfleet says it goes after reading the *same
+//! YAML file* (`memfleet_routing::from_twemproxy_yaml`). This is what lets a twemproxy user
+//! move a live pool to memfleet without moving a key.
 
-use memfleet_routing::{twemproxy_order, Distribution, KetamaDialect, KeyHash, Node, Ring};
+use memfleet_routing::{from_twemproxy_yaml, KeyHash, Node};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::process::{Child, Command, Stdio};
@@ -48,12 +49,13 @@ fn nutcracker() -> Option<String> {
         .map(String::from)
 }
 
-/// One pool: its yml lines and the ring memfleet builds from the same description.
+/// One pool of the generated nutcracker.yml.
 struct Pool {
     name: String,
     port: u16,
     hash: KeyHash,
     distribution: &'static str,
+    hash_tag: bool,
     nodes: Vec<Node>,
 }
 
@@ -61,12 +63,16 @@ impl Pool {
     fn yml(&self) -> String {
         let mut y = format!(
             "{}:\n  listen: 127.0.0.1:{}\n  hash: {}\n  distribution: {}\n  \
-             auto_eject_hosts: false\n  servers:\n",
+             auto_eject_hosts: false\n",
             self.name,
             self.port,
             self.hash.name(),
             self.distribution
         );
+        if self.hash_tag {
+            y.push_str("  hash_tag: \"{}\"\n");
+        }
+        y.push_str("  servers:\n");
         for n in &self.nodes {
             y.push_str(&format!("   - {}:{}:{}", n.host, n.port, n.weight));
             if let Some(name) = &n.name {
@@ -77,19 +83,13 @@ impl Pool {
         y
     }
 
-    fn ring(&self) -> Ring {
-        let d = match self.distribution {
-            "ketama" => Distribution::Ketama(KetamaDialect::Libmemcached),
-            _ => Distribution::Modula,
-        };
-        // As twemproxy does when it reads the file (modula picks by position).
-        let mut nodes = self.nodes.clone();
-        twemproxy_order(&mut nodes);
-        Ring::new(nodes, d, self.hash).unwrap()
-    }
-
     fn key(&self, i: usize) -> String {
-        format!("{}:key{i}", self.name)
+        if self.hash_tag {
+            // Ten keys share each tag.
+            format!("{}:{{user{}}}:key{i}", self.name, i / 10)
+        } else {
+            format!("{}:key{i}", self.name)
+        }
     }
 }
 
@@ -154,6 +154,7 @@ fn keys_land_where_twemproxy_puts_them() {
                 port: free_port(),
                 hash: h,
                 distribution,
+                hash_tag: false,
                 nodes: (0..4).map(|i| node(i, 1, false)).collect(),
             });
         }
@@ -169,14 +170,26 @@ fn keys_land_where_twemproxy_puts_them() {
                 port: free_port(),
                 hash: KeyHash::Fnv1a64,
                 distribution,
+                hash_tag: false,
                 nodes: (0..4).map(|i| node(i, weights[i], named)).collect(),
             });
         }
     }
+    pools.push(Pool {
+        name: "murmur_ketama_tagged".into(),
+        port: free_port(),
+        hash: KeyHash::Murmur,
+        distribution: "ketama",
+        hash_tag: true,
+        nodes: (0..4).map(|i| node(i, 1, false)).collect(),
+    });
     let dir = std::env::temp_dir().join(format!("memfleet-nutcracker-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let conf = dir.join("nutcracker.yml");
-    std::fs::write(&conf, pools.iter().map(Pool::yml).collect::<String>()).unwrap();
+    let yml: String = pools.iter().map(Pool::yml).collect();
+    std::fs::write(&conf, &yml).unwrap();
+    // memfleet reads the same file.
+    let parsed = from_twemproxy_yaml(&yml).expect("memfleet reads the nutcracker.yml");
     let stats = free_port();
     let _proxy = Killed(
         Command::new(&bin)
@@ -206,7 +219,12 @@ fn keys_land_where_twemproxy_puts_them() {
     for pool in &pools {
         let keys: Vec<String> = (0..KEYS).map(|i| pool.key(i)).collect();
         let holders: Vec<Vec<bool>> = backend_ports.iter().map(|p| held(*p, &keys)).collect();
-        let ring = pool.ring();
+        let ring = parsed
+            .iter()
+            .find(|p| p.name == pool.name)
+            .expect("every pool parsed")
+            .ring()
+            .unwrap();
         let mut wrong = 0;
         for (i, key) in keys.iter().enumerate() {
             let on: Vec<usize> = (0..4).filter(|b| holders[*b][i]).collect();

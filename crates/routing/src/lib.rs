@@ -10,7 +10,8 @@
 //! | module | what it holds |
 //! |--------|---------------|
 //! | `hash` | twemproxy's key hashes (md5, crc16, crc32, crc32a, fnv1*, hsieh, murmur, jenkins, one_at_a_time) and murmur3 |
-//! | `ring` | ketama (libmemcached and spymemcached dialects), modula, rendezvous, jump |
+//! | `ring` | ketama (libmemcached and spymemcached dialects), modula, rendezvous, jump; hash tags |
+//! | `config` | pools from memfleet's TOML or twemproxy's YAML, read the way twemproxy reads it |
 //!
 //! ```
 //! use memfleet_routing::{Distribution, KetamaDialect, KeyHash, Node, Ring};
@@ -22,8 +23,10 @@
 //! # Ok::<(), memfleet_routing::RingError>(())
 //! ```
 
+pub mod config;
 pub mod hash;
 pub mod ring;
 
+pub use config::{from_toml, from_twemproxy_yaml, ConfigError, PoolConfig};
 pub use hash::KeyHash;
 pub use ring::{twemproxy_order, Distribution, KetamaDialect, Node, Ring, RingError};

@@ -91,6 +91,8 @@ pub struct Ring {
     nodes: Vec<Node>,
     /// Ketama: (point, server) sorted by point. Modula: one slot per unit of weight.
     points: Vec<(u32, u32)>,
+    /// twemproxy's `hash_tag`.
+    hash_tag: Option<[u8; 2]>,
 }
 
 /// Ketama points per server in libmemcached's weighted formula (40 digests of 4 points).
@@ -125,7 +127,29 @@ impl Ring {
             key_hash,
             nodes,
             points,
+            hash_tag: None,
         })
+    }
+
+    /// Hashes only the part of a key between the two tag characters when the key has both
+    /// with something between them (twemproxy's `hash_tag: "{}"`: `user:{42}:name` and
+    /// `user:{42}:mail` land together); other keys are hashed whole.
+    pub fn with_hash_tag(mut self, tag: Option<[u8; 2]>) -> Ring {
+        self.hash_tag = tag;
+        self
+    }
+
+    fn hashed_part<'k>(&self, key: &'k [u8]) -> &'k [u8] {
+        let Some([open, close]) = self.hash_tag else {
+            return key;
+        };
+        let Some(start) = key.iter().position(|&b| b == open) else {
+            return key;
+        };
+        match key[start + 1..].iter().position(|&b| b == close) {
+            Some(len) if len > 0 => &key[start + 1..start + 1 + len],
+            _ => key,
+        }
     }
 
     /// The servers, in configuration order (indexes returned by [`Ring::pick`]).
@@ -135,6 +159,7 @@ impl Ring {
 
     /// The index of the server that holds `key`.
     pub fn pick(&self, key: &[u8]) -> usize {
+        let key = self.hashed_part(key);
         match self.distribution {
             Distribution::Ketama(_) => {
                 let h = self.key_hash.hash(key);
@@ -323,6 +348,28 @@ mod tests {
             names,
             ["10.0.0.1", "10.0.0.10", "10.0.0.1:11213", "10.0.0.2:11212"]
         );
+    }
+
+    #[test]
+    fn hash_tags_keep_related_keys_together() {
+        let nodes: Vec<Node> = (0..8).map(|i| Node::new("10.0.0.1", 20_000 + i)).collect();
+        let ring = Ring::new(
+            nodes,
+            Distribution::Ketama(KetamaDialect::Libmemcached),
+            KeyHash::Fnv1a64,
+        )
+        .unwrap()
+        .with_hash_tag(Some(*b"{}"));
+        for user in 0..50 {
+            let a = ring.pick(format!("user:{{{user}}}:name").as_bytes());
+            let b = ring.pick(format!("user:{{{user}}}:mail").as_bytes());
+            assert_eq!(a, b);
+            assert_eq!(a, ring.pick(format!("{user}").as_bytes()));
+        }
+        // No tag, an empty tag or an unclosed one: the whole key.
+        assert_eq!(ring.hashed_part(b"plain"), b"plain");
+        assert_eq!(ring.hashed_part(b"a{}b"), b"a{}b");
+        assert_eq!(ring.hashed_part(b"a{b"), b"a{b");
     }
 
     #[test]

@@ -1,0 +1,420 @@
+//! Pool configuration: memfleet's TOML, and twemproxy's YAML read unchanged, both into the
+//! same [`PoolConfig`]s, so a twemproxy user switches by changing one command line and keeps
+//! every key on its server.
+//!
+//! memfleet's TOML names pools as tables; servers use twemproxy's `host:port:weight [name]`
+//! syntax (weight and name optional):
+//!
+//! ```toml
+//! [pools.main]
+//! listen = "127.0.0.1:22122"
+//! distribution = "ketama"        # ketama | ketama-spymemcached | modula | rendezvous | jump
+//! hash = "md5"                   # any twemproxy hash name
+//! hash_tag = "{}"                # optional: hash only what is between the two characters
+//! timeout_ms = 400
+//! servers = ["10.0.0.1:11211:1", "10.0.0.2:11211:1 cache-b"]
+//! ```
+//!
+//! Not here: listening, connecting, reloading (the router), or routing rules across pools
+//! (prefix routing, replication: a later issue).
+
+use crate::hash::KeyHash;
+use crate::ring::{twemproxy_order, Distribution, KetamaDialect, Node, Ring, RingError};
+use serde::Deserialize;
+use std::collections::BTreeMap;
+
+/// One pool, resolved.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PoolConfig {
+    /// The pool's name.
+    pub name: String,
+    /// Where the router listens for this pool's clients (`host:port`, or a Unix socket
+    /// path starting with `/`), if it has its own listener.
+    pub listen: Option<String>,
+    /// How keys are spread.
+    pub distribution: Distribution,
+    /// The key hash (ketama and modula).
+    pub hash: KeyHash,
+    /// Hash only the part of a key between these two characters, when both are present.
+    pub hash_tag: Option<[u8; 2]>,
+    /// Per-request timeout, ms.
+    pub timeout_ms: u64,
+    /// Connections to each server.
+    pub server_connections: u32,
+    /// Take a failing server out of the ring (twemproxy's `auto_eject_hosts`).
+    pub auto_eject_hosts: bool,
+    /// Consecutive failures before a server is marked down.
+    pub server_failure_limit: u32,
+    /// How long a down server stays down before it is tried again, ms.
+    pub server_retry_timeout_ms: u64,
+    /// The servers, in the order the distribution indexes them.
+    pub servers: Vec<Node>,
+}
+
+impl PoolConfig {
+    /// The ring of this pool's servers.
+    pub fn ring(&self) -> Result<Ring, RingError> {
+        Ok(
+            Ring::new(self.servers.clone(), self.distribution, self.hash)?
+                .with_hash_tag(self.hash_tag),
+        )
+    }
+}
+
+/// Why a configuration is refused (the router keeps its old one and logs this).
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum ConfigError {
+    /// Not valid TOML or YAML, or an unknown or mistyped key.
+    #[error("{0}")]
+    Syntax(String),
+    /// A pool that cannot work.
+    #[error("pool {pool}: {problem}")]
+    Pool {
+        /// The pool.
+        pool: String,
+        /// What is wrong.
+        problem: String,
+    },
+    /// Nothing to route.
+    #[error("no pools")]
+    Empty,
+}
+
+fn pool_error(pool: &str, problem: impl Into<String>) -> ConfigError {
+    ConfigError::Pool {
+        pool: pool.to_string(),
+        problem: problem.into(),
+    }
+}
+
+/// Parses one server line: `host:port[:weight] [name]` (twemproxy's syntax).
+pub fn parse_server(line: &str) -> Result<Node, String> {
+    let line = line.trim();
+    let (addr, name) = match line.split_once(char::is_whitespace) {
+        Some((a, n)) => (a, Some(n.trim().to_string())),
+        None => (line, None),
+    };
+    let mut parts = addr.rsplitn(3, ':').collect::<Vec<_>>();
+    parts.reverse();
+    let (host, port, weight) = match parts.as_slice() {
+        [host, port, weight] => (*host, *port, Some(*weight)),
+        [host, port] => (*host, *port, None),
+        _ => return Err(format!("{line:?}: expected host:port[:weight] [name]")),
+    };
+    // "host:port:weight" splits from the right; "host:port" with an IPv6-less host too.
+    let port: u16 = port
+        .parse()
+        .map_err(|_| format!("{line:?}: bad port {port:?}"))?;
+    let weight: u32 = match weight {
+        Some(w) => w
+            .parse()
+            .map_err(|_| format!("{line:?}: bad weight {w:?}"))?,
+        None => 1,
+    };
+    if host.is_empty() || weight == 0 {
+        return Err(format!("{line:?}: needs a host and a weight of at least 1"));
+    }
+    Ok(Node {
+        host: host.to_string(),
+        port,
+        weight,
+        name: name.filter(|n| !n.is_empty()),
+    })
+}
+
+fn parse_hash_tag(pool: &str, tag: Option<String>) -> Result<Option<[u8; 2]>, ConfigError> {
+    match tag {
+        None => Ok(None),
+        Some(t) if t.len() == 2 => {
+            let b = t.as_bytes();
+            Ok(Some([b[0], b[1]]))
+        }
+        Some(t) => Err(pool_error(
+            pool,
+            format!("hash_tag {t:?} must be two characters"),
+        )),
+    }
+}
+
+fn parse_hash(pool: &str, name: Option<String>, default: KeyHash) -> Result<KeyHash, ConfigError> {
+    match name {
+        None => Ok(default),
+        Some(n) => KeyHash::from_name(&n).ok_or_else(|| {
+            let known: Vec<&str> = KeyHash::ALL.iter().map(|(_, n)| *n).collect();
+            pool_error(
+                pool,
+                format!("unknown hash {n:?} (one of {})", known.join(", ")),
+            )
+        }),
+    }
+}
+
+fn servers(pool: &str, lines: &[String]) -> Result<Vec<Node>, ConfigError> {
+    if lines.is_empty() {
+        return Err(pool_error(pool, "has no servers"));
+    }
+    let nodes = lines
+        .iter()
+        .map(|l| parse_server(l).map_err(|e| pool_error(pool, e)))
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut names: Vec<String> = nodes
+        .iter()
+        .map(|n| n.name.clone().unwrap_or_else(|| n.addr()))
+        .collect();
+    names.sort();
+    if let Some(w) = names.windows(2).find(|w| w[0] == w[1]) {
+        return Err(pool_error(pool, format!("server {} is listed twice", w[0])));
+    }
+    Ok(nodes)
+}
+
+/// memfleet's TOML pool table.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TomlPool {
+    listen: Option<String>,
+    distribution: Option<String>,
+    hash: Option<String>,
+    hash_tag: Option<String>,
+    timeout_ms: Option<u64>,
+    server_connections: Option<u32>,
+    auto_eject_hosts: Option<bool>,
+    server_failure_limit: Option<u32>,
+    server_retry_timeout_ms: Option<u64>,
+    servers: Vec<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TomlFile {
+    pools: BTreeMap<String, TomlPool>,
+}
+
+/// Reads memfleet's TOML configuration.
+pub fn from_toml(text: &str) -> Result<Vec<PoolConfig>, ConfigError> {
+    let file: TomlFile = toml::from_str(text).map_err(|e| ConfigError::Syntax(e.to_string()))?;
+    if file.pools.is_empty() {
+        return Err(ConfigError::Empty);
+    }
+    file.pools
+        .into_iter()
+        .map(|(name, p)| {
+            let distribution = match p.distribution.as_deref().unwrap_or("ketama") {
+                "ketama" => Distribution::Ketama(KetamaDialect::Libmemcached),
+                "ketama-spymemcached" => Distribution::Ketama(KetamaDialect::Spymemcached),
+                "modula" => Distribution::Modula,
+                "rendezvous" => Distribution::Rendezvous,
+                "jump" => Distribution::Jump,
+                other => {
+                    return Err(pool_error(
+                        &name,
+                        format!(
+                            "unknown distribution {other:?} (ketama, ketama-spymemcached, \
+                             modula, rendezvous, jump)"
+                        ),
+                    ))
+                }
+            };
+            let pool = PoolConfig {
+                hash: parse_hash(&name, p.hash, KeyHash::Md5)?,
+                hash_tag: parse_hash_tag(&name, p.hash_tag)?,
+                servers: servers(&name, &p.servers)?,
+                listen: p.listen,
+                distribution,
+                timeout_ms: p.timeout_ms.unwrap_or(400),
+                server_connections: p.server_connections.unwrap_or(1).max(1),
+                auto_eject_hosts: p.auto_eject_hosts.unwrap_or(true),
+                server_failure_limit: p.server_failure_limit.unwrap_or(2).max(1),
+                server_retry_timeout_ms: p.server_retry_timeout_ms.unwrap_or(30_000),
+                name,
+            };
+            pool.ring()
+                .map_err(|e| pool_error(&pool.name, e.to_string()))?;
+            Ok(pool)
+        })
+        .collect()
+}
+
+/// twemproxy's YAML pool, every key it knows.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct YamlPool {
+    listen: Option<String>,
+    hash: Option<String>,
+    hash_tag: Option<String>,
+    distribution: Option<String>,
+    timeout: Option<u64>,
+    backlog: Option<u32>,
+    preconnect: Option<bool>,
+    redis: Option<bool>,
+    redis_auth: Option<String>,
+    redis_db: Option<u32>,
+    client_connections: Option<u32>,
+    server_connections: Option<u32>,
+    auto_eject_hosts: Option<bool>,
+    server_retry_timeout: Option<u64>,
+    server_failure_limit: Option<u32>,
+    servers: Option<Vec<String>>,
+}
+
+/// Reads a twemproxy (nutcracker) YAML file as twemproxy does: its defaults (fnv1a_64,
+/// ketama, 2 failures, 30 s retry, no timeout), its server order (sorted by name, which
+/// modula depends on), its server syntax. Redis pools are refused: memfleet routes memcached.
+pub fn from_twemproxy_yaml(text: &str) -> Result<Vec<PoolConfig>, ConfigError> {
+    let file: BTreeMap<String, YamlPool> =
+        serde_yaml::from_str(text).map_err(|e| ConfigError::Syntax(e.to_string()))?;
+    if file.is_empty() {
+        return Err(ConfigError::Empty);
+    }
+    file.into_iter()
+        .map(|(name, p)| {
+            if p.redis == Some(true) {
+                return Err(pool_error(
+                    &name,
+                    "is a redis pool; memfleet routes memcached",
+                ));
+            }
+            let _ = (
+                p.backlog,
+                p.preconnect,
+                p.redis_auth,
+                p.redis_db,
+                p.client_connections,
+            );
+            let distribution = match p.distribution.as_deref().unwrap_or("ketama") {
+                "ketama" => Distribution::Ketama(KetamaDialect::Libmemcached),
+                "modula" => Distribution::Modula,
+                other => {
+                    return Err(pool_error(
+                        &name,
+                        format!("distribution {other:?} is not supported (ketama, modula)"),
+                    ))
+                }
+            };
+            let mut servers = servers(&name, &p.servers.unwrap_or_default())?;
+            twemproxy_order(&mut servers);
+            let pool = PoolConfig {
+                hash: parse_hash(&name, p.hash, KeyHash::Fnv1a64)?,
+                hash_tag: parse_hash_tag(&name, p.hash_tag)?,
+                listen: p.listen,
+                distribution,
+                // twemproxy waits forever without `timeout`; a router needs a bound.
+                timeout_ms: p.timeout.unwrap_or(60_000),
+                server_connections: p.server_connections.unwrap_or(1).max(1),
+                auto_eject_hosts: p.auto_eject_hosts.unwrap_or(false),
+                server_failure_limit: p.server_failure_limit.unwrap_or(2).max(1),
+                server_retry_timeout_ms: p.server_retry_timeout.unwrap_or(30_000),
+                servers,
+                name,
+            };
+            pool.ring()
+                .map_err(|e| pool_error(&pool.name, e.to_string()))?;
+            Ok(pool)
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn server_lines() {
+        assert_eq!(
+            parse_server("127.0.0.1:11211:3 alpha").unwrap(),
+            Node {
+                host: "127.0.0.1".into(),
+                port: 11211,
+                weight: 3,
+                name: Some("alpha".into())
+            }
+        );
+        assert_eq!(parse_server("cache1:11212").unwrap().weight, 1);
+        assert!(parse_server("cache1").is_err());
+        assert!(parse_server("cache1:port:1").is_err());
+        assert!(parse_server("cache1:11211:0").is_err());
+    }
+
+    #[test]
+    fn toml_pools() {
+        let pools = from_toml(
+            r#"
+            [pools.main]
+            listen = "127.0.0.1:22122"
+            hash_tag = "{}"
+            servers = ["10.0.0.1:11211:1", "10.0.0.2:11211:2 b"]
+
+            [pools.jumpy]
+            distribution = "jump"
+            servers = ["10.0.0.3:11211"]
+            "#,
+        )
+        .unwrap();
+        assert_eq!(pools.len(), 2);
+        let main = pools.iter().find(|p| p.name == "main").unwrap();
+        assert_eq!(
+            main.distribution,
+            Distribution::Ketama(KetamaDialect::Libmemcached)
+        );
+        assert_eq!((main.hash, main.hash_tag), (KeyHash::Md5, Some(*b"{}")));
+        assert_eq!(main.servers[1].name.as_deref(), Some("b"));
+        let err = |text: &str| from_toml(text).unwrap_err().to_string();
+        assert!(err("[pools.x]\nservers = []\n").contains("no servers"));
+        assert!(err("[pools.x]\nhash = \"sha1\"\nservers = [\"a:1\"]\n").contains("unknown hash"));
+        assert!(err("[pools.x]\nservers = [\"a:1\", \"a:1\"]\n").contains("twice"));
+        assert!(err("[pools.x]\nservrs = [\"a:1\"]\n").contains("unknown field"));
+        assert_eq!(from_toml("pools = {}\n").unwrap_err(), ConfigError::Empty);
+    }
+
+    #[test]
+    fn twemproxy_example_file() {
+        // Debian's nutcracker example, less its redis pools and Unix-socket pool weights.
+        let yaml = r#"
+gamma:
+  listen: 127.0.0.1:22123
+  hash: fnv1a_64
+  distribution: ketama
+  timeout: 400
+  backlog: 1024
+  preconnect: true
+  auto_eject_hosts: true
+  server_retry_timeout: 2000
+  server_failure_limit: 3
+  servers:
+   - 127.0.0.1:11212:1
+   - 127.0.0.1:11213:1
+
+omega:
+  listen: /tmp/gamma
+  hash: hsieh
+  distribution: modula
+  auto_eject_hosts: false
+  servers:
+   - 127.0.0.1:11215:1
+   - 127.0.0.1:11214:100000
+"#;
+        let pools = from_twemproxy_yaml(yaml).unwrap();
+        let gamma = &pools[0];
+        assert_eq!((gamma.timeout_ms, gamma.server_failure_limit), (400, 3));
+        assert!(gamma.auto_eject_hosts);
+        let omega = &pools[1];
+        assert_eq!(
+            (omega.hash, omega.distribution),
+            (KeyHash::Hsieh, Distribution::Modula)
+        );
+        // Sorted as twemproxy sorts them.
+        assert_eq!(omega.servers[0].port, 11214);
+        assert_eq!(omega.listen.as_deref(), Some("/tmp/gamma"));
+        let redis = "a:\n  listen: 127.0.0.1:1\n  redis: true\n  servers:\n   - 127.0.0.1:6379:1\n";
+        assert!(from_twemproxy_yaml(redis)
+            .unwrap_err()
+            .to_string()
+            .contains("redis"));
+        let random = "a:\n  distribution: random\n  servers:\n   - 127.0.0.1:1:1\n";
+        assert!(from_twemproxy_yaml(random)
+            .unwrap_err()
+            .to_string()
+            .contains("random"));
+        assert!(from_twemproxy_yaml("a:\n  colour: blue\n").is_err());
+    }
+}
