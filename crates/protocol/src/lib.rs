@@ -10,6 +10,7 @@
 //!   [`ParseError::Invalid`] carries a [`Rejection`] with memcached's exact reply, whether
 //!   `noreply` silences it, how many bytes to discard (a refused data block is swallowed) and
 //!   whether memcached would close the connection.
+//! - [`reply`] finds where a server's reply ends, for the router and clients.
 //! - [`response`] appends replies (`VALUE`, `STORED`, meta `VA`/`HD`/`EN`, `STAT`, ...) to a
 //!   `Vec<u8>`; [`Request::encode`] writes a request back out (for the router and clients).
 //!
@@ -41,6 +42,7 @@ mod error;
 mod flags;
 mod meta;
 pub mod number;
+pub mod reply;
 mod request;
 pub mod response;
 mod text;
