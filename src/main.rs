@@ -17,6 +17,10 @@ enum Command {
     /// Serve memcached's text, meta and binary protocols from a Segcache engine (by default
     /// on 127.0.0.1:11211 with 64 MiB, like memcached).
     Server(memfleet_server::ServerArgs),
+    /// Route memcached clients to pools of servers with libmemcached-, twemproxy-,
+    /// spymemcached- or pymemcache-compatible placement (from memfleet's TOML, or a
+    /// twemproxy YAML file read as twemproxy reads it).
+    Router(memfleet_router::RouterArgs),
     /// Replay a trace or a synthetic workload through the Segcache engine and an exact LRU
     /// (memcached-like 56-byte item overhead) in-process, and print miss ratio vs memory.
     Sim(memfleet_bench::sim::SimArgs),
@@ -29,6 +33,7 @@ fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     match cli.command {
         Command::Server(args) => memfleet_server::run(&args),
+        Command::Router(args) => memfleet_router::run(&args),
         Command::Sim(args) => {
             let segcache = memfleet_bench::sim::segcache::factory(args.engine.clone());
             memfleet_bench::sim::run(&args, &segcache)

@@ -1,0 +1,287 @@
+//! One backend server: a few long-lived connections that every client's requests share,
+//! pipelined, and the server's health.
+//!
+//! A connection is one task: requests queue on a channel; the task writes every request
+//! waiting (one `write` for many, from any number of clients) and matches the replies, which
+//! the server sends in order, to the requests in order, framing each with
+//! `memfleet_protocol::reply`. A caller that gives up on a reply (its timeout) just drops its
+//! receiver: the reply still arrives and is matched and discarded, so the order never slips.
+//!
+//! Health (the paper's and mcrouter's TKO, "technical knockout"): every timeout or
+//! connection failure counts; `failure_limit` in a row mark the server down, and requests
+//! then fail at once instead of waiting for timeouts. While down, a probe sends `version`
+//! with a growing pause (the retry timeout, doubling up to a minute); its first success
+//! brings the server back.
+
+use memfleet_protocol::reply::{frame, Frame, ReplyKind};
+use std::collections::VecDeque;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::sync::{mpsc, oneshot};
+
+/// The largest value a reply may carry (a server claiming more is not trusted).
+const MAX_VALUE: usize = 1 << 30;
+/// Replies a connection waits for before it stops reading new requests off its queue.
+const QUEUE: usize = 4096;
+
+/// Why a request got no reply from its server.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum BackendError {
+    /// Marked down after repeated failures (fails fast until a probe succeeds).
+    #[error("server {0} is marked down")]
+    Down(String),
+    /// The connection failed or the server sent garbage.
+    #[error("connection to {0} failed")]
+    Connection(String),
+    /// No reply within the pool's timeout.
+    #[error("server {0} timed out")]
+    Timeout(String),
+}
+
+/// Where a request's reply goes.
+type ReplyTo = oneshot::Sender<Result<Vec<u8>, BackendError>>;
+
+/// A request for a connection task.
+struct Job {
+    bytes: Vec<u8>,
+    kind: ReplyKind,
+    reply: ReplyTo,
+}
+
+/// How a backend is reached and judged.
+#[derive(Clone, Debug)]
+pub struct BackendOptions {
+    /// Connections to open (requests are spread over them).
+    pub connections: usize,
+    /// Per-request timeout.
+    pub timeout: Duration,
+    /// Consecutive failures that mark the server down.
+    pub failure_limit: u32,
+    /// First pause before probing a down server.
+    pub retry: Duration,
+}
+
+/// A backend server shared by every client of the router.
+pub struct Backend {
+    addr: SocketAddr,
+    name: String,
+    options: BackendOptions,
+    conns: Vec<mpsc::UnboundedSender<Job>>,
+    health: Arc<Health>,
+}
+
+/// Counters and state that outlive connections.
+#[derive(Default)]
+pub struct Health {
+    /// Failures in a row.
+    pub failures: AtomicU32,
+    /// Marked down.
+    pub down: AtomicBool,
+    /// Requests sent.
+    pub requests: AtomicU64,
+    /// Requests that failed (timeout, connection, down).
+    pub errors: AtomicU64,
+    /// Times marked down.
+    pub knockouts: AtomicU64,
+}
+
+impl Backend {
+    /// A backend for `addr` (`name` is how logs and stats call it); connections are made
+    /// lazily by their tasks, which must run on a tokio runtime.
+    pub fn new(addr: SocketAddr, name: String, options: BackendOptions) -> Arc<Backend> {
+        let health = Arc::new(Health::default());
+        let conns = (0..options.connections.max(1))
+            .map(|_| {
+                // Unbounded so that queueing is synchronous (see `call`); what one client
+                // can have queued is bounded by its in-flight limit in `proxy.rs`.
+                let (tx, rx) = mpsc::unbounded_channel();
+                tokio::spawn(connection(addr, rx, options.timeout));
+                tx
+            })
+            .collect();
+        Arc::new(Backend {
+            addr,
+            name,
+            options,
+            conns,
+            health,
+        })
+    }
+
+    /// The server's name (`host:port`).
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Its health and counters.
+    pub fn health(&self) -> &Health {
+        &self.health
+    }
+
+    /// Queues `bytes` (one complete request) on connection `lane` (mod the connection
+    /// count) *now*, and returns the wait for its reply (up to the timeout). Queueing before
+    /// returning is what keeps one client's requests to a server in order: a client always
+    /// uses the same lane, and a lane is one connection, answered in order.
+    pub fn call(
+        self: &Arc<Self>,
+        lane: usize,
+        bytes: Vec<u8>,
+        kind: ReplyKind,
+    ) -> impl std::future::Future<Output = Result<Vec<u8>, BackendError>> + Send + 'static {
+        self.health.requests.fetch_add(1, Ordering::Relaxed);
+        let queued = if self.health.down.load(Ordering::Acquire) {
+            Err(BackendError::Down(self.name.clone()))
+        } else {
+            let (tx, rx) = oneshot::channel();
+            let job = Job {
+                bytes,
+                kind,
+                reply: tx,
+            };
+            match self.conns[lane % self.conns.len()].send(job) {
+                Ok(()) => Ok(rx),
+                Err(_) => Err(BackendError::Connection(self.name.clone())),
+            }
+        };
+        let this = self.clone();
+        async move {
+            let rx = match queued {
+                Ok(rx) => rx,
+                Err(e) => {
+                    // Failing fast while down is not a new failure.
+                    this.health.errors.fetch_add(1, Ordering::Relaxed);
+                    return Err(e);
+                }
+            };
+            let result = match tokio::time::timeout(this.options.timeout, rx).await {
+                Err(_) => Err(BackendError::Timeout(this.name.clone())),
+                Ok(Err(_)) => Err(BackendError::Connection(this.name.clone())),
+                Ok(Ok(r)) => r.map_err(|_| BackendError::Connection(this.name.clone())),
+            };
+            match &result {
+                Ok(_) => this.health.failures.store(0, Ordering::Relaxed),
+                Err(_) => this.failed(),
+            }
+            result
+        }
+    }
+
+    fn failed(self: &Arc<Self>) {
+        self.health.errors.fetch_add(1, Ordering::Relaxed);
+        let n = self.health.failures.fetch_add(1, Ordering::AcqRel) + 1;
+        if n >= self.options.failure_limit && !self.health.down.swap(true, Ordering::AcqRel) {
+            self.health.knockouts.fetch_add(1, Ordering::Relaxed);
+            tracing::warn!(server = %self.name, failures = n, "server marked down");
+            tokio::spawn(probe(self.clone()));
+        }
+    }
+}
+
+/// Asks a down server for its version until it answers, then marks it up.
+async fn probe(backend: Arc<Backend>) {
+    let mut pause = backend.options.retry;
+    loop {
+        tokio::time::sleep(pause).await;
+        let alive = tokio::time::timeout(backend.options.timeout, async {
+            let mut s = TcpStream::connect(backend.addr).await.ok()?;
+            s.write_all(b"version\r\n").await.ok()?;
+            let mut buf = [0u8; 128];
+            let n = s.read(&mut buf).await.ok()?;
+            buf[..n].starts_with(b"VERSION ").then_some(())
+        })
+        .await;
+        if matches!(alive, Ok(Some(()))) {
+            backend.health.failures.store(0, Ordering::Relaxed);
+            backend.health.down.store(false, Ordering::Release);
+            tracing::info!(server = %backend.name, "server back up");
+            return;
+        }
+        pause = (pause * 2).min(Duration::from_secs(60));
+    }
+}
+
+/// A connection task: (re)connects on demand, writes queued requests in batches, and hands
+/// each reply to its request in order.
+async fn connection(addr: SocketAddr, mut jobs: mpsc::UnboundedReceiver<Job>, timeout: Duration) {
+    let mut waiting: VecDeque<(ReplyKind, ReplyTo)> = VecDeque::new();
+    let mut batch = Vec::new();
+    let mut inbuf: Vec<u8> = Vec::with_capacity(16 * 1024);
+    let fail_all = |waiting: &mut VecDeque<(ReplyKind, ReplyTo)>| {
+        for (_, tx) in waiting.drain(..) {
+            let _ = tx.send(Err(BackendError::Connection(addr.to_string())));
+        }
+    };
+    'connect: loop {
+        // Wait for work before connecting, so an idle pool holds no dead sockets.
+        let Some(first) = jobs.recv().await else {
+            return;
+        };
+        let stream = match tokio::time::timeout(timeout, TcpStream::connect(addr)).await {
+            Ok(Ok(s)) => s,
+            _ => {
+                let _ = first
+                    .reply
+                    .send(Err(BackendError::Connection(addr.to_string())));
+                continue 'connect;
+            }
+        };
+        let _ = stream.set_nodelay(true);
+        let (mut rd, mut wr) = stream.into_split();
+        inbuf.clear();
+        let mut pending = Some(first);
+        let mut closed = false;
+        loop {
+            // Everything queued goes out in one write.
+            batch.clear();
+            while let Some(job) = pending.take().or_else(|| jobs.try_recv().ok()) {
+                batch.extend_from_slice(&job.bytes);
+                waiting.push_back((job.kind, job.reply));
+                if batch.len() > 256 * 1024 {
+                    break;
+                }
+            }
+            if !batch.is_empty() && wr.write_all(&batch).await.is_err() {
+                fail_all(&mut waiting);
+                continue 'connect;
+            }
+            if closed && waiting.is_empty() {
+                return;
+            }
+            inbuf.reserve(16 * 1024);
+            tokio::select! {
+                job = jobs.recv(), if !closed && waiting.len() < QUEUE => match job {
+                    Some(job) => pending = Some(job),
+                    None => closed = true,
+                },
+                // read_buf is cancel-safe: a select won by the other branch loses nothing.
+                read = rd.read_buf(&mut inbuf), if !waiting.is_empty() => {
+                    if !matches!(read, Ok(n) if n > 0) {
+                        fail_all(&mut waiting);
+                        continue 'connect;
+                    }
+                    let mut used = 0;
+                    while let Some((kind, _)) = waiting.front() {
+                        match frame(&inbuf[used..], *kind, MAX_VALUE) {
+                            Ok(Frame::Complete(n)) => {
+                                let (_, tx) = waiting.pop_front().expect("checked");
+                                let _ = tx.send(Ok(inbuf[used..used + n].to_vec()));
+                                used += n;
+                            }
+                            Ok(Frame::Incomplete) => break,
+                            Err(e) => {
+                                tracing::warn!(server = %addr, error = %e, "closing the connection");
+                                fail_all(&mut waiting);
+                                continue 'connect;
+                            }
+                        }
+                    }
+                    inbuf.drain(..used);
+                }
+            }
+        }
+    }
+}

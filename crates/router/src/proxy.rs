@@ -1,0 +1,442 @@
+//! One client connection: requests are parsed as they arrive, routed to their servers at
+//! once (so a client's pipelined requests run in parallel across servers), and the replies
+//! written back in request order.
+//!
+//! The reader half parses and dispatches: for each request it sends the server requests
+//! and queues a [`Plan`] (what to wait for and how to build the client's reply). The writer
+//! half takes plans in order, awaits them, and writes. A multi-key get is split by server,
+//! sent to each in parallel and reassembled in the client's key order; a failed server's
+//! keys are misses, not an error for the whole request.
+//!
+//! What is forwarded is always a request that gets a reply (`noreply` and meta `q` are
+//! stripped going out and applied coming back), so every connection to a server keeps
+//! one reply per request and never loses its place.
+
+use crate::backend::{Backend, BackendError};
+use crate::Pool;
+use memfleet_protocol::reply::ReplyKind;
+use memfleet_protocol::{parse, response, GetKind, ParseError, ParserConfig, Request};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::sync::mpsc;
+
+type Reply = Pin<Box<dyn Future<Output = Vec<u8>> + Send>>;
+
+/// Replies a quiet meta request does not send: a get's miss, a store's or delete's success,
+/// an arithmetic's success (with or without the value).
+const QUIET_MG: &[&[u8]] = &[b"EN"];
+const QUIET_MS_MD: &[&[u8]] = &[b"HD"];
+const QUIET_MA: &[&[u8]] = &[b"HD", b"VA"];
+
+/// What the writer waits for, in request order.
+enum Plan {
+    /// A reply to send as it comes.
+    Reply(Reply),
+    /// Close the connection after the replies before it.
+    Close,
+}
+
+/// Plans a client may have in flight before the reader waits.
+const IN_FLIGHT: usize = 1024;
+/// Bytes of unparsed input a client may leave (one request, at most a large value).
+const MAX_PENDING_INPUT: usize = (1 << 20) + 64 * 1024;
+
+/// Serves one client until it closes. `lane` picks the connection to each server this
+/// client's requests use (always the same one, which keeps them in order).
+pub async fn serve(pool: Arc<Pool>, stream: TcpStream, lane: usize) {
+    let _ = stream.set_nodelay(true);
+    let (mut rd, mut wr) = stream.into_split();
+    let (tx, mut rx) = mpsc::channel::<Plan>(IN_FLIGHT);
+    let writer = tokio::spawn(async move {
+        let mut out = Vec::new();
+        while let Some(plan) = rx.recv().await {
+            match plan {
+                Plan::Reply(reply) => out.extend_from_slice(&reply.await),
+                Plan::Close => {
+                    let _ = wr.write_all(&out).await;
+                    return;
+                }
+            }
+            // Write once nothing else is queued (replies to a pipelined batch go out
+            // together).
+            if rx.is_empty() {
+                if wr.write_all(&out).await.is_err() {
+                    return;
+                }
+                out.clear();
+            }
+        }
+        let _ = wr.write_all(&out).await;
+    });
+    let cfg = ParserConfig::default();
+    let mut buf: Vec<u8> = Vec::with_capacity(16 * 1024);
+    let mut swallow = 0usize;
+    'read: loop {
+        buf.reserve(16 * 1024);
+        match rd.read_buf(&mut buf).await {
+            Ok(0) | Err(_) => break,
+            Ok(_) => {}
+        }
+        let mut at = 0;
+        if swallow > 0 {
+            let n = swallow.min(buf.len());
+            at += n;
+            swallow -= n;
+        }
+        while at < buf.len() {
+            match parse(&buf[at..], &cfg) {
+                Ok((request, used)) => {
+                    let plan = route(&pool, lane, &request, &buf[at..at + used]);
+                    at += used;
+                    let stop = matches!(plan, Plan::Close);
+                    if tx.send(plan).await.is_err() || stop {
+                        break 'read;
+                    }
+                }
+                Err(ParseError::Incomplete) => break,
+                Err(ParseError::Invalid(rejection)) => {
+                    let reply = rejection.reply().to_vec();
+                    let close = rejection.close();
+                    if !reply.is_empty() {
+                        let _ = tx.send(Plan::Reply(Box::pin(async move { reply }))).await;
+                    }
+                    if close {
+                        let _ = tx.send(Plan::Close).await;
+                        break 'read;
+                    }
+                    let skip = rejection.skip;
+                    let available = buf.len() - at;
+                    if skip > available {
+                        swallow = skip - available;
+                        at = buf.len();
+                    } else {
+                        at += skip;
+                    }
+                }
+            }
+        }
+        buf.drain(..at);
+        if buf.len() > MAX_PENDING_INPUT {
+            let _ = tx.send(Plan::Close).await;
+            break;
+        }
+    }
+    drop(tx);
+    let _ = writer.await;
+}
+
+/// A local reply.
+fn local(bytes: Vec<u8>) -> Plan {
+    Plan::Reply(Box::pin(async move { bytes }))
+}
+
+fn error_reply(e: &BackendError) -> Vec<u8> {
+    format!("SERVER_ERROR {e}\r\n").into_bytes()
+}
+
+/// Decides where `request` (whose bytes are `raw`) goes and how its reply is built.
+fn route(pool: &Arc<Pool>, lane: usize, request: &Request<'_>, raw: &[u8]) -> Plan {
+    let forward = |key: &[u8], bytes, kind, noreply, quiet| {
+        forward(pool, lane, key, bytes, kind, noreply, quiet)
+    };
+    match request {
+        Request::Get(g) => get(pool, lane, g, raw),
+        Request::Store(s) => {
+            let mut r = *s;
+            r.noreply = false;
+            forward(
+                s.key,
+                request_bytes(&Request::Store(r)),
+                ReplyKind::Line,
+                s.noreply,
+                None,
+            )
+        }
+        Request::Delete {
+            key,
+            holdoff,
+            noreply,
+        } => {
+            let bytes = request_bytes(&Request::Delete {
+                key,
+                holdoff: *holdoff,
+                noreply: false,
+            });
+            forward(key, bytes, ReplyKind::Line, *noreply, None)
+        }
+        Request::Arith {
+            op,
+            key,
+            delta,
+            noreply,
+        } => {
+            let bytes = request_bytes(&Request::Arith {
+                op: *op,
+                key,
+                delta: *delta,
+                noreply: false,
+            });
+            forward(key, bytes, ReplyKind::Line, *noreply, None)
+        }
+        Request::Touch {
+            key,
+            exptime,
+            noreply,
+        } => {
+            let bytes = request_bytes(&Request::Touch {
+                key,
+                exptime: *exptime,
+                noreply: false,
+            });
+            forward(key, bytes, ReplyKind::Line, *noreply, None)
+        }
+        Request::MetaGet(m) | Request::MetaDelete(m) => {
+            let key = m.key.bytes().to_vec();
+            let quiet = m
+                .flags
+                .quiet()
+                .then_some(if matches!(request, Request::MetaGet(_)) {
+                    QUIET_MG
+                } else {
+                    QUIET_MS_MD
+                });
+            forward(&key, without_quiet(raw), ReplyKind::Meta, false, quiet)
+        }
+        Request::MetaSet(m) => {
+            let key = m.key.bytes().to_vec();
+            let quiet = m.flags.quiet().then_some(QUIET_MS_MD);
+            forward(&key, without_quiet(raw), ReplyKind::Meta, false, quiet)
+        }
+        Request::MetaArithmetic(m) => {
+            let key = m.key.bytes().to_vec();
+            let quiet = m.flags.quiet().then_some(QUIET_MA);
+            forward(&key, without_quiet(raw), ReplyKind::Meta, false, quiet)
+        }
+        Request::MetaNoop => local(b"MN\r\n".to_vec()),
+        Request::Version => {
+            local(format!("VERSION memfleet-router-{}\r\n", env!("CARGO_PKG_VERSION")).into_bytes())
+        }
+        Request::Verbosity { noreply, .. } => local(if *noreply {
+            Vec::new()
+        } else {
+            b"OK\r\n".to_vec()
+        }),
+        Request::Stats { .. } => local(pool.stats()),
+        Request::Quit => Plan::Close,
+        Request::FlushAll { noreply, .. } => {
+            // Every server of the pool, then one answer.
+            let calls: Vec<_> = pool
+                .backends
+                .iter()
+                .map(|b| b.call(lane, raw_without_noreply(raw, *noreply), ReplyKind::Line))
+                .collect();
+            let noreply = *noreply;
+            Plan::Reply(Box::pin(async move {
+                let mut failed = None;
+                for c in calls {
+                    match c.await {
+                        Ok(r) if r == b"OK\r\n" => {}
+                        Ok(r) => failed = Some(r),
+                        Err(e) => failed = Some(error_reply(&e)),
+                    }
+                }
+                match (noreply, failed) {
+                    (true, _) => Vec::new(),
+                    (false, Some(r)) => r,
+                    (false, None) => b"OK\r\n".to_vec(),
+                }
+            }))
+        }
+        Request::MetaDebug { key } => {
+            let key = key.bytes().to_vec();
+            forward(&key, raw.to_vec(), ReplyKind::Meta, false, None)
+        }
+        Request::Other { .. } => local(b"ERROR\r\n".to_vec()),
+    }
+}
+
+fn request_bytes(request: &Request<'_>) -> Vec<u8> {
+    let mut out = Vec::new();
+    request.encode(&mut out);
+    if !out.ends_with(b"\r\n") {
+        out.extend_from_slice(b"\r\n");
+    }
+    out
+}
+
+/// `flush_all [delay] noreply` without its `noreply`.
+fn raw_without_noreply(raw: &[u8], noreply: bool) -> Vec<u8> {
+    if !noreply {
+        return raw.to_vec();
+    }
+    let line = raw.strip_suffix(b"\r\n").unwrap_or(raw);
+    let line = line.strip_suffix(b"\r").unwrap_or(line);
+    let words: Vec<&[u8]> = line
+        .split(|&b| b == b' ')
+        .filter(|w| !w.is_empty() && *w != b"noreply")
+        .collect();
+    let mut out = words.join(&b' ');
+    out.extend_from_slice(b"\r\n");
+    out
+}
+
+/// A meta request's bytes with its `q` flag removed (the command line only; a data block
+/// after it is kept as is).
+fn without_quiet(raw: &[u8]) -> Vec<u8> {
+    let end = raw
+        .iter()
+        .position(|&b| b == b'\n')
+        .map_or(raw.len(), |i| i + 1);
+    let (line, rest) = raw.split_at(end);
+    let text = line.strip_suffix(b"\n").unwrap_or(line);
+    let text = text.strip_suffix(b"\r").unwrap_or(text);
+    let words: Vec<&[u8]> = text
+        .split(|&b| b == b' ')
+        .filter(|w| !w.is_empty())
+        .enumerate()
+        .filter(|(i, w)| *i < 2 || *w != b"q")
+        .map(|(_, w)| w)
+        .collect();
+    let mut out = words.join(&b' ');
+    out.extend_from_slice(b"\r\n");
+    out.extend_from_slice(rest);
+    out
+}
+
+/// Sends a one-key request to the key's server. `noreply`: the client wants no reply at
+/// all; `quiet`: reply prefixes the client's quiet mode suppresses.
+fn forward(
+    pool: &Arc<Pool>,
+    lane: usize,
+    key: &[u8],
+    bytes: Vec<u8>,
+    kind: ReplyKind,
+    noreply: bool,
+    quiet: Option<&'static [&'static [u8]]>,
+) -> Plan {
+    let call = pool.backend_for(key).call(lane, bytes, kind);
+    Plan::Reply(Box::pin(async move {
+        let reply = match call.await {
+            Ok(r) => r,
+            Err(e) => error_reply(&e),
+        };
+        let suppressed = quiet.is_some_and(|q| q.iter().any(|p| reply.starts_with(p)));
+        if noreply || suppressed {
+            Vec::new()
+        } else {
+            reply
+        }
+    }))
+}
+
+/// A retrieval: split by server, in parallel, reassembled in the client's key order.
+fn get(pool: &Arc<Pool>, lane: usize, g: &memfleet_protocol::Get<'_>, raw: &[u8]) -> Plan {
+    let keys: Vec<Vec<u8>> = g.keys.map(<[u8]>::to_vec).collect();
+    if keys.is_empty() {
+        // `gat <exptime>` with no keys: memcached answers END.
+        return local(b"END\r\n".to_vec());
+    }
+    let servers: Vec<usize> = keys.iter().map(|k| pool.ring.pick(k)).collect();
+    if servers.iter().all(|s| *s == servers[0]) {
+        // One server: the request as it came.
+        let call = pool.backends[servers[0]].call(lane, raw.to_vec(), ReplyKind::Retrieval);
+        return Plan::Reply(Box::pin(async move {
+            // A failed server's keys are misses.
+            call.await.unwrap_or_else(|_| b"END\r\n".to_vec())
+        }));
+    }
+    let mut order: Vec<usize> = servers.clone();
+    order.sort_unstable();
+    order.dedup();
+    let prefix: Vec<u8> = match g.kind {
+        GetKind::Gat | GetKind::Gats => {
+            format!("{} {}", String::from_utf8_lossy(g.kind.name()), g.exptime).into_bytes()
+        }
+        _ => g.kind.name().to_vec(),
+    };
+    let calls: Vec<(usize, _)> = order
+        .iter()
+        .map(|&s| {
+            let mut bytes = prefix.clone();
+            for (k, _) in keys.iter().zip(&servers).filter(|(_, t)| **t == s) {
+                bytes.push(b' ');
+                bytes.extend_from_slice(k);
+            }
+            bytes.extend_from_slice(b"\r\n");
+            (s, pool.backends[s].call(lane, bytes, ReplyKind::Retrieval))
+        })
+        .collect();
+    Plan::Reply(Box::pin(async move {
+        // Per server: its index, its (key, block) hits in request order, the next unread.
+        let mut parts: Vec<(usize, Vec<Block>, usize)> = Vec::new();
+        for (s, call) in calls {
+            let blocks = match call.await {
+                Ok(reply) => value_blocks(&reply),
+                Err(_) => Vec::new(),
+            };
+            parts.push((s, blocks, 0));
+        }
+        let mut out = Vec::new();
+        for (key, s) in keys.iter().zip(&servers) {
+            let (_, blocks, next) = parts
+                .iter_mut()
+                .find(|(t, _, _)| t == s)
+                .expect("a part per server");
+            if let Some((k, block)) = blocks.get(*next) {
+                if k == key {
+                    out.extend_from_slice(block);
+                    *next += 1;
+                }
+            }
+        }
+        response::end(&mut out);
+        out
+    }))
+}
+
+/// A `VALUE` block of a retrieval reply and its key.
+type Block = (Vec<u8>, Vec<u8>);
+
+/// The `VALUE`/`LVALUE` blocks of a retrieval reply, each with its key (an error reply has
+/// none).
+fn value_blocks(reply: &[u8]) -> Vec<Block> {
+    let mut blocks = Vec::new();
+    let mut at = 0;
+    while let Some(nl) = reply[at..].iter().position(|&b| b == b'\n') {
+        let line = &reply[at..at + nl + 1];
+        let words: Vec<&[u8]> = line
+            .trim_ascii_end()
+            .split(|&b| b == b' ')
+            .filter(|w| !w.is_empty())
+            .collect();
+        let len_at = match words.first() {
+            Some(&b"VALUE") => 3,
+            Some(&b"LVALUE") => 4,
+            _ => break,
+        };
+        let len: usize = match words
+            .get(len_at)
+            .and_then(|w| std::str::from_utf8(w).ok())
+            .and_then(|w| w.parse().ok())
+        {
+            Some(n) => n,
+            None => break,
+        };
+        let end = at + nl + 1 + len + 2;
+        if end > reply.len() {
+            break;
+        }
+        blocks.push((words[1].to_vec(), reply[at..end].to_vec()));
+        at = end;
+    }
+    blocks
+}
+
+impl Pool {
+    fn backend_for(&self, key: &[u8]) -> Arc<Backend> {
+        self.backends[self.ring.pick(key)].clone()
+    }
+}

@@ -1,0 +1,240 @@
+//! The router through real sockets, in front of real `memfleet server`s: placement matches
+//! the ring, multi-gets split and reassemble, `noreply` and quiet meta behave as against one
+//! server, and a dead or hung server costs its own keys only (fast errors after the
+//! knockout, one timeout while hung), then comes back.
+
+use memfleet_router::Running;
+use memfleet_routing::from_toml;
+use memfleet_server::{Server, Settings};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::time::{Duration, Instant};
+
+fn server(port: u16) -> Server {
+    Server::start(Settings {
+        port,
+        threads: 1,
+        memory_bytes: 16 << 20,
+        ..Settings::default()
+    })
+    .expect("backend starts")
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+struct Client(BufReader<TcpStream>);
+
+impl Client {
+    fn connect(addr: SocketAddr) -> Client {
+        let s = TcpStream::connect(addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        Client(BufReader::new(s))
+    }
+
+    fn send(&mut self, bytes: &[u8]) {
+        self.0.get_mut().write_all(bytes).unwrap();
+    }
+
+    fn line(&mut self) -> String {
+        let mut l = String::new();
+        self.0.read_line(&mut l).unwrap();
+        l
+    }
+
+    /// Sends and reads exactly `want.len()` bytes, which must be `want`.
+    fn check(&mut self, request: &str, want: &str) {
+        self.send(request.as_bytes());
+        let mut got = vec![0; want.len()];
+        self.0.read_exact(&mut got).unwrap();
+        assert_eq!(String::from_utf8_lossy(&got), want, "request {request:?}");
+    }
+}
+
+fn pool_toml(listen: u16, servers: &[u16], extra: &str) -> String {
+    let list: Vec<String> = servers
+        .iter()
+        .map(|p| format!("\"127.0.0.1:{p}\""))
+        .collect();
+    format!(
+        "[pools.main]\nlisten = \"127.0.0.1:{listen}\"\nservers = [{}]\n{extra}\n",
+        list.join(", ")
+    )
+}
+
+#[test]
+fn keys_go_where_the_ring_says_and_multigets_reassemble() {
+    let ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
+    let _servers: Vec<Server> = ports.iter().map(|p| server(*p)).collect();
+    let pools = from_toml(&pool_toml(0, &ports, "")).unwrap();
+    let ring = pools[0].ring().unwrap();
+    let router = Running::start(pools, 2).unwrap();
+    let mut c = Client::connect(router.addrs[0]);
+    for i in 0..300 {
+        c.check(
+            &format!("set key{i} {i} 0 2\r\nv{}\r\n", i % 10),
+            "STORED\r\n",
+        );
+    }
+    // Each key is on the server the ring picks, and only there.
+    for i in (0..300).step_by(7) {
+        let key = format!("key{i}");
+        let owner = ring.nodes()[ring.pick(key.as_bytes())].port;
+        for &p in &ports {
+            let mut direct = Client::connect(SocketAddr::from(([127, 0, 0, 1], p)));
+            direct.send(format!("get {key}\r\n").as_bytes());
+            let first = direct.line();
+            assert_eq!(
+                first.starts_with("VALUE"),
+                p == owner,
+                "{key} on {p}: {first}"
+            );
+        }
+    }
+    // A multi-get spanning every server, with a miss and a repeat, in the client's order.
+    let mut want = String::new();
+    for k in ["key5", "nope", "key17", "key5", "key250"] {
+        if let Some(i) = k.strip_prefix("key") {
+            let i: usize = i.parse().unwrap();
+            want.push_str(&format!("VALUE {k} {i} 2\r\nv{}\r\n", i % 10));
+        }
+    }
+    want.push_str("END\r\n");
+    c.check("get key5 nope key17 key5 key250\r\n", &want);
+    // Pipelined requests of every kind come back in order.
+    c.check(
+        "incr n 1\r\nset n 0 0 1\r\n5\r\nincr n 2\r\ndelete key1\r\nget key1\r\nversion\r\n",
+        &format!(
+            "NOT_FOUND\r\nSTORED\r\n7\r\nDELETED\r\nEND\r\nVERSION memfleet-router-{}\r\n",
+            env!("CARGO_PKG_VERSION")
+        ),
+    );
+    // noreply and quiet meta: silent on success, then a marker proves the order.
+    c.check(
+        "set q 0 0 1 noreply\r\nx\r\nget q\r\n",
+        "VALUE q 0 1\r\nx\r\nEND\r\n",
+    );
+    c.check(
+        "mg nope v q\r\nmg q v q\r\nms q 1 q\r\ny\r\nmn\r\n",
+        "VA 1\r\nx\r\nMN\r\n",
+    );
+    c.check("mg q v\r\n", "VA 1\r\ny\r\n");
+    // Errors stay memcached's.
+    c.check("bogus\r\n", "ERROR\r\n");
+    c.check(
+        &format!("get {}\r\n", "k".repeat(251)),
+        "CLIENT_ERROR bad command line format\r\n",
+    );
+    c.check("flush_all\r\nget key5\r\n", "OK\r\nEND\r\n");
+}
+
+#[test]
+fn a_dead_server_costs_only_its_keys_and_comes_back() {
+    let ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
+    let mut servers: Vec<Option<Server>> = ports.iter().map(|p| Some(server(*p))).collect();
+    let extra = "timeout_ms = 200\nserver_failure_limit = 2\nserver_retry_timeout_ms = 100\n";
+    let pools = from_toml(&pool_toml(0, &ports, extra)).unwrap();
+    let ring = pools[0].ring().unwrap();
+    let router = Running::start(pools, 2).unwrap();
+    let mut c = Client::connect(router.addrs[0]);
+    let keys: Vec<String> = (0..60).map(|i| format!("k{i}")).collect();
+    for k in &keys {
+        c.check(&format!("set {k} 0 0 1\r\nx\r\n"), "STORED\r\n");
+    }
+    let dead = 1;
+    servers[dead].take().unwrap().shutdown().unwrap();
+    let on_dead = |k: &String| ring.nodes()[ring.pick(k.as_bytes())].port == ports[dead];
+    // Its keys fail (connection refused, then marked down: fast), the others still work.
+    for k in &keys {
+        c.send(format!("get {k}\r\n").as_bytes());
+        let first = c.line();
+        if on_dead(k) {
+            assert_eq!(first, "END\r\n", "a dead server's key is a miss");
+        } else {
+            assert!(first.starts_with("VALUE"), "{k}: {first}");
+            c.line();
+            c.line();
+        }
+    }
+    let victim = keys.iter().find(|k| on_dead(k)).unwrap();
+    c.send(format!("set {victim} 0 0 1\r\ny\r\n").as_bytes());
+    assert!(c.line().starts_with("SERVER_ERROR"));
+    let started = Instant::now();
+    c.send(format!("set {victim} 0 0 1\r\ny\r\n").as_bytes());
+    assert_eq!(
+        c.line(),
+        format!(
+            "SERVER_ERROR server 127.0.0.1:{} is marked down\r\n",
+            ports[dead]
+        )
+    );
+    assert!(
+        started.elapsed() < Duration::from_millis(100),
+        "marked down fails fast"
+    );
+    // Back: the probe finds it and its keys work again (empty, as a restarted cache is).
+    servers[dead] = Some(server(ports[dead]));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        c.send(format!("set {victim} 0 0 1\r\nz\r\n").as_bytes());
+        if c.line() == "STORED\r\n" {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the server never came back");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    c.check(
+        &format!("get {victim}\r\n"),
+        &format!("VALUE {victim} 0 1\r\nz\r\nEND\r\n"),
+    );
+}
+
+#[test]
+fn a_hung_server_costs_one_timeout() {
+    let live = free_port();
+    let _server = server(live);
+    // Accepts connections and never answers, like a stopped process.
+    let hung = TcpListener::bind("127.0.0.1:0").unwrap();
+    let hung_port = hung.local_addr().unwrap().port();
+    let extra = "timeout_ms = 300\nauto_eject_hosts = true\nserver_failure_limit = 1\n";
+    let pools = from_toml(&pool_toml(0, &[live, hung_port], extra)).unwrap();
+    let ring = pools[0].ring().unwrap();
+    let router = Running::start(pools, 2).unwrap();
+    let keys: Vec<String> = (0..40).map(|i| format!("h{i}")).collect();
+    let on_hung = keys
+        .iter()
+        .find(|k| ring.nodes()[ring.pick(k.as_bytes())].port == hung_port)
+        .unwrap();
+    let on_live = keys
+        .iter()
+        .find(|k| ring.nodes()[ring.pick(k.as_bytes())].port == live)
+        .unwrap();
+    let mut c = Client::connect(router.addrs[0]);
+    let started = Instant::now();
+    c.send(format!("set {on_hung} 0 0 1\r\nx\r\n").as_bytes());
+    assert_eq!(
+        c.line(),
+        format!("SERVER_ERROR server 127.0.0.1:{hung_port} timed out\r\n")
+    );
+    let waited = started.elapsed();
+    assert!(
+        waited >= Duration::from_millis(250) && waited < Duration::from_secs(2),
+        "{waited:?}"
+    );
+    // Meanwhile another client's keys on the live server are served at once.
+    let mut other = Client::connect(router.addrs[0]);
+    let started = Instant::now();
+    other.check(&format!("set {on_live} 0 0 1\r\nx\r\n"), "STORED\r\n");
+    assert!(started.elapsed() < Duration::from_millis(200));
+    // Now marked down: the hung server's keys fail fast.
+    let started = Instant::now();
+    c.send(format!("get {on_hung}\r\n").as_bytes());
+    assert_eq!(c.line(), "END\r\n");
+    assert!(started.elapsed() < Duration::from_millis(100));
+    drop(hung);
+}
