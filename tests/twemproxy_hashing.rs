@@ -190,8 +190,9 @@ fn keys_land_where_twemproxy_puts_them() {
     std::fs::write(&conf, &yml).unwrap();
     // memfleet reads the same file.
     let parsed = from_twemproxy_yaml(&yml).expect("memfleet reads the nutcracker.yml");
+    // Through nutcracker, then through `memfleet router` on the very same file.
     let stats = free_port();
-    let _proxy = Killed(
+    let nutcracker = Killed(
         Command::new(&bin)
             .arg("-c")
             .arg(&conf)
@@ -201,7 +202,62 @@ fn keys_land_where_twemproxy_puts_them() {
             .spawn()
             .unwrap(),
     );
-    for pool in &pools {
+    let by_nutcracker = place(&pools, &backend_ports);
+    drop(nutcracker);
+    for p in &backend_ports {
+        let mut s = BufReader::new(connect(*p));
+        s.get_mut().write_all(b"flush_all\r\n").unwrap();
+        let mut line = String::new();
+        s.read_line(&mut line).unwrap();
+        assert_eq!(line, "OK\r\n");
+    }
+    let router = Killed(
+        Command::new(memfleet)
+            .arg("router")
+            .arg("--twemproxy")
+            .arg(&conf)
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let by_memfleet = place(&pools, &backend_ports);
+    drop(router);
+    let _ = std::fs::remove_dir_all(&dir);
+
+    let mut failures = Vec::new();
+    for (p, pool) in pools.iter().enumerate() {
+        let ring = parsed
+            .iter()
+            .find(|c| c.name == pool.name)
+            .expect("every pool parsed")
+            .ring()
+            .unwrap();
+        let (mut wrong, mut differ) = (0, 0);
+        for i in 0..KEYS {
+            let key = pool.key(i);
+            let predicted = ring.nodes()[ring.pick(key.as_bytes())].port;
+            if backend_ports[by_nutcracker[p][i]] != predicted {
+                wrong += 1;
+            }
+            if by_memfleet[p][i] != by_nutcracker[p][i] {
+                differ += 1;
+            }
+        }
+        if wrong + differ > 0 {
+            failures.push(format!(
+                "{}: {wrong} of {KEYS} keys not where the ring says, {differ} placed \
+                 differently by memfleet router and nutcracker",
+                pool.name
+            ));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// Stores every pool's keys through the proxy listening on the pools' ports, then asks each
+/// backend which keys it holds: the backend index of every key, per pool.
+fn place(pools: &[Pool], backend_ports: &[u16]) -> Vec<Vec<usize>> {
+    for pool in pools {
         let mut s = BufReader::new(connect(pool.port));
         let mut batch = String::new();
         for i in 0..KEYS {
@@ -215,28 +271,20 @@ fn keys_land_where_twemproxy_puts_them() {
             assert_eq!(line, "STORED\r\n", "pool {}", pool.name);
         }
     }
-    let mut failures = Vec::new();
-    for pool in &pools {
-        let keys: Vec<String> = (0..KEYS).map(|i| pool.key(i)).collect();
-        let holders: Vec<Vec<bool>> = backend_ports.iter().map(|p| held(*p, &keys)).collect();
-        let ring = parsed
-            .iter()
-            .find(|p| p.name == pool.name)
-            .expect("every pool parsed")
-            .ring()
-            .unwrap();
-        let mut wrong = 0;
-        for (i, key) in keys.iter().enumerate() {
-            let on: Vec<usize> = (0..4).filter(|b| holders[*b][i]).collect();
-            assert_eq!(on.len(), 1, "{key} is on backends {on:?}");
-            if backend_ports[on[0]] != ring.nodes()[ring.pick(key.as_bytes())].port {
-                wrong += 1;
-            }
-        }
-        if wrong > 0 {
-            failures.push(format!("{}: {wrong} of {KEYS} keys elsewhere", pool.name));
-        }
-    }
-    let _ = std::fs::remove_dir_all(&dir);
-    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    pools
+        .iter()
+        .map(|pool| {
+            let keys: Vec<String> = (0..KEYS).map(|i| pool.key(i)).collect();
+            let holders: Vec<Vec<bool>> = backend_ports.iter().map(|p| held(*p, &keys)).collect();
+            (0..KEYS)
+                .map(|i| {
+                    let on: Vec<usize> = (0..backend_ports.len())
+                        .filter(|b| holders[*b][i])
+                        .collect();
+                    assert_eq!(on.len(), 1, "{} is on backends {on:?}", keys[i]);
+                    on[0]
+                })
+                .collect()
+        })
+        .collect()
 }
