@@ -203,10 +203,7 @@ pub struct Running {
 impl Running {
     /// Starts `pools` on a new runtime of `threads` workers; returns once they listen.
     pub fn start(pools: Vec<PoolConfig>, threads: usize) -> anyhow::Result<Running> {
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(threads.max(1))
-            .enable_all()
-            .build()?;
+        let rt = runtime(threads)?;
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
         let (ready_tx, ready_rx) = std::sync::mpsc::channel();
         let thread = std::thread::Builder::new()
@@ -253,6 +250,21 @@ impl Drop for Running {
     }
 }
 
+/// One thread: a current-thread runtime (no work-stealing queues or cross-thread wakeups
+/// between a client's task and its servers' connection tasks); more: tokio's scheduler.
+fn runtime(threads: usize) -> std::io::Result<tokio::runtime::Runtime> {
+    if threads <= 1 {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+    } else {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(threads)
+            .enable_all()
+            .build()
+    }
+}
+
 /// `memfleet router`: serves until SIGINT or SIGTERM.
 pub fn run(args: &RouterArgs) -> anyhow::Result<()> {
     let _ = tracing_subscriber::fmt()
@@ -266,10 +278,7 @@ pub fn run(args: &RouterArgs) -> anyhow::Result<()> {
     let threads = args
         .threads
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(threads.max(1))
-        .enable_all()
-        .build()?;
+    let rt = runtime(threads)?;
     rt.block_on(async {
         let stop = async {
             let mut term =
