@@ -53,7 +53,7 @@ struct Job {
 }
 
 /// How a backend is reached and judged.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct BackendOptions {
     /// Connections to open (requests are spread over them).
     pub connections: usize,
@@ -110,6 +110,16 @@ impl Backend {
             conns,
             health,
         })
+    }
+
+    /// The server's address.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The settings it was made with.
+    pub fn options(&self) -> &BackendOptions {
+        &self.options
     }
 
     /// The server's name (`host:port`).

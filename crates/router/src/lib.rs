@@ -36,8 +36,10 @@ pub struct Pool {
 }
 
 impl Pool {
-    /// Resolves the servers and prepares their connections (made on first use).
-    pub fn new(config: PoolConfig) -> anyhow::Result<Pool> {
+    /// Resolves the servers and prepares their connections (made on first use), reusing
+    /// those of `previous` for servers that stay with the same settings (a reload keeps
+    /// their connections, counters and health).
+    pub fn new(config: PoolConfig, previous: Option<&Pool>) -> anyhow::Result<Pool> {
         let ring = config.ring()?;
         let options = BackendOptions {
             connections: config.server_connections as usize,
@@ -59,7 +61,15 @@ impl Pool {
                     .with_context(|| {
                         format!("pool {}: cannot resolve {}", config.name, n.addr())
                     })?;
-                Ok(Backend::new(addr, n.addr(), options.clone()))
+                let kept = previous.and_then(|p| {
+                    p.backends
+                        .iter()
+                        .find(|b| b.addr() == addr && b.options() == &options)
+                });
+                Ok(match kept {
+                    Some(b) => b.clone(),
+                    None => Backend::new(addr, n.addr(), options.clone()),
+                })
             })
             .collect::<anyhow::Result<Vec<_>>>()?;
         Ok(Pool {
@@ -132,11 +142,15 @@ pub fn load_pools(args: &RouterArgs) -> anyhow::Result<Vec<PoolConfig>> {
     pools.with_context(|| format!("in {}", path.display()))
 }
 
+/// The pool a listener serves now: a reload swaps it, and every client connection reads
+/// it per request, so new routing applies to open connections too.
+pub type PoolSlot = Arc<arc_swap::ArcSwap<Pool>>;
+
 /// Pools bound to their listeners, not yet serving.
 pub struct Bound {
     /// Each listening pool's address, in configuration order.
     pub addrs: Vec<SocketAddr>,
-    listeners: Vec<(Arc<Pool>, tokio::net::TcpListener)>,
+    listeners: Vec<(String, PoolSlot, tokio::net::TcpListener)>,
 }
 
 /// Binds one listener per pool that has a `listen` address.
@@ -156,38 +170,134 @@ pub async fn bind(pools: Vec<PoolConfig>) -> anyhow::Result<Bound> {
             .await
             .with_context(|| format!("pool {}: cannot listen on {listen}", config.name))?;
         addrs.push(listener.local_addr()?);
-        let pool = Arc::new(Pool::new(config)?);
+        let pool = Pool::new(config, None)?;
         tracing::info!(pool = pool.name(), listen = %listener.local_addr()?, "routing");
-        listeners.push((pool, listener));
+        let slot: PoolSlot = Arc::new(arc_swap::ArcSwap::from_pointee(pool));
+        listeners.push((listen, slot, listener));
     }
     anyhow::ensure!(!listeners.is_empty(), "no pool has a listen address");
     Ok(Bound { addrs, listeners })
 }
 
 impl Bound {
-    /// Accepts and serves clients until `stop` resolves.
-    pub async fn run(self, stop: impl std::future::Future<Output = ()>) {
-        let mut tasks = Vec::new();
-        for (pool, listener) in self.listeners {
-            tasks.push(tokio::spawn(async move {
-                let mut lane = 0usize;
-                loop {
-                    match listener.accept().await {
-                        Ok((stream, _)) => {
-                            lane = lane.wrapping_add(1);
-                            tokio::spawn(proxy::serve(pool.clone(), stream, lane));
-                        }
-                        Err(e) => {
-                            tracing::warn!(error = %e, "accept failed");
-                            tokio::time::sleep(Duration::from_millis(10)).await;
-                        }
+    /// Accepts and serves clients until `stop` resolves; each configuration `reloads` yields
+    /// is applied (see [`Serving::reload`]).
+    pub async fn run(
+        self,
+        stop: impl std::future::Future<Output = ()>,
+        mut reloads: tokio::sync::mpsc::UnboundedReceiver<Vec<PoolConfig>>,
+    ) {
+        let mut serving = Serving::default();
+        for (listen, slot, listener) in self.listeners {
+            serving.accept(listen, slot, listener);
+        }
+        tokio::pin!(stop);
+        loop {
+            tokio::select! {
+                () = &mut stop => break,
+                Some(pools) = reloads.recv() => serving.reload(pools).await,
+            }
+        }
+        for (_, (_, task)) in serving.listeners.drain() {
+            task.abort();
+        }
+    }
+}
+
+/// The listeners being served, by listen address.
+#[derive(Default)]
+pub struct Serving {
+    listeners: std::collections::HashMap<String, (PoolSlot, tokio::task::JoinHandle<()>)>,
+}
+
+impl Serving {
+    fn accept(&mut self, listen: String, slot: PoolSlot, listener: tokio::net::TcpListener) {
+        let accepting = slot.clone();
+        let task = tokio::spawn(async move {
+            let mut lane = 0usize;
+            loop {
+                match listener.accept().await {
+                    Ok((stream, _)) => {
+                        lane = lane.wrapping_add(1);
+                        tokio::spawn(proxy::serve(accepting.clone(), stream, lane));
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "accept failed");
+                        tokio::time::sleep(Duration::from_millis(10)).await;
                     }
                 }
-            }));
+            }
+        });
+        self.listeners.insert(listen, (slot, task));
+    }
+
+    /// Applies a new configuration, all or nothing: pools on a listen address already
+    /// served get the new ring and settings in place (their clients stay connected, and
+    /// servers that stay keep their connections); new addresses start listening; addresses
+    /// gone stop accepting (their open connections finish on the old pool). A configuration
+    /// that cannot be applied (a port that cannot be bound, a server that does not resolve)
+    /// is logged and the old one keeps serving.
+    pub async fn reload(&mut self, pools: Vec<PoolConfig>) {
+        let mut swaps = Vec::new();
+        let mut binds = Vec::new();
+        for config in pools {
+            let Some(listen) = config.listen.clone() else {
+                continue;
+            };
+            let previous = self
+                .listeners
+                .get(&listen)
+                .map(|(slot, _)| slot.load_full());
+            let name = config.name.clone();
+            match Pool::new(config, previous.as_deref()) {
+                Ok(pool) => match self.listeners.get(&listen) {
+                    Some((slot, _)) => swaps.push((listen, slot.clone(), pool)),
+                    None => match tokio::net::TcpListener::bind(&listen).await {
+                        Ok(l) => binds.push((listen, pool, l)),
+                        Err(e) => {
+                            tracing::error!(pool = %name, %listen, error = %e, "reload refused: cannot listen");
+                            return;
+                        }
+                    },
+                },
+                Err(e) => {
+                    tracing::error!(error = %format!("{e:#}"), "reload refused");
+                    return;
+                }
+            }
         }
-        stop.await;
-        for t in tasks {
-            t.abort();
+        let kept: std::collections::HashSet<String> = swaps
+            .iter()
+            .map(|(l, _, _)| l.clone())
+            .chain(binds.iter().map(|(l, _, _)| l.clone()))
+            .collect();
+        for (_, slot, pool) in swaps {
+            tracing::info!(
+                pool = pool.name(),
+                servers = pool.backends.len(),
+                "pool reloaded"
+            );
+            slot.store(Arc::new(pool));
+        }
+        let gone: Vec<String> = self
+            .listeners
+            .keys()
+            .filter(|k| !kept.contains(*k))
+            .cloned()
+            .collect();
+        for listen in gone {
+            if let Some((_, task)) = self.listeners.remove(&listen) {
+                tracing::info!(%listen, "listener removed");
+                task.abort();
+            }
+        }
+        for (listen, pool, listener) in binds {
+            tracing::info!(pool = pool.name(), %listen, "pool added");
+            self.accept(
+                listen,
+                Arc::new(arc_swap::ArcSwap::from_pointee(pool)),
+                listener,
+            );
         }
     }
 }
@@ -196,6 +306,7 @@ impl Bound {
 pub struct Running {
     /// Each listening pool's address, in configuration order.
     pub addrs: Vec<SocketAddr>,
+    reloads: tokio::sync::mpsc::UnboundedSender<Vec<PoolConfig>>,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
@@ -205,6 +316,7 @@ impl Running {
     pub fn start(pools: Vec<PoolConfig>, threads: usize) -> anyhow::Result<Running> {
         let rt = runtime(threads)?;
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let (reload_tx, reload_rx) = tokio::sync::mpsc::unbounded_channel();
         let (ready_tx, ready_rx) = std::sync::mpsc::channel();
         let thread = std::thread::Builder::new()
             .name("memfleet-router".into())
@@ -214,9 +326,12 @@ impl Running {
                         Ok(bound) => {
                             let _ = ready_tx.send(Ok(bound.addrs.clone()));
                             bound
-                                .run(async move {
-                                    let _ = stop_rx.await;
-                                })
+                                .run(
+                                    async move {
+                                        let _ = stop_rx.await;
+                                    },
+                                    reload_rx,
+                                )
                                 .await;
                         }
                         Err(e) => {
@@ -230,12 +345,20 @@ impl Running {
         match ready_rx.recv() {
             Ok(Ok(addrs)) => Ok(Running {
                 addrs,
+                reloads: reload_tx,
                 stop: Some(stop_tx),
                 thread: Some(thread),
             }),
             Ok(Err(e)) => Err(e),
             Err(_) => anyhow::bail!("the router thread ended at start"),
         }
+    }
+}
+
+impl Running {
+    /// Applies a new configuration (asynchronously, as a SIGHUP would).
+    pub fn reload(&self, pools: Vec<PoolConfig>) {
+        let _ = self.reloads.send(pools);
     }
 }
 
@@ -246,6 +369,50 @@ impl Drop for Running {
         }
         if let Some(t) = self.thread.take() {
             let _ = t.join();
+        }
+    }
+}
+
+/// Reloads on SIGHUP and when the configuration file changes (checked every second: its
+/// size and modification time, which an editor's rename-over also changes). A file that
+/// does not parse is logged and ignored; the next change is tried again.
+async fn watch_config(
+    args: RouterArgs,
+    reloads: tokio::sync::mpsc::UnboundedSender<Vec<PoolConfig>>,
+) {
+    let path = args.config.clone().or_else(|| args.twemproxy.clone());
+    let stamp = |p: &Option<PathBuf>| {
+        p.as_ref()
+            .and_then(|p| std::fs::metadata(p).ok())
+            .map(|m| (m.len(), m.modified().ok()))
+    };
+    let mut seen = stamp(&path);
+    let Ok(mut hup) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) else {
+        return;
+    };
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    loop {
+        let why = tokio::select! {
+            _ = hup.recv() => "SIGHUP",
+            _ = tick.tick() => {
+                let now = stamp(&path);
+                if now == seen {
+                    continue;
+                }
+                seen = now;
+                "the file changed"
+            }
+        };
+        match load_pools(&args) {
+            Ok(pools) => {
+                tracing::info!(reason = why, "reloading the configuration");
+                if reloads.send(pools).is_err() {
+                    return;
+                }
+            }
+            Err(e) => {
+                tracing::error!(reason = why, error = %format!("{e:#}"), "new configuration refused; the old one keeps serving")
+            }
         }
     }
 }
@@ -289,7 +456,9 @@ pub fn run(args: &RouterArgs) -> anyhow::Result<()> {
                 _ = term.recv() => {}
             }
         };
-        bind(pools).await?.run(stop).await;
+        let (reload_tx, reload_rx) = tokio::sync::mpsc::unbounded_channel();
+        tokio::spawn(watch_config(args.clone(), reload_tx));
+        bind(pools).await?.run(stop, reload_rx).await;
         anyhow::Ok(())
     })
 }

@@ -46,7 +46,7 @@ const MAX_PENDING_INPUT: usize = (1 << 20) + 64 * 1024;
 
 /// Serves one client until it closes. `lane` picks the connection to each server this
 /// client's requests use (always the same one, which keeps them in order).
-pub async fn serve(pool: Arc<Pool>, stream: TcpStream, lane: usize) {
+pub async fn serve(slot: crate::PoolSlot, stream: TcpStream, lane: usize) {
     let _ = stream.set_nodelay(true);
     let (mut rd, mut wr) = stream.into_split();
     let (tx, mut rx) = mpsc::channel::<Plan>(IN_FLIGHT);
@@ -89,6 +89,8 @@ pub async fn serve(pool: Arc<Pool>, stream: TcpStream, lane: usize) {
         while at < buf.len() {
             match parse(&buf[at..], &cfg) {
                 Ok((request, used)) => {
+                    // The pool as configured now (a reload applies from the next request).
+                    let pool = slot.load_full();
                     let plan = route(&pool, lane, &request, &buf[at..at + used]);
                     at += used;
                     let stop = matches!(plan, Plan::Close);

@@ -238,3 +238,59 @@ fn a_hung_server_costs_one_timeout() {
     assert!(started.elapsed() < Duration::from_millis(100));
     drop(hung);
 }
+
+#[test]
+fn a_reload_reroutes_open_connections_and_a_bad_one_changes_nothing() {
+    let ports: Vec<u16> = (0..2).map(|_| free_port()).collect();
+    let _servers: Vec<Server> = ports.iter().map(|p| server(*p)).collect();
+    let listen = free_port();
+    let one = from_toml(&pool_toml(listen, &ports[..1], "")).unwrap();
+    let router = Running::start(one, 2).unwrap();
+    let mut c = Client::connect(router.addrs[0]);
+    for i in 0..40 {
+        c.check(&format!("set r{i} 0 0 1\r\na\r\n"), "STORED\r\n");
+    }
+    // Everything is on the first server.
+    let mut first = Client::connect(SocketAddr::from(([127, 0, 0, 1], ports[0])));
+    first.check(
+        "get r0 r39\r\n",
+        "VALUE r0 0 1\r\na\r\nVALUE r39 0 1\r\na\r\nEND\r\n",
+    );
+    // Add the second server: the same client connection now routes by the new ring.
+    let two = from_toml(&pool_toml(listen, &ports, "")).unwrap();
+    let ring = two[0].ring().unwrap();
+    router.reload(two);
+    let moved = (0..40)
+        .map(|i| format!("r{i}"))
+        .find(|k| ring.nodes()[ring.pick(k.as_bytes())].port == ports[1])
+        .expect("some key moves to the new server");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        c.send(format!("get {moved}\r\n").as_bytes());
+        let line = c.line();
+        if line == "END\r\n" {
+            break; // asked the new server, which does not have it
+        }
+        c.line();
+        c.line();
+        assert!(Instant::now() < deadline, "the reload never applied");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    c.check(&format!("set {moved} 0 0 1\r\nb\r\n"), "STORED\r\n");
+    let mut second = Client::connect(SocketAddr::from(([127, 0, 0, 1], ports[1])));
+    second.check(
+        &format!("get {moved}\r\n"),
+        &format!("VALUE {moved} 0 1\r\nb\r\nEND\r\n"),
+    );
+    // A configuration whose server does not resolve is refused; routing stays as it was.
+    let bad = from_toml(&format!(
+        "[pools.main]\nlisten = \"127.0.0.1:{listen}\"\nservers = [\"no-such-host.invalid:1\"]\n"
+    ))
+    .unwrap();
+    router.reload(bad);
+    std::thread::sleep(Duration::from_millis(300));
+    c.check(
+        &format!("get {moved}\r\n"),
+        &format!("VALUE {moved} 0 1\r\nb\r\nEND\r\n"),
+    );
+}
