@@ -2,42 +2,13 @@
 //! request goes to Debian's memcached and to memfleet, and framing the bytes that come back,
 //! reply by reply with the shape each request expects, must consume them exactly.
 
+mod support;
+
 use memfleet_protocol::reply::{frame, Frame, ReplyKind};
 use memfleet_protocol::{parse, ParserConfig};
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
-
-struct Killed(Child);
-
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-fn connect(port: u16) -> TcpStream {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        if let Ok(s) = TcpStream::connect(("127.0.0.1", port)) {
-            s.set_read_timeout(Some(Duration::from_millis(500)))
-                .unwrap();
-            return s;
-        }
-        assert!(Instant::now() < deadline, "nothing listens on {port}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
+use std::process::{Command, Stdio};
+use support::{connect as connect_with, free_port, Killed};
 
 const PIPELINE: &[u8] = b"set a 5 0 5\r\nhello\r\nget a b\r\ngets a\r\nget nope\r\n\
     append a 0 0 1\r\n!\r\nincr n 1\r\nset n 0 0 1\r\n7\r\nincr n 5\r\ndecr n 1\r\n\
@@ -52,7 +23,7 @@ fn requests() -> Vec<u8> {
 }
 
 fn check(port: u16, name: &str) {
-    let mut s = connect(port);
+    let mut s = connect_to(port);
     let reqs = requests();
     s.write_all(&reqs).unwrap();
     let mut out = Vec::new();
@@ -119,4 +90,8 @@ fn replies_of_memcached_and_memfleet_frame_exactly() {
     );
     check(mc, "memcached");
     check(mf, "memfleet");
+}
+
+fn connect_to(port: u16) -> std::net::TcpStream {
+    connect_with(port, std::time::Duration::from_millis(500))
 }

@@ -1,27 +1,13 @@
 //! `memfleet router` as an operator runs it: a TOML file, reloaded when it changes and on
 //! SIGHUP, a broken file refused while the old configuration keeps serving.
 
+mod support;
+
 use std::io::{BufRead, BufReader, Write};
-use std::net::{TcpListener, TcpStream};
-use std::process::{Child, Command, Stdio};
+use std::net::TcpStream;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-
-struct Killed(Child);
-
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
+use support::{free_port, Killed};
 
 /// Waits until `port` accepts and answers `version`.
 fn until_serving(port: u16) -> bool {

@@ -5,42 +5,14 @@
 //! YAML file* (`memfleet_routing::from_twemproxy_yaml`). This is what lets a twemproxy user
 //! move a live pool to memfleet without moving a key.
 
+mod support;
+
 use memfleet_routing::{from_twemproxy_yaml, KeyHash, Node};
 use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{TcpListener, TcpStream};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command, Stdio};
+use support::{connect as connect_with, free_port, Killed};
 
 const KEYS: usize = 200;
-
-struct Killed(Child);
-
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-fn connect(port: u16) -> TcpStream {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        if let Ok(s) = TcpStream::connect(("127.0.0.1", port)) {
-            s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-            return s;
-        }
-        assert!(Instant::now() < deadline, "nothing listens on {port}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
 
 fn nutcracker() -> Option<String> {
     ["nutcracker", "/usr/sbin/nutcracker"]
@@ -95,7 +67,7 @@ impl Pool {
 
 /// Which of `keys` the server on `port` holds.
 fn held(port: u16, keys: &[String]) -> Vec<bool> {
-    let mut s = BufReader::new(connect(port));
+    let mut s = BufReader::new(connect_to(port));
     s.get_mut()
         .write_all(format!("get {}\r\n", keys.join(" ")).as_bytes())
         .unwrap();
@@ -138,7 +110,7 @@ fn keys_land_where_twemproxy_puts_them() {
         })
         .collect();
     for p in &backend_ports {
-        drop(connect(*p));
+        drop(connect_to(*p));
     }
     let node = |i: usize, weight: u32, named: bool| Node {
         host: "127.0.0.1".into(),
@@ -205,7 +177,7 @@ fn keys_land_where_twemproxy_puts_them() {
     let by_nutcracker = place(&pools, &backend_ports);
     drop(nutcracker);
     for p in &backend_ports {
-        let mut s = BufReader::new(connect(*p));
+        let mut s = BufReader::new(connect_to(*p));
         s.get_mut().write_all(b"flush_all\r\n").unwrap();
         let mut line = String::new();
         s.read_line(&mut line).unwrap();
@@ -258,7 +230,7 @@ fn keys_land_where_twemproxy_puts_them() {
 /// backend which keys it holds: the backend index of every key, per pool.
 fn place(pools: &[Pool], backend_ports: &[u16]) -> Vec<Vec<usize>> {
     for pool in pools {
-        let mut s = BufReader::new(connect(pool.port));
+        let mut s = BufReader::new(connect_to(pool.port));
         let mut batch = String::new();
         for i in 0..KEYS {
             batch.push_str(&format!("set {} 0 0 1\r\nx\r\n", pool.key(i)));
@@ -287,4 +259,8 @@ fn place(pools: &[Pool], backend_ports: &[u16]) -> Vec<Vec<usize>> {
                 .collect()
         })
         .collect()
+}
+
+fn connect_to(port: u16) -> std::net::TcpStream {
+    connect_with(port, std::time::Duration::from_secs(10))
 }
