@@ -334,9 +334,33 @@ fn forward(
     }))
 }
 
+/// The admin key that asks where a key goes: `get __memfleet__.route(KEY)` answers with
+/// the server's `host:port` as the value (mcrouter has `__mcrouter__.route(...)`).
+const ROUTE_PREFIX: &[u8] = b"__memfleet__.route(";
+
+/// Answers admin route keys locally; `None` when the get has other keys.
+fn route_lookup(pool: &Pool, keys: &[Vec<u8>]) -> Option<Vec<u8>> {
+    let asked: Vec<&[u8]> = keys
+        .iter()
+        .map(|k| k.strip_prefix(ROUTE_PREFIX)?.strip_suffix(b")"))
+        .collect::<Option<_>>()?;
+    let mut out = Vec::new();
+    for (admin, key) in keys.iter().zip(asked) {
+        let server = pool.ring.nodes()[pool.ring.pick(key)].addr();
+        response::value(&mut out, admin, 0, server.as_bytes(), None);
+    }
+    response::end(&mut out);
+    Some(out)
+}
+
 /// A retrieval: split by server, in parallel, reassembled in the client's key order.
 fn get(pool: &Arc<Pool>, lane: usize, g: &memfleet_protocol::Get<'_>, raw: &[u8]) -> Plan {
     let keys: Vec<Vec<u8>> = g.keys.map(<[u8]>::to_vec).collect();
+    if g.kind == GetKind::Get {
+        if let Some(reply) = route_lookup(pool, &keys) {
+            return local(reply);
+        }
+    }
     if keys.is_empty() {
         // `gat <exptime>` with no keys: memcached answers END.
         return local(b"END\r\n".to_vec());

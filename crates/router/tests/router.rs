@@ -124,6 +124,15 @@ fn keys_go_where_the_ring_says_and_multigets_reassemble() {
         "VA 1\r\nx\r\nMN\r\n",
     );
     c.check("mg q v\r\n", "VA 1\r\ny\r\n");
+    // The admin key says where a key goes.
+    let owner = ring.nodes()[ring.pick(b"key5")].addr();
+    c.check(
+        "get __memfleet__.route(key5)\r\n",
+        &format!(
+            "VALUE __memfleet__.route(key5) 0 {}\r\n{owner}\r\nEND\r\n",
+            owner.len()
+        ),
+    );
     // Errors stay memcached's.
     c.check("bogus\r\n", "ERROR\r\n");
     c.check(
