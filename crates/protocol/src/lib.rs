@@ -40,6 +40,7 @@ pub mod binary;
 mod encode;
 mod error;
 mod flags;
+pub mod http;
 mod meta;
 pub mod number;
 pub mod reply;

@@ -10,10 +10,12 @@
 //! |--------|---------------|
 //! | `backend` | a server's pooled, pipelined connections; timeouts; marking down (TKO) and probing |
 //! | `proxy` | a client connection: parse, route, split multi-gets, reassemble, reply in order |
+//! | `admin` | `/metrics` on the admin address |
 //!
 //! Not yet (issue 5 continues): hot reload, the admin `/metrics` endpoint and key lookups,
 //! the benchmark against nutcracker.
 
+mod admin;
 mod backend;
 mod proxy;
 
@@ -84,6 +86,11 @@ impl Pool {
         &self.config.name
     }
 
+    /// Its servers, in ring order.
+    pub(crate) fn backends(&self) -> &[Arc<Backend>] {
+        &self.backends
+    }
+
     /// `stats`: the router's counters for this pool, one line per server.
     fn stats(&self) -> Vec<u8> {
         let mut out = Vec::new();
@@ -123,6 +130,10 @@ pub struct RouterArgs {
     /// Worker threads [default: one per core].
     #[arg(short = 't', long)]
     pub threads: Option<usize>,
+    /// Serve Prometheus metrics at http://ADDR/metrics (e.g. 127.0.0.1:9151); off unless
+    /// given.
+    #[arg(long = "admin-listen", value_name = "ADDR")]
+    pub admin_listen: Option<String>,
 }
 
 /// Reads the pools a router is started with.
@@ -150,11 +161,15 @@ pub type PoolSlot = Arc<arc_swap::ArcSwap<Pool>>;
 pub struct Bound {
     /// Each listening pool's address, in configuration order.
     pub addrs: Vec<SocketAddr>,
+    /// The admin port's address (`/metrics`), if asked for.
+    pub admin_addr: Option<SocketAddr>,
     listeners: Vec<(String, PoolSlot, tokio::net::TcpListener)>,
+    admin: Option<tokio::net::TcpListener>,
 }
 
-/// Binds one listener per pool that has a `listen` address.
-pub async fn bind(pools: Vec<PoolConfig>) -> anyhow::Result<Bound> {
+/// Binds one listener per pool that has a `listen` address, and the admin port at
+/// `admin` if given.
+pub async fn bind(pools: Vec<PoolConfig>, admin: Option<&str>) -> anyhow::Result<Bound> {
     let mut addrs = Vec::new();
     let mut listeners = Vec::new();
     for config in pools {
@@ -176,7 +191,21 @@ pub async fn bind(pools: Vec<PoolConfig>) -> anyhow::Result<Bound> {
         listeners.push((listen, slot, listener));
     }
     anyhow::ensure!(!listeners.is_empty(), "no pool has a listen address");
-    Ok(Bound { addrs, listeners })
+    let admin = match admin {
+        Some(a) => Some(
+            tokio::net::TcpListener::bind(a)
+                .await
+                .with_context(|| format!("cannot listen on admin address {a}"))?,
+        ),
+        None => None,
+    };
+    let admin_addr = admin.as_ref().map(|l| l.local_addr()).transpose()?;
+    Ok(Bound {
+        addrs,
+        admin_addr,
+        listeners,
+        admin,
+    })
 }
 
 impl Bound {
@@ -191,6 +220,9 @@ impl Bound {
         for (listen, slot, listener) in self.listeners {
             serving.accept(listen, slot, listener);
         }
+        let admin = self
+            .admin
+            .map(|l| tokio::spawn(admin::serve(l, serving.pools.clone())));
         tokio::pin!(stop);
         loop {
             tokio::select! {
@@ -201,6 +233,9 @@ impl Bound {
         for (_, (_, task)) in serving.listeners.drain() {
             task.abort();
         }
+        if let Some(task) = admin {
+            task.abort();
+        }
     }
 }
 
@@ -208,9 +243,19 @@ impl Bound {
 #[derive(Default)]
 pub struct Serving {
     listeners: std::collections::HashMap<String, (PoolSlot, tokio::task::JoinHandle<()>)>,
+    /// The pools being served, for the admin port (kept in step with `listeners`).
+    pools: Served,
 }
 
+/// The pools a router serves, readable by its admin port.
+pub type Served = Arc<std::sync::Mutex<Vec<PoolSlot>>>;
+
 impl Serving {
+    fn publish(&self) {
+        let slots = self.listeners.values().map(|(s, _)| s.clone()).collect();
+        *self.pools.lock().unwrap_or_else(|e| e.into_inner()) = slots;
+    }
+
     fn accept(&mut self, listen: String, slot: PoolSlot, listener: tokio::net::TcpListener) {
         let accepting = slot.clone();
         let task = tokio::spawn(async move {
@@ -229,6 +274,7 @@ impl Serving {
             }
         });
         self.listeners.insert(listen, (slot, task));
+        self.publish();
     }
 
     /// Applies a new configuration, all or nothing: pools on a listen address already
@@ -290,6 +336,7 @@ impl Serving {
                 tracing::info!(%listen, "listener removed");
                 task.abort();
             }
+            self.publish();
         }
         for (listen, pool, listener) in binds {
             tracing::info!(pool = pool.name(), %listen, "pool added");
@@ -306,14 +353,21 @@ impl Serving {
 pub struct Running {
     /// Each listening pool's address, in configuration order.
     pub addrs: Vec<SocketAddr>,
+    /// The admin port's address, if any.
+    pub admin_addr: Option<SocketAddr>,
     reloads: tokio::sync::mpsc::UnboundedSender<Vec<PoolConfig>>,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
 impl Running {
-    /// Starts `pools` on a new runtime of `threads` workers; returns once they listen.
-    pub fn start(pools: Vec<PoolConfig>, threads: usize) -> anyhow::Result<Running> {
+    /// Starts `pools` on a new runtime of `threads` workers (and an admin port at `admin`);
+    /// returns once they listen.
+    pub fn start(
+        pools: Vec<PoolConfig>,
+        threads: usize,
+        admin: Option<String>,
+    ) -> anyhow::Result<Running> {
         let rt = runtime(threads)?;
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
         let (reload_tx, reload_rx) = tokio::sync::mpsc::unbounded_channel();
@@ -322,9 +376,9 @@ impl Running {
             .name("memfleet-router".into())
             .spawn(move || {
                 rt.block_on(async move {
-                    match bind(pools).await {
+                    match bind(pools, admin.as_deref()).await {
                         Ok(bound) => {
-                            let _ = ready_tx.send(Ok(bound.addrs.clone()));
+                            let _ = ready_tx.send(Ok((bound.addrs.clone(), bound.admin_addr)));
                             bound
                                 .run(
                                     async move {
@@ -343,8 +397,9 @@ impl Running {
                 rt.shutdown_timeout(Duration::from_secs(1));
             })?;
         match ready_rx.recv() {
-            Ok(Ok(addrs)) => Ok(Running {
+            Ok(Ok((addrs, admin_addr))) => Ok(Running {
                 addrs,
+                admin_addr,
                 reloads: reload_tx,
                 stop: Some(stop_tx),
                 thread: Some(thread),
@@ -458,7 +513,10 @@ pub fn run(args: &RouterArgs) -> anyhow::Result<()> {
         };
         let (reload_tx, reload_rx) = tokio::sync::mpsc::unbounded_channel();
         tokio::spawn(watch_config(args.clone(), reload_tx));
-        bind(pools).await?.run(stop, reload_rx).await;
+        bind(pools, args.admin_listen.as_deref())
+            .await?
+            .run(stop, reload_rx)
+            .await;
         anyhow::Ok(())
     })
 }

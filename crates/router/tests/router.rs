@@ -56,6 +56,15 @@ impl Client {
     }
 }
 
+fn http_get(addr: SocketAddr, path: &str) -> String {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes())
+        .unwrap();
+    let mut body = String::new();
+    s.read_to_string(&mut body).unwrap();
+    body
+}
+
 fn pool_toml(listen: u16, servers: &[u16], extra: &str) -> String {
     let list: Vec<String> = servers
         .iter()
@@ -73,7 +82,7 @@ fn keys_go_where_the_ring_says_and_multigets_reassemble() {
     let _servers: Vec<Server> = ports.iter().map(|p| server(*p)).collect();
     let pools = from_toml(&pool_toml(0, &ports, "")).unwrap();
     let ring = pools[0].ring().unwrap();
-    let router = Running::start(pools, 2).unwrap();
+    let router = Running::start(pools, 2, None).unwrap();
     let mut c = Client::connect(router.addrs[0]);
     for i in 0..300 {
         c.check(
@@ -149,7 +158,7 @@ fn a_dead_server_costs_only_its_keys_and_comes_back() {
     let extra = "timeout_ms = 200\nserver_failure_limit = 2\nserver_retry_timeout_ms = 100\n";
     let pools = from_toml(&pool_toml(0, &ports, extra)).unwrap();
     let ring = pools[0].ring().unwrap();
-    let router = Running::start(pools, 2).unwrap();
+    let router = Running::start(pools, 2, Some("127.0.0.1:0".into())).unwrap();
     let mut c = Client::connect(router.addrs[0]);
     let keys: Vec<String> = (0..60).map(|i| format!("k{i}")).collect();
     for k in &keys {
@@ -186,6 +195,16 @@ fn a_dead_server_costs_only_its_keys_and_comes_back() {
         started.elapsed() < Duration::from_millis(100),
         "marked down fails fast"
     );
+    // The admin port shows it.
+    let metrics = http_get(router.admin_addr.unwrap(), "/metrics");
+    let down = format!(
+        "memfleet_router_server_down{{pool=\"main\",server=\"127.0.0.1:{}\"}} 1\n",
+        ports[dead]
+    );
+    assert!(
+        metrics.starts_with("HTTP/1.1 200 OK") && metrics.contains(&down),
+        "{metrics}"
+    );
     // Back: the probe finds it and its keys work again (empty, as a restarted cache is).
     servers[dead] = Some(server(ports[dead]));
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -213,7 +232,7 @@ fn a_hung_server_costs_one_timeout() {
     let extra = "timeout_ms = 300\nauto_eject_hosts = true\nserver_failure_limit = 1\n";
     let pools = from_toml(&pool_toml(0, &[live, hung_port], extra)).unwrap();
     let ring = pools[0].ring().unwrap();
-    let router = Running::start(pools, 2).unwrap();
+    let router = Running::start(pools, 2, None).unwrap();
     let keys: Vec<String> = (0..40).map(|i| format!("h{i}")).collect();
     let on_hung = keys
         .iter()
@@ -254,7 +273,7 @@ fn a_reload_reroutes_open_connections_and_a_bad_one_changes_nothing() {
     let _servers: Vec<Server> = ports.iter().map(|p| server(*p)).collect();
     let listen = free_port();
     let one = from_toml(&pool_toml(listen, &ports[..1], "")).unwrap();
-    let router = Running::start(one, 2).unwrap();
+    let router = Running::start(one, 2, None).unwrap();
     let mut c = Client::connect(router.addrs[0]);
     for i in 0..40 {
         c.check(&format!("set r{i} 0 0 1\r\na\r\n"), "STORED\r\n");

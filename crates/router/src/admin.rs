@@ -1,0 +1,88 @@
+//! The router's admin address: Prometheus metrics per pool and server (`GET /metrics`),
+//! with the wire format from `memfleet_protocol::http`.
+
+use crate::Served;
+use memfleet_protocol::http;
+use std::fmt::Write as _;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+/// Serves `/metrics` for `pools` until aborted.
+pub async fn serve(listener: TcpListener, pools: Served) {
+    loop {
+        let Ok((stream, _)) = listener.accept().await else {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            continue;
+        };
+        let pools = pools.clone();
+        tokio::spawn(async move {
+            let _ = tokio::time::timeout(Duration::from_secs(10), answer(stream, &pools)).await;
+        });
+    }
+}
+
+async fn answer(mut stream: TcpStream, pools: &Served) -> std::io::Result<()> {
+    let mut request = Vec::with_capacity(512);
+    let mut chunk = [0u8; 1024];
+    let reply = loop {
+        match http::head(&request) {
+            http::Head::Incomplete => {}
+            http::Head::Refused => return Ok(()),
+            http::Head::Request { method, target } => {
+                break http::answer(method, target, "/metrics", || metrics(pools))
+            }
+        }
+        let n = stream.read(&mut chunk).await?;
+        if n == 0 {
+            return Ok(());
+        }
+        request.extend_from_slice(&chunk[..n]);
+    };
+    stream.write_all(&reply).await?;
+    stream.shutdown().await
+}
+
+/// The Prometheus text of every pool's servers.
+fn metrics(pools: &Served) -> String {
+    let slots = pools.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    let mut text = String::new();
+    let series: [(&str, &str, &str); 4] = [
+        ("requests_total", "counter", "requests sent to the server"),
+        (
+            "errors_total",
+            "counter",
+            "requests that failed: timeout, connection, marked down",
+        ),
+        ("down", "gauge", "1 while the server is marked down"),
+        (
+            "knockouts_total",
+            "counter",
+            "times the server was marked down",
+        ),
+    ];
+    for (name, kind, help) in series {
+        let _ = writeln!(text, "# HELP memfleet_router_server_{name} {help}");
+        let _ = writeln!(text, "# TYPE memfleet_router_server_{name} {kind}");
+        for slot in &slots {
+            let pool = slot.load();
+            for b in pool.backends() {
+                let h = b.health();
+                let v = match name {
+                    "requests_total" => h.requests.load(Ordering::Relaxed),
+                    "errors_total" => h.errors.load(Ordering::Relaxed),
+                    "down" => u64::from(h.down.load(Ordering::Relaxed)),
+                    _ => h.knockouts.load(Ordering::Relaxed),
+                };
+                let _ = writeln!(
+                    text,
+                    "memfleet_router_server_{name}{{pool=\"{}\",server=\"{}\"}} {v}",
+                    pool.name(),
+                    b.name()
+                );
+            }
+        }
+    }
+    text
+}
