@@ -159,12 +159,47 @@ pub type PoolSlot = Arc<arc_swap::ArcSwap<Pool>>;
 
 /// Pools bound to their listeners, not yet serving.
 pub struct Bound {
-    /// Each listening pool's address, in configuration order.
+    /// Each TCP listener's address, in configuration order (Unix sockets are where the
+    /// configuration says).
     pub addrs: Vec<SocketAddr>,
     /// The admin port's address (`/metrics`), if asked for.
     pub admin_addr: Option<SocketAddr>,
-    listeners: Vec<(String, PoolSlot, tokio::net::TcpListener)>,
+    listeners: Vec<(String, PoolSlot, Listener)>,
     admin: Option<tokio::net::TcpListener>,
+}
+
+/// A pool's listener: TCP (`host:port`) or a Unix socket (a path starting with `/`, as
+/// twemproxy writes it).
+pub enum Listener {
+    /// `host:port`.
+    Tcp(tokio::net::TcpListener),
+    /// A socket file.
+    Unix(tokio::net::UnixListener),
+}
+
+impl Listener {
+    /// Binds `listen`; a Unix socket file left by an earlier run is replaced.
+    async fn bind(listen: &str) -> std::io::Result<Listener> {
+        if listen.starts_with('/') {
+            let path = std::path::Path::new(listen);
+            let stale = std::fs::symlink_metadata(path)
+                .is_ok_and(|m| std::os::unix::fs::FileTypeExt::is_socket(&m.file_type()));
+            if stale {
+                std::fs::remove_file(path)?;
+            }
+            Ok(Listener::Unix(tokio::net::UnixListener::bind(path)?))
+        } else {
+            Ok(Listener::Tcp(tokio::net::TcpListener::bind(listen).await?))
+        }
+    }
+
+    /// The TCP address (none for a Unix socket).
+    fn tcp_addr(&self) -> Option<SocketAddr> {
+        match self {
+            Listener::Tcp(l) => l.local_addr().ok(),
+            Listener::Unix(_) => None,
+        }
+    }
 }
 
 /// Binds one listener per pool that has a `listen` address, and the admin port at
@@ -176,17 +211,14 @@ pub async fn bind(pools: Vec<PoolConfig>, admin: Option<&str>) -> anyhow::Result
         let Some(listen) = config.listen.clone() else {
             continue;
         };
-        anyhow::ensure!(
-            !listen.starts_with('/'),
-            "pool {}: Unix-socket listeners are not supported yet",
-            config.name
-        );
-        let listener = tokio::net::TcpListener::bind(&listen)
+        let listener = Listener::bind(&listen)
             .await
             .with_context(|| format!("pool {}: cannot listen on {listen}", config.name))?;
-        addrs.push(listener.local_addr()?);
+        if let Some(addr) = listener.tcp_addr() {
+            addrs.push(addr);
+        }
         let pool = Pool::new(config, None)?;
-        tracing::info!(pool = pool.name(), listen = %listener.local_addr()?, "routing");
+        tracing::info!(pool = pool.name(), %listen, "routing");
         let slot: PoolSlot = Arc::new(arc_swap::ArcSwap::from_pointee(pool));
         listeners.push((listen, slot, listener));
     }
@@ -256,20 +288,23 @@ impl Serving {
         *self.pools.lock().unwrap_or_else(|e| e.into_inner()) = slots;
     }
 
-    fn accept(&mut self, listen: String, slot: PoolSlot, listener: tokio::net::TcpListener) {
+    fn accept(&mut self, listen: String, slot: PoolSlot, listener: Listener) {
         let accepting = slot.clone();
         let task = tokio::spawn(async move {
             let mut lane = 0usize;
             loop {
-                match listener.accept().await {
-                    Ok((stream, _)) => {
-                        lane = lane.wrapping_add(1);
+                lane = lane.wrapping_add(1);
+                let accepted = match &listener {
+                    Listener::Tcp(l) => l.accept().await.map(|(stream, _)| {
                         tokio::spawn(proxy::serve(accepting.clone(), stream, lane));
-                    }
-                    Err(e) => {
-                        tracing::warn!(error = %e, "accept failed");
-                        tokio::time::sleep(Duration::from_millis(10)).await;
-                    }
+                    }),
+                    Listener::Unix(l) => l.accept().await.map(|(stream, _)| {
+                        tokio::spawn(proxy::serve_unix(accepting.clone(), stream, lane));
+                    }),
+                };
+                if let Err(e) = accepted {
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(10)).await;
                 }
             }
         });
@@ -298,7 +333,7 @@ impl Serving {
             match Pool::new(config, previous.as_deref()) {
                 Ok(pool) => match self.listeners.get(&listen) {
                     Some((slot, _)) => swaps.push((listen, slot.clone(), pool)),
-                    None => match tokio::net::TcpListener::bind(&listen).await {
+                    None => match Listener::bind(&listen).await {
                         Ok(l) => binds.push((listen, pool, l)),
                         Err(e) => {
                             tracing::error!(pool = %name, %listen, error = %e, "reload refused: cannot listen");
@@ -351,7 +386,8 @@ impl Serving {
 
 /// A router running on its own runtime (tests, embedding); stops when dropped.
 pub struct Running {
-    /// Each listening pool's address, in configuration order.
+    /// Each TCP listener's address, in configuration order (Unix sockets are where the
+    /// configuration says).
     pub addrs: Vec<SocketAddr>,
     /// The admin port's address, if any.
     pub admin_addr: Option<SocketAddr>,

@@ -48,7 +48,22 @@ const MAX_PENDING_INPUT: usize = (1 << 20) + 64 * 1024;
 /// client's requests use (always the same one, which keeps them in order).
 pub async fn serve(slot: crate::PoolSlot, stream: TcpStream, lane: usize) {
     let _ = stream.set_nodelay(true);
-    let (mut rd, mut wr) = stream.into_split();
+    let (rd, wr) = stream.into_split();
+    serve_halves(slot, rd, wr, lane).await;
+}
+
+/// [`serve`] for a Unix-socket client (twemproxy's `listen: /path`).
+pub async fn serve_unix(slot: crate::PoolSlot, stream: tokio::net::UnixStream, lane: usize) {
+    let (rd, wr) = stream.into_split();
+    serve_halves(slot, rd, wr, lane).await;
+}
+
+async fn serve_halves(
+    slot: crate::PoolSlot,
+    mut rd: impl tokio::io::AsyncRead + Unpin + Send + 'static,
+    mut wr: impl tokio::io::AsyncWrite + Unpin + Send + 'static,
+    lane: usize,
+) {
     let (tx, mut rx) = mpsc::channel::<Plan>(IN_FLIGHT);
     let writer = tokio::spawn(async move {
         let mut out = Vec::new();

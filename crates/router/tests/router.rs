@@ -322,3 +322,27 @@ fn a_reload_reroutes_open_connections_and_a_bad_one_changes_nothing() {
         &format!("VALUE {moved} 0 1\r\nb\r\nEND\r\n"),
     );
 }
+
+#[test]
+fn a_pool_can_listen_on_a_unix_socket() {
+    use std::os::unix::net::UnixStream;
+    let port = free_port();
+    let _server = server(port);
+    let path = std::env::temp_dir().join(format!("memfleet-router-{}.sock", std::process::id()));
+    // A socket file left by an earlier run is replaced.
+    let _stale = std::os::unix::net::UnixListener::bind(&path).unwrap();
+    drop(_stale);
+    let toml = format!(
+        "[pools.local]\nlisten = \"{}\"\nservers = [\"127.0.0.1:{port}\"]\n",
+        path.display()
+    );
+    let _router = Running::start(from_toml(&toml).unwrap(), 1, None).unwrap();
+    let mut s = UnixStream::connect(&path).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    s.write_all(b"set u 0 0 2\r\nhi\r\nget u\r\n").unwrap();
+    let want = "STORED\r\nVALUE u 0 2\r\nhi\r\nEND\r\n";
+    let mut got = vec![0; want.len()];
+    s.read_exact(&mut got).unwrap();
+    assert_eq!(String::from_utf8_lossy(&got), want);
+    let _ = std::fs::remove_file(&path);
+}
