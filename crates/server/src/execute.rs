@@ -208,22 +208,7 @@ impl Executor<'_> {
                 }
             }
         };
-        if touch.is_some() {
-            c.cmd_touch.incr();
-            if found {
-                c.touch_hits.incr();
-            } else {
-                c.touch_misses.incr();
-            }
-        } else {
-            // memcached counts gat and touch as touches only, not as gets.
-            c.cmd_get.incr();
-            if found {
-                c.get_hits.incr();
-            } else {
-                c.get_misses.incr();
-            }
-        }
+        count_lookup(c, touch.is_some(), found);
         found
     }
 
@@ -463,22 +448,10 @@ impl Executor<'_> {
         if touch == Some(Expiry::Expired) && found {
             self.handle.delete(&key);
         }
-        if touch.is_some() {
-            c.cmd_touch.incr();
-            if found {
-                c.touch_hits.incr();
-            } else {
-                c.touch_misses.incr();
-                // memcached's mg with T counts a miss as a get miss too.
-                c.get_misses.incr();
-            }
-        } else {
-            c.cmd_get.incr();
-            if found {
-                c.get_hits.incr();
-            } else {
-                c.get_misses.incr();
-            }
+        count_lookup(c, touch.is_some(), found);
+        if touch.is_some() && !found {
+            // memcached's mg with T counts a miss as a get miss too.
+            c.get_misses.incr();
         }
         if !found && !m.flags.quiet() {
             let mut w = MetaWriter::new(out, MetaStatus::En);
@@ -770,6 +743,22 @@ fn item_flags(w: &mut MetaWriter<'_>, m: &Meta<'_>, item: &ItemRef<'_>, now: u32
             }
             _ => {}
         }
+    }
+}
+
+/// Counts one key's lookup as memcached does: a touching one (gat, mg with T) as a touch
+/// only, not as a get.
+fn count_lookup(c: &WorkerCounters, touched: bool, found: bool) {
+    let (cmd, hit, miss) = if touched {
+        (&c.cmd_touch, &c.touch_hits, &c.touch_misses)
+    } else {
+        (&c.cmd_get, &c.get_hits, &c.get_misses)
+    };
+    cmd.incr();
+    if found {
+        hit.incr();
+    } else {
+        miss.incr();
     }
 }
 
