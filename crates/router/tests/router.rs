@@ -10,14 +10,37 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
-fn server(port: u16) -> Server {
+fn server(port: u16) -> anyhow::Result<Server> {
     Server::start(Settings {
         port,
         threads: 1,
         memory_bytes: 16 << 20,
         ..Settings::default()
     })
-    .expect("backend starts")
+}
+
+/// A backend on a port the kernel picks (no window in which another test can take it).
+fn backend() -> (Server, u16) {
+    let s = server(0).expect("backend starts");
+    let port = s.local_addr().port();
+    (s, port)
+}
+
+fn backends(n: usize) -> (Vec<Server>, Vec<u16>) {
+    (0..n).map(|_| backend()).unzip()
+}
+
+/// A backend again on `port`, once the port is free (a parallel test's short-lived
+/// connection may hold it for a moment).
+fn restart(port: u16) -> Server {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        match server(port) {
+            Ok(s) => return s,
+            Err(_) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(50)),
+            Err(e) => panic!("backend restarts on {port}: {e:#}"),
+        }
+    }
 }
 
 fn free_port() -> u16 {
@@ -78,8 +101,7 @@ fn pool_toml(listen: u16, servers: &[u16], extra: &str) -> String {
 
 #[test]
 fn keys_go_where_the_ring_says_and_multigets_reassemble() {
-    let ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
-    let _servers: Vec<Server> = ports.iter().map(|p| server(*p)).collect();
+    let (_servers, ports) = backends(3);
     let pools = from_toml(&pool_toml(0, &ports, "")).unwrap();
     let ring = pools[0].ring().unwrap();
     let router = Running::start(pools, 2, None).unwrap();
@@ -153,8 +175,8 @@ fn keys_go_where_the_ring_says_and_multigets_reassemble() {
 
 #[test]
 fn a_dead_server_costs_only_its_keys_and_comes_back() {
-    let ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
-    let mut servers: Vec<Option<Server>> = ports.iter().map(|p| Some(server(*p))).collect();
+    let (servers, ports) = backends(3);
+    let mut servers: Vec<Option<Server>> = servers.into_iter().map(Some).collect();
     let extra = "timeout_ms = 200\nserver_failure_limit = 2\nserver_retry_timeout_ms = 100\n";
     let pools = from_toml(&pool_toml(0, &ports, extra)).unwrap();
     let ring = pools[0].ring().unwrap();
@@ -206,7 +228,7 @@ fn a_dead_server_costs_only_its_keys_and_comes_back() {
         "{metrics}"
     );
     // Back: the probe finds it and its keys work again (empty, as a restarted cache is).
-    servers[dead] = Some(server(ports[dead]));
+    servers[dead] = Some(restart(ports[dead]));
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         c.send(format!("set {victim} 0 0 1\r\nz\r\n").as_bytes());
@@ -224,8 +246,7 @@ fn a_dead_server_costs_only_its_keys_and_comes_back() {
 
 #[test]
 fn a_hung_server_costs_one_timeout() {
-    let live = free_port();
-    let _server = server(live);
+    let (_server, live) = backend();
     // Accepts connections and never answers, like a stopped process.
     let hung = TcpListener::bind("127.0.0.1:0").unwrap();
     let hung_port = hung.local_addr().unwrap().port();
@@ -269,8 +290,8 @@ fn a_hung_server_costs_one_timeout() {
 
 #[test]
 fn a_reload_reroutes_open_connections_and_a_bad_one_changes_nothing() {
-    let ports: Vec<u16> = (0..2).map(|_| free_port()).collect();
-    let _servers: Vec<Server> = ports.iter().map(|p| server(*p)).collect();
+    let (_servers, ports) = backends(2);
+    // The same listen address in both configurations (the key a reload matches pools by).
     let listen = free_port();
     let one = from_toml(&pool_toml(listen, &ports[..1], "")).unwrap();
     let router = Running::start(one, 2, None).unwrap();
@@ -326,8 +347,7 @@ fn a_reload_reroutes_open_connections_and_a_bad_one_changes_nothing() {
 #[test]
 fn a_pool_can_listen_on_a_unix_socket() {
     use std::os::unix::net::UnixStream;
-    let port = free_port();
-    let _server = server(port);
+    let (_server, port) = backend();
     let path = std::env::temp_dir().join(format!("memfleet-router-{}.sock", std::process::id()));
     // A socket file left by an earlier run is replaced.
     let _stale = std::os::unix::net::UnixListener::bind(&path).unwrap();
