@@ -366,3 +366,21 @@ fn a_pool_can_listen_on_a_unix_socket() {
     assert_eq!(String::from_utf8_lossy(&got), want);
     let _ = std::fs::remove_file(&path);
 }
+
+#[test]
+fn a_random_pool_spreads_one_key_over_every_server() {
+    let (_servers, ports) = backends(3);
+    let pools = from_toml(&pool_toml(0, &ports, "distribution = \"random\"")).unwrap();
+    let router = Running::start(pools, 1, None).unwrap();
+    let mut c = Client::connect(router.addrs[0]);
+    for i in 0..60 {
+        c.check(&format!("set same 0 0 2\r\n{:02}\r\n", i), "STORED\r\n");
+    }
+    // With 60 random picks out of 3, every server got the key (a miss is 3 × (2/3)^60).
+    for &p in &ports {
+        let mut direct = Client::connect(SocketAddr::from(([127, 0, 0, 1], p)));
+        direct.send(b"get same\r\n");
+        let first = direct.line();
+        assert!(first.starts_with("VALUE same 0 2"), "on {p}: {first}");
+    }
+}

@@ -205,12 +205,13 @@ pub fn from_toml(text: &str) -> Result<Vec<PoolConfig>, ConfigError> {
                 "modula" => Distribution::Modula,
                 "rendezvous" => Distribution::Rendezvous,
                 "jump" => Distribution::Jump,
+                "random" => Distribution::Random,
                 other => {
                     return Err(pool_error(
                         &name,
                         format!(
                             "unknown distribution {other:?} (ketama, ketama-spymemcached, \
-                             modula, rendezvous, jump)"
+                             modula, rendezvous, jump, random)"
                         ),
                     ))
                 }
@@ -284,10 +285,11 @@ pub fn from_twemproxy_yaml(text: &str) -> Result<Vec<PoolConfig>, ConfigError> {
             let distribution = match p.distribution.as_deref().unwrap_or("ketama") {
                 "ketama" => Distribution::Ketama(KetamaDialect::Libmemcached),
                 "modula" => Distribution::Modula,
+                "random" => Distribution::Random,
                 other => {
                     return Err(pool_error(
                         &name,
-                        format!("distribution {other:?} is not supported (ketama, modula)"),
+                        format!("distribution {other:?} is not supported (ketama, modula, random)"),
                     ))
                 }
             };
@@ -411,10 +413,15 @@ omega:
             .to_string()
             .contains("redis"));
         let random = "a:\n  distribution: random\n  servers:\n   - 127.0.0.1:1:1\n";
-        assert!(from_twemproxy_yaml(random)
+        assert_eq!(
+            from_twemproxy_yaml(random).unwrap()[0].distribution,
+            Distribution::Random
+        );
+        let vnode = "a:\n  distribution: vnode\n  servers:\n   - 127.0.0.1:1:1\n";
+        assert!(from_twemproxy_yaml(vnode)
             .unwrap_err()
             .to_string()
-            .contains("random"));
+            .contains("vnode"));
         assert!(from_twemproxy_yaml("a:\n  colour: blue\n").is_err());
     }
 }

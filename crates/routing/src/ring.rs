@@ -16,6 +16,9 @@
 //!   murmur3 score of `"host:port-key"`.
 //! * **Jump** (Lamping and Veach's jump consistent hash): no ring, minimal movement when
 //!   servers are added at the end; memfleet's own choice for new pools.
+//! * **Random** (twemproxy's `random`): any server, uniformly, weights ignored, for each
+//!   request anew. Only useful for pools where any copy will do (twemproxy users have them
+//!   for read-mostly replicas kept in sync elsewhere); a key has no home.
 
 use crate::hash::{md5_u32, murmur3_32, KeyHash};
 
@@ -70,6 +73,8 @@ pub enum Distribution {
     Rendezvous,
     /// Jump consistent hash.
     Jump,
+    /// A uniformly random server per request (twemproxy's `random`).
+    Random,
 }
 
 /// Why servers cannot be distributed.
@@ -120,7 +125,7 @@ impl Ring {
                 .enumerate()
                 .flat_map(|(i, n)| std::iter::repeat_n((0, i as u32), n.weight as usize))
                 .collect(),
-            Distribution::Rendezvous | Distribution::Jump => Vec::new(),
+            Distribution::Rendezvous | Distribution::Jump | Distribution::Random => Vec::new(),
         };
         Ok(Ring {
             distribution,
@@ -161,6 +166,7 @@ impl Ring {
     pub fn pick(&self, key: &[u8]) -> usize {
         let key = self.hashed_part(key);
         match self.distribution {
+            Distribution::Random => random_below(self.nodes.len()),
             Distribution::Ketama(_) => {
                 let h = self.key_hash.hash(key);
                 let at = self.points.partition_point(|&(p, _)| p < h);
@@ -258,6 +264,29 @@ pub fn jump(mut key: u64, buckets: u32) -> u32 {
         j = ((b + 1) as f64 * ((1u64 << 31) as f64 / ((key >> 33) + 1) as f64)) as i64;
     }
     b as u32
+}
+
+/// A uniformly distributed index below `n` (> 0), from a per-thread xorshift64* generator
+/// seeded from the standard library's per-process random hasher keys: routing needs spread,
+/// not secrecy, and a lock-free thread-local costs a few nanoseconds.
+fn random_below(n: usize) -> usize {
+    use std::cell::Cell;
+    use std::hash::{BuildHasher, Hasher};
+    thread_local! {
+        static STATE: Cell<u64> = Cell::new(
+            std::collections::hash_map::RandomState::new().build_hasher().finish() | 1,
+        );
+    }
+    let x = STATE.with(|state| {
+        let mut x = state.get();
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        state.set(x);
+        x.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    });
+    // Multiply-shift maps the 64-bit value onto 0..n without modulo bias worth measuring.
+    ((u128::from(x) * n as u128) >> 64) as usize
 }
 
 #[cfg(test)]
@@ -384,5 +413,24 @@ mod tests {
             Ring::new(nodes, Distribution::Modula, KeyHash::Md5),
             Err(RingError::ZeroWeight(_))
         ));
+    }
+
+    #[test]
+    fn random_spreads_requests_over_every_server_whatever_the_key() {
+        let nodes = (0..4)
+            .map(|i| Node {
+                weight: 1 + u32::from(i) * 10,
+                ..Node::new("10.0.0.1", 11211 + i)
+            })
+            .collect();
+        let ring = Ring::new(nodes, Distribution::Random, KeyHash::Md5).unwrap();
+        let mut counts = [0usize; 4];
+        for _ in 0..40_000 {
+            counts[ring.pick(b"same-key")] += 1;
+        }
+        // Uniform, weights ignored (as twemproxy's random): each near 10,000.
+        for c in counts {
+            assert!((9_000..11_000).contains(&c), "{counts:?}");
+        }
     }
 }
