@@ -44,9 +44,9 @@ async fn answer(mut stream: TcpStream, pools: &Served) -> std::io::Result<()> {
     stream.shutdown().await
 }
 
-/// The Prometheus text of every pool's servers.
-fn metrics(pools: &Served) -> String {
-    let slots = pools.lock().unwrap_or_else(|e| e.into_inner()).clone();
+/// The Prometheus text of every pool's servers, the routes' counters and the spool.
+fn metrics(served: &Served) -> String {
+    let snapshot = served.load();
     let mut text = String::new();
     let series: [(&str, &str, &str); 4] = [
         ("requests_total", "counter", "requests sent to the server"),
@@ -65,8 +65,7 @@ fn metrics(pools: &Served) -> String {
     for (name, kind, help) in series {
         let _ = writeln!(text, "# HELP memfleet_router_server_{name} {help}");
         let _ = writeln!(text, "# TYPE memfleet_router_server_{name} {kind}");
-        for slot in &slots {
-            let pool = slot.load();
+        for pool in snapshot.pools() {
             for b in pool.backends() {
                 let h = b.health();
                 let v = match name {
@@ -83,6 +82,28 @@ fn metrics(pools: &Served) -> String {
                 );
             }
         }
+    }
+    for (name, help) in crate::route::COUNTERS {
+        let _ = writeln!(text, "# HELP memfleet_router_route_{name} {help}");
+        let _ = writeln!(text, "# TYPE memfleet_router_route_{name} counter");
+        for (route, counters) in snapshot.route_counters() {
+            let v = counters.get(name);
+            let _ = writeln!(
+                text,
+                "memfleet_router_route_{name}{{route=\"{route}\"}} {v}"
+            );
+        }
+    }
+    let _ = writeln!(
+        text,
+        "# HELP memfleet_router_spool_depth deletes waiting in the spool for a server"
+    );
+    let _ = writeln!(text, "# TYPE memfleet_router_spool_depth gauge");
+    for (queue, depth) in snapshot.spool_depths() {
+        let _ = writeln!(
+            text,
+            "memfleet_router_spool_depth{{queue=\"{queue}\"}} {depth}"
+        );
     }
     text
 }

@@ -10,20 +10,25 @@
 //! |--------|---------------|
 //! | `backend` | a server's pooled, pipelined connections; timeouts; marking down (TKO) and probing |
 //! | `proxy` | a client connection: parse, route, split multi-gets, reassemble, reply in order |
+//! | `route` | routes over pools: prefix, operation, replicated, gutter, broadcast, warm-up |
+//! | `spool` | deletes that could not be delivered, on disk until they are |
 //! | `admin` | `/metrics` on the admin address |
-//!
-//! Not yet (issue 5 continues): hot reload, the admin `/metrics` endpoint and key lookups,
-//! the benchmark against nutcracker.
 
 mod admin;
 mod backend;
 mod proxy;
+mod route;
+mod spool;
 
 pub use backend::{BackendError, BackendOptions};
+use route::Route;
+pub use route::RouteCounters;
 
 use anyhow::Context;
 use backend::Backend;
-use memfleet_routing::{PoolConfig, Ring};
+use memfleet_routing::{PoolConfig, Ring, RouterConfig};
+use spool::Spooler;
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
@@ -35,13 +40,19 @@ pub struct Pool {
     config: PoolConfig,
     ring: Ring,
     backends: Vec<Arc<Backend>>,
+    spooler: Option<Arc<Spooler>>,
 }
 
 impl Pool {
     /// Resolves the servers and prepares their connections (made on first use), reusing
-    /// those of `previous` for servers that stay with the same settings (a reload keeps
-    /// their connections, counters and health).
-    pub fn new(config: PoolConfig, previous: Option<&Pool>) -> anyhow::Result<Pool> {
+    /// those of `previous` (any pool's) for servers that stay with the same settings (a
+    /// reload keeps their connections, counters and health). Undeliverable deletes go to
+    /// `spooler` when the pool spools deletes.
+    fn new(
+        config: PoolConfig,
+        previous: &[Arc<Backend>],
+        spooler: Option<&Arc<Spooler>>,
+    ) -> anyhow::Result<Pool> {
         let ring = config.ring()?;
         let options = BackendOptions {
             connections: config.server_connections as usize,
@@ -63,22 +74,32 @@ impl Pool {
                     .with_context(|| {
                         format!("pool {}: cannot resolve {}", config.name, n.addr())
                     })?;
-                let kept = previous.and_then(|p| {
-                    p.backends
-                        .iter()
-                        .find(|b| b.addr() == addr && b.options() == &options)
-                });
+                let kept = previous
+                    .iter()
+                    .find(|b| b.addr() == addr && b.options() == &options);
                 Ok(match kept {
                     Some(b) => b.clone(),
                     None => Backend::new(addr, n.addr(), options.clone()),
                 })
             })
             .collect::<anyhow::Result<Vec<_>>>()?;
+        let spooler = spooler.filter(|_| config.spool_deletes).cloned();
         Ok(Pool {
             config,
             ring,
             backends,
+            spooler,
         })
+    }
+
+    /// Where its undeliverable deletes go, if anywhere.
+    pub(crate) fn spooler(&self) -> Option<&Arc<Spooler>> {
+        self.spooler.as_ref()
+    }
+
+    /// The server that holds `key`.
+    pub(crate) fn backend_for(&self, key: &[u8]) -> Arc<Backend> {
+        self.backends[self.ring.pick(key)].clone()
     }
 
     /// The pool's name.
@@ -91,8 +112,8 @@ impl Pool {
         &self.backends
     }
 
-    /// `stats`: the router's counters for this pool, one line per server.
-    fn stats(&self) -> Vec<u8> {
+    /// `stats` lines: the router's counters for this pool, one line per server.
+    pub(crate) fn stat_lines(&self) -> Vec<u8> {
         let mut out = Vec::new();
         let mut stat = |name: &str, value: String| {
             out.extend_from_slice(format!("STAT {name} {value}\r\n").as_bytes());
@@ -112,7 +133,6 @@ impl Pool {
                 ),
             );
         }
-        out.extend_from_slice(b"END\r\n");
         out
     }
 }
@@ -136,8 +156,8 @@ pub struct RouterArgs {
     pub admin_listen: Option<String>,
 }
 
-/// Reads the pools a router is started with.
-pub fn load_pools(args: &RouterArgs) -> anyhow::Result<Vec<PoolConfig>> {
+/// Reads the configuration a router is started with.
+pub fn load_config(args: &RouterArgs) -> anyhow::Result<RouterConfig> {
     let (path, twemproxy) = match (&args.config, &args.twemproxy) {
         (Some(p), None) => (p, false),
         (None, Some(p)) => (p, true),
@@ -145,31 +165,174 @@ pub fn load_pools(args: &RouterArgs) -> anyhow::Result<Vec<PoolConfig>> {
     };
     let text =
         std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-    let pools = if twemproxy {
-        memfleet_routing::from_twemproxy_yaml(&text)
+    let config = if twemproxy {
+        memfleet_routing::from_twemproxy_yaml(&text).map(RouterConfig::from)
     } else {
         memfleet_routing::from_toml(&text)
     };
-    pools.with_context(|| format!("in {}", path.display()))
+    config.with_context(|| format!("in {}", path.display()))
 }
 
-/// The pool a listener serves now: a reload swaps it, and every client connection reads
-/// it per request, so new routing applies to open connections too.
-pub type PoolSlot = Arc<arc_swap::ArcSwap<Pool>>;
+/// The route a listener serves now (a pool is a route too): a reload swaps it, and every
+/// client connection reads it per request, so new routing applies to open connections.
+pub(crate) type RouteSlot = Arc<arc_swap::ArcSwap<Route>>;
 
-/// Pools bound to their listeners, not yet serving.
+/// Everything a configuration built: read by `stats`, `/metrics` and the next reload.
+#[derive(Default)]
+pub struct Snapshot {
+    /// Every pool, in configuration order.
+    pools: Vec<Arc<Pool>>,
+    /// The counters of every route that counts, by route name.
+    counters: Vec<(String, Arc<RouteCounters>)>,
+    /// The delete spool, when there is a spool directory.
+    spooler: Option<Arc<Spooler>>,
+}
+
+impl Snapshot {
+    /// Every pool.
+    pub(crate) fn pools(&self) -> &[Arc<Pool>] {
+        &self.pools
+    }
+
+    /// Every counting route's counters, by name.
+    pub(crate) fn route_counters(&self) -> &[(String, Arc<RouteCounters>)] {
+        &self.counters
+    }
+
+    /// Every spool queue's depth.
+    pub(crate) fn spool_depths(&self) -> Vec<(String, u64)> {
+        self.spooler
+            .as_ref()
+            .map(|s| s.depths())
+            .unwrap_or_default()
+    }
+
+    /// `STAT` lines of the route counters and spool depths.
+    pub(crate) fn stat_lines(&self) -> Vec<u8> {
+        let mut out = Vec::new();
+        for (route, counters) in &self.counters {
+            for (name, _) in route::COUNTERS {
+                let v = counters.get(name);
+                out.extend_from_slice(format!("STAT route:{route}:{name} {v}\r\n").as_bytes());
+            }
+        }
+        for (queue, depth) in self.spool_depths() {
+            out.extend_from_slice(format!("STAT spool:{queue} {depth}\r\n").as_bytes());
+        }
+        out
+    }
+}
+
+/// What a router serves now.
+pub type Served = Arc<arc_swap::ArcSwap<Snapshot>>;
+
+/// A configuration turned into pools and routes, not yet serving.
+struct Built {
+    snapshot: Snapshot,
+    /// (listen address, pool or route name, what it serves), in configuration order.
+    listeners: Vec<(String, String, Arc<Route>)>,
+    counters: HashMap<String, Arc<RouteCounters>>,
+}
+
+/// Builds `config`, reusing from `previous` the server connections that stay, the spool and
+/// the route counters.
+fn build(
+    config: &RouterConfig,
+    previous: &Snapshot,
+    counters: &HashMap<String, Arc<RouteCounters>>,
+) -> anyhow::Result<Built> {
+    let spooler = match &config.spool_dir {
+        None => None,
+        Some(dir) => match &previous.spooler {
+            Some(s) if s.dir() == std::path::Path::new(dir) => Some(s.clone()),
+            _ => Some(
+                Spooler::new(std::path::Path::new(dir))
+                    .with_context(|| format!("spool directory {dir}"))?,
+            ),
+        },
+    };
+    let old_backends: Vec<Arc<Backend>> = previous
+        .pools
+        .iter()
+        .flat_map(|p| p.backends.iter().cloned())
+        .collect();
+    let pools = config
+        .pools
+        .iter()
+        .map(|c| Pool::new(c.clone(), &old_backends, spooler.as_ref()).map(Arc::new))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let by_name: HashMap<String, Arc<Pool>> = pools
+        .iter()
+        .map(|p| (p.name().to_string(), p.clone()))
+        .collect();
+    let mut counters = counters.clone();
+    let routes = route::build(&config.routes, &by_name, &mut counters);
+    let mut listeners = Vec::new();
+    for pool in &pools {
+        if let Some(listen) = &pool.config.listen {
+            let route = Arc::new(Route::Pool(pool.clone()));
+            listeners.push((listen.clone(), pool.name().to_string(), route));
+        }
+    }
+    for r in &config.routes {
+        if let Some(listen) = &r.listen {
+            listeners.push((listen.clone(), r.name.clone(), routes[&r.name].clone()));
+        }
+    }
+    let mut seen = std::collections::HashSet::new();
+    for (listen, name, _) in &listeners {
+        anyhow::ensure!(
+            seen.insert(listen),
+            "{name}: {listen} is already another listener's"
+        );
+    }
+    anyhow::ensure!(
+        !listeners.is_empty(),
+        "no pool or route has a listen address"
+    );
+    let mut named: Vec<(String, Arc<RouteCounters>)> = counters
+        .iter()
+        .map(|(n, c)| (n.clone(), c.clone()))
+        .collect();
+    named.sort_by(|a, b| a.0.cmp(&b.0));
+    Ok(Built {
+        snapshot: Snapshot {
+            pools,
+            counters: named,
+            spooler,
+        },
+        listeners,
+        counters,
+    })
+}
+
+/// Opens the spool queue of every spooling server, so that deletes left by an earlier run
+/// (or waiting for a server a reload brought back) are replayed.
+fn resume_spools(snapshot: &Snapshot) {
+    for pool in &snapshot.pools {
+        if let Some(spooler) = pool.spooler() {
+            for b in &pool.backends {
+                spooler.queue(pool.name(), b);
+            }
+        }
+    }
+}
+
+/// Pools and routes bound to their listeners, not yet serving.
 pub struct Bound {
     /// Each TCP listener's address, in configuration order (Unix sockets are where the
     /// configuration says).
     pub addrs: Vec<SocketAddr>,
     /// The admin port's address (`/metrics`), if asked for.
     pub admin_addr: Option<SocketAddr>,
-    listeners: Vec<(String, PoolSlot, Listener)>,
+    listeners: Vec<(String, RouteSlot, Listener)>,
     admin: Option<tokio::net::TcpListener>,
+    served: Served,
+    counters: HashMap<String, Arc<RouteCounters>>,
 }
 
-/// A pool's listener: TCP (`host:port`) or a Unix socket (a path starting with `/`, as
-/// twemproxy writes it).
+/// A listener: TCP (`host:port`) or a Unix socket (a path starting with `/`, as twemproxy
+/// writes it).
 pub enum Listener {
     /// `host:port`.
     Tcp(tokio::net::TcpListener),
@@ -202,27 +365,23 @@ impl Listener {
     }
 }
 
-/// Binds one listener per pool that has a `listen` address, and the admin port at
-/// `admin` if given.
-pub async fn bind(pools: Vec<PoolConfig>, admin: Option<&str>) -> anyhow::Result<Bound> {
+/// Builds `config` and binds a listener for every pool and route that has a `listen`
+/// address, and the admin port at `admin` if given.
+pub async fn bind(config: RouterConfig, admin: Option<&str>) -> anyhow::Result<Bound> {
+    let built = build(&config, &Snapshot::default(), &HashMap::new())?;
     let mut addrs = Vec::new();
     let mut listeners = Vec::new();
-    for config in pools {
-        let Some(listen) = config.listen.clone() else {
-            continue;
-        };
+    for (listen, name, route) in built.listeners {
         let listener = Listener::bind(&listen)
             .await
-            .with_context(|| format!("pool {}: cannot listen on {listen}", config.name))?;
+            .with_context(|| format!("{name}: cannot listen on {listen}"))?;
         if let Some(addr) = listener.tcp_addr() {
             addrs.push(addr);
         }
-        let pool = Pool::new(config, None)?;
-        tracing::info!(pool = pool.name(), %listen, "routing");
-        let slot: PoolSlot = Arc::new(arc_swap::ArcSwap::from_pointee(pool));
+        tracing::info!(%name, %listen, "routing");
+        let slot: RouteSlot = Arc::new(arc_swap::ArcSwap::new(route));
         listeners.push((listen, slot, listener));
     }
-    anyhow::ensure!(!listeners.is_empty(), "no pool has a listen address");
     let admin = match admin {
         Some(a) => Some(
             tokio::net::TcpListener::bind(a)
@@ -232,11 +391,14 @@ pub async fn bind(pools: Vec<PoolConfig>, admin: Option<&str>) -> anyhow::Result
         None => None,
     };
     let admin_addr = admin.as_ref().map(|l| l.local_addr()).transpose()?;
+    resume_spools(&built.snapshot);
     Ok(Bound {
         addrs,
         admin_addr,
         listeners,
         admin,
+        served: Arc::new(arc_swap::ArcSwap::from_pointee(built.snapshot)),
+        counters: built.counters,
     })
 }
 
@@ -246,20 +408,24 @@ impl Bound {
     pub async fn run(
         self,
         stop: impl std::future::Future<Output = ()>,
-        mut reloads: tokio::sync::mpsc::UnboundedReceiver<Vec<PoolConfig>>,
+        mut reloads: tokio::sync::mpsc::UnboundedReceiver<RouterConfig>,
     ) {
-        let mut serving = Serving::default();
+        let mut serving = Serving {
+            listeners: HashMap::new(),
+            served: self.served,
+            counters: self.counters,
+        };
         for (listen, slot, listener) in self.listeners {
             serving.accept(listen, slot, listener);
         }
         let admin = self
             .admin
-            .map(|l| tokio::spawn(admin::serve(l, serving.pools.clone())));
+            .map(|l| tokio::spawn(admin::serve(l, serving.served.clone())));
         tokio::pin!(stop);
         loop {
             tokio::select! {
                 () = &mut stop => break,
-                Some(pools) = reloads.recv() => serving.reload(pools).await,
+                Some(config) = reloads.recv() => serving.reload(config).await,
             }
         }
         for (_, (_, task)) in serving.listeners.drain() {
@@ -272,34 +438,28 @@ impl Bound {
 }
 
 /// The listeners being served, by listen address.
-#[derive(Default)]
 pub struct Serving {
-    listeners: std::collections::HashMap<String, (PoolSlot, tokio::task::JoinHandle<()>)>,
-    /// The pools being served, for the admin port (kept in step with `listeners`).
-    pools: Served,
+    listeners: HashMap<String, (RouteSlot, tokio::task::JoinHandle<()>)>,
+    served: Served,
+    counters: HashMap<String, Arc<RouteCounters>>,
 }
 
-/// The pools a router serves, readable by its admin port.
-pub type Served = Arc<std::sync::Mutex<Vec<PoolSlot>>>;
-
 impl Serving {
-    fn publish(&self) {
-        let slots = self.listeners.values().map(|(s, _)| s.clone()).collect();
-        *self.pools.lock().unwrap_or_else(|e| e.into_inner()) = slots;
-    }
-
-    fn accept(&mut self, listen: String, slot: PoolSlot, listener: Listener) {
+    fn accept(&mut self, listen: String, slot: RouteSlot, listener: Listener) {
         let accepting = slot.clone();
+        let served = self.served.clone();
         let task = tokio::spawn(async move {
             let mut lane = 0usize;
             loop {
                 lane = lane.wrapping_add(1);
                 let accepted = match &listener {
                     Listener::Tcp(l) => l.accept().await.map(|(stream, _)| {
-                        tokio::spawn(proxy::serve(accepting.clone(), stream, lane));
+                        let (slot, served) = (accepting.clone(), served.clone());
+                        tokio::spawn(proxy::serve(slot, served, stream, lane));
                     }),
                     Listener::Unix(l) => l.accept().await.map(|(stream, _)| {
-                        tokio::spawn(proxy::serve_unix(accepting.clone(), stream, lane));
+                        let (slot, served) = (accepting.clone(), served.clone());
+                        tokio::spawn(proxy::serve_unix(slot, served, stream, lane));
                     }),
                 };
                 if let Err(e) = accepted {
@@ -309,56 +469,48 @@ impl Serving {
             }
         });
         self.listeners.insert(listen, (slot, task));
-        self.publish();
     }
 
-    /// Applies a new configuration, all or nothing: pools on a listen address already
-    /// served get the new ring and settings in place (their clients stay connected, and
-    /// servers that stay keep their connections); new addresses start listening; addresses
-    /// gone stop accepting (their open connections finish on the old pool). A configuration
-    /// that cannot be applied (a port that cannot be bound, a server that does not resolve)
-    /// is logged and the old one keeps serving.
-    pub async fn reload(&mut self, pools: Vec<PoolConfig>) {
+    /// Applies a new configuration, all or nothing: listen addresses already served get
+    /// the new pool or route in place (their clients stay connected, and servers that stay
+    /// keep their connections); new addresses start listening; addresses gone stop
+    /// accepting (their open connections finish on the old routes). A configuration that
+    /// cannot be applied (a port that cannot be bound, a server that does not resolve) is
+    /// logged and the old one keeps serving.
+    pub async fn reload(&mut self, config: RouterConfig) {
+        let built = match build(&config, &self.served.load(), &self.counters) {
+            Ok(b) => b,
+            Err(e) => {
+                tracing::error!(error = %format!("{e:#}"), "reload refused");
+                return;
+            }
+        };
         let mut swaps = Vec::new();
         let mut binds = Vec::new();
-        for config in pools {
-            let Some(listen) = config.listen.clone() else {
-                continue;
-            };
-            let previous = self
-                .listeners
-                .get(&listen)
-                .map(|(slot, _)| slot.load_full());
-            let name = config.name.clone();
-            match Pool::new(config, previous.as_deref()) {
-                Ok(pool) => match self.listeners.get(&listen) {
-                    Some((slot, _)) => swaps.push((listen, slot.clone(), pool)),
-                    None => match Listener::bind(&listen).await {
-                        Ok(l) => binds.push((listen, pool, l)),
-                        Err(e) => {
-                            tracing::error!(pool = %name, %listen, error = %e, "reload refused: cannot listen");
-                            return;
-                        }
-                    },
+        for (listen, name, route) in built.listeners {
+            match self.listeners.get(&listen) {
+                Some((slot, _)) => swaps.push((slot.clone(), name, route)),
+                None => match Listener::bind(&listen).await {
+                    Ok(l) => binds.push((listen, name, route, l)),
+                    Err(e) => {
+                        tracing::error!(%name, %listen, error = %e, "reload refused: cannot listen");
+                        return;
+                    }
                 },
-                Err(e) => {
-                    tracing::error!(error = %format!("{e:#}"), "reload refused");
-                    return;
-                }
             }
         }
-        let kept: std::collections::HashSet<String> = swaps
+        let kept: std::collections::HashSet<String> = config
+            .pools
             .iter()
-            .map(|(l, _, _)| l.clone())
-            .chain(binds.iter().map(|(l, _, _)| l.clone()))
+            .filter_map(|p| p.listen.clone())
+            .chain(config.routes.iter().filter_map(|r| r.listen.clone()))
             .collect();
-        for (_, slot, pool) in swaps {
-            tracing::info!(
-                pool = pool.name(),
-                servers = pool.backends.len(),
-                "pool reloaded"
-            );
-            slot.store(Arc::new(pool));
+        self.counters = built.counters;
+        resume_spools(&built.snapshot);
+        self.served.store(Arc::new(built.snapshot));
+        for (slot, name, route) in swaps {
+            tracing::info!(%name, "reloaded");
+            slot.store(route);
         }
         let gone: Vec<String> = self
             .listeners
@@ -371,15 +523,10 @@ impl Serving {
                 tracing::info!(%listen, "listener removed");
                 task.abort();
             }
-            self.publish();
         }
-        for (listen, pool, listener) in binds {
-            tracing::info!(pool = pool.name(), %listen, "pool added");
-            self.accept(
-                listen,
-                Arc::new(arc_swap::ArcSwap::from_pointee(pool)),
-                listener,
-            );
+        for (listen, name, route, listener) in binds {
+            tracing::info!(%name, %listen, "listener added");
+            self.accept(listen, Arc::new(arc_swap::ArcSwap::new(route)), listener);
         }
     }
 }
@@ -391,7 +538,7 @@ pub struct Running {
     pub addrs: Vec<SocketAddr>,
     /// The admin port's address, if any.
     pub admin_addr: Option<SocketAddr>,
-    reloads: tokio::sync::mpsc::UnboundedSender<Vec<PoolConfig>>,
+    reloads: tokio::sync::mpsc::UnboundedSender<RouterConfig>,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
@@ -400,10 +547,11 @@ impl Running {
     /// Starts `pools` on a new runtime of `threads` workers (and an admin port at `admin`);
     /// returns once they listen.
     pub fn start(
-        pools: Vec<PoolConfig>,
+        config: impl Into<RouterConfig>,
         threads: usize,
         admin: Option<String>,
     ) -> anyhow::Result<Running> {
+        let config = config.into();
         let rt = runtime(threads)?;
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
         let (reload_tx, reload_rx) = tokio::sync::mpsc::unbounded_channel();
@@ -412,7 +560,7 @@ impl Running {
             .name("memfleet-router".into())
             .spawn(move || {
                 rt.block_on(async move {
-                    match bind(pools, admin.as_deref()).await {
+                    match bind(config, admin.as_deref()).await {
                         Ok(bound) => {
                             let _ = ready_tx.send(Ok((bound.addrs.clone(), bound.admin_addr)));
                             bound
@@ -448,8 +596,8 @@ impl Running {
 
 impl Running {
     /// Applies a new configuration (asynchronously, as a SIGHUP would).
-    pub fn reload(&self, pools: Vec<PoolConfig>) {
-        let _ = self.reloads.send(pools);
+    pub fn reload(&self, config: impl Into<RouterConfig>) {
+        let _ = self.reloads.send(config.into());
     }
 }
 
@@ -467,10 +615,7 @@ impl Drop for Running {
 /// Reloads on SIGHUP and when the configuration file changes (checked every second: its
 /// size and modification time, which an editor's rename-over also changes). A file that
 /// does not parse is logged and ignored; the next change is tried again.
-async fn watch_config(
-    args: RouterArgs,
-    reloads: tokio::sync::mpsc::UnboundedSender<Vec<PoolConfig>>,
-) {
+async fn watch_config(args: RouterArgs, reloads: tokio::sync::mpsc::UnboundedSender<RouterConfig>) {
     let path = args.config.clone().or_else(|| args.twemproxy.clone());
     let stamp = |p: &Option<PathBuf>| {
         p.as_ref()
@@ -494,10 +639,10 @@ async fn watch_config(
                 "the file changed"
             }
         };
-        match load_pools(&args) {
-            Ok(pools) => {
+        match load_config(&args) {
+            Ok(config) => {
                 tracing::info!(reason = why, "reloading the configuration");
-                if reloads.send(pools).is_err() {
+                if reloads.send(config).is_err() {
                     return;
                 }
             }
@@ -532,7 +677,7 @@ pub fn run(args: &RouterArgs) -> anyhow::Result<()> {
         )
         .with_writer(std::io::stderr)
         .try_init();
-    let pools = load_pools(args)?;
+    let config = load_config(args)?;
     let threads = args
         .threads
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
@@ -549,7 +694,7 @@ pub fn run(args: &RouterArgs) -> anyhow::Result<()> {
         };
         let (reload_tx, reload_rx) = tokio::sync::mpsc::unbounded_channel();
         tokio::spawn(watch_config(args.clone(), reload_tx));
-        bind(pools, args.admin_listen.as_deref())
+        bind(config, args.admin_listen.as_deref())
             .await?
             .run(stop, reload_rx)
             .await;

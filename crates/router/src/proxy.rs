@@ -12,8 +12,9 @@
 //! stripped going out and applied coming back), so every connection to a server keeps
 //! one reply per request and never loses its place.
 
-use crate::backend::{Backend, BackendError};
-use crate::Pool;
+use crate::backend::BackendError;
+use crate::route::{Class, Ctx, Form, Op, Route};
+use crate::{Pool, RouteSlot, Served};
 use memfleet_protocol::reply::ReplyKind;
 use memfleet_protocol::{parse, response, GetKind, ParseError, ParserConfig, Request};
 use std::future::Future;
@@ -46,23 +47,34 @@ const MAX_PENDING_INPUT: usize = (1 << 20) + 64 * 1024;
 
 /// Serves one client until it closes. `lane` picks the connection to each server this
 /// client's requests use (always the same one, which keeps them in order).
-pub async fn serve(slot: crate::PoolSlot, stream: TcpStream, lane: usize) {
+pub async fn serve(slot: RouteSlot, served: Served, stream: TcpStream, lane: usize) {
     let _ = stream.set_nodelay(true);
+    // Replicated reads pick a replica per client host, as the paper's clients do.
+    let client = stream.peer_addr().map_or(0, |a| match a.ip() {
+        std::net::IpAddr::V4(ip) => xxhash_rust::xxh3::xxh3_64(&ip.octets()),
+        std::net::IpAddr::V6(ip) => xxhash_rust::xxh3::xxh3_64(&ip.octets()),
+    });
     let (rd, wr) = stream.into_split();
-    serve_halves(slot, rd, wr, lane).await;
+    serve_halves(slot, served, rd, wr, Ctx { lane, client }).await;
 }
 
 /// [`serve`] for a Unix-socket client (twemproxy's `listen: /path`).
-pub async fn serve_unix(slot: crate::PoolSlot, stream: tokio::net::UnixStream, lane: usize) {
+pub async fn serve_unix(
+    slot: RouteSlot,
+    served: Served,
+    stream: tokio::net::UnixStream,
+    lane: usize,
+) {
     let (rd, wr) = stream.into_split();
-    serve_halves(slot, rd, wr, lane).await;
+    serve_halves(slot, served, rd, wr, Ctx { lane, client: 0 }).await;
 }
 
 async fn serve_halves(
-    slot: crate::PoolSlot,
+    slot: RouteSlot,
+    served: Served,
     mut rd: impl tokio::io::AsyncRead + Unpin + Send + 'static,
     mut wr: impl tokio::io::AsyncWrite + Unpin + Send + 'static,
-    lane: usize,
+    ctx: Ctx,
 ) {
     let (tx, mut rx) = mpsc::channel::<Plan>(IN_FLIGHT);
     let writer = tokio::spawn(async move {
@@ -104,9 +116,13 @@ async fn serve_halves(
         while at < buf.len() {
             match parse(&buf[at..], &cfg) {
                 Ok((request, used)) => {
-                    // The pool as configured now (a reload applies from the next request).
-                    let pool = slot.load_full();
-                    let plan = route(&pool, lane, &request, &buf[at..at + used]);
+                    // The route as configured now (a reload applies from the next request).
+                    let root = slot.load_full();
+                    let raw = &buf[at..at + used];
+                    let plan = match &*root {
+                        Route::Pool(pool) => route(pool, &served, ctx.lane, &request, raw),
+                        _ => tree(&root, &served, ctx, &request, raw),
+                    };
                     at += used;
                     let stop = matches!(plan, Plan::Close);
                     if tx.send(plan).await.is_err() || stop {
@@ -155,7 +171,13 @@ fn error_reply(e: &BackendError) -> Vec<u8> {
 }
 
 /// Decides where `request` (whose bytes are `raw`) goes and how its reply is built.
-fn route(pool: &Arc<Pool>, lane: usize, request: &Request<'_>, raw: &[u8]) -> Plan {
+fn route(
+    pool: &Arc<Pool>,
+    served: &Served,
+    lane: usize,
+    request: &Request<'_>,
+    raw: &[u8],
+) -> Plan {
     let forward = |key: &[u8], bytes, kind, noreply, quiet| {
         forward(pool, lane, key, bytes, kind, noreply, quiet)
     };
@@ -232,6 +254,21 @@ fn route(pool: &Arc<Pool>, lane: usize, request: &Request<'_>, raw: &[u8]) -> Pl
             let quiet = m.flags.quiet().then_some(QUIET_MA);
             forward(&key, without_quiet(raw), ReplyKind::Meta, false, quiet)
         }
+        Request::Stats { .. } => local(stats(std::slice::from_ref(pool), served)),
+        Request::FlushAll { noreply, .. } => {
+            flush_all(std::slice::from_ref(pool), lane, raw, *noreply)
+        }
+        Request::MetaDebug { key } => {
+            let key = key.bytes().to_vec();
+            forward(&key, raw.to_vec(), ReplyKind::Meta, false, None)
+        }
+        _ => answer_locally(request),
+    }
+}
+
+/// The requests the router answers itself, whatever it routes to.
+fn answer_locally(request: &Request<'_>) -> Plan {
+    match request {
         Request::MetaNoop => local(b"MN\r\n".to_vec()),
         Request::Version => {
             local(format!("VERSION memfleet-router-{}\r\n", env!("CARGO_PKG_VERSION")).into_bytes())
@@ -241,38 +278,203 @@ fn route(pool: &Arc<Pool>, lane: usize, request: &Request<'_>, raw: &[u8]) -> Pl
         } else {
             b"OK\r\n".to_vec()
         }),
-        Request::Stats { .. } => local(pool.stats()),
         Request::Quit => Plan::Close,
-        Request::FlushAll { noreply, .. } => {
-            // Every server of the pool, then one answer.
-            let calls: Vec<_> = pool
-                .backends
-                .iter()
-                .map(|b| b.call(lane, raw_without_noreply(raw, *noreply), ReplyKind::Line))
+        _ => local(b"ERROR\r\n".to_vec()),
+    }
+}
+
+/// `stats`: the router's counters for `pools`, its routes and its spool.
+fn stats(pools: &[Arc<Pool>], served: &Served) -> Vec<u8> {
+    let mut out = Vec::new();
+    for p in pools {
+        out.extend_from_slice(&p.stat_lines());
+    }
+    out.extend_from_slice(&served.load().stat_lines());
+    out.extend_from_slice(b"END\r\n");
+    out
+}
+
+/// `flush_all` to every server of `pools`, then one answer.
+fn flush_all(pools: &[Arc<Pool>], lane: usize, raw: &[u8], noreply: bool) -> Plan {
+    let calls: Vec<_> = pools
+        .iter()
+        .flat_map(|p| p.backends().iter())
+        .map(|b| b.call(lane, raw_without_noreply(raw, noreply), ReplyKind::Line))
+        .collect();
+    Plan::Reply(Box::pin(async move {
+        let mut failed = None;
+        for c in calls {
+            match c.await {
+                Ok(r) if r == b"OK\r\n" => {}
+                Ok(r) => failed = Some(r),
+                Err(e) => failed = Some(error_reply(&e)),
+            }
+        }
+        match (noreply, failed) {
+            (true, _) => Vec::new(),
+            (false, Some(r)) => r,
+            (false, None) => b"OK\r\n".to_vec(),
+        }
+    }))
+}
+
+/// Decides how `request` goes down a route tree (any listener that is not a plain pool).
+/// Multi-key gets become one operation per key, reassembled in the client's order.
+fn tree(root: &Arc<Route>, served: &Served, ctx: Ctx, request: &Request<'_>, raw: &[u8]) -> Plan {
+    let one = |op: Op, noreply: bool, quiet: Option<&'static [&'static [u8]]>| {
+        let call = root.call(op, ctx);
+        Plan::Reply(Box::pin(async move {
+            let reply = call.await.unwrap_or_else(|e| error_reply(&e));
+            let suppressed = quiet.is_some_and(|q| q.iter().any(|p| reply.starts_with(p)));
+            if noreply || suppressed {
+                Vec::new()
+            } else {
+                reply
+            }
+        }))
+    };
+    let raw_op = |class: Class, key: &[u8], head: &[u8], tail: String| Op {
+        class,
+        key: key.to_vec(),
+        form: Form::Raw {
+            head: head.to_vec(),
+            wire_key: key.to_vec(),
+            tail: tail.into_bytes(),
+            kind: ReplyKind::Line,
+        },
+    };
+    let meta = |class: Class, key: &[u8], quiet: bool, suppress: &'static [&'static [u8]]| {
+        let (head, wire_key, tail) = split_meta(&without_quiet(raw));
+        let op = Op {
+            class,
+            key: key.to_vec(),
+            form: Form::Raw {
+                head,
+                wire_key,
+                tail,
+                kind: ReplyKind::Meta,
+            },
+        };
+        one(op, false, quiet.then_some(suppress))
+    };
+    match request {
+        Request::Get(g) => {
+            let head: Vec<u8> = match g.kind {
+                GetKind::Gat | GetKind::Gats => {
+                    format!("{} {}", String::from_utf8_lossy(g.kind.name()), g.exptime).into_bytes()
+                }
+                _ => g.kind.name().to_vec(),
+            };
+            let calls: Vec<_> = g
+                .keys
+                .map(|k| {
+                    let op = Op {
+                        class: Class::Get,
+                        key: k.to_vec(),
+                        form: Form::Get { head: head.clone() },
+                    };
+                    root.call(op, ctx)
+                })
                 .collect();
-            let noreply = *noreply;
             Plan::Reply(Box::pin(async move {
-                let mut failed = None;
+                let mut out = Vec::new();
                 for c in calls {
-                    match c.await {
-                        Ok(r) if r == b"OK\r\n" => {}
-                        Ok(r) => failed = Some(r),
-                        Err(e) => failed = Some(error_reply(&e)),
+                    // A key whose route failed is a miss; so is an error line.
+                    if let Ok(r) = c.await {
+                        if r.starts_with(b"VALUE ") || r.starts_with(b"LVALUE ") {
+                            out.extend_from_slice(r.strip_suffix(b"END\r\n").unwrap_or(&r));
+                        }
                     }
                 }
-                match (noreply, failed) {
-                    (true, _) => Vec::new(),
-                    (false, Some(r)) => r,
-                    (false, None) => b"OK\r\n".to_vec(),
-                }
+                response::end(&mut out);
+                out
             }))
         }
-        Request::MetaDebug { key } => {
-            let key = key.bytes().to_vec();
-            forward(&key, raw.to_vec(), ReplyKind::Meta, false, None)
+        Request::Store(s) => one(
+            Op {
+                class: Class::Set,
+                key: s.key.to_vec(),
+                form: Form::Store {
+                    command: s.command,
+                    flags: s.flags,
+                    exptime: s.exptime,
+                    cas: s.cas,
+                    data: Arc::from(s.data),
+                },
+            },
+            s.noreply,
+            None,
+        ),
+        Request::Delete {
+            key,
+            holdoff,
+            noreply,
+        } => one(
+            Op {
+                class: Class::Delete,
+                key: key.to_vec(),
+                form: Form::Delete { holdoff: *holdoff },
+            },
+            *noreply,
+            None,
+        ),
+        Request::Arith {
+            op,
+            key,
+            delta,
+            noreply,
+        } => {
+            let head: &[u8] = match op {
+                memfleet_protocol::ArithOp::Incr => b"incr ",
+                memfleet_protocol::ArithOp::Decr => b"decr ",
+            };
+            one(
+                raw_op(Class::Set, key, head, format!(" {delta}\r\n")),
+                *noreply,
+                None,
+            )
         }
-        Request::Other { .. } => local(b"ERROR\r\n".to_vec()),
+        Request::Touch {
+            key,
+            exptime,
+            noreply,
+        } => one(
+            raw_op(Class::Set, key, b"touch ", format!(" {exptime}\r\n")),
+            *noreply,
+            None,
+        ),
+        Request::MetaGet(m) => meta(Class::Get, &m.key.bytes(), m.flags.quiet(), QUIET_MG),
+        Request::MetaDelete(m) => meta(Class::Delete, &m.key.bytes(), m.flags.quiet(), QUIET_MS_MD),
+        Request::MetaSet(m) => meta(Class::Set, &m.key.bytes(), m.flags.quiet(), QUIET_MS_MD),
+        Request::MetaArithmetic(m) => meta(Class::Set, &m.key.bytes(), m.flags.quiet(), QUIET_MA),
+        Request::MetaDebug { key } => meta(Class::Other, &key.bytes(), false, &[]),
+        Request::Stats { .. } | Request::FlushAll { .. } => {
+            let mut pools = Vec::new();
+            root.pools(&mut pools);
+            match request {
+                Request::FlushAll { noreply, .. } => flush_all(&pools, ctx.lane, raw, *noreply),
+                _ => local(stats(&pools, served)),
+            }
+        }
+        _ => answer_locally(request),
     }
+}
+
+/// A meta request's line split around its key: (`"mg "`, key as written, the rest).
+fn split_meta(bytes: &[u8]) -> (Vec<u8>, Vec<u8>, Vec<u8>) {
+    let start = bytes
+        .iter()
+        .position(|&b| b == b' ')
+        .map_or(bytes.len(), |i| i + 1);
+    let end = bytes[start..]
+        .iter()
+        .position(|&b| matches!(b, b' ' | b'\r' | b'\n'))
+        .map_or(bytes.len(), |i| start + i);
+    (
+        bytes[..start].to_vec(),
+        bytes[start..end].to_vec(),
+        bytes[end..].to_vec(),
+    )
 }
 
 fn request_bytes(request: &Request<'_>) -> Vec<u8> {
@@ -474,10 +676,4 @@ fn value_blocks(reply: &[u8]) -> Vec<Block> {
         at = end;
     }
     blocks
-}
-
-impl Pool {
-    fn backend_for(&self, key: &[u8]) -> Arc<Backend> {
-        self.backends[self.ring.pick(key)].clone()
-    }
 }

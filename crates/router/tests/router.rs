@@ -103,7 +103,7 @@ fn pool_toml(listen: u16, servers: &[u16], extra: &str) -> String {
 fn keys_go_where_the_ring_says_and_multigets_reassemble() {
     let (_servers, ports) = backends(3);
     let pools = from_toml(&pool_toml(0, &ports, "")).unwrap();
-    let ring = pools[0].ring().unwrap();
+    let ring = pools.pools[0].ring().unwrap();
     let router = Running::start(pools, 2, None).unwrap();
     let mut c = Client::connect(router.addrs[0]);
     for i in 0..300 {
@@ -179,7 +179,7 @@ fn a_dead_server_costs_only_its_keys_and_comes_back() {
     let mut servers: Vec<Option<Server>> = servers.into_iter().map(Some).collect();
     let extra = "timeout_ms = 200\nserver_failure_limit = 2\nserver_retry_timeout_ms = 100\n";
     let pools = from_toml(&pool_toml(0, &ports, extra)).unwrap();
-    let ring = pools[0].ring().unwrap();
+    let ring = pools.pools[0].ring().unwrap();
     let router = Running::start(pools, 2, Some("127.0.0.1:0".into())).unwrap();
     let mut c = Client::connect(router.addrs[0]);
     let keys: Vec<String> = (0..60).map(|i| format!("k{i}")).collect();
@@ -252,7 +252,7 @@ fn a_hung_server_costs_one_timeout() {
     let hung_port = hung.local_addr().unwrap().port();
     let extra = "timeout_ms = 300\nauto_eject_hosts = true\nserver_failure_limit = 1\n";
     let pools = from_toml(&pool_toml(0, &[live, hung_port], extra)).unwrap();
-    let ring = pools[0].ring().unwrap();
+    let ring = pools.pools[0].ring().unwrap();
     let router = Running::start(pools, 2, None).unwrap();
     let keys: Vec<String> = (0..40).map(|i| format!("h{i}")).collect();
     let on_hung = keys
@@ -307,7 +307,7 @@ fn a_reload_reroutes_open_connections_and_a_bad_one_changes_nothing() {
     );
     // Add the second server: the same client connection now routes by the new ring.
     let two = from_toml(&pool_toml(listen, &ports, "")).unwrap();
-    let ring = two[0].ring().unwrap();
+    let ring = two.pools[0].ring().unwrap();
     router.reload(two);
     let moved = (0..40)
         .map(|i| format!("r{i}"))

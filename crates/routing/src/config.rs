@@ -15,11 +15,15 @@
 //! servers = ["10.0.0.1:11211:1", "10.0.0.2:11211:1 cache-b"]
 //! ```
 //!
-//! Not here: listening, connecting, reloading (the router), or routing rules across pools
-//! (prefix routing, replication: a later issue).
+//! Routes across pools (prefix routing, replication, gutter, broadcast, warm-up) are
+//! `[routes.NAME]` tables beside the pools: see [`crate::routes`]. A `[router]` table holds
+//! what is not a pool's: `spool_dir`, where deletes that could not be delivered wait.
+//!
+//! Not here: listening, connecting, reloading (the router).
 
 use crate::hash::KeyHash;
 use crate::ring::{twemproxy_order, Distribution, KetamaDialect, Node, Ring, RingError};
+use crate::routes::{self, RouteConfig, TomlRoute};
 use serde::Deserialize;
 use std::collections::BTreeMap;
 
@@ -49,6 +53,29 @@ pub struct PoolConfig {
     pub server_retry_timeout_ms: u64,
     /// The servers, in the order the distribution indexes them.
     pub servers: Vec<Node>,
+    /// A delete that cannot be delivered to a server waits in the router's spool (when it
+    /// has a `spool_dir`) and is replayed when the server is back.
+    pub spool_deletes: bool,
+}
+
+/// Everything a router serves: pools, the routes over them, and router-wide settings.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RouterConfig {
+    /// The pools.
+    pub pools: Vec<PoolConfig>,
+    /// The routes (none for a twemproxy file).
+    pub routes: Vec<RouteConfig>,
+    /// Where undeliverable deletes are kept (none: they fail like any other request).
+    pub spool_dir: Option<String>,
+}
+
+impl From<Vec<PoolConfig>> for RouterConfig {
+    fn from(pools: Vec<PoolConfig>) -> RouterConfig {
+        RouterConfig {
+            pools,
+            ..RouterConfig::default()
+        }
+    }
 }
 
 impl PoolConfig {
@@ -78,6 +105,17 @@ pub enum ConfigError {
     /// Nothing to route.
     #[error("no pools")]
     Empty,
+    /// A route that cannot work.
+    #[error("route {route}: {problem}")]
+    Route {
+        /// The route.
+        route: String,
+        /// What is wrong.
+        problem: String,
+    },
+    /// Routes that do not fit together (an unknown name, a loop).
+    #[error("{0}")]
+    Routes(String),
 }
 
 fn pool_error(pool: &str, problem: impl Into<String>) -> ConfigError {
@@ -181,22 +219,54 @@ struct TomlPool {
     auto_eject_hosts: Option<bool>,
     server_failure_limit: Option<u32>,
     server_retry_timeout_ms: Option<u64>,
+    spool_deletes: Option<bool>,
     servers: Vec<String>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct TomlRouter {
+    spool_dir: Option<String>,
 }
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct TomlFile {
     pools: BTreeMap<String, TomlPool>,
+    #[serde(default)]
+    routes: BTreeMap<String, TomlRoute>,
+    #[serde(default)]
+    router: TomlRouter,
 }
 
-/// Reads memfleet's TOML configuration.
-pub fn from_toml(text: &str) -> Result<Vec<PoolConfig>, ConfigError> {
+/// Reads memfleet's TOML configuration: pools, routes, router settings.
+pub fn from_toml(text: &str) -> Result<RouterConfig, ConfigError> {
     let file: TomlFile = toml::from_str(text).map_err(|e| ConfigError::Syntax(e.to_string()))?;
     if file.pools.is_empty() {
         return Err(ConfigError::Empty);
     }
-    file.pools
+    let pools = toml_pools(file.pools)?;
+    let routes = file
+        .routes
+        .into_iter()
+        .map(|(name, t)| {
+            routes::parse(&name, t).map_err(|problem| ConfigError::Route {
+                route: name.clone(),
+                problem,
+            })
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let pool_names: Vec<&str> = pools.iter().map(|p| p.name.as_str()).collect();
+    routes::check(&routes, &pool_names).map_err(ConfigError::Routes)?;
+    Ok(RouterConfig {
+        pools,
+        routes,
+        spool_dir: file.router.spool_dir,
+    })
+}
+
+fn toml_pools(pools: BTreeMap<String, TomlPool>) -> Result<Vec<PoolConfig>, ConfigError> {
+    pools
         .into_iter()
         .map(|(name, p)| {
             let distribution = match p.distribution.as_deref().unwrap_or("ketama") {
@@ -227,6 +297,7 @@ pub fn from_toml(text: &str) -> Result<Vec<PoolConfig>, ConfigError> {
                 auto_eject_hosts: p.auto_eject_hosts.unwrap_or(true),
                 server_failure_limit: p.server_failure_limit.unwrap_or(2).max(1),
                 server_retry_timeout_ms: p.server_retry_timeout_ms.unwrap_or(30_000),
+                spool_deletes: p.spool_deletes.unwrap_or(true),
                 name,
             };
             pool.ring()
@@ -306,6 +377,7 @@ pub fn from_twemproxy_yaml(text: &str) -> Result<Vec<PoolConfig>, ConfigError> {
                 auto_eject_hosts: p.auto_eject_hosts.unwrap_or(false),
                 server_failure_limit: p.server_failure_limit.unwrap_or(2).max(1),
                 server_retry_timeout_ms: p.server_retry_timeout.unwrap_or(30_000),
+                spool_deletes: false,
                 servers,
                 name,
             };
@@ -319,6 +391,7 @@ pub fn from_twemproxy_yaml(text: &str) -> Result<Vec<PoolConfig>, ConfigError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::routes::RouteKind;
 
     #[test]
     fn server_lines() {
@@ -351,7 +424,8 @@ mod tests {
             servers = ["10.0.0.3:11211"]
             "#,
         )
-        .unwrap();
+        .unwrap()
+        .pools;
         assert_eq!(pools.len(), 2);
         let main = pools.iter().find(|p| p.name == "main").unwrap();
         assert_eq!(
@@ -423,5 +497,59 @@ omega:
             .to_string()
             .contains("vnode"));
         assert!(from_twemproxy_yaml("a:\n  colour: blue\n").is_err());
+    }
+
+    #[test]
+    fn toml_routes() {
+        let pools = "[pools.a]\nservers = [\"10.0.0.1:11211\"]\n\
+                     [pools.b]\nservers = [\"10.0.0.2:11211\"]\n";
+        let config = from_toml(&format!(
+            "{pools}[router]\nspool_dir = \"/var/spool/memfleet\"\n\
+             [routes.web]\nlisten = \"127.0.0.1:5000\"\ntype = \"prefix\"\n\
+             prefixes = {{ \"u:\" = \"both\", \"u:x:\" = \"a\" }}\ndefault = \"safe\"\n\
+             [routes.both]\ntype = \"replicated\"\nreplicas = [\"a\", \"b\"]\n\
+             [routes.safe]\ntype = \"gutter\"\nmain = \"a\"\ngutter = \"b\"\n"
+        ))
+        .unwrap();
+        assert_eq!(config.spool_dir.as_deref(), Some("/var/spool/memfleet"));
+        let web = config.routes.iter().find(|r| r.name == "web").unwrap();
+        assert_eq!(web.listen.as_deref(), Some("127.0.0.1:5000"));
+        // Longest prefix first.
+        assert_eq!(
+            web.kind,
+            RouteKind::Prefix {
+                prefixes: vec![("u:x:".into(), "a".into()), ("u:".into(), "both".into())],
+                default: "safe".into(),
+                strip: false,
+            }
+        );
+        let safe = config.routes.iter().find(|r| r.name == "safe").unwrap();
+        assert_eq!(
+            safe.kind,
+            RouteKind::Gutter {
+                main: "a".into(),
+                gutter: "b".into(),
+                ttl: 10
+            }
+        );
+        let err = |routes: &str| {
+            from_toml(&format!("{pools}{routes}"))
+                .unwrap_err()
+                .to_string()
+        };
+        assert!(
+            err("[routes.r]\ntype = \"gutter\"\nmain = \"a\"\ngutter = \"c\"\n")
+                .contains("no pool or route named \"c\"")
+        );
+        assert!(err("[routes.r]\ntype = \"gutter\"\nmain = \"a\"\n").contains("needs \"gutter\""));
+        assert!(
+            err("[routes.r]\ntype = \"broadcast\"\nto = [\"a\"]\nmain = \"a\"\n")
+                .contains("takes no \"main\"")
+        );
+        assert!(err("[routes.r]\ntype = \"fanout\"\n").contains("unknown route type"));
+        assert!(err("[routes.a]\ntype = \"broadcast\"\nto = [\"b\"]\n").contains("both a pool"));
+        assert!(err("[routes.x]\ntype = \"broadcast\"\nto = [\"y\"]\n\
+             [routes.y]\ntype = \"operation\"\ndefault = \"x\"\n")
+        .contains("loop"));
     }
 }

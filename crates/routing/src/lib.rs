@@ -12,6 +12,7 @@
 //! | `hash` | twemproxy's key hashes (md5, crc16, crc32, crc32a, fnv1*, hsieh, murmur, jenkins, one_at_a_time) and murmur3 |
 //! | `ring` | ketama (libmemcached and spymemcached dialects), modula, rendezvous, jump; hash tags |
 //! | `config` | pools from memfleet's TOML or twemproxy's YAML, read the way twemproxy reads it |
+//! | `routes` | routes over pools: prefix, operation, replicated, gutter, broadcast, warm-up |
 //!
 //! ```
 //! use memfleet_routing::{Distribution, KetamaDialect, KeyHash, Node, Ring};
@@ -26,7 +27,9 @@
 pub mod config;
 pub mod hash;
 pub mod ring;
+pub mod routes;
 
-pub use config::{from_toml, from_twemproxy_yaml, ConfigError, PoolConfig};
+pub use config::{from_toml, from_twemproxy_yaml, ConfigError, PoolConfig, RouterConfig};
 pub use hash::KeyHash;
 pub use ring::{twemproxy_order, Distribution, KetamaDialect, Node, Ring, RingError};
+pub use routes::{BroadcastMode, RouteConfig, RouteKind};

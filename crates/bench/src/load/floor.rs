@@ -117,19 +117,7 @@ fn accept_all(listener: &TcpListener, epoll: &Epoll, conns: &mut Vec<Option<Conn
         }
         // SAFETY: accept4 just returned this fd and nothing else owns it.
         let owned = unsafe { OwnedFd::from_raw_fd(fd) };
-        // Replies go out in one send per batch; Nagle could only delay them.
-        let one: libc::c_int = 1;
-        // SAFETY: fd is a valid socket and the option value points to a live c_int of
-        // the size given.
-        unsafe {
-            libc::setsockopt(
-                fd,
-                libc::IPPROTO_TCP,
-                libc::TCP_NODELAY,
-                (&one as *const libc::c_int).cast(),
-                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-            )
-        };
+        set_nodelay(fd);
         if let Err(e) = epoll.add(fd, libc::EPOLLIN as u32, fd as u64) {
             eprintln!("floor: epoll_ctl add: {e}");
             continue;
@@ -140,6 +128,23 @@ fn accept_all(listener: &TcpListener, epoll: &Epoll, conns: &mut Vec<Option<Conn
         }
         conns[i] = Some(Conn::new(owned));
     }
+}
+
+/// Turns Nagle off on socket `fd`: replies go out in one send per batch, and Nagle could
+/// only delay them.
+pub(super) fn set_nodelay(fd: RawFd) {
+    let one: libc::c_int = 1;
+    // SAFETY: the option value points to a live c_int of the size given; a bad fd only
+    // makes the call fail.
+    unsafe {
+        libc::setsockopt(
+            fd,
+            libc::IPPROTO_TCP,
+            libc::TCP_NODELAY,
+            (&one as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
 }
 
 /// The fixed parts of every reply, built once.
@@ -415,10 +420,10 @@ fn answer(buf: &[u8], r: &Replies, out: &mut Vec<u8>) -> Step {
 }
 
 /// An epoll instance.
-struct Epoll(OwnedFd);
+pub(super) struct Epoll(OwnedFd);
 
 impl Epoll {
-    fn new() -> io::Result<Epoll> {
+    pub(super) fn new() -> io::Result<Epoll> {
         // SAFETY: epoll_create1 takes no pointers; it returns a new fd or -1.
         let fd = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
         if fd < 0 {
@@ -437,16 +442,16 @@ impl Epoll {
         Ok(())
     }
 
-    fn add(&self, fd: RawFd, events: u32, token: u64) -> io::Result<()> {
+    pub(super) fn add(&self, fd: RawFd, events: u32, token: u64) -> io::Result<()> {
         self.ctl(libc::EPOLL_CTL_ADD, fd, events, token)
     }
 
-    fn modify(&self, fd: RawFd, events: u32, token: u64) -> io::Result<()> {
+    pub(super) fn modify(&self, fd: RawFd, events: u32, token: u64) -> io::Result<()> {
         self.ctl(libc::EPOLL_CTL_MOD, fd, events, token)
     }
 
     /// Waits for events; returns how many of `events` were filled.
-    fn wait(&self, events: &mut [libc::epoll_event]) -> io::Result<usize> {
+    pub(super) fn wait(&self, events: &mut [libc::epoll_event]) -> io::Result<usize> {
         loop {
             // SAFETY: the pointer and length describe `events`, which the kernel fills.
             let n = unsafe {

@@ -15,6 +15,7 @@
 pub mod client;
 pub mod cpu;
 pub mod floor;
+pub mod floor_proxy;
 pub mod herd;
 pub mod report;
 pub mod restart;
@@ -122,6 +123,13 @@ pub struct LoadArgs {
     /// anything: what --spawn floor runs.
     #[arg(long, hide = true, value_name = "PORT")]
     pub floor_server: Option<u16>,
+    /// Be the floor proxy on 127.0.0.1:PORT in front of --floor-backend instead of loading
+    /// anything (scripts/bench-router runs it beside the proxies it bounds).
+    #[arg(long, hide = true, value_name = "PORT", requires = "floor_backend")]
+    pub floor_proxy: Option<u16>,
+    /// The one server the floor proxy forwards to.
+    #[arg(long, hide = true, value_name = "HOST:PORT")]
+    pub floor_backend: Option<std::net::SocketAddr>,
 }
 
 /// What `memfleet bench` runs.
@@ -277,6 +285,10 @@ pub fn run(args: &LoadArgs) -> Result<()> {
     if let Some(port) = args.floor_server {
         return floor::serve(port, args.value_size)
             .with_context(|| format!("floor server on 127.0.0.1:{port}"));
+    }
+    if let (Some(port), Some(backend)) = (args.floor_proxy, args.floor_backend) {
+        return floor_proxy::serve(port, backend)
+            .with_context(|| format!("floor proxy on 127.0.0.1:{port} to {backend}"));
     }
     match args.scenario {
         Scenario::Herd => return herd::bench(args),

@@ -1,0 +1,329 @@
+//! Routes: how a request finds its pool when a deployment has more than one (Facebook's
+//! §3.2.2–§4.3, mcrouter's route handles). A route is a small tree whose leaves are pools;
+//! each inner node is one of the mechanisms of the paper:
+//!
+//! | type | what it does |
+//! |------|--------------|
+//! | `prefix` | the longest matching key prefix picks the route; `default` takes the rest (§3.2.2). With `strip = true` the prefix is removed from the key (mcrouter-style routing prefixes such as `/region/cluster/`, §4.2) |
+//! | `operation` | gets, sets and deletes can go different ways (`get`, `set`, `delete`, `default`) |
+//! | `replicated` | reads go to one replica, chosen stably per client, failing over to the others; writes go to every replica (§3.2.3) |
+//! | `gutter` | when `main` fails (server down, timeout), the request goes to `gutter`; sets there get at most `gutter_ttl` seconds (§3.3) |
+//! | `broadcast` | every request goes to every destination; `all-sync` waits and answers the worst reply, `all-async` answers at once (§4.1) |
+//! | `warmup` | a miss in `cold` is filled from `warm` (`add`ed into cold, so a racing delete's hold-off wins); deletes reach cold with a `holdoff`-second hold-off (§4.3) |
+//!
+//! In TOML, routes are named tables beside the pools, and a name refers to a pool or a route:
+//!
+//! ```toml
+//! [routes.web]
+//! listen = "127.0.0.1:5000"
+//! type = "operation"
+//! delete = "everywhere"
+//! default = "cache"
+//!
+//! [routes.cache]
+//! type = "gutter"
+//! main = "cluster_a"
+//! gutter = "gutter"
+//! gutter_ttl = 10
+//!
+//! [routes.everywhere]
+//! type = "broadcast"
+//! to = ["cluster_a", "cluster_b"]
+//! mode = "all-sync"
+//! ```
+//!
+//! This module only reads and checks the tree (names exist, no cycles); running it is the
+//! router's (and the client library's) job.
+
+use serde::Deserialize;
+use std::collections::{BTreeMap, HashMap};
+
+/// A named route.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RouteConfig {
+    /// Its name (unique among routes and pools).
+    pub name: String,
+    /// Where the router listens for clients of this route, if it has a listener.
+    pub listen: Option<String>,
+    /// What it does.
+    pub kind: RouteKind,
+}
+
+/// How `broadcast` answers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BroadcastMode {
+    /// Wait for every destination; answer the worst reply.
+    AllSync,
+    /// Answer at once as if every destination succeeded; failures are the destinations'
+    /// business (a spooling pool keeps its deletes).
+    AllAsync,
+}
+
+/// The route types (see the module table). Every `String` names a pool or a route.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RouteKind {
+    /// Longest prefix first.
+    Prefix {
+        /// (prefix, route), longest prefix first.
+        prefixes: Vec<(String, String)>,
+        /// Keys no prefix matches.
+        default: String,
+        /// Remove the matched prefix from the key.
+        strip: bool,
+    },
+    /// By operation.
+    Operation {
+        /// get, gets, gat, gats, lease-get, mg.
+        get: Option<String>,
+        /// set, add, replace, append, prepend, cas, lease-set, ms, incr, decr, ma, touch.
+        set: Option<String>,
+        /// delete, md.
+        delete: Option<String>,
+        /// Whatever is not named.
+        default: String,
+    },
+    /// Replicas.
+    Replicated {
+        /// The replicas, in failover order from the chosen one.
+        replicas: Vec<String>,
+        /// Choose the read replica by this id instead of the client's address (a router
+        /// running beside one application host).
+        client_id: Option<String>,
+    },
+    /// Failover to a gutter.
+    Gutter {
+        /// Where requests go while it answers.
+        main: String,
+        /// Where they go when it does not.
+        gutter: String,
+        /// Longest TTL a set into the gutter gets, seconds.
+        ttl: u32,
+    },
+    /// To every destination.
+    Broadcast {
+        /// The destinations.
+        to: Vec<String>,
+        /// How to answer.
+        mode: BroadcastMode,
+    },
+    /// Cold-cluster warm-up.
+    WarmUp {
+        /// The cluster being warmed (every request goes here first).
+        cold: String,
+        /// Where misses are filled from.
+        warm: String,
+        /// Hold-off of deletes sent to the cold cluster, seconds.
+        holdoff: u32,
+        /// Off: plain `cold` (switched by a reload once cold's hit rate has recovered).
+        enabled: bool,
+    },
+}
+
+impl RouteKind {
+    /// The names it refers to.
+    pub fn children(&self) -> Vec<&str> {
+        match self {
+            RouteKind::Prefix {
+                prefixes, default, ..
+            } => prefixes
+                .iter()
+                .map(|(_, r)| r.as_str())
+                .chain([default.as_str()])
+                .collect(),
+            RouteKind::Operation {
+                get,
+                set,
+                delete,
+                default,
+            } => [get, set, delete]
+                .into_iter()
+                .flatten()
+                .map(String::as_str)
+                .chain([default.as_str()])
+                .collect(),
+            RouteKind::Replicated { replicas, .. } => replicas.iter().map(String::as_str).collect(),
+            RouteKind::Gutter { main, gutter, .. } => vec![main, gutter],
+            RouteKind::Broadcast { to, .. } => to.iter().map(String::as_str).collect(),
+            RouteKind::WarmUp { cold, warm, .. } => vec![cold, warm],
+        }
+    }
+}
+
+/// memfleet's TOML route table: every field any type takes; [`parse`] checks that a route
+/// uses only its own.
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct TomlRoute {
+    #[serde(rename = "type")]
+    kind: String,
+    listen: Option<String>,
+    prefixes: Option<BTreeMap<String, String>>,
+    default: Option<String>,
+    strip: Option<bool>,
+    get: Option<String>,
+    set: Option<String>,
+    delete: Option<String>,
+    replicas: Option<Vec<String>>,
+    client_id: Option<String>,
+    main: Option<String>,
+    gutter: Option<String>,
+    gutter_ttl: Option<u32>,
+    to: Option<Vec<String>>,
+    mode: Option<String>,
+    cold: Option<String>,
+    warm: Option<String>,
+    holdoff: Option<u32>,
+    enabled: Option<bool>,
+}
+
+/// Turns a TOML route table into a [`RouteConfig`]; the error says what is wrong.
+pub(crate) fn parse(name: &str, t: TomlRoute) -> Result<RouteConfig, String> {
+    let given: Vec<&str> = [
+        ("prefixes", t.prefixes.is_some()),
+        ("default", t.default.is_some()),
+        ("strip", t.strip.is_some()),
+        ("get", t.get.is_some()),
+        ("set", t.set.is_some()),
+        ("delete", t.delete.is_some()),
+        ("replicas", t.replicas.is_some()),
+        ("client_id", t.client_id.is_some()),
+        ("main", t.main.is_some()),
+        ("gutter", t.gutter.is_some()),
+        ("gutter_ttl", t.gutter_ttl.is_some()),
+        ("to", t.to.is_some()),
+        ("mode", t.mode.is_some()),
+        ("cold", t.cold.is_some()),
+        ("warm", t.warm.is_some()),
+        ("holdoff", t.holdoff.is_some()),
+        ("enabled", t.enabled.is_some()),
+    ]
+    .into_iter()
+    .filter_map(|(f, set)| set.then_some(f))
+    .collect();
+    let allowed: &[&str] = match t.kind.as_str() {
+        "prefix" => &["prefixes", "default", "strip"],
+        "operation" => &["get", "set", "delete", "default"],
+        "replicated" => &["replicas", "client_id"],
+        "gutter" => &["main", "gutter", "gutter_ttl"],
+        "broadcast" => &["to", "mode"],
+        "warmup" => &["cold", "warm", "holdoff", "enabled"],
+        other => {
+            return Err(format!(
+                "unknown route type {other:?} (prefix, operation, replicated, gutter, \
+                 broadcast, warmup)"
+            ))
+        }
+    };
+    if let Some(f) = given.iter().find(|f| !allowed.contains(f)) {
+        return Err(format!("a {} route takes no {f:?}", t.kind));
+    }
+    let need = |v: Option<String>, field: &str| {
+        v.ok_or_else(|| format!("a {} route needs {field:?}", t.kind))
+    };
+    let kind = match t.kind.as_str() {
+        "prefix" => {
+            let mut prefixes: Vec<(String, String)> =
+                t.prefixes.unwrap_or_default().into_iter().collect();
+            if prefixes.iter().any(|(p, _)| p.is_empty()) {
+                return Err("an empty prefix: use \"default\"".into());
+            }
+            // Longest first, so the first match is the longest.
+            prefixes.sort_by(|a, b| b.0.len().cmp(&a.0.len()).then(a.0.cmp(&b.0)));
+            RouteKind::Prefix {
+                prefixes,
+                default: need(t.default, "default")?,
+                strip: t.strip.unwrap_or(false),
+            }
+        }
+        "operation" => RouteKind::Operation {
+            get: t.get,
+            set: t.set,
+            delete: t.delete,
+            default: need(t.default, "default")?,
+        },
+        "replicated" => {
+            let replicas = t.replicas.unwrap_or_default();
+            if replicas.is_empty() {
+                return Err("a replicated route needs \"replicas\"".into());
+            }
+            RouteKind::Replicated {
+                replicas,
+                client_id: t.client_id,
+            }
+        }
+        "gutter" => RouteKind::Gutter {
+            main: need(t.main, "main")?,
+            gutter: need(t.gutter, "gutter")?,
+            ttl: t.gutter_ttl.unwrap_or(10).max(1),
+        },
+        "broadcast" => {
+            let to = t.to.unwrap_or_default();
+            if to.is_empty() {
+                return Err("a broadcast route needs \"to\"".into());
+            }
+            let mode = match t.mode.as_deref().unwrap_or("all-sync") {
+                "all-sync" => BroadcastMode::AllSync,
+                "all-async" => BroadcastMode::AllAsync,
+                m => return Err(format!("unknown mode {m:?} (all-sync, all-async)")),
+            };
+            RouteKind::Broadcast { to, mode }
+        }
+        _ => RouteKind::WarmUp {
+            cold: need(t.cold, "cold")?,
+            warm: need(t.warm, "warm")?,
+            holdoff: t.holdoff.unwrap_or(2),
+            enabled: t.enabled.unwrap_or(true),
+        },
+    };
+    Ok(RouteConfig {
+        name: name.to_string(),
+        listen: t.listen,
+        kind,
+    })
+}
+
+/// Checks that every name a route uses exists and that no route reaches itself.
+pub(crate) fn check(routes: &[RouteConfig], pools: &[&str]) -> Result<(), String> {
+    let by_name: HashMap<&str, &RouteConfig> =
+        routes.iter().map(|r| (r.name.as_str(), r)).collect();
+    for r in routes {
+        if pools.contains(&r.name.as_str()) {
+            return Err(format!("{:?} names both a pool and a route", r.name));
+        }
+        for c in r.kind.children() {
+            if !pools.contains(&c) && !by_name.contains_key(c) {
+                return Err(format!("route {}: no pool or route named {c:?}", r.name));
+            }
+        }
+    }
+    // Depth-first from every route; a name met again on the current path is a cycle.
+    fn visit<'a>(
+        name: &'a str,
+        by_name: &HashMap<&'a str, &'a RouteConfig>,
+        path: &mut Vec<&'a str>,
+        done: &mut Vec<&'a str>,
+    ) -> Result<(), String> {
+        let Some(r) = by_name.get(name) else {
+            return Ok(()); // a pool
+        };
+        if done.contains(&name) {
+            return Ok(());
+        }
+        if path.contains(&name) {
+            path.push(name);
+            return Err(format!("routes loop: {}", path.join(" -> ")));
+        }
+        path.push(name);
+        for c in r.kind.children() {
+            visit(c, by_name, path, done)?;
+        }
+        path.pop();
+        done.push(name);
+        Ok(())
+    }
+    let mut done = Vec::new();
+    for r in routes {
+        visit(&r.name, &by_name, &mut Vec::new(), &mut done)?;
+    }
+    Ok(())
+}
