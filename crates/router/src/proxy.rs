@@ -120,7 +120,16 @@ async fn serve_halves(
                     let root = slot.load_full();
                     let raw = &buf[at..at + used];
                     let plan = match &*root {
-                        Route::Pool(pool) => route(pool, &served, ctx.lane, &request, raw),
+                        // A spooling pool's deletes take the route path, which spools.
+                        Route::Pool(pool)
+                            if pool.spooler().is_none()
+                                || !matches!(
+                                    request,
+                                    Request::Delete { .. } | Request::MetaDelete(_)
+                                ) =>
+                        {
+                            route(pool, &served, ctx.lane, &request, raw)
+                        }
                         _ => tree(&root, &served, ctx, &request, raw),
                     };
                     at += used;
