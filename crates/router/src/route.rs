@@ -449,14 +449,19 @@ impl Route {
                 strip,
             } => {
                 for (p, route) in prefixes {
-                    if op.key.starts_with(p) {
-                        let op = if *strip {
-                            op.with_key(&op.key[p.len()..])
-                        } else {
-                            op
-                        };
+                    if !op.key.starts_with(p) {
+                        continue;
+                    }
+                    if !*strip {
                         return route.call(op, ctx);
                     }
+                    let call = route.call(op.with_key(&op.key[p.len()..]), ctx);
+                    if !matches!(op.form, Form::Get { .. }) {
+                        return call;
+                    }
+                    // The client asked for its key, prefix and all: that is the key its
+                    // VALUE line names.
+                    return Box::pin(async move { call.await.map(|r| rekey(r, &op.key)) });
                 }
                 default.call(op, ctx)
             }
@@ -603,6 +608,25 @@ impl Route {
             Route::WarmUp { cold, warm, .. } => [cold, warm].into_iter().for_each(add),
         }
     }
+}
+
+/// A one-key retrieval reply with `key` in its `VALUE` (or `LVALUE`) line.
+fn rekey(reply: Vec<u8>, key: &[u8]) -> Vec<u8> {
+    let skip = if reply.starts_with(b"VALUE ") {
+        6
+    } else if reply.starts_with(b"LVALUE ") {
+        7
+    } else {
+        return reply;
+    };
+    let Some(end) = reply[skip..].iter().position(|&b| b == b' ') else {
+        return reply;
+    };
+    let mut out = Vec::with_capacity(reply.len() + key.len());
+    out.extend_from_slice(&reply[..skip]);
+    out.extend_from_slice(key);
+    out.extend_from_slice(&reply[skip + end..]);
+    out
 }
 
 /// Waits for every call; answers the worst reply (the first of equally bad ones).
@@ -805,6 +829,19 @@ mod tests {
             .as_secs() as i64;
         assert_eq!(capped_exptime(now + 3600, 10), 10);
         assert_eq!(capped_exptime(now - 5, 10), -1);
+    }
+
+    #[test]
+    fn stripped_keys_are_put_back_in_value_lines() {
+        assert_eq!(
+            rekey(b"VALUE k 0 1\r\nv\r\nEND\r\n".to_vec(), b"/r/c/k"),
+            b"VALUE /r/c/k 0 1\r\nv\r\nEND\r\n"
+        );
+        assert_eq!(
+            rekey(b"LVALUE k 1 0 0\r\n\r\nEND\r\n".to_vec(), b"/r/c/k"),
+            b"LVALUE /r/c/k 1 0 0\r\n\r\nEND\r\n"
+        );
+        assert_eq!(rekey(b"END\r\n".to_vec(), b"x"), b"END\r\n");
     }
 
     #[test]

@@ -386,3 +386,36 @@ fn a_cold_cluster_warms_from_the_warm_one_and_a_racing_delete_wins() {
     });
     assert_eq!(cold.get(&format!("c{n}")), None);
 }
+
+#[test]
+fn routing_prefixes_pick_cluster_or_regional_pools_and_are_stripped() {
+    let (_local, pl) = backend();
+    let (_regional, pr) = backend();
+    let config = from_toml(&format!(
+        "[pools.cluster]\nservers = [{}]\n[pools.regional]\nservers = [{}]\n\
+         [routes.front]\nlisten = \"127.0.0.1:0\"\ntype = \"prefix\"\nstrip = true\n\
+         prefixes = {{ \"/west/c1/\" = \"cluster\", \"/west/*/\" = \"regional\" }}\n\
+         default = \"cluster\"\n",
+        list(&[pl]),
+        list(&[pr])
+    ))
+    .unwrap();
+    let router = Running::start(config, 1, None).unwrap();
+    let mut c = Client::connect(router.addrs[0]);
+    c.check("set /west/*/big 0 0 1\r\nr\r\n", "STORED\r\n");
+    c.check("set /west/c1/small 0 0 1\r\nl\r\n", "STORED\r\n");
+    c.check("ms /west/*/meta 1\r\nm\r\n", "HD\r\n");
+    // Stored under the key without its routing prefix, in the pool the prefix names.
+    assert_eq!(Client::direct(pr).get("big").as_deref(), Some("r"));
+    assert_eq!(Client::direct(pr).get("meta").as_deref(), Some("m"));
+    assert_eq!(Client::direct(pl).get("small").as_deref(), Some("l"));
+    assert_eq!(Client::direct(pl).get("big"), None);
+    // Keys without a prefix go to the default, as they are.
+    c.check("set plain 0 0 1\r\np\r\n", "STORED\r\n");
+    assert_eq!(Client::direct(pl).get("plain").as_deref(), Some("p"));
+    // A get answers with the key the client asked for.
+    c.check(
+        "get /west/*/big\r\n",
+        "VALUE /west/*/big 0 1\r\nr\r\nEND\r\n",
+    );
+}
