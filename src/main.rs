@@ -4,6 +4,8 @@
 
 use clap::{Parser, Subcommand};
 
+mod fleet;
+
 /// memfleet: a memcache system (Segcache server, router, invalidator, bench).
 #[derive(Parser)]
 #[command(version, about, long_about = None)]
@@ -27,6 +29,10 @@ enum Command {
     /// Load memcached-protocol servers side by side (spawned with --spawn or given with
     /// --target) and print ops/s, latency percentiles and server CPU time per operation.
     Bench(memfleet_bench::load::LoadArgs),
+    /// Start (`up`) or stop (`down`) a complete small deployment on loopback: two frontend
+    /// clusters with a router each, a gutter pool and a regional pool.
+    #[command(subcommand)]
+    Fleet(fleet::FleetCommand),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -39,5 +45,6 @@ fn main() -> anyhow::Result<()> {
             memfleet_bench::sim::run(&args, &segcache)
         }
         Command::Bench(args) => memfleet_bench::load::run(&args),
+        Command::Fleet(command) => fleet::run(&command),
     }
 }

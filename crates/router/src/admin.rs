@@ -84,9 +84,17 @@ fn metrics(served: &Served) -> String {
         }
     }
     for (name, help) in crate::route::COUNTERS {
+        let series: Vec<_> = snapshot
+            .route_counters()
+            .iter()
+            .filter(|(_, c)| c.shown().iter().any(|(n, _)| *n == name))
+            .collect();
+        if series.is_empty() {
+            continue;
+        }
         let _ = writeln!(text, "# HELP memfleet_router_route_{name} {help}");
         let _ = writeln!(text, "# TYPE memfleet_router_route_{name} counter");
-        for (route, counters) in snapshot.route_counters() {
+        for (route, counters) in series {
             let v = counters.get(name);
             let _ = writeln!(
                 text,

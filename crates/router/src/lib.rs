@@ -211,7 +211,7 @@ impl Snapshot {
     pub(crate) fn stat_lines(&self) -> Vec<u8> {
         let mut out = Vec::new();
         for (route, counters) in &self.counters {
-            for (name, _) in route::COUNTERS {
+            for (name, _) in counters.shown() {
                 let v = counters.get(name);
                 out.extend_from_slice(format!("STAT route:{route}:{name} {v}\r\n").as_bytes());
             }

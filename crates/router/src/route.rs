@@ -188,6 +188,8 @@ pub struct RouteCounters {
     pub fills_refused: AtomicU64,
     /// replicated: reads that failed over to another replica.
     pub replica_failovers: AtomicU64,
+    /// The counters the route's type uses (set when it is built).
+    shown: std::sync::Mutex<&'static [&'static str]>,
 }
 
 /// Every [`RouteCounters`] field: (name, what it counts), for `stats` and `/metrics`.
@@ -217,6 +219,15 @@ pub(crate) const COUNTERS: [(&str, &str); 7] = [
 ];
 
 impl RouteCounters {
+    /// (name, help) of the counters its route's type uses.
+    pub(crate) fn shown(&self) -> Vec<(&'static str, &'static str)> {
+        let shown = *self.shown.lock().unwrap_or_else(|e| e.into_inner());
+        COUNTERS
+            .into_iter()
+            .filter(|(n, _)| shown.contains(n))
+            .collect()
+    }
+
     /// The counter called `name` (one of [`COUNTERS`]).
     pub(crate) fn get(&self, name: &str) -> u64 {
         let c = match name {
@@ -380,10 +391,14 @@ fn resolve(
             counters: counters.clone(),
         },
     };
-    if matches!(
-        route,
-        Route::Replicated { .. } | Route::Gutter { .. } | Route::WarmUp { .. }
-    ) {
+    let shown: &'static [&'static str] = match route {
+        Route::Replicated { .. } => &["replica_failovers"],
+        Route::Gutter { .. } => &["gutter_requests", "gutter_hits"],
+        Route::WarmUp { .. } => &["cold_hits", "cold_misses", "warm_fills", "fills_refused"],
+        _ => &[],
+    };
+    if !shown.is_empty() {
+        *counters.shown.lock().unwrap_or_else(|e| e.into_inner()) = shown;
         kept.insert(name.to_string(), counters);
     }
     let route = Arc::new(route);

@@ -1,0 +1,301 @@
+//! `memfleet fleet up|down|status`: a complete small deployment on loopback, from one
+//! command — what a newcomer runs to see the system, and what scenario tests build on.
+//!
+//! `up` starts, as background processes of this same executable:
+//! - two frontend clusters (`c1`, `c2`) of `--servers` memfleet servers each,
+//! - a gutter pool (one server) and a regional pool (one server),
+//! - one router per cluster, in front of its own cluster, whose route (see `fleet.toml`
+//!   in the directory) sends gets and sets to the local cluster with the gutter behind it,
+//!   keys under `/regional/` to the regional pool, and deletes to both clusters and the
+//!   regional pool (broadcast, spooled when a server is down),
+//!
+//! writes every process id to `<dir>/pids`, waits until every port answers and prints how
+//! to reach them. `down` stops what `pids` lists. Ports are `--base-port` + a fixed
+//! offset, so a fleet's addresses are predictable.
+
+use anyhow::{bail, Context};
+use std::fmt::Write as _;
+use std::net::TcpStream;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// `memfleet fleet` subcommands.
+#[derive(clap::Subcommand, Debug)]
+pub enum FleetCommand {
+    /// Start a local fleet in the background and print its addresses.
+    Up(UpArgs),
+    /// Stop the fleet started in DIR.
+    Down(DirArgs),
+    /// Say which of the fleet's processes are running.
+    Status(DirArgs),
+}
+
+/// Where a fleet keeps its files.
+#[derive(clap::Args, Debug)]
+pub struct DirArgs {
+    /// The fleet's directory (configs, logs, pids, spools).
+    #[arg(long, default_value = "/tmp/memfleet-fleet")]
+    pub dir: PathBuf,
+}
+
+/// `fleet up` flags.
+#[derive(clap::Args, Debug)]
+pub struct UpArgs {
+    #[command(flatten)]
+    pub dir: DirArgs,
+    /// Ports are this plus fixed offsets (servers +1.., routers +100 and +200).
+    #[arg(long, default_value_t = 21000)]
+    pub base_port: u16,
+    /// Servers per frontend cluster.
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u16).range(1..=20))]
+    pub servers: u16,
+    /// Item memory per server, MiB.
+    #[arg(long, default_value_t = 64)]
+    pub memory: u32,
+}
+
+/// One process of the fleet.
+struct Member {
+    name: String,
+    port: u16,
+    args: Vec<String>,
+}
+
+/// The fleet's layout: servers, then routers.
+fn layout(up: &UpArgs) -> (Vec<Member>, String, String) {
+    let base = up.base_port;
+    let server = |name: String, port: u16| Member {
+        name,
+        port,
+        args: vec![
+            "server".into(),
+            "-p".into(),
+            port.to_string(),
+            "-m".into(),
+            up.memory.to_string(),
+            "-t".into(),
+            "1".into(),
+        ],
+    };
+    let mut members = Vec::new();
+    let mut clusters: Vec<Vec<u16>> = Vec::new();
+    for (c, offset) in [(1u16, 1u16), (2, 11)] {
+        let ports: Vec<u16> = (0..up.servers).map(|i| base + offset + i).collect();
+        for (i, &p) in ports.iter().enumerate() {
+            members.push(server(format!("c{c}-server{}", i + 1), p));
+        }
+        clusters.push(ports);
+    }
+    // Cluster 2's servers start at +11; more than 10 servers per cluster would overlap.
+    let gutter = base + 41;
+    let regional = base + 51;
+    members.push(server("gutter".into(), gutter));
+    members.push(server("regional".into(), regional));
+    let list = |ports: &[u16]| {
+        ports
+            .iter()
+            .map(|p| format!("\"127.0.0.1:{p}\""))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let router_config = |local: &[u16], other: &[u16], listen: u16, spool: &str| {
+        let mut t = String::new();
+        let _ = writeln!(t, "[router]\nspool_dir = \"{spool}\"\n");
+        for (name, ports) in [
+            ("local", local),
+            ("other", other),
+            ("gutter", &[gutter][..]),
+            ("regional", &[regional][..]),
+        ] {
+            let _ = writeln!(
+                t,
+                "[pools.{name}]\nservers = [{}]\ntimeout_ms = 200\nserver_failure_limit = 2\n\
+                 server_retry_timeout_ms = 1000\n",
+                list(ports)
+            );
+        }
+        let _ = writeln!(
+            t,
+            "[routes.front]\nlisten = \"127.0.0.1:{listen}\"\ntype = \"operation\"\n\
+             delete = \"invalidate\"\ndefault = \"by_prefix\"\n\n\
+             [routes.by_prefix]\ntype = \"prefix\"\nprefixes = {{ \"/regional/\" = \"regional\" }}\n\
+             strip = true\ndefault = \"cache\"\n\n\
+             [routes.cache]\ntype = \"gutter\"\nmain = \"local\"\ngutter = \"gutter\"\ngutter_ttl = 10\n\n\
+             [routes.invalidate]\ntype = \"broadcast\"\nmode = \"all-sync\"\n\
+             to = [\"local\", \"other\", \"regional\"]"
+        );
+        t
+    };
+    let dir = up.dir.dir.display().to_string();
+    let r1 = router_config(
+        &clusters[0],
+        &clusters[1],
+        base + 100,
+        &format!("{dir}/spool-r1"),
+    );
+    let r2 = router_config(
+        &clusters[1],
+        &clusters[0],
+        base + 200,
+        &format!("{dir}/spool-r2"),
+    );
+    for (name, port) in [("router-c1", base + 100), ("router-c2", base + 200)] {
+        members.push(Member {
+            name: name.into(),
+            port,
+            args: vec![
+                "router".into(),
+                "-t".into(),
+                "1".into(),
+                "--config".into(),
+                format!("{dir}/{name}.toml"),
+            ],
+        });
+    }
+    (members, r1, r2)
+}
+
+/// Runs a `memfleet fleet` subcommand.
+pub fn run(command: &FleetCommand) -> anyhow::Result<()> {
+    match command {
+        FleetCommand::Up(up) => self::up(up),
+        FleetCommand::Down(d) => down(&d.dir),
+        FleetCommand::Status(d) => status(&d.dir),
+    }
+}
+
+fn up(up: &UpArgs) -> anyhow::Result<()> {
+    let dir = &up.dir.dir;
+    if dir.join("pids").exists() {
+        bail!(
+            "a fleet is already up in {} (memfleet fleet down --dir {0})",
+            dir.display()
+        );
+    }
+    if up.servers > 10 {
+        bail!("--servers is at most 10 (the clusters' port ranges would overlap)");
+    }
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let (members, r1, r2) = layout(up);
+    std::fs::write(dir.join("router-c1.toml"), r1)?;
+    std::fs::write(dir.join("router-c2.toml"), r2)?;
+    let exe = std::env::current_exe().context("finding the memfleet executable")?;
+    let mut pids = String::new();
+    for m in &members {
+        let log = std::fs::File::create(dir.join(format!("{}.log", m.name)))?;
+        let child = Command::new(&exe)
+            .args(&m.args)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            // Its own process group: the fleet outlives this command and a terminal's ^C.
+            .process_group(0)
+            .spawn()
+            .with_context(|| format!("starting {}", m.name))?;
+        let _ = writeln!(pids, "{} {} {}", child.id(), m.name, m.port);
+        // Written as we go, so that `down` can stop a fleet that failed half-way.
+        std::fs::write(dir.join("pids"), &pids)?;
+    }
+    let deadline = Instant::now() + Duration::from_secs(20);
+    for m in &members {
+        while TcpStream::connect(("127.0.0.1", m.port)).is_err() {
+            if Instant::now() > deadline {
+                bail!(
+                    "{} did not start on port {} (see {}/{}.log; stop the rest with \
+                     memfleet fleet down --dir {})",
+                    m.name,
+                    m.port,
+                    dir.display(),
+                    m.name,
+                    dir.display()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+    let base = up.base_port;
+    println!("memfleet fleet up in {}:", dir.display());
+    for m in &members {
+        println!("  {:<14} 127.0.0.1:{}", m.name, m.port);
+    }
+    println!(
+        "\nClients talk to a cluster's router, e.g.\n  \
+         printf 'set k 0 0 2\\r\\nhi\\r\\nget k\\r\\n' | nc -q1 127.0.0.1 {}\n\
+         Keys under /regional/ live in the regional pool; deletes reach both clusters.\n\
+         Routes: {}/router-c1.toml. Stop with: memfleet fleet down --dir {}",
+        base + 100,
+        dir.display(),
+        dir.display()
+    );
+    Ok(())
+}
+
+/// (pid, name, port) of every process `pids` lists.
+fn members(dir: &Path) -> anyhow::Result<Vec<(i32, String, u16)>> {
+    let text = std::fs::read_to_string(dir.join("pids"))
+        .with_context(|| format!("no fleet in {} (no pids file)", dir.display()))?;
+    text.lines()
+        .map(|l| {
+            let mut w = l.split_whitespace();
+            let parsed = (|| {
+                Some((
+                    w.next()?.parse().ok()?,
+                    w.next()?.to_string(),
+                    w.next()?.parse().ok()?,
+                ))
+            })();
+            parsed.with_context(|| format!("bad line in pids: {l:?}"))
+        })
+        .collect()
+}
+
+/// Whether `pid` is a live process (a zombie, exited but not yet reaped, is not).
+fn alive(pid: i32) -> bool {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return false;
+    };
+    // "pid (comm) S ...": the state follows the last ')'.
+    stat.rsplit_once(')')
+        .and_then(|(_, rest)| rest.trim_start().chars().next())
+        .is_some_and(|state| state != 'Z' && state != 'X')
+}
+
+fn signal(pid: i32, sig: libc::c_int) {
+    // SAFETY: kill takes no pointers; at worst it fails (ESRCH) for a pid that is gone.
+    unsafe { libc::kill(pid, sig) };
+}
+
+fn down(dir: &Path) -> anyhow::Result<()> {
+    let members = members(dir)?;
+    for (pid, _, _) in &members {
+        signal(*pid, libc::SIGTERM);
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    for (pid, name, _) in &members {
+        while alive(*pid) {
+            if Instant::now() > deadline {
+                signal(*pid, libc::SIGKILL);
+                eprintln!("{name} ({pid}) did not stop in time: killed");
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+    std::fs::remove_file(dir.join("pids"))?;
+    println!(
+        "memfleet fleet in {} stopped ({} processes)",
+        dir.display(),
+        members.len()
+    );
+    Ok(())
+}
+
+fn status(dir: &Path) -> anyhow::Result<()> {
+    for (pid, name, port) in members(dir)? {
+        let state = if alive(pid) { "running" } else { "stopped" };
+        println!("{name:<14} 127.0.0.1:{port:<6} pid {pid:<8} {state}");
+    }
+    Ok(())
+}

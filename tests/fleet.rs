@@ -1,0 +1,206 @@
+//! `memfleet fleet up` end to end: a whole local deployment from one command, then the
+//! paper's behaviours through its routers — deletes reach the other cluster, a dead server's
+//! keys are covered by the gutter with no client-visible error — and `fleet down`.
+
+mod support;
+
+use std::io::{BufRead, BufReader, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+const EXE: &str = env!("CARGO_BIN_EXE_memfleet");
+
+/// A fleet that is taken down when the test ends, whatever happens.
+struct Fleet {
+    dir: PathBuf,
+    base: u16,
+}
+
+impl Drop for Fleet {
+    fn drop(&mut self) {
+        let _ = Command::new(EXE)
+            .args(["fleet", "down", "--dir"])
+            .arg(&self.dir)
+            .output();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Offsets from the base port that a fleet of 3-server clusters uses.
+const OFFSETS: [u16; 10] = [1, 2, 3, 11, 12, 13, 41, 51, 100, 200];
+
+/// A base port whose fleet ports are all free now.
+fn free_base() -> u16 {
+    for attempt in 0..200u16 {
+        let base = 20000 + (std::process::id() as u16 % 50) * 300 + attempt * 7 % 300;
+        if OFFSETS
+            .iter()
+            .all(|o| TcpListener::bind(("127.0.0.1", base + o)).is_ok())
+        {
+            return base;
+        }
+    }
+    panic!("no free port range for a fleet");
+}
+
+fn pid_of(dir: &Path, name: &str) -> i32 {
+    let pids = std::fs::read_to_string(dir.join("pids")).unwrap();
+    pids.lines()
+        .find_map(|l| {
+            let w: Vec<&str> = l.split_whitespace().collect();
+            (w[1] == name).then(|| w[0].parse().unwrap())
+        })
+        .unwrap_or_else(|| panic!("{name} not in pids:\n{pids}"))
+}
+
+struct Conn(BufReader<TcpStream>);
+
+impl Conn {
+    fn new(port: u16) -> Conn {
+        Conn(BufReader::new(support::connect(
+            port,
+            Duration::from_secs(10),
+        )))
+    }
+
+    fn lines(&mut self, request: &str, n: usize) -> Vec<String> {
+        self.0.get_mut().write_all(request.as_bytes()).unwrap();
+        (0..n)
+            .map(|_| {
+                let mut l = String::new();
+                self.0.read_line(&mut l).unwrap();
+                l.trim_end().to_string()
+            })
+            .collect()
+    }
+
+    /// A one-key get: Some(value) or None; panics on anything but a value or a miss.
+    fn get(&mut self, key: &str) -> Option<String> {
+        let first = self.lines(&format!("get {key}\r\n"), 1).remove(0);
+        if first == "END" {
+            return None;
+        }
+        assert!(first.starts_with("VALUE "), "get {key}: {first}");
+        let mut rest = Vec::new();
+        for _ in 0..2 {
+            let mut l = String::new();
+            self.0.read_line(&mut l).unwrap();
+            rest.push(l.trim_end().to_string());
+        }
+        assert_eq!(rest[1], "END");
+        Some(rest[0].clone())
+    }
+
+    fn stat(&mut self, name: &str) -> Option<String> {
+        self.0.get_mut().write_all(b"stats\r\n").unwrap();
+        let mut found = None;
+        loop {
+            let mut l = String::new();
+            self.0.read_line(&mut l).unwrap();
+            if l.starts_with("END") || l.is_empty() {
+                return found;
+            }
+            if let Some(v) = l.strip_prefix(&format!("STAT {name} ")) {
+                found = Some(v.trim_end().to_string());
+            }
+        }
+    }
+}
+
+#[test]
+fn a_local_fleet_routes_invalidates_and_covers_a_dead_server() {
+    let dir = std::env::temp_dir().join(format!("memfleet-fleet-test-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let base = free_base();
+    let up = Command::new(EXE)
+        .args([
+            "fleet",
+            "up",
+            "--memory",
+            "16",
+            "--base-port",
+            &base.to_string(),
+            "--dir",
+        ])
+        .arg(&dir)
+        .output()
+        .unwrap();
+    let fleet = Fleet { dir, base };
+    assert!(
+        up.status.success(),
+        "fleet up: {}",
+        String::from_utf8_lossy(&up.stderr)
+    );
+    let printed = String::from_utf8_lossy(&up.stdout);
+    assert!(
+        printed.contains(&format!("router-c1      127.0.0.1:{}", base + 100)),
+        "{printed}"
+    );
+
+    let mut r1 = Conn::new(fleet.base + 100);
+    let mut r2 = Conn::new(fleet.base + 200);
+    for i in 0..60 {
+        assert_eq!(
+            r1.lines(&format!("set k{i} 0 0 2\r\nv{}\r\n", i % 10), 1),
+            ["STORED"]
+        );
+    }
+    // Cluster 2 has its own cache: the keys are not there.
+    assert_eq!(r2.get("k1"), None);
+    r2.lines("set k1 0 0 2\r\nw1\r\n", 1);
+    // A delete through cluster 2's router reaches cluster 1 too (and the regional pool).
+    r2.lines("delete k1\r\n", 1);
+    assert_eq!(r1.get("k1"), None);
+    assert_eq!(r2.get("k1"), None);
+    // The regional pool is shared: what one cluster stores there, the other reads.
+    r1.lines("set /regional/shared 0 0 1\r\ns\r\n", 1);
+    assert_eq!(r2.get("/regional/shared").as_deref(), Some("s"));
+
+    // One of cluster 1's servers dies: no get through its router fails.
+    let victim = pid_of(&fleet.dir, "c1-server2");
+    // SAFETY: kill takes no pointers.
+    assert_eq!(unsafe { libc::kill(victim, libc::SIGKILL) }, 0);
+    let mut missing = Vec::new();
+    for i in 2..60 {
+        if r1.get(&format!("k{i}")).is_none() {
+            missing.push(i);
+        }
+    }
+    assert!(!missing.is_empty(), "the dead server held none of 58 keys");
+    // The application refills them: they land in the gutter and hit from then on.
+    for &i in &missing {
+        assert_eq!(r1.lines(&format!("set k{i} 0 0 1\r\ng\r\n"), 1), ["STORED"]);
+    }
+    for &i in &missing {
+        assert_eq!(r1.get(&format!("k{i}")).as_deref(), Some("g"), "k{i}");
+    }
+    let hits: usize = r1.stat("route:cache:gutter_hits").unwrap().parse().unwrap();
+    assert_eq!(hits, missing.len());
+
+    let status = Command::new(EXE)
+        .args(["fleet", "status", "--dir"])
+        .arg(&fleet.dir)
+        .output()
+        .unwrap();
+    let status = String::from_utf8_lossy(&status.stdout);
+    assert!(
+        status
+            .lines()
+            .any(|l| l.starts_with("c1-server2") && l.ends_with("stopped")),
+        "{status}"
+    );
+    assert_eq!(status.matches("running").count(), 9, "{status}");
+    let down = Command::new(EXE)
+        .args(["fleet", "down", "--dir"])
+        .arg(&fleet.dir)
+        .output()
+        .unwrap();
+    assert!(
+        down.status.success(),
+        "{}",
+        String::from_utf8_lossy(&down.stderr)
+    );
+    assert!(!fleet.dir.join("pids").exists());
+}
