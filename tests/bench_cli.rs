@@ -119,3 +119,42 @@ fn restart_scenario_keeps_every_item() {
     );
     assert!(stdout.contains("warm restart items=5000"), "{stdout}");
 }
+
+/// The gutter scenario: with a gutter, a killed server costs no client-visible failure and
+/// far fewer database queries than without.
+#[test]
+fn gutter_scenario_shows_the_gutter_absorbing_a_failure() {
+    let bin = env!("CARGO_BIN_EXE_memfleet");
+    let out = Command::new(bin)
+        .args(["bench", "--scenario", "gutter", "--memfleet-bin", bin])
+        .args([
+            "--duration",
+            "4s",
+            "--gutter-fail-at",
+            "1s",
+            "--conns",
+            "10",
+        ])
+        .args(["--keys", "2000", "--herd-db-latency", "2ms"])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "bench failed:\n{stdout}\n{stderr}");
+    // "after it (...): database A/s without gutter, B/s with; client-visible failures C
+    // without, D with ..."
+    let line = stdout
+        .lines()
+        .find(|l| l.starts_with("after it"))
+        .unwrap_or_else(|| panic!("no summary in:\n{stdout}"));
+    let numbers: Vec<f64> = line
+        .split(|c: char| !c.is_ascii_digit() && c != '.')
+        .filter_map(|w| w.parse().ok())
+        .collect();
+    // [second, db without, db with, failures without, failures with, ...]
+    let (db_plain, db_gutter, fail_plain, fail_gutter) =
+        (numbers[1], numbers[2], numbers[3], numbers[4]);
+    assert!(fail_plain > 0.0 && fail_gutter == 0.0, "{line}");
+    assert!(db_gutter * 2.0 < db_plain, "{line}");
+    assert!(stdout.contains("gutter hit rate"), "{stdout}");
+}

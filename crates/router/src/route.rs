@@ -176,6 +176,8 @@ pub(crate) struct Ctx {
 pub struct RouteCounters {
     /// gutter: requests the main route failed and the gutter took.
     pub gutter_requests: AtomicU64,
+    /// gutter: gets the gutter took.
+    pub gutter_gets: AtomicU64,
     /// gutter: gets the gutter answered with a value.
     pub gutter_hits: AtomicU64,
     /// warmup: gets the cold cluster answered with a value.
@@ -193,10 +195,14 @@ pub struct RouteCounters {
 }
 
 /// Every [`RouteCounters`] field: (name, what it counts), for `stats` and `/metrics`.
-pub(crate) const COUNTERS: [(&str, &str); 7] = [
+pub(crate) const COUNTERS: [(&str, &str); 8] = [
     (
         "gutter_requests",
         "requests the main route failed and the gutter took",
+    ),
+    (
+        "gutter_gets",
+        "gets the main route failed and the gutter took",
     ),
     ("gutter_hits", "gets the gutter answered with a value"),
     (
@@ -232,6 +238,7 @@ impl RouteCounters {
     pub(crate) fn get(&self, name: &str) -> u64 {
         let c = match name {
             "gutter_requests" => &self.gutter_requests,
+            "gutter_gets" => &self.gutter_gets,
             "gutter_hits" => &self.gutter_hits,
             "cold_hits" => &self.cold_hits,
             "cold_misses" => &self.cold_misses,
@@ -393,7 +400,7 @@ fn resolve(
     };
     let shown: &'static [&'static str] = match route {
         Route::Replicated { .. } => &["replica_failovers"],
-        Route::Gutter { .. } => &["gutter_requests", "gutter_hits"],
+        Route::Gutter { .. } => &["gutter_requests", "gutter_gets", "gutter_hits"],
         Route::WarmUp { .. } => &["cold_hits", "cold_misses", "warm_fills", "fills_refused"],
         _ => &[],
     };
@@ -546,6 +553,9 @@ impl Route {
                         _ => return Err(failure),
                     };
                     counters.gutter_requests.fetch_add(1, Ordering::Relaxed);
+                    if op.class == Class::Get {
+                        counters.gutter_gets.fetch_add(1, Ordering::Relaxed);
+                    }
                     let reply = gutter.call(op, ctx).await;
                     if matches!(&reply, Ok(r) if is_hit(r)) {
                         counters.gutter_hits.fetch_add(1, Ordering::Relaxed);

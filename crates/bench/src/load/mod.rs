@@ -16,6 +16,7 @@ pub mod client;
 pub mod cpu;
 pub mod floor;
 pub mod floor_proxy;
+pub mod gutter;
 pub mod herd;
 pub mod report;
 pub mod restart;
@@ -123,6 +124,12 @@ pub struct LoadArgs {
     /// anything: what --spawn floor runs.
     #[arg(long, hide = true, value_name = "PORT")]
     pub floor_server: Option<u16>,
+    /// gutter: when a server of the main pool is killed.
+    #[arg(long, value_parser = parse_duration, default_value = "5s")]
+    pub gutter_fail_at: Duration,
+    /// gutter: the longest TTL of a set into the gutter, seconds.
+    #[arg(long, default_value_t = 10)]
+    pub gutter_ttl: u32,
     /// Be the floor proxy on 127.0.0.1:PORT in front of --floor-backend instead of loading
     /// anything (scripts/bench-router runs it beside the proxies it bounds).
     #[arg(long, hide = true, value_name = "PORT", requires = "floor_backend")]
@@ -145,6 +152,9 @@ pub enum Scenario {
     /// Warm restart: fill a memfleet server that keeps its memory in a file, read every
     /// key, stop it with SIGUSR1, start it again, read every key again.
     Restart,
+    /// A server of four killed behind a router, without and with a gutter pool: database
+    /// load and client-visible failures per second, the gutter's hit rate.
+    Gutter,
 }
 
 /// Parses `10s`, `250ms`, `1.5s`, `2m` or a plain number of seconds.
@@ -294,6 +304,7 @@ pub fn run(args: &LoadArgs) -> Result<()> {
         Scenario::Herd => return herd::bench(args),
         Scenario::Udp => return udp::bench(args),
         Scenario::Restart => return restart::bench(args),
+        Scenario::Gutter => return gutter::bench(args),
         Scenario::Load => {}
     }
     let rows = bench(args)?;

@@ -1,0 +1,442 @@
+//! `memfleet bench --scenario gutter`: Facebook §3.3's experiment — what a server failure
+//! costs the backing store and the clients, with and without a gutter pool.
+//!
+//! Each run starts four `memfleet server`s and a `memfleet router` in front of them (and,
+//! for the gutter run, a fifth server as the gutter pool behind a `gutter` route), fills
+//! `--keys` keys, and then `--conns` clients do look-aside caching for `--duration`: `get`;
+//! on a miss (or an error) query the simulated database (`--herd-db-latency`, counted) and
+//! `set` the value back. At `--gutter-fail-at` one of the four servers is killed (SIGKILL).
+//!
+//! Reported per second and in total: gets, database queries, client-visible failures (error
+//! replies), and for the gutter run the gutter's hit rate (its `stats`). The paper reports
+//! 99% fewer client-visible failures and a gutter hit rate over 35% within minutes; its
+//! failures are the gets that a dead server would have failed, which a router without a
+//! gutter turns into misses (so: database load) and failed sets (errors).
+
+use std::cell::RefCell;
+use std::net::SocketAddr;
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+use super::target::{free_port, Spawned};
+use super::workload::Workload;
+use super::{command_line, load_average, runtime, LoadArgs};
+use anyhow::{bail, Context, Result};
+use rand::rngs::SmallRng;
+use rand::SeedableRng;
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::net::TcpStream;
+
+/// Servers in the main pool.
+const SERVERS: usize = 4;
+
+/// One second of one run.
+#[derive(Clone, Copy, Debug, Default)]
+struct Second {
+    gets: u64,
+    hits: u64,
+    db: u64,
+    errors: u64,
+    /// Gets the router sent to the gutter.
+    gutter_requests: u64,
+    gutter_hits: u64,
+}
+
+/// A run with or without the gutter.
+struct Outcome {
+    seconds: Vec<Second>,
+}
+
+impl Outcome {
+    fn sum(&self, range: std::ops::Range<usize>) -> Second {
+        let mut s = Second::default();
+        for x in self.seconds.get(range).unwrap_or_default() {
+            s.gets += x.gets;
+            s.hits += x.hits;
+            s.db += x.db;
+            s.errors += x.errors;
+            s.gutter_requests += x.gutter_requests;
+            s.gutter_hits += x.gutter_hits;
+        }
+        s
+    }
+}
+
+/// `--scenario gutter`.
+pub fn bench(args: &LoadArgs) -> Result<()> {
+    let fail_at = args.gutter_fail_at;
+    if fail_at >= args.duration {
+        bail!("--gutter-fail-at must come before the end of --duration");
+    }
+    let workload = Rc::new(
+        Workload::new(args.keys, 1.0, args.value_size, args.zipf).map_err(anyhow::Error::msg)?,
+    );
+    println!(
+        "memfleet bench --scenario gutter: {} servers behind a router, {} look-aside clients, \
+         {} keys{}, database queries take {:?}; one server killed at {:?} of {:?}",
+        SERVERS,
+        args.conns,
+        args.keys,
+        args.zipf
+            .map_or(String::from(" (uniform)"), |z| format!(" (Zipf {z})")),
+        args.herd_db_latency,
+        fail_at,
+        args.duration
+    );
+    println!("load average at start: {}", load_average());
+    println!("command: {}", command_line());
+    let (rt, local) = runtime()?;
+    let mut outcomes = Vec::new();
+    for gutter in [false, true] {
+        let outcome = local
+            .block_on(&rt, run(args, &workload, gutter))
+            .with_context(|| {
+                format!("the run {} gutter", if gutter { "with" } else { "without" })
+            })?;
+        outcomes.push(outcome);
+    }
+    print!("{}", report(&outcomes[0], &outcomes[1], fail_at));
+    println!("load average at end: {}", load_average());
+    Ok(())
+}
+
+fn router_config(listen: u16, servers: &[u16], gutter: Option<u16>, ttl: u32) -> String {
+    let list = |ports: &[u16]| {
+        ports
+            .iter()
+            .map(|p| format!("\"127.0.0.1:{p}\""))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let pool = "timeout_ms = 200\nserver_failure_limit = 2\nserver_retry_timeout_ms = 1000\n";
+    match gutter {
+        None => format!(
+            "[pools.main]\nlisten = \"127.0.0.1:{listen}\"\nservers = [{}]\n{pool}",
+            list(servers)
+        ),
+        Some(g) => format!(
+            "[pools.main]\nservers = [{}]\n{pool}\n[pools.gutter]\nservers = [{}]\n\n\
+             [routes.cache]\nlisten = \"127.0.0.1:{listen}\"\ntype = \"gutter\"\nmain = \"main\"\n\
+             gutter = \"gutter\"\ngutter_ttl = {ttl}\n",
+            list(servers),
+            list(&[g])
+        ),
+    }
+}
+
+async fn run(args: &LoadArgs, workload: &Rc<Workload>, with_gutter: bool) -> Result<Outcome> {
+    let bin = &args.memfleet_bin;
+    let server = |port: u16| -> Result<Spawned> {
+        let argv: Vec<String> = [
+            bin.as_str(),
+            "server",
+            "-p",
+            &port.to_string(),
+            "-m",
+            "256",
+            "-t",
+            "1",
+        ]
+        .map(String::from)
+        .to_vec();
+        Spawned::start(&argv, ([127, 0, 0, 1], port).into(), None)
+    };
+    let ports: Vec<u16> = (0..SERVERS).map(|_| free_port()).collect::<Result<_>>()?;
+    let mut servers: Vec<Option<Spawned>> = ports
+        .iter()
+        .map(|&p| server(p).map(Some))
+        .collect::<Result<_>>()?;
+    let gutter = if with_gutter {
+        let p = free_port()?;
+        Some((server(p)?, p))
+    } else {
+        None
+    };
+    let listen = free_port()?;
+    let config = std::env::temp_dir().join(format!(
+        "memfleet-bench-gutter-{}-{listen}.toml",
+        std::process::id()
+    ));
+    std::fs::write(
+        &config,
+        router_config(
+            listen,
+            &ports,
+            gutter.as_ref().map(|g| g.1),
+            args.gutter_ttl,
+        ),
+    )?;
+    let router_argv: Vec<String> = vec![
+        bin.clone(),
+        "router".into(),
+        "-t".into(),
+        "1".into(),
+        "--config".into(),
+        config.display().to_string(),
+    ];
+    let addr: SocketAddr = ([127, 0, 0, 1], listen).into();
+    let router = Spawned::start(&router_argv, addr, None)?;
+    let name = if with_gutter { "gutter" } else { "no gutter" };
+    println!(
+        "[{name}] router pid {} on {addr}; servers {ports:?}",
+        router.pid()
+    );
+    fill(addr, workload).await?;
+
+    let seconds = (args.duration.as_secs_f64().ceil() as usize).max(1);
+    let windows = Rc::new(RefCell::new(vec![Second::default(); seconds]));
+    let start = Instant::now();
+    let deadline = start + args.duration;
+    let mut clients = Vec::new();
+    for c in 0..args.conns {
+        let (w, windows) = (workload.clone(), windows.clone());
+        let db_latency = args.herd_db_latency;
+        clients.push(tokio::task::spawn_local(async move {
+            client(addr, &w, c as u64, start, deadline, db_latency, &windows).await
+        }));
+    }
+    let sampler = {
+        let windows = windows.clone();
+        tokio::task::spawn_local(async move {
+            if with_gutter {
+                if let Err(e) = sample_gutter(addr, start, deadline, &windows).await {
+                    eprintln!("reading the router's gutter counters: {e:#}");
+                }
+            }
+        })
+    };
+    tokio::time::sleep_until((start + args.gutter_fail_at).into()).await;
+    if let Some(victim) = servers[1].take() {
+        // SAFETY: kill only sends a signal to our own child, which has not been reaped.
+        unsafe { libc::kill(victim.pid() as libc::pid_t, libc::SIGKILL) };
+        println!(
+            "[{name}] killed server 127.0.0.1:{} at {:?}",
+            ports[1],
+            start.elapsed()
+        );
+        drop(victim);
+    }
+    for c in clients {
+        c.await.context("a client task")??;
+    }
+    let _ = sampler.await;
+    let _ = std::fs::remove_file(&config);
+    drop(router);
+    drop(gutter);
+    drop(servers);
+    let seconds = windows.borrow().clone();
+    Ok(Outcome { seconds })
+}
+
+/// Stores every key through the router.
+async fn fill(addr: SocketAddr, workload: &Workload) -> Result<()> {
+    let stream = TcpStream::connect(addr).await?;
+    let mut conn = BufReader::new(stream);
+    let mut batch = Vec::new();
+    for n in 0..workload.keys() {
+        workload.encode(super::workload::Op::Set(n), &mut batch);
+        if batch.len() > 64 * 1024 || n + 1 == workload.keys() {
+            conn.get_mut().write_all(&batch).await?;
+            batch.clear();
+        }
+    }
+    // Every set answered before the run starts.
+    let mut line = String::new();
+    for _ in 0..workload.keys() {
+        line.clear();
+        conn.read_line(&mut line).await?;
+        if line != "STORED\r\n" {
+            bail!("filling: {line:?}");
+        }
+    }
+    Ok(())
+}
+
+/// One look-aside client until `deadline`.
+async fn client(
+    addr: SocketAddr,
+    workload: &Workload,
+    seed: u64,
+    start: Instant,
+    deadline: Instant,
+    db_latency: Duration,
+    windows: &RefCell<Vec<Second>>,
+) -> Result<()> {
+    let mut rng = SmallRng::seed_from_u64(0x6775_7474 ^ seed);
+    let mut conn = BufReader::new(TcpStream::connect(addr).await?);
+    let mut request = Vec::new();
+    let mut line = String::new();
+    let mut value = Vec::new();
+    loop {
+        let now = Instant::now();
+        if now >= deadline {
+            return Ok(());
+        }
+        let second = ((now - start).as_secs() as usize).min(windows.borrow().len() - 1);
+        let key = workload.key(&mut rng);
+        request.clear();
+        workload.encode(super::workload::Op::Get(key), &mut request);
+        conn.get_mut().write_all(&request).await?;
+        line.clear();
+        conn.read_line(&mut line).await?;
+        let hit = if let Some(rest) = line.strip_prefix("VALUE ") {
+            let len: usize = rest
+                .trim_end()
+                .rsplit(' ')
+                .next()
+                .and_then(|n| n.parse().ok())
+                .with_context(|| format!("bad VALUE line {line:?}"))?;
+            value.resize(len + 2, 0);
+            conn.read_exact(&mut value).await?;
+            line.clear();
+            conn.read_line(&mut line).await?;
+            true
+        } else {
+            false
+        };
+        let error = !hit && line != "END\r\n";
+        {
+            let mut w = windows.borrow_mut();
+            let s = &mut w[second];
+            s.gets += 1;
+            s.hits += u64::from(hit);
+            s.errors += u64::from(error);
+        }
+        if hit {
+            continue;
+        }
+        // A miss (or a failure): the database, then fill the cache.
+        windows.borrow_mut()[second].db += 1;
+        if !db_latency.is_zero() {
+            tokio::time::sleep(db_latency).await;
+        }
+        request.clear();
+        workload.encode(super::workload::Op::Set(key), &mut request);
+        conn.get_mut().write_all(&request).await?;
+        line.clear();
+        conn.read_line(&mut line).await?;
+        if line != "STORED\r\n" {
+            windows.borrow_mut()[second].errors += 1;
+        }
+    }
+}
+
+/// Reads the router's gutter counters every second into the windows.
+async fn sample_gutter(
+    addr: SocketAddr,
+    start: Instant,
+    deadline: Instant,
+    windows: &RefCell<Vec<Second>>,
+) -> Result<()> {
+    let mut conn = BufReader::new(TcpStream::connect(addr).await?);
+    let mut last = (0u64, 0u64);
+    let mut tick = 1u64;
+    loop {
+        let at = start + Duration::from_secs(tick);
+        if at > deadline + Duration::from_millis(500) {
+            return Ok(());
+        }
+        tokio::time::sleep_until(at.into()).await;
+        conn.get_mut().write_all(b"stats\r\n").await?;
+        let (mut requests, mut hits) = (last.0, last.1);
+        let mut line = String::new();
+        loop {
+            line.clear();
+            if conn.read_line(&mut line).await? == 0 || line == "END\r\n" {
+                break;
+            }
+            let number = |l: &str| l.trim_end().rsplit(' ').next().and_then(|n| n.parse().ok());
+            if line.starts_with("STAT route:cache:gutter_gets ") {
+                requests = number(&line).unwrap_or(requests);
+            } else if line.starts_with("STAT route:cache:gutter_hits ") {
+                hits = number(&line).unwrap_or(hits);
+            }
+        }
+        let i = (tick - 1) as usize;
+        if let Some(s) = windows.borrow_mut().get_mut(i) {
+            s.gutter_requests = requests - last.0;
+            s.gutter_hits = hits - last.1;
+        }
+        last = (requests, hits);
+        tick += 1;
+    }
+}
+
+fn report(plain: &Outcome, gutter: &Outcome, fail_at: Duration) -> String {
+    use std::fmt::Write as _;
+    let mut t = String::new();
+    let _ = writeln!(
+        t,
+        "\n{:>4}  {:>9} {:>9} {:>8}  {:>9} {:>9} {:>8} {:>10}",
+        "sec", "gets/s", "db/s", "errors", "gets/s", "db/s", "errors", "gutter hit"
+    );
+    let _ = writeln!(
+        t,
+        "{:>4}  {:^28}  {:^39}",
+        "", "--- without gutter ---", "--- with gutter ---"
+    );
+    let n = plain.seconds.len().min(gutter.seconds.len());
+    for i in 0..n {
+        let (p, g) = (plain.seconds[i], gutter.seconds[i]);
+        let rate = if g.gutter_requests > 0 {
+            format!(
+                "{:.0}%",
+                100.0 * g.gutter_hits as f64 / g.gutter_requests as f64
+            )
+        } else {
+            "-".into()
+        };
+        let _ = writeln!(
+            t,
+            "{:>4}  {:>9} {:>9} {:>8}  {:>9} {:>9} {:>8} {:>10}",
+            i + 1,
+            p.gets,
+            p.db,
+            p.errors,
+            g.gets,
+            g.db,
+            g.errors,
+            rate
+        );
+    }
+    let f = fail_at.as_secs() as usize;
+    let (pb, pa) = (plain.sum(0..f), plain.sum(f + 1..n));
+    let (gb, ga) = (gutter.sum(0..f), gutter.sum(f + 1..n));
+    let per_s = |s: &Second, secs: usize| s.db as f64 / secs.max(1) as f64;
+    let after = n.saturating_sub(f + 1);
+    let _ = writeln!(
+        t,
+        "\nbefore the failure: database {:.0}/s without gutter, {:.0}/s with",
+        per_s(&pb, f),
+        per_s(&gb, f)
+    );
+    let _ = writeln!(
+        t,
+        "after it (from second {}): database {:.0}/s without gutter, {:.0}/s with; \
+         client-visible failures {} without, {} with{}",
+        f + 2,
+        per_s(&pa, after),
+        per_s(&ga, after),
+        pa.errors,
+        ga.errors,
+        if pa.errors > 0 {
+            format!(
+                " ({:.1}% fewer)",
+                100.0 * (1.0 - ga.errors as f64 / pa.errors as f64)
+            )
+        } else {
+            String::new()
+        }
+    );
+    let last = gutter.sum(n.saturating_sub(5)..n);
+    if last.gutter_requests > 0 {
+        let _ = writeln!(
+            t,
+            "gutter hit rate over the last 5 s: {:.1}% ({} of {} gets sent to the gutter)",
+            100.0 * last.gutter_hits as f64 / last.gutter_requests as f64,
+            last.gutter_hits,
+            last.gutter_requests
+        );
+    }
+    t
+}
