@@ -410,13 +410,18 @@ fn report(plain: &Outcome, gutter: &Outcome, fail_at: Duration) -> String {
         per_s(&pb, f),
         per_s(&gb, f)
     );
+    // The clients are closed loops slowed by database latency, so rates differ between
+    // runs; queries per get compare the load each get puts on the database.
+    let per_get = |s: &Second| 100.0 * s.db as f64 / s.gets.max(1) as f64;
     let _ = writeln!(
         t,
-        "after it (from second {}): database {:.0}/s without gutter, {:.0}/s with; \
-         client-visible failures {} without, {} with{}",
+        "after it (from second {}): database {:.0}/s without gutter, {:.0}/s with \
+         ({:.1} vs {:.1} queries per 100 gets); client-visible failures {} without, {} with{}",
         f + 2,
         per_s(&pa, after),
         per_s(&ga, after),
+        per_get(&pa),
+        per_get(&ga),
         pa.errors,
         ga.errors,
         if pa.errors > 0 {
