@@ -419,3 +419,31 @@ fn routing_prefixes_pick_cluster_or_regional_pools_and_are_stripped() {
         "VALUE /west/*/big 0 1\r\nr\r\nEND\r\n",
     );
 }
+
+#[test]
+fn an_all_async_broadcast_answers_at_once_and_still_reaches_everyone() {
+    let (_a, pa) = backend();
+    let (_b, pb) = backend();
+    let config = from_toml(&format!(
+        "[pools.a]\nservers = [{}]\n[pools.b]\nservers = [{}]\n\
+         [routes.fanout]\nlisten = \"127.0.0.1:0\"\ntype = \"broadcast\"\nmode = \"all-async\"\n\
+         to = [\"a\", \"b\"]\n",
+        list(&[pa]),
+        list(&[pb])
+    ))
+    .unwrap();
+    let router = Running::start(config, 1, None).unwrap();
+    let mut c = Client::connect(router.addrs[0]);
+    // Sets and deletes are answered as successes before the servers reply.
+    c.check("set k 0 0 1\r\nv\r\n", "STORED\r\n");
+    eventually("both copies", || {
+        Client::direct(pa).get("k").is_some() && Client::direct(pb).get("k").is_some()
+    });
+    c.check("delete k\r\n", "DELETED\r\n");
+    eventually("both deletes", || {
+        Client::direct(pa).get("k").is_none() && Client::direct(pb).get("k").is_none()
+    });
+    // A read needs an answer: the first destination's.
+    Client::direct(pa).check("set r 0 0 1\r\na\r\n", "STORED\r\n");
+    c.check("get r\r\n", "VALUE r 0 1\r\na\r\nEND\r\n");
+}
