@@ -374,6 +374,23 @@ fn a_cold_cluster_warms_from_the_warm_one_and_a_racing_delete_wins() {
     c.check("get b\r\n", "VALUE b 0 3\r\nnew\r\nEND\r\n");
     assert_eq!(c.stat("route:front:fills_refused").as_deref(), Some("1"));
     assert_eq!(c.stat("route:front:warm_fills").as_deref(), Some("1"));
+    // The cold cluster's hit rate rises from the fills: a first pass over keys only warm
+    // has misses in cold (filled), a second pass hits.
+    for i in 0..20 {
+        warm.check(&format!("set w{i} 0 0 1\r\nx\r\n"), "STORED\r\n");
+    }
+    let hits =
+        |c: &mut Client| -> u64 { c.stat("route:front:cold_hits").unwrap().parse().unwrap() };
+    let before = hits(&mut c);
+    for i in 0..20 {
+        assert_eq!(c.get(&format!("w{i}")).as_deref(), Some("x"));
+    }
+    assert_eq!(hits(&mut c), before);
+    for i in 0..20 {
+        assert_eq!(c.get(&format!("w{i}")).as_deref(), Some("x"));
+    }
+    assert_eq!(hits(&mut c), before + 20);
+    assert_eq!(c.stat("route:front:warm_fills").as_deref(), Some("21"));
     // Once cold has recovered, a reload turns warm-up off: misses stay misses.
     router.reload(from_toml(&toml(false)).unwrap());
     let mut n = 0;
