@@ -83,9 +83,9 @@ fn metrics(served: &Served) -> String {
             }
         }
     }
-    for (name, help) in crate::route::COUNTERS {
-        let series: Vec<_> = snapshot
-            .route_counters()
+    for (name, help) in memfleet_client::route::COUNTERS {
+        let counters = snapshot.route_counters();
+        let series: Vec<_> = counters
             .iter()
             .filter(|(_, c)| c.shown().iter().any(|(n, _)| *n == name))
             .collect();

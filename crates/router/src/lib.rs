@@ -1,141 +1,27 @@
 //! `memfleet router`: a memcached-protocol proxy (mcrouter's and twemproxy's job).
 //!
-//! Clients connect to a pool's listener and speak the text and meta protocols as to one
-//! memcached; the router sends each key to the server the pool's distribution picks
-//! (`memfleet_routing`, compatible with libmemcached, twemproxy, spymemcached and pymemcache
-//! placement), over a few shared, pipelined connections per server (`backend`), and answers
-//! in order (`proxy`).
+//! Clients connect to a listener and speak the text and meta protocols as to one
+//! memcached; the router sends each key where its pool's distribution or its route says
+//! (`memfleet_client`: the same pools, routes, connections and spool an application
+//! embedding the client library uses), and answers in order (`proxy`).
 //!
 //! | module | what it holds |
 //! |--------|---------------|
-//! | `backend` | a server's pooled, pipelined connections; timeouts; marking down (TKO) and probing |
 //! | `proxy` | a client connection: parse, route, split multi-gets, reassemble, reply in order |
-//! | `route` | routes over pools: prefix, operation, replicated, gutter, broadcast, warm-up |
-//! | `spool` | deletes that could not be delivered, on disk until they are |
 //! | `admin` | `/metrics` on the admin address |
+//! | (this file) | listeners, reloads, the `memfleet router` command |
 
 mod admin;
-mod backend;
 mod proxy;
-mod route;
-mod spool;
-
-pub use backend::{BackendError, BackendOptions};
-use route::Route;
-pub use route::RouteCounters;
 
 use anyhow::Context;
-use backend::Backend;
-use memfleet_routing::{PoolConfig, Ring, RouterConfig};
-use spool::Spooler;
+use memfleet_client::{Route, Topology};
+use memfleet_routing::RouterConfig;
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
-
-/// A pool being served: its ring and its servers' connections.
-pub struct Pool {
-    config: PoolConfig,
-    ring: Ring,
-    backends: Vec<Arc<Backend>>,
-    spooler: Option<Arc<Spooler>>,
-}
-
-impl Pool {
-    /// Resolves the servers and prepares their connections (made on first use), reusing
-    /// those of `previous` (any pool's) for servers that stay with the same settings (a
-    /// reload keeps their connections, counters and health). Undeliverable deletes go to
-    /// `spooler` when the pool spools deletes.
-    fn new(
-        config: PoolConfig,
-        previous: &[Arc<Backend>],
-        spooler: Option<&Arc<Spooler>>,
-    ) -> anyhow::Result<Pool> {
-        let ring = config.ring()?;
-        let options = BackendOptions {
-            connections: config.server_connections as usize,
-            timeout: Duration::from_millis(config.timeout_ms.max(1)),
-            failure_limit: if config.auto_eject_hosts {
-                config.server_failure_limit
-            } else {
-                u32::MAX
-            },
-            retry: Duration::from_millis(config.server_retry_timeout_ms.max(10)),
-        };
-        let backends = ring
-            .nodes()
-            .iter()
-            .map(|n| {
-                let addr = std::net::ToSocketAddrs::to_socket_addrs(&(n.host.as_str(), n.port))
-                    .ok()
-                    .and_then(|mut a| a.next())
-                    .with_context(|| {
-                        format!("pool {}: cannot resolve {}", config.name, n.addr())
-                    })?;
-                let kept = previous
-                    .iter()
-                    .find(|b| b.addr() == addr && b.options() == &options);
-                Ok(match kept {
-                    Some(b) => b.clone(),
-                    None => Backend::new(addr, n.addr(), options.clone()),
-                })
-            })
-            .collect::<anyhow::Result<Vec<_>>>()?;
-        let spooler = spooler.filter(|_| config.spool_deletes).cloned();
-        Ok(Pool {
-            config,
-            ring,
-            backends,
-            spooler,
-        })
-    }
-
-    /// Where its undeliverable deletes go, if anywhere.
-    pub(crate) fn spooler(&self) -> Option<&Arc<Spooler>> {
-        self.spooler.as_ref()
-    }
-
-    /// The server that holds `key`.
-    pub(crate) fn backend_for(&self, key: &[u8]) -> Arc<Backend> {
-        self.backends[self.ring.pick(key)].clone()
-    }
-
-    /// The pool's name.
-    pub fn name(&self) -> &str {
-        &self.config.name
-    }
-
-    /// Its servers, in ring order.
-    pub(crate) fn backends(&self) -> &[Arc<Backend>] {
-        &self.backends
-    }
-
-    /// `stats` lines: the router's counters for this pool, one line per server.
-    pub(crate) fn stat_lines(&self) -> Vec<u8> {
-        let mut out = Vec::new();
-        let mut stat = |name: &str, value: String| {
-            out.extend_from_slice(format!("STAT {name} {value}\r\n").as_bytes());
-        };
-        stat("pool", self.config.name.clone());
-        stat("servers", self.backends.len().to_string());
-        for b in &self.backends {
-            let h = b.health();
-            stat(
-                &format!("server:{}", b.name()),
-                format!(
-                    "requests={} errors={} down={} knockouts={}",
-                    h.requests.load(Ordering::Relaxed),
-                    h.errors.load(Ordering::Relaxed),
-                    u8::from(h.down.load(Ordering::Relaxed)),
-                    h.knockouts.load(Ordering::Relaxed)
-                ),
-            );
-        }
-        out
-    }
-}
 
 /// `memfleet router` flags.
 #[derive(clap::Args, Clone, Debug)]
@@ -177,145 +63,39 @@ pub fn load_config(args: &RouterArgs) -> anyhow::Result<RouterConfig> {
 /// client connection reads it per request, so new routing applies to open connections.
 pub(crate) type RouteSlot = Arc<arc_swap::ArcSwap<Route>>;
 
-/// Everything a configuration built: read by `stats`, `/metrics` and the next reload.
-#[derive(Default)]
-pub struct Snapshot {
-    /// Every pool, in configuration order.
-    pools: Vec<Arc<Pool>>,
-    /// The counters of every route that counts, by route name.
-    counters: Vec<(String, Arc<RouteCounters>)>,
-    /// The delete spool, when there is a spool directory.
-    spooler: Option<Arc<Spooler>>,
-}
+/// What a router serves now: read by `stats`, `/metrics` and the next reload.
+pub type Served = Arc<arc_swap::ArcSwap<Topology>>;
 
-impl Snapshot {
-    /// Every pool.
-    pub(crate) fn pools(&self) -> &[Arc<Pool>] {
-        &self.pools
-    }
-
-    /// Every counting route's counters, by name.
-    pub(crate) fn route_counters(&self) -> &[(String, Arc<RouteCounters>)] {
-        &self.counters
-    }
-
-    /// Every spool queue's depth.
-    pub(crate) fn spool_depths(&self) -> Vec<(String, u64)> {
-        self.spooler
-            .as_ref()
-            .map(|s| s.depths())
-            .unwrap_or_default()
-    }
-
-    /// `STAT` lines of the route counters and spool depths.
-    pub(crate) fn stat_lines(&self) -> Vec<u8> {
-        let mut out = Vec::new();
-        for (route, counters) in &self.counters {
-            for (name, _) in counters.shown() {
-                let v = counters.get(name);
-                out.extend_from_slice(format!("STAT route:{route}:{name} {v}\r\n").as_bytes());
-            }
-        }
-        for (queue, depth) in self.spool_depths() {
-            out.extend_from_slice(format!("STAT spool:{queue} {depth}\r\n").as_bytes());
-        }
-        out
-    }
-}
-
-/// What a router serves now.
-pub type Served = Arc<arc_swap::ArcSwap<Snapshot>>;
-
-/// A configuration turned into pools and routes, not yet serving.
-struct Built {
-    snapshot: Snapshot,
-    /// (listen address, pool or route name, what it serves), in configuration order.
-    listeners: Vec<(String, String, Arc<Route>)>,
-    counters: HashMap<String, Arc<RouteCounters>>,
-}
-
-/// Builds `config`, reusing from `previous` the server connections that stay, the spool and
-/// the route counters.
-fn build(
+/// (listen address, pool or route name, what it serves) of every listener `config` asks
+/// for, in configuration order.
+fn listeners(
     config: &RouterConfig,
-    previous: &Snapshot,
-    counters: &HashMap<String, Arc<RouteCounters>>,
-) -> anyhow::Result<Built> {
-    let spooler = match &config.spool_dir {
-        None => None,
-        Some(dir) => match &previous.spooler {
-            Some(s) if s.dir() == std::path::Path::new(dir) => Some(s.clone()),
-            _ => Some(
-                Spooler::new(std::path::Path::new(dir))
-                    .with_context(|| format!("spool directory {dir}"))?,
-            ),
-        },
-    };
-    let old_backends: Vec<Arc<Backend>> = previous
+    topology: &Topology,
+) -> anyhow::Result<Vec<(String, String, Arc<Route>)>> {
+    let mut out = Vec::new();
+    let wanted = config
         .pools
         .iter()
-        .flat_map(|p| p.backends.iter().cloned())
-        .collect();
-    let pools = config
-        .pools
-        .iter()
-        .map(|c| Pool::new(c.clone(), &old_backends, spooler.as_ref()).map(Arc::new))
-        .collect::<anyhow::Result<Vec<_>>>()?;
-    let by_name: HashMap<String, Arc<Pool>> = pools
-        .iter()
-        .map(|p| (p.name().to_string(), p.clone()))
-        .collect();
-    let mut counters = counters.clone();
-    let routes = route::build(&config.routes, &by_name, &mut counters);
-    let mut listeners = Vec::new();
-    for pool in &pools {
-        if let Some(listen) = &pool.config.listen {
-            let route = Arc::new(Route::Pool(pool.clone()));
-            listeners.push((listen.clone(), pool.name().to_string(), route));
-        }
-    }
-    for r in &config.routes {
-        if let Some(listen) = &r.listen {
-            listeners.push((listen.clone(), r.name.clone(), routes[&r.name].clone()));
-        }
-    }
+        .filter_map(|p| Some((p.listen.clone()?, p.name.clone())))
+        .chain(
+            config
+                .routes
+                .iter()
+                .filter_map(|r| Some((r.listen.clone()?, r.name.clone()))),
+        );
     let mut seen = std::collections::HashSet::new();
-    for (listen, name, _) in &listeners {
+    for (listen, name) in wanted {
         anyhow::ensure!(
-            seen.insert(listen),
+            seen.insert(listen.clone()),
             "{name}: {listen} is already another listener's"
         );
+        let route = topology
+            .route(&name)
+            .expect("built from this configuration");
+        out.push((listen, name, route));
     }
-    anyhow::ensure!(
-        !listeners.is_empty(),
-        "no pool or route has a listen address"
-    );
-    let mut named: Vec<(String, Arc<RouteCounters>)> = counters
-        .iter()
-        .map(|(n, c)| (n.clone(), c.clone()))
-        .collect();
-    named.sort_by(|a, b| a.0.cmp(&b.0));
-    Ok(Built {
-        snapshot: Snapshot {
-            pools,
-            counters: named,
-            spooler,
-        },
-        listeners,
-        counters,
-    })
-}
-
-/// Opens the spool queue of every spooling server, so that deletes left by an earlier run
-/// (or waiting for a server a reload brought back) are replayed.
-fn resume_spools(snapshot: &Snapshot) {
-    for pool in &snapshot.pools {
-        if let Some(spooler) = pool.spooler() {
-            for b in &pool.backends {
-                spooler.queue(pool.name(), b);
-            }
-        }
-    }
+    anyhow::ensure!(!out.is_empty(), "no pool or route has a listen address");
+    Ok(out)
 }
 
 /// Pools and routes bound to their listeners, not yet serving.
@@ -328,7 +108,6 @@ pub struct Bound {
     listeners: Vec<(String, RouteSlot, Listener)>,
     admin: Option<tokio::net::TcpListener>,
     served: Served,
-    counters: HashMap<String, Arc<RouteCounters>>,
 }
 
 /// A listener: TCP (`host:port`) or a Unix socket (a path starting with `/`, as twemproxy
@@ -368,10 +147,10 @@ impl Listener {
 /// Builds `config` and binds a listener for every pool and route that has a `listen`
 /// address, and the admin port at `admin` if given.
 pub async fn bind(config: RouterConfig, admin: Option<&str>) -> anyhow::Result<Bound> {
-    let built = build(&config, &Snapshot::default(), &HashMap::new())?;
+    let topology = Topology::build(&config, None)?;
     let mut addrs = Vec::new();
     let mut listeners = Vec::new();
-    for (listen, name, route) in built.listeners {
+    for (listen, name, route) in self::listeners(&config, &topology)? {
         let listener = Listener::bind(&listen)
             .await
             .with_context(|| format!("{name}: cannot listen on {listen}"))?;
@@ -391,14 +170,12 @@ pub async fn bind(config: RouterConfig, admin: Option<&str>) -> anyhow::Result<B
         None => None,
     };
     let admin_addr = admin.as_ref().map(|l| l.local_addr()).transpose()?;
-    resume_spools(&built.snapshot);
     Ok(Bound {
         addrs,
         admin_addr,
         listeners,
         admin,
-        served: Arc::new(arc_swap::ArcSwap::from_pointee(built.snapshot)),
-        counters: built.counters,
+        served: Arc::new(arc_swap::ArcSwap::from_pointee(topology)),
     })
 }
 
@@ -413,7 +190,6 @@ impl Bound {
         let mut serving = Serving {
             listeners: HashMap::new(),
             served: self.served,
-            counters: self.counters,
         };
         for (listen, slot, listener) in self.listeners {
             serving.accept(listen, slot, listener);
@@ -441,7 +217,6 @@ impl Bound {
 pub struct Serving {
     listeners: HashMap<String, (RouteSlot, tokio::task::JoinHandle<()>)>,
     served: Served,
-    counters: HashMap<String, Arc<RouteCounters>>,
 }
 
 impl Serving {
@@ -478,7 +253,9 @@ impl Serving {
     /// cannot be applied (a port that cannot be bound, a server that does not resolve) is
     /// logged and the old one keeps serving.
     pub async fn reload(&mut self, config: RouterConfig) {
-        let built = match build(&config, &self.served.load(), &self.counters) {
+        let built = Topology::build(&config, Some(&self.served.load()))
+            .and_then(|t| Ok((self::listeners(&config, &t)?, t)));
+        let (wanted, topology) = match built {
             Ok(b) => b,
             Err(e) => {
                 tracing::error!(error = %format!("{e:#}"), "reload refused");
@@ -487,7 +264,7 @@ impl Serving {
         };
         let mut swaps = Vec::new();
         let mut binds = Vec::new();
-        for (listen, name, route) in built.listeners {
+        for (listen, name, route) in wanted {
             match self.listeners.get(&listen) {
                 Some((slot, _)) => swaps.push((slot.clone(), name, route)),
                 None => match Listener::bind(&listen).await {
@@ -505,9 +282,7 @@ impl Serving {
             .filter_map(|p| p.listen.clone())
             .chain(config.routes.iter().filter_map(|r| r.listen.clone()))
             .collect();
-        self.counters = built.counters;
-        resume_spools(&built.snapshot);
-        self.served.store(Arc::new(built.snapshot));
+        self.served.store(Arc::new(topology));
         for (slot, name, route) in swaps {
             tracing::info!(%name, "reloaded");
             slot.store(route);

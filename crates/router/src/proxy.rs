@@ -12,9 +12,8 @@
 //! stripped going out and applied coming back), so every connection to a server keeps
 //! one reply per request and never loses its place.
 
-use crate::backend::BackendError;
-use crate::route::{Class, Ctx, Form, Op, Route};
-use crate::{Pool, RouteSlot, Served};
+use crate::{RouteSlot, Served};
+use memfleet_client::{BackendError, Class, Ctx, Form, Op, Pool, Route};
 use memfleet_protocol::reply::ReplyKind;
 use memfleet_protocol::{parse, response, GetKind, ParseError, ParserConfig, Request};
 use std::future::Future;
@@ -572,7 +571,7 @@ fn route_lookup(pool: &Pool, keys: &[Vec<u8>]) -> Option<Vec<u8>> {
         .collect::<Option<_>>()?;
     let mut out = Vec::new();
     for (admin, key) in keys.iter().zip(asked) {
-        let server = pool.ring.nodes()[pool.ring.pick(key)].addr();
+        let server = pool.ring().nodes()[pool.ring().pick(key)].addr();
         response::value(&mut out, admin, 0, server.as_bytes(), None);
     }
     response::end(&mut out);
@@ -591,10 +590,10 @@ fn get(pool: &Arc<Pool>, lane: usize, g: &memfleet_protocol::Get<'_>, raw: &[u8]
         // `gat <exptime>` with no keys: memcached answers END.
         return local(b"END\r\n".to_vec());
     }
-    let servers: Vec<usize> = keys.iter().map(|k| pool.ring.pick(k)).collect();
+    let servers: Vec<usize> = keys.iter().map(|k| pool.ring().pick(k)).collect();
     if servers.iter().all(|s| *s == servers[0]) {
         // One server: the request as it came.
-        let call = pool.backends[servers[0]].call(lane, raw.to_vec(), ReplyKind::Retrieval);
+        let call = pool.backends()[servers[0]].call(lane, raw.to_vec(), ReplyKind::Retrieval);
         return Plan::Reply(Box::pin(async move {
             // A failed server's keys are misses.
             call.await.unwrap_or_else(|_| b"END\r\n".to_vec())
@@ -618,7 +617,10 @@ fn get(pool: &Arc<Pool>, lane: usize, g: &memfleet_protocol::Get<'_>, raw: &[u8]
                 bytes.extend_from_slice(k);
             }
             bytes.extend_from_slice(b"\r\n");
-            (s, pool.backends[s].call(lane, bytes, ReplyKind::Retrieval))
+            (
+                s,
+                pool.backends()[s].call(lane, bytes, ReplyKind::Retrieval),
+            )
         })
         .collect();
     Plan::Reply(Box::pin(async move {

@@ -23,13 +23,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 /// A server's reply, or why there is none.
-pub(crate) type Reply = Result<Vec<u8>, BackendError>;
+pub type Reply = Result<Vec<u8>, BackendError>;
 /// A reply on its way.
-pub(crate) type ReplyFuture = Pin<Box<dyn Future<Output = Reply> + Send>>;
+pub type ReplyFuture = Pin<Box<dyn Future<Output = Reply> + Send>>;
 
 /// What an operation does, for routes that treat kinds differently.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Class {
+pub enum Class {
     /// get, gets, gat, gats, lease-get, mg.
     Get,
     /// Storage, arithmetic, touch, ms, ma.
@@ -43,35 +43,50 @@ pub(crate) enum Class {
 /// One key's request as routes see it: enough structure to change its key (prefix
 /// stripping), its TTL (gutter) or its hold-off (warm-up), and to encode it.
 #[derive(Clone, Debug)]
-pub(crate) struct Op {
+pub struct Op {
+    /// What it does, for routes that treat kinds differently.
     pub class: Class,
     /// The key routing uses (decoded, for a base64 meta key).
     pub key: Vec<u8>,
+    /// How it is written.
     pub form: Form,
 }
 
 /// How an [`Op`] is written.
 #[derive(Clone, Debug)]
-pub(crate) enum Form {
-    /// `<head> <key>\r\n`: head is `get`, `gets`, `gat <exptime>`, `gats <exptime>` or
-    /// `lease-get`.
-    Get { head: Vec<u8> },
-    /// A storage command (never `noreply`: the proxy applies it).
+pub enum Form {
+    /// `<head> <key>\r\n`.
+    Get {
+        /// `get`, `gets`, `gat <exptime>`, `gats <exptime>` or `lease-get`.
+        head: Vec<u8>,
+    },
+    /// A storage command (never `noreply`: the caller applies it).
     Store {
+        /// set, add, replace, append, prepend, cas, lease-set.
         command: StoreCommand,
+        /// Client flags.
         flags: u32,
+        /// memcached's exptime.
         exptime: i64,
+        /// CAS unique (cas) or lease token (lease-set); 0 otherwise.
         cas: u64,
+        /// The value.
         data: Arc<[u8]>,
     },
     /// `delete <key> [holdoff]`.
-    Delete { holdoff: u32 },
-    /// Any other request: `head`, the key as written (`wire_key`), `tail` (the rest of
-    /// the line and any data block).
+    Delete {
+        /// Hold-off seconds (0: a plain delete).
+        holdoff: u32,
+    },
+    /// Any other request, written as `head`, the key, `tail`.
     Raw {
+        /// Up to the key (`"mg "`).
         head: Vec<u8>,
+        /// The key as written (base64 for a meta `b` key).
         wire_key: Vec<u8>,
+        /// The rest of the line and any data block.
         tail: Vec<u8>,
+        /// The shape of its reply.
         kind: ReplyKind,
     },
 }
@@ -166,8 +181,10 @@ impl Op {
 /// Where an operation comes from: the client's lane (its connection to each server) and
 /// its identity for replica choice.
 #[derive(Clone, Copy, Debug)]
-pub(crate) struct Ctx {
+pub struct Ctx {
+    /// Which of each server's connections the caller uses (the same one keeps its order).
     pub lane: usize,
+    /// The caller's identity for choosing a replica (a hash of its address).
     pub client: u64,
 }
 
@@ -195,7 +212,7 @@ pub struct RouteCounters {
 }
 
 /// Every [`RouteCounters`] field: (name, what it counts), for `stats` and `/metrics`.
-pub(crate) const COUNTERS: [(&str, &str); 8] = [
+pub const COUNTERS: [(&str, &str); 8] = [
     (
         "gutter_requests",
         "requests the main route failed and the gutter took",
@@ -226,7 +243,7 @@ pub(crate) const COUNTERS: [(&str, &str); 8] = [
 
 impl RouteCounters {
     /// (name, help) of the counters its route's type uses.
-    pub(crate) fn shown(&self) -> Vec<(&'static str, &'static str)> {
+    pub fn shown(&self) -> Vec<(&'static str, &'static str)> {
         let shown = *self.shown.lock().unwrap_or_else(|e| e.into_inner());
         COUNTERS
             .into_iter()
@@ -235,7 +252,7 @@ impl RouteCounters {
     }
 
     /// The counter called `name` (one of [`COUNTERS`]).
-    pub(crate) fn get(&self, name: &str) -> u64 {
+    pub fn get(&self, name: &str) -> u64 {
         let c = match name {
             "gutter_requests" => &self.gutter_requests,
             "gutter_gets" => &self.gutter_gets,
@@ -251,46 +268,67 @@ impl RouteCounters {
 }
 
 /// A route, ready to run.
-pub(crate) enum Route {
+pub enum Route {
     /// A pool: the key's server.
     Pool(Arc<Pool>),
     /// Longest prefix first.
     Prefix {
+        /// (prefix, route), longest first.
         prefixes: Vec<(Vec<u8>, Arc<Route>)>,
+        /// Keys no prefix matches.
         default: Arc<Route>,
+        /// Remove the prefix from the key.
         strip: bool,
     },
     /// By operation.
     Operation {
+        /// Retrievals.
         get: Arc<Route>,
+        /// Storage, arithmetic, touch.
         set: Arc<Route>,
+        /// Deletes.
         delete: Arc<Route>,
+        /// The rest.
         other: Arc<Route>,
     },
     /// Replicas.
     Replicated {
+        /// In failover order.
         replicas: Vec<Arc<Route>>,
+        /// A fixed identity for replica choice, instead of the caller's.
         client_id: Option<u64>,
+        /// Failovers.
         counters: Arc<RouteCounters>,
     },
     /// Gutter failover.
     Gutter {
+        /// While it answers.
         main: Arc<Route>,
+        /// When it does not.
         gutter: Arc<Route>,
+        /// Longest TTL in the gutter, seconds.
         ttl: u32,
+        /// Gutter requests and hits.
         counters: Arc<RouteCounters>,
     },
     /// To every destination.
     Broadcast {
+        /// The destinations.
         to: Vec<Arc<Route>>,
+        /// How to answer.
         mode: BroadcastMode,
     },
     /// Cold-cluster warm-up.
     WarmUp {
+        /// Asked first.
         cold: Arc<Route>,
+        /// Fills cold's misses.
         warm: Arc<Route>,
+        /// Hold-off of deletes sent to cold, seconds.
         holdoff: u32,
+        /// Off: plain cold.
         enabled: bool,
+        /// Cold hits and misses, fills.
         counters: Arc<RouteCounters>,
     },
 }
@@ -462,7 +500,7 @@ fn capped_exptime(exptime: i64, cap: u32) -> i64 {
 
 impl Route {
     /// Sends `op` down this route.
-    pub(crate) fn call(self: &Arc<Self>, op: Op, ctx: Ctx) -> ReplyFuture {
+    pub fn call(self: &Arc<Self>, op: Op, ctx: Ctx) -> ReplyFuture {
         match &**self {
             Route::Pool(pool) => pool_call(pool, op, ctx),
             Route::Prefix {
@@ -607,7 +645,7 @@ impl Route {
     }
 
     /// Every pool the route reaches (for flush_all, stats).
-    pub(crate) fn pools(&self, out: &mut Vec<Arc<Pool>>) {
+    pub fn pools(&self, out: &mut Vec<Arc<Pool>>) {
         let mut add = |r: &Arc<Route>| r.pools(out);
         match self {
             Route::Pool(p) => {

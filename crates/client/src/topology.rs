@@ -1,0 +1,237 @@
+//! A configuration built: pools with their servers' connections, routes over them, the
+//! delete spool and the route counters. A reload builds a new `Topology` from the previous
+//! one, which keeps the connections (and health) of servers that stay, the spool and the
+//! counters of routes that keep their names.
+
+use crate::backend::{Backend, BackendOptions};
+use crate::route::{self, Route, RouteCounters};
+use crate::spool::Spooler;
+use anyhow::Context;
+use memfleet_routing::{PoolConfig, Ring, RouterConfig};
+use std::collections::HashMap;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// A pool: its ring and its servers' connections.
+pub struct Pool {
+    config: PoolConfig,
+    ring: Ring,
+    backends: Vec<Arc<Backend>>,
+    spooler: Option<Arc<Spooler>>,
+}
+
+impl Pool {
+    /// Resolves the servers and prepares their connections (made on first use), reusing
+    /// those of `previous` (any pool's) for servers that stay with the same settings (a
+    /// reload keeps their connections, counters and health). Undeliverable deletes go to
+    /// `spooler` when the pool spools deletes.
+    fn new(
+        config: PoolConfig,
+        previous: &[Arc<Backend>],
+        spooler: Option<&Arc<Spooler>>,
+    ) -> anyhow::Result<Pool> {
+        let ring = config.ring()?;
+        let options = BackendOptions {
+            connections: config.server_connections as usize,
+            timeout: Duration::from_millis(config.timeout_ms.max(1)),
+            failure_limit: if config.auto_eject_hosts {
+                config.server_failure_limit
+            } else {
+                u32::MAX
+            },
+            retry: Duration::from_millis(config.server_retry_timeout_ms.max(10)),
+        };
+        let backends = ring
+            .nodes()
+            .iter()
+            .map(|n| {
+                let addr = std::net::ToSocketAddrs::to_socket_addrs(&(n.host.as_str(), n.port))
+                    .ok()
+                    .and_then(|mut a| a.next())
+                    .with_context(|| {
+                        format!("pool {}: cannot resolve {}", config.name, n.addr())
+                    })?;
+                let kept = previous
+                    .iter()
+                    .find(|b| b.addr() == addr && b.options() == &options);
+                Ok(match kept {
+                    Some(b) => b.clone(),
+                    None => Backend::new(addr, n.addr(), options.clone()),
+                })
+            })
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        let spooler = spooler.filter(|_| config.spool_deletes).cloned();
+        Ok(Pool {
+            config,
+            ring,
+            backends,
+            spooler,
+        })
+    }
+
+    /// Its configuration.
+    pub fn config(&self) -> &PoolConfig {
+        &self.config
+    }
+
+    /// Its ring.
+    pub fn ring(&self) -> &Ring {
+        &self.ring
+    }
+
+    /// Where its undeliverable deletes go, if anywhere.
+    pub fn spooler(&self) -> Option<&Arc<Spooler>> {
+        self.spooler.as_ref()
+    }
+
+    /// The server that holds `key`.
+    pub fn backend_for(&self, key: &[u8]) -> Arc<Backend> {
+        self.backends[self.ring.pick(key)].clone()
+    }
+
+    /// The pool's name.
+    pub fn name(&self) -> &str {
+        &self.config.name
+    }
+
+    /// Its servers, in ring order.
+    pub fn backends(&self) -> &[Arc<Backend>] {
+        &self.backends
+    }
+
+    /// `stats` lines: counters for this pool, one line per server.
+    pub fn stat_lines(&self) -> Vec<u8> {
+        let mut out = Vec::new();
+        let mut stat = |name: &str, value: String| {
+            out.extend_from_slice(format!("STAT {name} {value}\r\n").as_bytes());
+        };
+        stat("pool", self.config.name.clone());
+        stat("servers", self.backends.len().to_string());
+        for b in &self.backends {
+            let h = b.health();
+            stat(
+                &format!("server:{}", b.name()),
+                format!(
+                    "requests={} errors={} down={} knockouts={}",
+                    h.requests.load(Ordering::Relaxed),
+                    h.errors.load(Ordering::Relaxed),
+                    u8::from(h.down.load(Ordering::Relaxed)),
+                    h.knockouts.load(Ordering::Relaxed)
+                ),
+            );
+        }
+        out
+    }
+}
+
+/// Every pool and route of a configuration, ready to run.
+#[derive(Default)]
+pub struct Topology {
+    pools: Vec<Arc<Pool>>,
+    routes: HashMap<String, Arc<Route>>,
+    counters: HashMap<String, Arc<RouteCounters>>,
+    spooler: Option<Arc<Spooler>>,
+}
+
+impl Topology {
+    /// Builds `config`, reusing from `previous` the server connections that stay, the spool
+    /// and the route counters. Must run inside a tokio runtime (connections are tasks).
+    pub fn build(config: &RouterConfig, previous: Option<&Topology>) -> anyhow::Result<Topology> {
+        let empty = Topology::default();
+        let previous = previous.unwrap_or(&empty);
+        let spooler = match &config.spool_dir {
+            None => None,
+            Some(dir) => match &previous.spooler {
+                Some(s) if s.dir() == std::path::Path::new(dir) => Some(s.clone()),
+                _ => Some(
+                    Spooler::new(std::path::Path::new(dir))
+                        .with_context(|| format!("spool directory {dir}"))?,
+                ),
+            },
+        };
+        let old_backends: Vec<Arc<Backend>> = previous
+            .pools
+            .iter()
+            .flat_map(|p| p.backends.iter().cloned())
+            .collect();
+        let pools = config
+            .pools
+            .iter()
+            .map(|c| Pool::new(c.clone(), &old_backends, spooler.as_ref()).map(Arc::new))
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        let by_name: HashMap<String, Arc<Pool>> = pools
+            .iter()
+            .map(|p| (p.name().to_string(), p.clone()))
+            .collect();
+        let mut counters = previous.counters.clone();
+        let mut routes = route::build(&config.routes, &by_name, &mut counters);
+        for p in &pools {
+            routes.insert(p.name().to_string(), Arc::new(Route::Pool(p.clone())));
+        }
+        let topology = Topology {
+            pools,
+            routes,
+            counters,
+            spooler,
+        };
+        topology.resume_spools();
+        Ok(topology)
+    }
+
+    /// The route (or pool) called `name`.
+    pub fn route(&self, name: &str) -> Option<Arc<Route>> {
+        self.routes.get(name).cloned()
+    }
+
+    /// Every pool, in configuration order.
+    pub fn pools(&self) -> &[Arc<Pool>] {
+        &self.pools
+    }
+
+    /// Every counting route's counters, sorted by route name.
+    pub fn route_counters(&self) -> Vec<(String, Arc<RouteCounters>)> {
+        let mut named: Vec<_> = self
+            .counters
+            .iter()
+            .map(|(n, c)| (n.clone(), c.clone()))
+            .collect();
+        named.sort_by(|a, b| a.0.cmp(&b.0));
+        named
+    }
+
+    /// Every spool queue's depth.
+    pub fn spool_depths(&self) -> Vec<(String, u64)> {
+        self.spooler
+            .as_ref()
+            .map(|s| s.depths())
+            .unwrap_or_default()
+    }
+
+    /// `STAT` lines of the route counters and spool depths.
+    pub fn stat_lines(&self) -> Vec<u8> {
+        let mut out = Vec::new();
+        for (route, counters) in self.route_counters() {
+            for (name, _) in counters.shown() {
+                let v = counters.get(name);
+                out.extend_from_slice(format!("STAT route:{route}:{name} {v}\r\n").as_bytes());
+            }
+        }
+        for (queue, depth) in self.spool_depths() {
+            out.extend_from_slice(format!("STAT spool:{queue} {depth}\r\n").as_bytes());
+        }
+        out
+    }
+
+    /// Opens the spool queue of every spooling server, so that deletes left by an earlier
+    /// run (or waiting for a server a reload brought back) are replayed.
+    fn resume_spools(&self) {
+        for pool in &self.pools {
+            if let Some(spooler) = pool.spooler() {
+                for b in &pool.backends {
+                    spooler.queue(pool.name(), b);
+                }
+            }
+        }
+    }
+}
