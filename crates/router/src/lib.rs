@@ -390,7 +390,11 @@ impl Drop for Running {
 /// Reloads on SIGHUP and when the configuration file changes (checked every second: its
 /// size and modification time, which an editor's rename-over also changes). A file that
 /// does not parse is logged and ignored; the next change is tried again.
-async fn watch_config(args: RouterArgs, reloads: tokio::sync::mpsc::UnboundedSender<RouterConfig>) {
+async fn watch_config(
+    args: RouterArgs,
+    mut hup: tokio::signal::unix::Signal,
+    reloads: tokio::sync::mpsc::UnboundedSender<RouterConfig>,
+) {
     let path = args.config.clone().or_else(|| args.twemproxy.clone());
     let stamp = |p: &Option<PathBuf>| {
         p.as_ref()
@@ -398,9 +402,6 @@ async fn watch_config(args: RouterArgs, reloads: tokio::sync::mpsc::UnboundedSen
             .map(|m| (m.len(), m.modified().ok()))
     };
     let mut seen = stamp(&path);
-    let Ok(mut hup) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) else {
-        return;
-    };
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     loop {
         let why = tokio::select! {
@@ -458,17 +459,20 @@ pub fn run(args: &RouterArgs) -> anyhow::Result<()> {
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
     let rt = runtime(threads)?;
     rt.block_on(async {
-        let stop = async {
-            let mut term =
-                tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-                    .expect("SIGTERM handler");
+        // Every handler is in place before the ports open: a signal sent as soon as the
+        // router answers must not meet the default action (which ends the process).
+        use tokio::signal::unix::{signal, SignalKind};
+        let mut int = signal(SignalKind::interrupt())?;
+        let mut term = signal(SignalKind::terminate())?;
+        let hup = signal(SignalKind::hangup())?;
+        let stop = async move {
             tokio::select! {
-                _ = tokio::signal::ctrl_c() => {}
+                _ = int.recv() => {}
                 _ = term.recv() => {}
             }
         };
         let (reload_tx, reload_rx) = tokio::sync::mpsc::unbounded_channel();
-        tokio::spawn(watch_config(args.clone(), reload_tx));
+        tokio::spawn(watch_config(args.clone(), hup, reload_tx));
         bind(config, args.admin_listen.as_deref())
             .await?
             .run(stop, reload_rx)

@@ -261,21 +261,29 @@ pub fn run(args: &ServerArgs) -> anyhow::Result<()> {
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .try_init();
     let settings = Settings::resolve(args)?;
-    let server = Server::start(settings)?;
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
-    rt.block_on(async {
+    // The handlers are in place before the port opens: a signal sent as soon as the server
+    // answers must stop it cleanly, not kill it with the default action.
+    let (mut int, mut term, mut usr1) = {
         use tokio::signal::unix::{signal, SignalKind};
-        let mut term = signal(SignalKind::terminate())?;
-        // memcached's signal for "stop, keeping the memory file for a restart".
-        let mut usr1 = signal(SignalKind::user_defined1())?;
+        let _runtime = rt.enter();
+        (
+            signal(SignalKind::interrupt())?,
+            signal(SignalKind::terminate())?,
+            // memcached's signal for "stop, keeping the memory file for a restart".
+            signal(SignalKind::user_defined1())?,
+        )
+    };
+    let server = Server::start(settings)?;
+    rt.block_on(async {
         tokio::select! {
-            r = tokio::signal::ctrl_c() => r,
-            _ = term.recv() => Ok(()),
-            _ = usr1.recv() => Ok(()),
+            _ = int.recv() => {}
+            _ = term.recv() => {}
+            _ = usr1.recv() => {}
         }
-    })?;
+    });
     tracing::info!("shutting down");
     server.shutdown()?;
     tracing::info!("stopped");
