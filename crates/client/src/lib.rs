@@ -12,12 +12,33 @@
 //! | `route` | routes over pools: prefix, operation, replicated, gutter, broadcast, warm-up |
 //! | `spool` | deletes that could not be delivered, on disk until they are |
 //! | `topology` | a configuration built: every pool and route, reusing what a reload keeps |
+//! | `client` | [`Client`]: every command, look-aside with leases, typed and compressed values |
+//! | `window` | sliding-window flow control over all of a client's outstanding requests |
+//!
+//! ```no_run
+//! # async fn demo() -> anyhow::Result<()> {
+//! use memfleet_client::Client;
+//!
+//! let cache = Client::with_servers(&["127.0.0.1:11211", "127.0.0.1:11212"])?;
+//! let profile = cache
+//!     .get_or_fill("user:42", 300, || async {
+//!         // The database read; runs once per key and lease interval, however many
+//!         // callers miss at the same time.
+//!         Ok::<_, anyhow::Error>(b"{\"name\":\"Ada\"}".to_vec())
+//!     })
+//!     .await?;
+//! cache.delete("user:42").await?; // after the database write: invalidate, never update
+//! # let _ = profile; Ok(()) }
+//! ```
 
 pub mod backend;
+mod client;
 pub mod route;
 pub mod spool;
 mod topology;
+pub mod window;
 
 pub use backend::{Backend, BackendError, BackendOptions};
+pub use client::{CasOutcome, Client, ClientOptions, Error, Lease, Value, FLAG_COMPRESSED};
 pub use route::{Class, Ctx, Form, Op, Reply, ReplyFuture, Route, RouteCounters};
 pub use topology::{Pool, Topology};
