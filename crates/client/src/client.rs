@@ -4,6 +4,7 @@
 //! ([`Client::get_or_fill`]) built on leases.
 
 use crate::route::{Class, Ctx, Form, Op, Reply, Route};
+use crate::udp::{UdpGets, UdpReply};
 use crate::window::{Outcome, Window};
 use crate::{BackendError, Topology};
 use memfleet_protocol::reply::ReplyKind;
@@ -73,6 +74,17 @@ pub enum Lease {
     },
 }
 
+/// What a get over UDP found.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum UdpGet {
+    /// The value.
+    Hit(Value),
+    /// Not in the cache.
+    Miss,
+    /// A datagram was dropped or reordered: a miss that must not be filled.
+    Lost,
+}
+
 /// How `cas` went.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum CasOutcome {
@@ -100,6 +112,9 @@ pub struct ClientOptions {
     pub lease_wait: Duration,
     /// Look-aside: take a stale value rather than wait.
     pub accept_stale: bool,
+    /// Send gets over UDP, to the same port number as the server's TCP port (memcached's
+    /// `-U` equal to `-p`), waiting at most this long for a whole reply; `None`: TCP only.
+    pub udp: Option<Duration>,
 }
 
 impl Default for ClientOptions {
@@ -111,6 +126,7 @@ impl Default for ClientOptions {
             lease_retry_max: Duration::from_millis(100),
             lease_wait: Duration::from_secs(2),
             accept_stale: false,
+            udp: None,
         }
     }
 }
@@ -123,6 +139,7 @@ pub struct Client {
     window: Arc<Window>,
     options: Arc<ClientOptions>,
     lane: usize,
+    udp: Option<Arc<UdpGets>>,
 }
 
 /// Lanes handed to clients, so that separate clients spread over a server's connections.
@@ -141,12 +158,17 @@ impl Client {
             .route(route)
             .ok_or_else(|| anyhow::anyhow!("no pool or route named {route:?}"))?;
         let (initial, min, max) = options.window;
+        let udp = options
+            .udp
+            .map(|timeout| UdpGets::new(timeout).map(Arc::new))
+            .transpose()?;
         Ok(Client {
             topology,
             root,
             window: Arc::new(Window::new(initial, min, max)),
             options: Arc::new(options),
             lane: LANES.fetch_add(1, Ordering::Relaxed),
+            udp,
         })
     }
 
@@ -205,9 +227,57 @@ impl Client {
 
     // ---- retrieval ----
 
-    /// `get`: the value, or `None` on a miss.
+    /// `get`: the value, or `None` on a miss. Over UDP when the client has it on (a lost
+    /// datagram is a miss too; [`Client::get_udp`] tells them apart).
     pub async fn get(&self, key: impl AsRef<[u8]>) -> Result<Option<Value>, Error> {
-        self.retrieve(key.as_ref(), b"get").await
+        match self.get_udp(key).await? {
+            UdpGet::Hit(v) => Ok(Some(v)),
+            UdpGet::Miss | UdpGet::Lost => Ok(None),
+        }
+    }
+
+    /// A get over UDP straight to the key's server (TCP when UDP is off, the route sends
+    /// gets elsewhere than one server, or the reply is too large for UDP).
+    pub async fn get_udp(&self, key: impl AsRef<[u8]>) -> Result<UdpGet, Error> {
+        let key = key.as_ref();
+        check_key(key)?;
+        let target = self
+            .udp
+            .as_ref()
+            .and_then(|u| Some((u, self.root.get_target(key, self.ctx())?)));
+        if let Some((udp, server)) = target {
+            let mut request = b"get ".to_vec();
+            request.extend_from_slice(key);
+            request.extend_from_slice(b"\r\n");
+            let slot = self.window.acquire().await;
+            let reply = udp.request(server, &request).await;
+            slot.done(match reply {
+                Ok(UdpReply::Reply(_)) => Outcome::Replied,
+                Ok(UdpReply::Lost) => Outcome::TimedOut,
+                Err(_) => Outcome::Failed,
+            });
+            match reply {
+                Ok(UdpReply::Lost) => return Ok(UdpGet::Lost),
+                Ok(UdpReply::Reply(r)) if !r.starts_with(b"SERVER_ERROR") => {
+                    return match parse_retrieval(&r)? {
+                        Retrieved::Value(v) => Ok(UdpGet::Hit(decode(v)?)),
+                        Retrieved::Miss => Ok(UdpGet::Miss),
+                        Retrieved::Lease { .. } => Err(Error::Protocol("LVALUE to a get".into())),
+                    };
+                }
+                // Too large for UDP, or the socket failed: TCP below.
+                _ => {}
+            }
+        }
+        Ok(match self.retrieve(key, b"get").await? {
+            Some(v) => UdpGet::Hit(v),
+            None => UdpGet::Miss,
+        })
+    }
+
+    /// The UDP side's counters, when UDP is on.
+    pub fn udp_counters(&self) -> Option<&crate::udp::UdpCounters> {
+        self.udp.as_deref().map(UdpGets::counters)
     }
 
     /// `gets`: the value with its CAS unique.
@@ -557,6 +627,15 @@ impl Client {
         Fut: Future<Output = Result<Vec<u8>, E>>,
     {
         let key = key.as_ref();
+        if self.udp.is_some() {
+            // The cheap way first; a lost reply means a struggling server or network:
+            // load, but do not add a fill to its load.
+            match self.get_udp(key).await {
+                Ok(UdpGet::Hit(v)) => return Ok(v.data),
+                Ok(UdpGet::Lost) => return loader().await,
+                Ok(UdpGet::Miss) | Err(_) => {}
+            }
+        }
         let mut pause = self.options.lease_retry;
         let started = tokio::time::Instant::now();
         loop {

@@ -14,6 +14,7 @@
 //! | `topology` | a configuration built: every pool and route, reusing what a reload keeps |
 //! | `client` | [`Client`]: every command, look-aside with leases, typed and compressed values |
 //! | `window` | sliding-window flow control over all of a client's outstanding requests |
+//! | `udp` | gets over UDP, with drops and reordering seen as misses |
 //!
 //! ```no_run
 //! # async fn demo() -> anyhow::Result<()> {
@@ -36,9 +37,10 @@ mod client;
 pub mod route;
 pub mod spool;
 mod topology;
+pub mod udp;
 pub mod window;
 
 pub use backend::{Backend, BackendError, BackendOptions};
-pub use client::{CasOutcome, Client, ClientOptions, Error, Lease, Value, FLAG_COMPRESSED};
+pub use client::{CasOutcome, Client, ClientOptions, Error, Lease, UdpGet, Value, FLAG_COMPRESSED};
 pub use route::{Class, Ctx, Form, Op, Reply, ReplyFuture, Route, RouteCounters};
 pub use topology::{Pool, Topology};

@@ -644,6 +644,46 @@ impl Route {
         }
     }
 
+    /// The one server a get of `key` would be sent to, when the route sends gets to a
+    /// single server unchanged (so the get can go there over UDP instead); `None` when the
+    /// route rewrites the key, fills, or the server is marked down (then TCP and the route
+    /// decide).
+    pub fn get_target(&self, key: &[u8], ctx: Ctx) -> Option<std::net::SocketAddr> {
+        match self {
+            Route::Pool(pool) => {
+                let backend = pool.backend_for(key);
+                (!backend.health().down.load(Ordering::Acquire)).then(|| backend.addr())
+            }
+            Route::Prefix {
+                prefixes,
+                default,
+                strip,
+            } => match prefixes.iter().find(|(p, _)| key.starts_with(p)) {
+                Some(_) if *strip => None,
+                Some((_, route)) => route.get_target(key, ctx),
+                None => default.get_target(key, ctx),
+            },
+            Route::Operation { get, .. } => get.get_target(key, ctx),
+            Route::Replicated {
+                replicas,
+                client_id,
+                ..
+            } => {
+                let first = (client_id.unwrap_or(ctx.client) % replicas.len() as u64) as usize;
+                replicas[first].get_target(key, ctx)
+            }
+            Route::Gutter { main, .. } => main.get_target(key, ctx),
+            Route::Broadcast { to, .. } => to[0].get_target(key, ctx),
+            Route::WarmUp { cold, enabled, .. } => {
+                if *enabled {
+                    None
+                } else {
+                    cold.get_target(key, ctx)
+                }
+            }
+        }
+    }
+
     /// Every pool the route reaches (for flush_all, stats).
     pub fn pools(&self, out: &mut Vec<Arc<Pool>>) {
         let mut add = |r: &Arc<Route>| r.pools(out);
