@@ -162,3 +162,56 @@ fn gutter_scenario_shows_the_gutter_absorbing_a_failure() {
     assert!(per_get[1] * 2.0 < per_get[0], "{line}");
     assert!(stdout.contains("gutter hit rate"), "{stdout}");
 }
+
+/// The client scenario: the client library straight over TCP, over UDP and through the
+/// router, every reply checked, each row with the router's CPU only where it is in the path.
+#[test]
+fn client_scenario_compares_direct_udp_and_router_paths() {
+    let bin = env!("CARGO_BIN_EXE_memfleet");
+    let out = Command::new(bin)
+        .args([
+            "bench",
+            "--scenario",
+            "client",
+            "--memfleet-bin",
+            bin,
+            "--no-pin",
+        ])
+        .args([
+            "--duration",
+            "1s",
+            "--repeat",
+            "1",
+            "--conns",
+            "8",
+            "--keys",
+            "1000",
+        ])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "bench failed:\n{stdout}\n{stderr}");
+    let row = |path: &str| -> Vec<f64> {
+        let line = stdout
+            .lines()
+            .rev()
+            .find(|l| l.starts_with(path))
+            .unwrap_or_else(|| panic!("no {path} row in:\n{stdout}"));
+        line[path.len()..]
+            .split_whitespace()
+            .map(|w| w.parse().unwrap())
+            .collect()
+    };
+    // gets/s, p50, p99, lost, client, router, server, total
+    let tcp = row("client → server, TCP");
+    let udp = row("client → server, UDP");
+    let routed = row("client → router → server");
+    assert!(tcp[0] > 0.0 && udp[0] > 0.0 && routed[0] > 0.0, "{stdout}");
+    // The router is idle off its path (its once-a-second config check aside).
+    assert!(routed[5] > 0.0, "{stdout}");
+    assert!(
+        tcp[5] < routed[5] / 5.0 && udp[5] < routed[5] / 5.0,
+        "{stdout}"
+    );
+}

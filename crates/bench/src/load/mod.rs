@@ -13,6 +13,7 @@
 //! the other (`--server-cpu`, via `taskset`).
 
 pub mod client;
+pub mod client_bench;
 pub mod cpu;
 pub mod floor;
 pub mod floor_proxy;
@@ -155,6 +156,9 @@ pub enum Scenario {
     /// A server of four killed behind a router, without and with a gutter pool: database
     /// load and client-visible failures per second, the gutter's hit rate.
     Gutter,
+    /// The client library straight to a server over TCP, over UDP, and through the router:
+    /// latency and CPU per get of each part.
+    Client,
 }
 
 /// Parses `10s`, `250ms`, `1.5s`, `2m` or a plain number of seconds.
@@ -305,6 +309,7 @@ pub fn run(args: &LoadArgs) -> Result<()> {
         Scenario::Udp => return udp::bench(args),
         Scenario::Restart => return restart::bench(args),
         Scenario::Gutter => return gutter::bench(args),
+        Scenario::Client => return client_bench::bench(args),
         Scenario::Load => {}
     }
     let rows = bench(args)?;

@@ -1,0 +1,269 @@
+//! `memfleet bench --scenario client`: the client library three ways against one server —
+//! straight to the server over TCP, straight over UDP (Facebook §3.1: gets over UDP, about
+//! 20% lower latency), and through `memfleet router` (mcrouter's place) — at the same load:
+//! `--conns` tasks of one application, each getting a random pre-filled key at a time.
+//! Reported: gets per second, latency, and CPU per get of the application (the load
+//! generator's thread runs the client library), the router and the server.
+
+use std::net::SocketAddr;
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use hdrhistogram::Histogram;
+use memfleet_client::{Client, ClientOptions, UdpGet};
+use rand::rngs::SmallRng;
+use rand::SeedableRng;
+
+use super::cpu::{cpu_time, Who};
+use super::target::{free_port, Spawned};
+use super::workload::Workload;
+use super::{client, command_line, load_average, report, runtime, LoadArgs};
+
+/// How the application reaches the server.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Mode {
+    DirectTcp,
+    DirectUdp,
+    ViaRouter,
+}
+
+impl Mode {
+    fn name(self) -> &'static str {
+        match self {
+            Mode::DirectTcp => "client → server, TCP",
+            Mode::DirectUdp => "client → server, UDP",
+            Mode::ViaRouter => "client → router → server",
+        }
+    }
+}
+
+/// One run's numbers.
+#[derive(Clone, Debug)]
+struct Run {
+    gets_per_s: f64,
+    p50: u64,
+    p99: u64,
+    lost: u64,
+    client_us: f64,
+    router_us: f64,
+    server_us: f64,
+}
+
+/// `--scenario client`.
+pub fn bench(args: &LoadArgs) -> Result<()> {
+    if args.repeat == 0 || args.duration.is_zero() || args.conns == 0 {
+        bail!("--repeat, --duration and --conns must be positive");
+    }
+    let workload = Rc::new(
+        Workload::new(args.keys, 1.0, args.value_size, args.zipf).map_err(anyhow::Error::msg)?,
+    );
+    println!(
+        "memfleet bench --scenario client: {} tasks of one application, one get at a time \
+         each, {} keys, {}-byte values, {:?} per run, {} repeat(s)",
+        args.conns, args.keys, args.value_size, args.duration, args.repeat
+    );
+    println!("load average at start: {}", load_average());
+    println!("command: {}", command_line());
+    let bin = &args.memfleet_bin;
+    let port = free_port()?;
+    let server_addr: SocketAddr = ([127, 0, 0, 1], port).into();
+    let argv: Vec<String> = [
+        bin.as_str(),
+        "server",
+        "-p",
+        &port.to_string(),
+        "-U",
+        &port.to_string(),
+        "-t",
+        "1",
+        "-m",
+        "1024",
+    ]
+    .map(String::from)
+    .to_vec();
+    let (client_cpu, server_cpu) = args.pins();
+    let server = Spawned::start(&argv, server_addr, server_cpu)?;
+    let router_port = free_port()?;
+    let config_path = std::env::temp_dir().join(format!(
+        "memfleet-bench-client-{}-{router_port}.toml",
+        std::process::id()
+    ));
+    std::fs::write(
+        &config_path,
+        format!(
+            "[pools.main]\nlisten = \"127.0.0.1:{router_port}\"\nservers = [\"{server_addr}\"]\n"
+        ),
+    )?;
+    let router_addr: SocketAddr = ([127, 0, 0, 1], router_port).into();
+    let router_argv: Vec<String> = vec![
+        bin.clone(),
+        "router".into(),
+        "-t".into(),
+        "1".into(),
+        "--config".into(),
+        config_path.display().to_string(),
+    ];
+    let router = Spawned::start(&router_argv, router_addr, server_cpu)?;
+    println!(
+        "server pid {} on {server_addr} (TCP and UDP), router pid {} on {router_addr}",
+        server.pid(),
+        router.pid()
+    );
+    let _pinned = client_cpu.map(super::cpu::pin_this_thread).transpose()?;
+    let (rt, local) = runtime()?;
+    let modes = [Mode::DirectTcp, Mode::DirectUdp, Mode::ViaRouter];
+    let mut runs: Vec<Vec<Run>> = vec![Vec::new(); modes.len()];
+    local.block_on(&rt, async {
+        client::prefill(server_addr, &workload, 100).await?;
+        for r in 1..=args.repeat {
+            for (i, &mode) in modes.iter().enumerate() {
+                let run = measure(
+                    mode,
+                    server_addr,
+                    router_addr,
+                    (server.pid(), router.pid()),
+                    &workload,
+                    args,
+                    args.seed.wrapping_add(r as u64),
+                )
+                .await
+                .with_context(|| mode.name())?;
+                println!(
+                    "run {r}: {:<26} {:>8.0} gets/s  p50 {:>5} µs  p99 {:>6} µs  lost {:>4}  \
+                     CPU µs/get: client {:.2}, router {:.2}, server {:.2}",
+                    mode.name(),
+                    run.gets_per_s,
+                    run.p50,
+                    run.p99,
+                    run.lost,
+                    run.client_us,
+                    run.router_us,
+                    run.server_us
+                );
+                runs[i].push(run);
+            }
+        }
+        anyhow::Ok(())
+    })?;
+    let _ = std::fs::remove_file(&config_path);
+    println!(
+        "\n{:<26} {:>9} {:>7} {:>7} {:>6} {:>12} {:>12} {:>12} {:>13}",
+        "path (medians)",
+        "gets/s",
+        "p50 µs",
+        "p99 µs",
+        "lost",
+        "client µs/op",
+        "router µs/op",
+        "server µs/op",
+        "total µs/op"
+    );
+    for (mode, runs) in modes.iter().zip(&runs) {
+        let med = |f: &dyn Fn(&Run) -> f64| report::median(runs.iter().map(f).collect());
+        let (client, router, server) = (
+            med(&|r| r.client_us),
+            med(&|r| r.router_us),
+            med(&|r| r.server_us),
+        );
+        println!(
+            "{:<26} {:>9.0} {:>7.0} {:>7.0} {:>6.0} {:>12.2} {:>12.2} {:>12.2} {:>13.2}",
+            mode.name(),
+            med(&|r| r.gets_per_s),
+            med(&|r| r.p50 as f64),
+            med(&|r| r.p99 as f64),
+            med(&|r| r.lost as f64),
+            client,
+            router,
+            server,
+            client + router + server
+        );
+    }
+    println!("load average at end: {}", load_average());
+    drop(router);
+    drop(server);
+    Ok(())
+}
+
+async fn measure(
+    mode: Mode,
+    server: SocketAddr,
+    router: SocketAddr,
+    (server_pid, router_pid): (u32, u32),
+    workload: &Rc<Workload>,
+    args: &LoadArgs,
+    seed: u64,
+) -> Result<Run> {
+    let target = if mode == Mode::ViaRouter {
+        router
+    } else {
+        server
+    };
+    let config = memfleet_routing::from_toml(&format!("[pools.main]\nservers = [\"{target}\"]\n"))?;
+    let options = ClientOptions {
+        udp: (mode == Mode::DirectUdp).then_some(Duration::from_millis(200)),
+        compress_above: None,
+        ..ClientOptions::default()
+    };
+    let cache = Client::new(&config, "main", options)?;
+    // Warm the connections (and the router's) before measuring.
+    for n in 0..workload.keys().min(100) {
+        cache.get(format!("key:{n}")).await?;
+    }
+    let before = (
+        cpu_time(Who::ThisThread)?,
+        cpu_time(Who::Process(router_pid))?,
+        cpu_time(Who::Process(server_pid))?,
+    );
+    let started = Instant::now();
+    let deadline = started + args.duration;
+    let mut tasks = Vec::new();
+    for c in 0..args.conns {
+        let (cache, workload) = (cache.clone(), workload.clone());
+        tasks.push(tokio::task::spawn_local(async move {
+            let mut rng = SmallRng::seed_from_u64(seed ^ (c as u64).wrapping_mul(0x9e37_79b9));
+            let mut hist = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3)?;
+            let mut lost = 0u64;
+            while Instant::now() < deadline {
+                let n = workload.key(&mut rng);
+                let key = format!("key:{n}");
+                let t = Instant::now();
+                match cache.get_udp(&key).await? {
+                    UdpGet::Hit(v) => {
+                        if v.data != workload.value(n) {
+                            bail!("wrong value for {key}");
+                        }
+                    }
+                    UdpGet::Miss => bail!("{key} missing"),
+                    UdpGet::Lost => lost += 1,
+                }
+                hist.record(t.elapsed().as_micros().max(1) as u64)?;
+            }
+            anyhow::Ok((hist, lost))
+        }));
+    }
+    let mut hist = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3)?;
+    let mut lost = 0;
+    for t in tasks {
+        let (h, l) = t.await??;
+        hist.add(&h)?;
+        lost += l;
+    }
+    let elapsed = started.elapsed();
+    let after = (
+        cpu_time(Who::ThisThread)?,
+        cpu_time(Who::Process(router_pid))?,
+        cpu_time(Who::Process(server_pid))?,
+    );
+    let gets = hist.len().max(1) as f64;
+    let per = |a: Duration, b: Duration| (a.saturating_sub(b)).as_secs_f64() * 1e6 / gets;
+    Ok(Run {
+        gets_per_s: gets / elapsed.as_secs_f64(),
+        p50: hist.value_at_quantile(0.5),
+        p99: hist.value_at_quantile(0.99),
+        lost,
+        client_us: per(after.0, before.0),
+        router_us: per(after.1, before.1),
+        server_us: per(after.2, before.2),
+    })
+}
