@@ -564,6 +564,50 @@ impl Client {
         Ok(self.call(op).await?)
     }
 
+    /// `flush_all` on every server the client's route reaches; the first failure wins.
+    pub async fn flush_all(&self) -> Result<(), Error> {
+        let mut pools = Vec::new();
+        self.root.pools(&mut pools);
+        let calls: Vec<_> = pools
+            .iter()
+            .flat_map(|p| p.backends().iter())
+            .map(|b| b.call(self.lane, b"flush_all\r\n".to_vec(), ReplyKind::Line))
+            .collect();
+        for c in calls {
+            let reply = c.await?;
+            if reply != b"OK\r\n" {
+                return Err(Error::Server(
+                    String::from_utf8_lossy(&reply).trim_end().into(),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// `version` of every server the route reaches: (server, version).
+    pub async fn versions(&self) -> Vec<(String, Result<String, Error>)> {
+        let mut pools = Vec::new();
+        self.root.pools(&mut pools);
+        let mut out = Vec::new();
+        for b in pools.iter().flat_map(|p| p.backends().iter()) {
+            let reply = b
+                .call(self.lane, b"version\r\n".to_vec(), ReplyKind::Line)
+                .await;
+            let version = match reply {
+                Ok(r) => match String::from_utf8_lossy(&r)
+                    .trim_end()
+                    .strip_prefix("VERSION ")
+                {
+                    Some(v) => Ok(v.to_string()),
+                    None => Err(Error::Protocol(String::from_utf8_lossy(&r).into_owned())),
+                },
+                Err(e) => Err(e.into()),
+            };
+            out.push((b.name().to_string(), version));
+        }
+        out
+    }
+
     // ---- leases and look-aside ----
 
     /// mcrouter's `lease-get` (served by memfleet's server).

@@ -117,6 +117,17 @@ async fn every_command_round_trips_through_the_pool() {
             .count()
     };
     assert!(on(pa) > 0 && on(pb) > 0 && on(pa) + on(pb) == 25);
+    // Every server answers version; flush_all empties them all.
+    let versions = cache.versions().await;
+    assert_eq!(versions.len(), 2);
+    assert!(
+        versions
+            .iter()
+            .all(|(_, v)| v.as_ref().unwrap().starts_with("1.6")),
+        "{versions:?}"
+    );
+    cache.flush_all().await.unwrap();
+    assert!(cache.get_many(&keys).await.unwrap().is_empty());
     // Bad keys are refused before anything is sent.
     assert!(cache.get("with space").await.is_err());
     assert!(cache.set("k".repeat(251), b"v", 0).await.is_err());
