@@ -485,11 +485,11 @@ impl Client {
     async fn arith(&self, head: &[u8], key: &[u8], delta: u64) -> Result<Option<u64>, Error> {
         check_key(key)?;
         let line = self
-            .line(raw(
+            .line(Op::raw(
                 Class::Set,
                 key,
                 head,
-                format!(" {delta}\r\n"),
+                format!(" {delta}\r\n").into_bytes(),
                 ReplyKind::Line,
             ))
             .await?;
@@ -504,11 +504,11 @@ impl Client {
         let key = key.as_ref();
         check_key(key)?;
         let line = self
-            .line(raw(
+            .line(Op::raw(
                 Class::Set,
                 key,
                 b"touch ",
-                format!(" {ttl}\r\n"),
+                format!(" {ttl}\r\n").into_bytes(),
                 ReplyKind::Line,
             ))
             .await?;
@@ -551,16 +551,8 @@ impl Client {
             tail.extend_from_slice(data.unwrap_or_default());
             tail.extend_from_slice(b"\r\n");
         }
-        let op = Op {
-            class,
-            key: key.to_vec(),
-            form: Form::Raw {
-                head: format!("{command} ").into_bytes(),
-                wire_key: key.to_vec(),
-                tail,
-                kind: ReplyKind::Meta,
-            },
-        };
+        let head = format!("{command} ");
+        let op = Op::raw(class, key, head.as_bytes(), tail, ReplyKind::Meta);
         Ok(self.call(op).await?)
     }
 
@@ -752,19 +744,6 @@ async fn futures_join_all<F: Future>(futures: Vec<F>) -> Vec<F::Output> {
         out.push(f.await);
     }
     out
-}
-
-fn raw(class: Class, key: &[u8], head: &[u8], tail: String, kind: ReplyKind) -> Op {
-    Op {
-        class,
-        key: key.to_vec(),
-        form: Form::Raw {
-            head: head.to_vec(),
-            wire_key: key.to_vec(),
-            tail: tail.into_bytes(),
-            kind,
-        },
-    }
 }
 
 fn check_key(key: &[u8]) -> Result<(), Error> {

@@ -92,6 +92,21 @@ pub enum Form {
 }
 
 impl Op {
+    /// A request written as `head`, the key, `tail` (`tail` ends the line, and carries any
+    /// data block).
+    pub fn raw(class: Class, key: &[u8], head: &[u8], tail: Vec<u8>, kind: ReplyKind) -> Op {
+        Op {
+            class,
+            key: key.to_vec(),
+            form: Form::Raw {
+                head: head.to_vec(),
+                wire_key: key.to_vec(),
+                tail,
+                kind,
+            },
+        }
+    }
+
     /// The request's bytes.
     pub fn bytes(&self) -> Vec<u8> {
         let mut out = Vec::with_capacity(self.key.len() + 32);
@@ -769,16 +784,13 @@ fn warm_get(
             return Ok(reply);
         }
         counters.cold_misses.fetch_add(1, Ordering::Relaxed);
-        let fetch = Op {
-            class: Class::Get,
-            key: op.key.clone(),
-            form: Form::Raw {
-                head: b"mg ".to_vec(),
-                wire_key: op.key.clone(),
-                tail: b" v f t\r\n".to_vec(),
-                kind: ReplyKind::Meta,
-            },
-        };
+        let fetch = Op::raw(
+            Class::Get,
+            &op.key,
+            b"mg ",
+            b" v f t\r\n".to_vec(),
+            ReplyKind::Meta,
+        );
         let Ok(found) = warm.call(fetch, ctx).await else {
             return Ok(reply);
         };

@@ -341,15 +341,8 @@ fn tree(root: &Arc<Route>, served: &Served, ctx: Ctx, request: &Request<'_>, raw
             }
         }))
     };
-    let raw_op = |class: Class, key: &[u8], head: &[u8], tail: String| Op {
-        class,
-        key: key.to_vec(),
-        form: Form::Raw {
-            head: head.to_vec(),
-            wire_key: key.to_vec(),
-            tail: tail.into_bytes(),
-            kind: ReplyKind::Line,
-        },
+    let raw_op = |class: Class, key: &[u8], head: &[u8], tail: String| {
+        Op::raw(class, key, head, tail.into_bytes(), ReplyKind::Line)
     };
     let meta = |class: Class, key: &[u8], quiet: bool, suppress: &'static [&'static [u8]]| {
         let (head, wire_key, tail) = split_meta(&without_quiet(raw));

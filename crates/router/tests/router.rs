@@ -5,26 +5,13 @@
 
 use memfleet_router::Running;
 use memfleet_routing::from_toml;
-use memfleet_server::{Server, Settings};
+mod support;
+
+use memfleet_server::Server;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::time::{Duration, Instant};
-
-fn server(port: u16) -> anyhow::Result<Server> {
-    Server::start(Settings {
-        port,
-        threads: 1,
-        memory_bytes: 16 << 20,
-        ..Settings::default()
-    })
-}
-
-/// A backend on a port the kernel picks (no window in which another test can take it).
-fn backend() -> (Server, u16) {
-    let s = server(0).expect("backend starts");
-    let port = s.local_addr().port();
-    (s, port)
-}
+use support::{backend, server};
 
 fn backends(n: usize) -> (Vec<Server>, Vec<u16>) {
     (0..n).map(|_| backend()).unzip()

@@ -5,27 +5,14 @@
 
 use memfleet_router::Running;
 use memfleet_routing::from_toml;
-use memfleet_server::{Server, Settings};
+mod support;
+
+use memfleet_server::Server;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-
-fn server(port: u16) -> anyhow::Result<Server> {
-    Server::start(Settings {
-        port,
-        threads: 1,
-        memory_bytes: 16 << 20,
-        ..Settings::default()
-    })
-}
-
-/// A server on a port the kernel picks.
-fn backend() -> (Server, u16) {
-    let s = server(0).expect("backend starts");
-    let port = s.local_addr().port();
-    (s, port)
-}
+use support::backend;
 
 fn addr(port: u16) -> SocketAddr {
     SocketAddr::from(([127, 0, 0, 1], port))

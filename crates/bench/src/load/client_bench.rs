@@ -16,7 +16,7 @@ use rand::rngs::SmallRng;
 use rand::SeedableRng;
 
 use super::cpu::{cpu_time, Who};
-use super::target::{free_port, Spawned};
+use super::target::{free_port, Router, Spawned};
 use super::workload::Workload;
 use super::{client, command_line, load_average, report, runtime, LoadArgs};
 
@@ -85,30 +85,14 @@ pub fn bench(args: &LoadArgs) -> Result<()> {
     let (client_cpu, server_cpu) = args.pins();
     let server = Spawned::start(&argv, server_addr, server_cpu)?;
     let router_port = free_port()?;
-    let config_path = std::env::temp_dir().join(format!(
-        "memfleet-bench-client-{}-{router_port}.toml",
-        std::process::id()
-    ));
-    std::fs::write(
-        &config_path,
-        format!(
-            "[pools.main]\nlisten = \"127.0.0.1:{router_port}\"\nservers = [\"{server_addr}\"]\n"
-        ),
-    )?;
     let router_addr: SocketAddr = ([127, 0, 0, 1], router_port).into();
-    let router_argv: Vec<String> = vec![
-        bin.clone(),
-        "router".into(),
-        "-t".into(),
-        "1".into(),
-        "--config".into(),
-        config_path.display().to_string(),
-    ];
-    let router = Spawned::start(&router_argv, router_addr, server_cpu)?;
+    let config =
+        format!("[pools.main]\nlisten = \"{router_addr}\"\nservers = [\"{server_addr}\"]\n");
+    let router = Router::start(bin, &config, router_addr, server_cpu)?;
     println!(
         "server pid {} on {server_addr} (TCP and UDP), router pid {} on {router_addr}",
         server.pid(),
-        router.pid()
+        router.spawned.pid()
     );
     let _pinned = client_cpu.map(super::cpu::pin_this_thread).transpose()?;
     let (rt, local) = runtime()?;
@@ -122,7 +106,7 @@ pub fn bench(args: &LoadArgs) -> Result<()> {
                     mode,
                     server_addr,
                     router_addr,
-                    (server.pid(), router.pid()),
+                    (server.pid(), router.spawned.pid()),
                     &workload,
                     args,
                     args.seed.wrapping_add(r as u64),
@@ -146,7 +130,6 @@ pub fn bench(args: &LoadArgs) -> Result<()> {
         }
         anyhow::Ok(())
     })?;
-    let _ = std::fs::remove_file(&config_path);
     println!(
         "\n{:<26} {:>9} {:>7} {:>7} {:>6} {:>12} {:>12} {:>12} {:>13}",
         "path (medians)",

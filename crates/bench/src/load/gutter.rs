@@ -18,7 +18,7 @@ use std::net::SocketAddr;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
-use super::target::{free_port, Spawned};
+use super::target::{free_port, Router, Spawned};
 use super::workload::Workload;
 use super::{command_line, load_average, runtime, LoadArgs};
 use anyhow::{bail, Context, Result};
@@ -153,33 +153,18 @@ async fn run(args: &LoadArgs, workload: &Rc<Workload>, with_gutter: bool) -> Res
         None
     };
     let listen = free_port()?;
-    let config = std::env::temp_dir().join(format!(
-        "memfleet-bench-gutter-{}-{listen}.toml",
-        std::process::id()
-    ));
-    std::fs::write(
-        &config,
-        router_config(
-            listen,
-            &ports,
-            gutter.as_ref().map(|g| g.1),
-            args.gutter_ttl,
-        ),
-    )?;
-    let router_argv: Vec<String> = vec![
-        bin.clone(),
-        "router".into(),
-        "-t".into(),
-        "1".into(),
-        "--config".into(),
-        config.display().to_string(),
-    ];
     let addr: SocketAddr = ([127, 0, 0, 1], listen).into();
-    let router = Spawned::start(&router_argv, addr, None)?;
+    let config = router_config(
+        listen,
+        &ports,
+        gutter.as_ref().map(|g| g.1),
+        args.gutter_ttl,
+    );
+    let router = Router::start(bin, &config, addr, None)?;
     let name = if with_gutter { "gutter" } else { "no gutter" };
     println!(
         "[{name}] router pid {} on {addr}; servers {ports:?}",
-        router.pid()
+        router.spawned.pid()
     );
     fill(addr, workload).await?;
 
@@ -220,7 +205,6 @@ async fn run(args: &LoadArgs, workload: &Rc<Workload>, with_gutter: bool) -> Res
         c.await.context("a client task")??;
     }
     let _ = sampler.await;
-    let _ = std::fs::remove_file(&config);
     drop(router);
     drop(gutter);
     drop(servers);
