@@ -29,6 +29,9 @@ enum Command {
     /// Load memcached-protocol servers side by side (spawned with --spawn or given with
     /// --target) and print ops/s, latency percentiles and server CPU time per operation.
     Bench(memfleet_bench::load::LoadArgs),
+    /// Tail PostgreSQL's logical replication stream and delete the keys committed
+    /// transactions invalidate in every cache cluster (the paper's mcsqueal).
+    Invalidator(memfleet_invalidator::InvalidatorArgs),
     /// Start (`up`) or stop (`down`) a complete small deployment on loopback: two frontend
     /// clusters with a router each, a gutter pool and a regional pool.
     #[command(subcommand)]
@@ -46,5 +49,6 @@ fn main() -> anyhow::Result<()> {
         }
         Command::Bench(args) => memfleet_bench::load::run(&args),
         Command::Fleet(command) => fleet::run(&command),
+        Command::Invalidator(args) => memfleet_invalidator::run_cli(&args),
     }
 }

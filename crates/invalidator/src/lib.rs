@@ -1,0 +1,163 @@
+//! `memfleet invalidator`: the paper's mcsqueal (§4.1, §5). The database, not the web
+//! servers, invalidates the caches: applications put the keys a transaction makes stale in
+//! the transaction itself (`pg_logical_emit_message(true, 'memfleet', 'user:42 profile:42')`,
+//! see `docs/INVALIDATION.md`), PostgreSQL decodes those messages only for transactions that
+//! commit, in commit order, and this process reads them from a logical replication slot and
+//! deletes the keys in every cache cluster.
+//!
+//! | module | what it holds |
+//! |--------|---------------|
+//! | `config` | the TOML file: database, slot, batching, and the destinations as memfleet pools and routes |
+//! | `source` | the commit log behind a small trait; PostgreSQL's logical replication (pgoutput) |
+//! | `setup` | checks (`wal_level`, slot, credentials) with errors that say what to do |
+//! | (this file) | the loop: batch, delete everywhere, acknowledge |
+//!
+//! **Nothing is lost.** The slot's position is acknowledged only after every key of every
+//! transaction up to it was deleted in every destination, or durably spooled for one that is
+//! down (the client library's delete spool). A crash of the invalidator before that replays
+//! the unacknowledged transactions: deletes arrive at least once.
+
+pub mod config;
+pub mod setup;
+pub mod source;
+
+pub use config::Config;
+use memfleet_client::{Client, ClientOptions};
+use source::{CommitLog, Committed};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// `memfleet invalidator` flags.
+#[derive(clap::Args, Clone, Debug)]
+pub struct InvalidatorArgs {
+    /// The configuration file (see `docs/INVALIDATION.md`).
+    #[arg(long)]
+    pub config: std::path::PathBuf,
+}
+
+/// What the invalidator has done, for logs and tests.
+#[derive(Default, Debug)]
+pub struct Counters {
+    /// Committed transactions that carried invalidations.
+    pub transactions: AtomicU64,
+    /// Keys deleted (each in every destination).
+    pub keys: AtomicU64,
+    /// Batches sent.
+    pub batches: AtomicU64,
+    /// Batches retried because a destination could neither take nor spool them.
+    pub retries: AtomicU64,
+    /// The last acknowledged position in the commit log.
+    pub acked: AtomicU64,
+}
+
+/// Runs the invalidator until `log` ends or fails.
+pub async fn run(
+    config: &Config,
+    mut log: impl CommitLog,
+    counters: Arc<Counters>,
+) -> anyhow::Result<()> {
+    let cache = Client::new(
+        &config.destinations,
+        &config.route,
+        ClientOptions {
+            compress_above: None,
+            ..ClientOptions::default()
+        },
+    )?;
+    let mut keys: Vec<String> = Vec::new();
+    let mut upto: Option<u64> = None;
+    loop {
+        // Wait for more only while the batch has room and is young.
+        let next = if keys.is_empty() {
+            log.next().await?
+        } else {
+            match tokio::time::timeout(config.batch_wait, log.next()).await {
+                Ok(event) => event?,
+                Err(_) => None,
+            }
+        };
+        match next {
+            Some(Committed { keys: k, end }) => {
+                counters.transactions.fetch_add(1, Ordering::Relaxed);
+                keys.extend(k);
+                upto = Some(end);
+                if keys.len() < config.batch_keys {
+                    continue;
+                }
+            }
+            None if keys.is_empty() => {
+                if log.ended() {
+                    return Ok(());
+                }
+                continue;
+            }
+            None => {}
+        }
+        let Some(end) = upto.take() else {
+            continue;
+        };
+        deliver(&cache, &keys, &counters).await;
+        counters
+            .keys
+            .fetch_add(keys.len() as u64, Ordering::Relaxed);
+        keys.clear();
+        log.ack(end);
+        counters.acked.store(end, Ordering::Release);
+    }
+}
+
+/// Deletes every key everywhere: all requests go out at once (each destination's
+/// connection writes them in one go: the paper's batching), then every reply is awaited.
+/// A key no destination could take nor spool is sent again after a pause, until it is.
+async fn deliver(cache: &Client, keys: &[String], counters: &Counters) {
+    counters.batches.fetch_add(1, Ordering::Relaxed);
+    let mut pending: Vec<&String> = keys.iter().collect();
+    let mut pause = Duration::from_millis(50);
+    loop {
+        let calls: Vec<_> = pending.iter().map(|k| cache.delete(k.as_str())).collect();
+        let mut failed = Vec::new();
+        for (key, call) in pending.iter().zip(calls) {
+            if let Err(e) = call.await {
+                tracing::warn!(%key, error = %e, "delete not delivered; retrying");
+                failed.push(*key);
+            }
+        }
+        if failed.is_empty() {
+            return;
+        }
+        counters.retries.fetch_add(1, Ordering::Relaxed);
+        pending = failed;
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(Duration::from_secs(5));
+    }
+}
+
+/// `memfleet invalidator`: checks the database, then runs until SIGINT or SIGTERM.
+pub fn run_cli(args: &InvalidatorArgs) -> anyhow::Result<()> {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("MEMFLEET_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .try_init();
+    let config = Config::load(&args.config)?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    rt.block_on(async {
+        use tokio::signal::unix::{signal, SignalKind};
+        let mut int = signal(SignalKind::interrupt())?;
+        let mut term = signal(SignalKind::terminate())?;
+        setup::prepare(&config.database).await?;
+        let log = source::PgLogical::connect(&config.database).await?;
+        tracing::info!(slot = %config.database.slot, "invalidating from the commit log");
+        let counters = Arc::new(Counters::default());
+        tokio::select! {
+            r = run(&config, log, counters) => r,
+            _ = int.recv() => Ok(()),
+            _ = term.recv() => Ok(()),
+        }
+    })
+}

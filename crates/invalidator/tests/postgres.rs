@@ -1,0 +1,234 @@
+//! The invalidator against a real PostgreSQL (started by the test) and real memfleet
+//! servers and routers: committed invalidations reach every cluster, rolled-back ones never;
+//! a destination that is down holds the slot back and gets every delete once it is back.
+
+mod support;
+
+use memfleet_invalidator::{run, setup, source::PgLogical, Config, Counters};
+use memfleet_server::{Server, Settings};
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use support::Postgres;
+
+fn server(port: u16) -> Server {
+    Server::start(Settings {
+        port,
+        threads: 1,
+        memory_bytes: 16 << 20,
+        ..Settings::default()
+    })
+    .expect("server starts")
+}
+
+/// One request, one reply (small).
+fn ask(port: u16, request: &str) -> String {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    s.write_all(request.as_bytes()).unwrap();
+    let mut buf = [0u8; 4096];
+    let n = s.read(&mut buf).unwrap();
+    String::from_utf8_lossy(&buf[..n]).into_owned()
+}
+
+fn has(port: u16, key: &str) -> bool {
+    ask(port, &format!("mg {key}\r\n")).starts_with("HD")
+}
+
+async fn eventually(what: &str, mut ok: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !ok() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+fn config(pg: u16, destinations: &str) -> Config {
+    Config::parse(&format!(
+        "[database]\nhost = \"127.0.0.1\"\nport = {pg}\nuser = \"postgres\"\ndbname = \"postgres\"\n\
+         create = true\n\n[invalidator]\nroute = \"everywhere\"\nbatch_wait_ms = 2\n\n{destinations}"
+    ))
+    .unwrap()
+}
+
+/// Starts the invalidator and waits until its slot is streaming.
+async fn start(
+    config: &Config,
+    db: &tokio_postgres::Client,
+) -> (tokio::task::JoinHandle<()>, Arc<Counters>) {
+    let counters = Arc::new(Counters::default());
+    let (config, c) = (config.clone(), counters.clone());
+    let task = tokio::spawn(async move {
+        setup::prepare(&config.database)
+            .await
+            .expect("database ready");
+        let log = PgLogical::connect(&config.database)
+            .await
+            .expect("slot streams");
+        run(&config, log, c).await.expect("invalidator runs");
+    });
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let active = db
+            .query_opt(
+                "SELECT 1 FROM pg_replication_slots WHERE slot_name = 'memfleet' AND active",
+                &[],
+            )
+            .await
+            .unwrap();
+        if active.is_some() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the slot never became active");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    (task, counters)
+}
+
+/// How far the slot has been acknowledged, and where the log is now.
+async fn slot_position(db: &tokio_postgres::Client) -> (u64, u64) {
+    let row = db
+        .query_one(
+            "SELECT (confirmed_flush_lsn - '0/0')::bigint, (pg_current_wal_lsn() - '0/0')::bigint \
+             FROM pg_replication_slots WHERE slot_name = 'memfleet'",
+            &[],
+        )
+        .await
+        .unwrap();
+    (row.get::<_, i64>(0) as u64, row.get::<_, i64>(1) as u64)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn committed_keys_are_deleted_everywhere_and_rolled_back_ones_never() {
+    let pg = Postgres::start();
+    let db = pg.connect().await;
+    let (a, b) = (server(0), server(0));
+    let (pa, pb) = (a.local_addr().port(), b.local_addr().port());
+    let config = config(
+        pg.port,
+        &format!(
+            "[pools.a]\nservers = [\"127.0.0.1:{pa}\"]\n[pools.b]\nservers = [\"127.0.0.1:{pb}\"]\n\
+             [routes.everywhere]\ntype = \"broadcast\"\nto = [\"a\", \"b\"]\n"
+        ),
+    );
+    let (task, counters) = start(&config, &db).await;
+    for k in ["k1", "k2", "k3", "k4", "k5"] {
+        for p in [pa, pb] {
+            assert_eq!(ask(p, &format!("set {k} 0 0 1\r\nv\r\n")), "STORED\r\n");
+        }
+    }
+    db.batch_execute(
+        "BEGIN; SELECT pg_logical_emit_message(true, 'memfleet', 'k1 k2'); COMMIT;
+         BEGIN; SELECT pg_logical_emit_message(true, 'memfleet', 'k3'); ROLLBACK;
+         SELECT pg_logical_emit_message(true, 'someone-else', 'k5');
+         SELECT pg_logical_emit_message(true, 'memfleet', 'k4');",
+    )
+    .await
+    .unwrap();
+    // Commit order: once k4 (the last) is gone everywhere, everything before was handled.
+    eventually("k4 deleted everywhere", || !has(pa, "k4") && !has(pb, "k4")).await;
+    for p in [pa, pb] {
+        assert!(
+            !has(p, "k1") && !has(p, "k2"),
+            "a committed key survived on {p}"
+        );
+        assert!(
+            has(p, "k3"),
+            "a rolled-back invalidation was applied on {p}"
+        );
+        assert!(has(p, "k5"), "another prefix's message was applied on {p}");
+    }
+    assert_eq!(counters.transactions.load(Ordering::Relaxed), 2);
+    assert_eq!(counters.keys.load(Ordering::Relaxed), 3);
+    // The slot was acknowledged up to what was delivered.
+    let acked = counters.acked.load(Ordering::Acquire);
+    eventually_async_slot(&db, acked).await;
+    task.abort();
+}
+
+async fn eventually_async_slot(db: &tokio_postgres::Client, at_least: u64) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let (confirmed, _) = slot_position(db).await;
+        if confirmed >= at_least {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "slot confirmed {confirmed} < {at_least}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_router_that_is_down_holds_the_slot_and_gets_every_delete_when_back() {
+    let pg = Postgres::start();
+    let db = pg.connect().await;
+    let a = server(0);
+    let b = server(0);
+    let (pa, pb) = (a.local_addr().port(), b.local_addr().port());
+    // Cluster b is reached through its router, which goes away for a while.
+    let router_port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let router_toml = format!(
+        "[pools.main]\nlisten = \"127.0.0.1:{router_port}\"\nservers = [\"127.0.0.1:{pb}\"]\n"
+    );
+    let router = memfleet_router::Running::start(
+        memfleet_routing::from_toml(&router_toml).unwrap(),
+        1,
+        None,
+    )
+    .unwrap();
+    let config = config(
+        pg.port,
+        &format!(
+            "[pools.a]\nservers = [\"127.0.0.1:{pa}\"]\n\
+             [pools.b]\nservers = [\"127.0.0.1:{router_port}\"]\ntimeout_ms = 200\n\
+             server_failure_limit = 1\nserver_retry_timeout_ms = 100\n\
+             [routes.everywhere]\ntype = \"broadcast\"\nto = [\"a\", \"b\"]\n"
+        ),
+    );
+    let (task, counters) = start(&config, &db).await;
+    for p in [pa, pb] {
+        assert_eq!(ask(p, "set held 0 0 1\r\nv\r\n"), "STORED\r\n");
+    }
+    drop(router);
+    db.batch_execute("SELECT pg_logical_emit_message(true, 'memfleet', 'held');")
+        .await
+        .unwrap();
+    let (_, commit) = slot_position(&db).await;
+    // Cluster a gets it; b cannot (no spool configured): the slot stays before the commit.
+    eventually("held deleted in a", || !has(pa, "held")).await;
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    assert!(has(pb, "held"));
+    let (confirmed, _) = slot_position(&db).await;
+    assert!(
+        confirmed < commit,
+        "the slot moved past an undelivered delete"
+    );
+    assert!(counters.retries.load(Ordering::Relaxed) > 0);
+    // The router comes back on its port: the delete arrives and the slot moves on.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let _router = loop {
+        match memfleet_router::Running::start(
+            memfleet_routing::from_toml(&router_toml).unwrap(),
+            1,
+            None,
+        ) {
+            Ok(r) => break r,
+            Err(_) if Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(50)).await
+            }
+            Err(e) => panic!("router restarts: {e:#}"),
+        }
+    };
+    eventually("held deleted in b", || !has(pb, "held")).await;
+    eventually_async_slot(&db, commit).await;
+    task.abort();
+}

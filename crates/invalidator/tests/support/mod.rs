@@ -1,0 +1,165 @@
+//! A private PostgreSQL for the invalidator's tests: `initdb` into a temporary directory,
+//! `wal_level = logical`, a free port on 127.0.0.1, stopped (immediately) when dropped.
+//! PostgreSQL refuses to run as root, so as root it runs as `nobody` (through `su`).
+//!
+//! The binaries are found on PATH or in Debian's `/usr/lib/postgresql/<version>/bin`
+//! (`.ci/run` installs the `postgresql` package). Without them the tests fail, saying so.
+
+#![allow(dead_code)]
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// A running PostgreSQL.
+pub struct Postgres {
+    pub port: u16,
+    dir: PathBuf,
+    bin: PathBuf,
+}
+
+fn find_bin() -> PathBuf {
+    let on_path = std::env::var_os("PATH")
+        .map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
+        .unwrap_or_default();
+    for dir in on_path {
+        if dir.join("initdb").is_file() && dir.join("pg_ctl").is_file() {
+            return dir;
+        }
+    }
+    let mut debian: Vec<PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
+        .map(|d| d.flatten().map(|e| e.path().join("bin")).collect())
+        .unwrap_or_default();
+    debian.sort_by_key(|p| {
+        p.parent()
+            .and_then(|v| v.file_name())
+            .and_then(|v| v.to_str())
+            .and_then(|v| v.parse::<u32>().ok())
+            .unwrap_or(0)
+    });
+    debian
+        .pop()
+        .filter(|d| d.join("initdb").is_file())
+        .expect("PostgreSQL is not installed (no initdb on PATH or in /usr/lib/postgresql/*/bin)")
+}
+
+fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// Runs `program args` as the user PostgreSQL runs as.
+fn run_as_pg(program: &Path, args: &[&str]) -> std::process::Output {
+    let output = if is_root() {
+        let mut line = shell_quote(&program.display().to_string());
+        for a in args {
+            line.push(' ');
+            line.push_str(&shell_quote(a));
+        }
+        Command::new("su")
+            .args(["-s", "/bin/sh", "nobody", "-c", &line])
+            .output()
+    } else {
+        Command::new(program).args(args).output()
+    };
+    output.unwrap_or_else(|e| panic!("running {}: {e}", program.display()))
+}
+
+fn shell_quote(s: &str) -> String {
+    format!("'{}'", s.replace('\'', "'\\''"))
+}
+
+impl Postgres {
+    /// initdb and start.
+    pub fn start() -> Postgres {
+        let bin = find_bin();
+        let dir = std::env::temp_dir().join(format!(
+            "memfleet-pg-{}-{}",
+            std::process::id(),
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .subsec_nanos()
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        if is_root() {
+            let status = Command::new("chown")
+                .args(["nobody", &dir.display().to_string()])
+                .status()
+                .unwrap();
+            assert!(status.success());
+        }
+        let data = dir.join("data");
+        let out = run_as_pg(
+            &bin.join("initdb"),
+            &[
+                "-D",
+                &data.display().to_string(),
+                "-U",
+                "postgres",
+                "--auth=trust",
+                "--no-sync",
+            ],
+        );
+        assert!(
+            out.status.success(),
+            "initdb failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let port = TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let options = format!(
+            "-p {port} -k {} -c listen_addresses=127.0.0.1 -c wal_level=logical \
+             -c max_replication_slots=8 -c max_wal_senders=8 -c fsync=off",
+            dir.display()
+        );
+        let out = run_as_pg(
+            &bin.join("pg_ctl"),
+            &[
+                "-D",
+                &data.display().to_string(),
+                "-o",
+                &options,
+                "-l",
+                &dir.join("log").display().to_string(),
+                "-w",
+                "start",
+            ],
+        );
+        assert!(
+            out.status.success(),
+            "pg_ctl start failed: {}\n{}",
+            String::from_utf8_lossy(&out.stderr),
+            std::fs::read_to_string(dir.join("log")).unwrap_or_default()
+        );
+        Postgres { port, dir, bin }
+    }
+
+    /// A plain connection (for the application's transactions).
+    pub async fn connect(&self) -> tokio_postgres::Client {
+        let (client, conn) = tokio_postgres::Config::new()
+            .host("127.0.0.1")
+            .port(self.port)
+            .user("postgres")
+            .dbname("postgres")
+            .connect(tokio_postgres::NoTls)
+            .await
+            .expect("connect to the test PostgreSQL");
+        tokio::spawn(conn);
+        client
+    }
+}
+
+impl Drop for Postgres {
+    fn drop(&mut self) {
+        let data = self.dir.join("data");
+        let _ = run_as_pg(
+            &self.bin.join("pg_ctl"),
+            &["-D", &data.display().to_string(), "-m", "immediate", "stop"],
+        );
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
