@@ -150,12 +150,36 @@ pub fn run_cli(args: &InvalidatorArgs) -> anyhow::Result<()> {
         use tokio::signal::unix::{signal, SignalKind};
         let mut int = signal(SignalKind::interrupt())?;
         let mut term = signal(SignalKind::terminate())?;
+        // A database that is not set up is an operator's mistake: say so and stop.
         setup::prepare(&config.database).await?;
-        let log = source::PgLogical::connect(&config.database).await?;
-        tracing::info!(slot = %config.database.slot, "invalidating from the commit log");
         let counters = Arc::new(Counters::default());
+        let stream = async {
+            // Once running, a lost stream (PostgreSQL restarting, a network blip, the slot
+            // still held by a killed predecessor) is retried; what was not acknowledged is
+            // read again from the slot.
+            let mut pause = Duration::from_millis(100);
+            loop {
+                let started = std::time::Instant::now();
+                let attempt = async {
+                    let log = source::PgLogical::connect(&config.database).await?;
+                    tracing::info!(slot = %config.database.slot, "invalidating from the commit log");
+                    run(&config, log, counters.clone()).await
+                };
+                match attempt.await {
+                    Ok(()) => return anyhow::Ok(()),
+                    Err(e) => {
+                        if started.elapsed() > Duration::from_secs(30) {
+                            pause = Duration::from_millis(100);
+                        }
+                        tracing::warn!(error = %format!("{e:#}"), retry_in = ?pause, "commit log lost");
+                        tokio::time::sleep(pause).await;
+                        pause = (pause * 2).min(Duration::from_secs(10));
+                    }
+                }
+            }
+        };
         tokio::select! {
-            r = run(&config, log, counters) => r,
+            r = stream => r,
             _ = int.recv() => Ok(()),
             _ = term.recv() => Ok(()),
         }
