@@ -232,3 +232,55 @@ async fn a_router_that_is_down_holds_the_slot_and_gets_every_delete_when_back() 
     eventually_async_slot(&db, commit).await;
     task.abort();
 }
+
+/// docs/invalidation.sql: the helper function and the row trigger template work as
+/// documented, through the invalidator.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_documented_sql_helpers_invalidate_through_the_invalidator() {
+    let pg = Postgres::start();
+    let db = pg.connect().await;
+    let a = server(0);
+    let pa = a.local_addr().port();
+    let config = config(
+        pg.port,
+        &format!(
+            "[pools.a]\nservers = [\"127.0.0.1:{pa}\"]\n\
+             [routes.everywhere]\ntype = \"broadcast\"\nto = [\"a\"]\n"
+        ),
+    );
+    let sql = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../docs/invalidation.sql"
+    ))
+    .unwrap();
+    db.batch_execute(&sql).await.unwrap();
+    db.batch_execute(
+        "CREATE TABLE users (id bigint PRIMARY KEY, name text NOT NULL);
+         CREATE TRIGGER users_memfleet AFTER INSERT OR UPDATE OR DELETE ON users
+             FOR EACH ROW EXECUTE FUNCTION memfleet_invalidate_row('user:{id}', 'profile:{id}');",
+    )
+    .await
+    .unwrap();
+    let (task, _) = start(&config, &db).await;
+    for k in ["user:1", "profile:1", "user:2", "a", "b", "done"] {
+        assert_eq!(ask(pa, &format!("set {k} 0 0 1\r\nv\r\n")), "STORED\r\n");
+    }
+    // One statement per call: several in one simple query share an implicit transaction,
+    // which a ROLLBACK among them would undo whole.
+    for statement in [
+        "INSERT INTO users VALUES (1, 'Ada')",
+        "BEGIN; UPDATE users SET id = 2 WHERE id = 1; ROLLBACK",
+        "SELECT memfleet_invalidate('a', 'b')",
+        "SELECT memfleet_invalidate('done')",
+    ] {
+        db.batch_execute(statement).await.unwrap();
+    }
+    eventually("the last invalidation", || !has(pa, "done")).await;
+    assert!(
+        !has(pa, "user:1") && !has(pa, "profile:1"),
+        "the trigger's keys survived"
+    );
+    assert!(!has(pa, "a") && !has(pa, "b"));
+    assert!(has(pa, "user:2"), "a key no row named was deleted");
+    task.abort();
+}
