@@ -1,10 +1,8 @@
 //! `memfleet invalidator` as a process against a real PostgreSQL: killed with SIGKILL in the
 //! middle of a stream of transactions and started again, it still deletes every committed
-//! key (what it had not acknowledged is read again from the slot); and a database without
-//! `wal_level = logical`-style setup mistakes get a clear error (a missing slot).
+//! key (what it had not acknowledged is read again from the slot); and setup mistakes (a
+//! missing publication or slot) stop it with an error that says what to run.
 
-#[path = "../crates/invalidator/tests/support/mod.rs"]
-mod pg;
 mod support;
 
 use memfleet_server::{Server, Settings};
@@ -52,8 +50,8 @@ fn invalidator(config: &std::path::Path) -> Killed {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_invalidator_loses_no_committed_invalidation() {
-    let postgres = pg::Postgres::start();
-    let db = postgres.connect().await;
+    let postgres = memfleet_invalidator::scratch::Postgres::start().unwrap();
+    let db = postgres.connect().await.unwrap();
     let cache = Server::start(Settings {
         port: 0,
         threads: 1,
@@ -106,7 +104,7 @@ async fn a_killed_invalidator_loses_no_committed_invalidation() {
     }
     // Transactions keep committing while the invalidator is killed and restarted.
     let committing = {
-        let db = postgres.connect().await;
+        let db = postgres.connect().await.unwrap();
         tokio::spawn(async move {
             for i in 0..N {
                 db.batch_execute(&format!(

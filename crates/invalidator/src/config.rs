@@ -20,6 +20,8 @@
 //! route = "everywhere"
 //! batch_keys = 512
 //! batch_wait_ms = 2
+//! check_one_in = 1000        # look every 1000th deleted key up everywhere (paper §7.3)
+//! report_every_s = 60        # log counts and commit-to-deleted latency percentiles
 //!
 //! [router]
 //! spool_dir = "/var/spool/memfleet-invalidator"
@@ -103,6 +105,18 @@ struct Invalidator {
     batch_keys: usize,
     #[serde(default = "default_batch_wait_ms")]
     batch_wait_ms: u64,
+    #[serde(default = "default_check_one_in")]
+    check_one_in: u64,
+    #[serde(default = "default_report_every_s")]
+    report_every_s: u64,
+}
+
+fn default_check_one_in() -> u64 {
+    1000
+}
+
+fn default_report_every_s() -> u64 {
+    60
 }
 
 fn default_batch_keys() -> usize {
@@ -126,6 +140,10 @@ pub struct Config {
     pub batch_keys: usize,
     /// ...or once the log has been quiet this long.
     pub batch_wait: Duration,
+    /// Look every n-th deleted key up in every destination (0: never).
+    pub check_one_in: u64,
+    /// How often the counters and latency percentiles are logged.
+    pub report_every: Duration,
 }
 
 impl Config {
@@ -168,6 +186,8 @@ impl Config {
             route: inv.route,
             batch_keys: inv.batch_keys,
             batch_wait: Duration::from_millis(inv.batch_wait_ms),
+            check_one_in: inv.check_one_in,
+            report_every: Duration::from_secs(inv.report_every_s.max(1)),
         })
     }
 }

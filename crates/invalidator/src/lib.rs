@@ -10,6 +10,7 @@
 //! | `config` | the TOML file: database, slot, batching, and the destinations as memfleet pools and routes |
 //! | `source` | the commit log behind a small trait; PostgreSQL's logical replication (pgoutput) |
 //! | `setup` | checks (`wal_level`, slot, credentials) with errors that say what to do |
+//! | `scratch` | a throwaway PostgreSQL (initdb in a temp dir) for tests and benchmarks |
 //! | (this file) | the loop: batch, delete everywhere, acknowledge |
 //!
 //! **Nothing is lost.** The slot's position is acknowledged only after every key of every
@@ -18,14 +19,16 @@
 //! the unacknowledged transactions: deletes arrive at least once.
 
 pub mod config;
+pub mod scratch;
 pub mod setup;
 pub mod source;
 
 pub use config::Config;
+use hdrhistogram::Histogram;
 use memfleet_client::{Client, ClientOptions};
 use source::{CommitLog, Committed};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// `memfleet invalidator` flags.
@@ -36,8 +39,8 @@ pub struct InvalidatorArgs {
     pub config: std::path::PathBuf,
 }
 
-/// What the invalidator has done, for logs and tests.
-#[derive(Default, Debug)]
+/// What the invalidator has done, for logs, tests and benchmarks.
+#[derive(Debug)]
 pub struct Counters {
     /// Committed transactions that carried invalidations.
     pub transactions: AtomicU64,
@@ -49,6 +52,58 @@ pub struct Counters {
     pub retries: AtomicU64,
     /// The last acknowledged position in the commit log.
     pub acked: AtomicU64,
+    /// Sampled keys looked up in every destination after their delete (paper §7.3).
+    pub checked: AtomicU64,
+    /// Sampled keys some destination still held after their delete.
+    pub check_failures: AtomicU64,
+    /// Commit-to-deleted-everywhere latency per transaction, µs (the database's commit
+    /// timestamp to the last destination's reply).
+    pub latency_us: Mutex<Histogram<u64>>,
+}
+
+impl Default for Counters {
+    fn default() -> Counters {
+        Counters {
+            transactions: AtomicU64::new(0),
+            keys: AtomicU64::new(0),
+            batches: AtomicU64::new(0),
+            retries: AtomicU64::new(0),
+            acked: AtomicU64::new(0),
+            checked: AtomicU64::new(0),
+            check_failures: AtomicU64::new(0),
+            latency_us: Mutex::new(
+                Histogram::new_with_bounds(1, 3_600_000_000, 3).expect("valid histogram bounds"),
+            ),
+        }
+    }
+}
+
+impl Counters {
+    /// (p50, p99, p99.9, max) of the commit-to-deleted latency, µs.
+    pub fn latency(&self) -> (u64, u64, u64, u64) {
+        let h = self.latency_us.lock().unwrap_or_else(|e| e.into_inner());
+        (
+            h.value_at_quantile(0.5),
+            h.value_at_quantile(0.99),
+            h.value_at_quantile(0.999),
+            h.max(),
+        )
+    }
+
+    /// One line for the log.
+    pub fn summary(&self) -> String {
+        let (p50, p99, p999, max) = self.latency();
+        format!(
+            "{} transactions, {} keys in {} batches; commit-to-deleted p50 {p50} µs, p99 {p99} \
+             µs, p99.9 {p999} µs, max {max} µs; {} of {} sampled keys still cached after \
+             their delete",
+            self.transactions.load(Ordering::Relaxed),
+            self.keys.load(Ordering::Relaxed),
+            self.batches.load(Ordering::Relaxed),
+            self.check_failures.load(Ordering::Relaxed),
+            self.checked.load(Ordering::Relaxed),
+        )
+    }
 }
 
 /// Runs the invalidator until `log` ends or fails.
@@ -57,30 +112,56 @@ pub async fn run(
     mut log: impl CommitLog,
     counters: Arc<Counters>,
 ) -> anyhow::Result<()> {
-    let cache = Client::new(
-        &config.destinations,
-        &config.route,
-        ClientOptions {
-            compress_above: None,
-            ..ClientOptions::default()
-        },
-    )?;
+    let options = || ClientOptions {
+        compress_above: None,
+        ..ClientOptions::default()
+    };
+    let cache = Client::new(&config.destinations, &config.route, options())?;
+    // One client per destination pool, to check sampled keys are gone from each.
+    let checkers: Vec<(String, Client)> = cache
+        .topology()
+        .pools()
+        .iter()
+        .map(|p| {
+            Ok((
+                p.name().to_string(),
+                Client::new(&config.destinations, p.name(), options())?,
+            ))
+        })
+        .collect::<anyhow::Result<_>>()?;
     let mut keys: Vec<String> = Vec::new();
+    let mut commits: Vec<i64> = Vec::new();
     let mut upto: Option<u64> = None;
+    let mut report = tokio::time::interval(config.report_every);
+    report.tick().await;
     loop {
         // Wait for more only while the batch has room and is young.
-        let next = if keys.is_empty() {
-            log.next().await?
-        } else {
-            match tokio::time::timeout(config.batch_wait, log.next()).await {
-                Ok(event) => event?,
-                Err(_) => None,
+        let next = tokio::select! {
+            biased;
+            _ = report.tick() => {
+                tracing::info!("{}", counters.summary());
+                continue;
             }
+            next = async {
+                if keys.is_empty() {
+                    log.next().await
+                } else {
+                    match tokio::time::timeout(config.batch_wait, log.next()).await {
+                        Ok(event) => event,
+                        Err(_) => Ok(None),
+                    }
+                }
+            } => next?,
         };
         match next {
-            Some(Committed { keys: k, end }) => {
+            Some(Committed {
+                keys: k,
+                end,
+                committed_at_us,
+            }) => {
                 counters.transactions.fetch_add(1, Ordering::Relaxed);
                 keys.extend(k);
+                commits.push(committed_at_us);
                 upto = Some(end);
                 if keys.len() < config.batch_keys {
                     continue;
@@ -98,12 +179,52 @@ pub async fn run(
             continue;
         };
         deliver(&cache, &keys, &counters).await;
-        counters
+        let now = unix_micros();
+        {
+            let mut h = counters
+                .latency_us
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            for at in commits.drain(..) {
+                let _ = h.record((now - at).max(1) as u64);
+            }
+        }
+        let before = counters
             .keys
             .fetch_add(keys.len() as u64, Ordering::Relaxed);
-        keys.clear();
         log.ack(end);
         counters.acked.store(end, Ordering::Release);
+        // Every `check_one_in`-th key is looked up everywhere: it should be gone.
+        if config.check_one_in > 0 {
+            for (i, key) in keys.iter().enumerate() {
+                if (before + i as u64) % config.check_one_in == 0 {
+                    check(&checkers, key, &counters).await;
+                }
+            }
+        }
+        keys.clear();
+    }
+}
+
+fn unix_micros() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as i64)
+}
+
+/// Looks `key` up in every destination pool; a hit right after its delete is reported (it
+/// may also be a legitimate refill by an application, which is why this is a sample and a
+/// rate, not an error).
+async fn check(checkers: &[(String, Client)], key: &str, counters: &Counters) {
+    counters.checked.fetch_add(1, Ordering::Relaxed);
+    for (pool, client) in checkers {
+        if let Ok(reply) = client.meta("mg", key, "", None).await {
+            if reply.starts_with(b"HD") {
+                counters.check_failures.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(%key, %pool, "still cached after its invalidation");
+                return;
+            }
+        }
     }
 }
 

@@ -6,6 +6,9 @@
 use crate::config::Database;
 use pgwire_replication::{Lsn, ReplicationClient, ReplicationConfig, ReplicationEvent};
 
+/// PostgreSQL's timestamps count from 2000-01-01; this is that instant in Unix µs.
+const POSTGRES_EPOCH_US: i64 = 946_684_800 * 1_000_000;
+
 /// One committed transaction's invalidations.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Committed {
@@ -13,6 +16,8 @@ pub struct Committed {
     pub keys: Vec<String>,
     /// Its position: acknowledging it releases it and everything before.
     pub end: u64,
+    /// When it committed, µs since the Unix epoch (the database's clock).
+    pub committed_at_us: i64,
 }
 
 /// A source of committed invalidations.
@@ -89,7 +94,11 @@ impl CommitLog for PgLogical {
                     self.keys
                         .extend(text.split_ascii_whitespace().map(str::to_string));
                 }
-                ReplicationEvent::Commit { end_lsn, .. } => {
+                ReplicationEvent::Commit {
+                    end_lsn,
+                    commit_time_micros,
+                    ..
+                } => {
                     if self.keys.is_empty() {
                         // A transaction without invalidations: nothing to wait for, so
                         // its position can go at once.
@@ -99,6 +108,7 @@ impl CommitLog for PgLogical {
                     return Ok(Some(Committed {
                         keys: std::mem::take(&mut self.keys),
                         end: end_lsn.as_u64(),
+                        committed_at_us: commit_time_micros + POSTGRES_EPOCH_US,
                     }));
                 }
                 ReplicationEvent::KeepAlive { .. } => return Ok(None),

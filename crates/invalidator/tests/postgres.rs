@@ -2,8 +2,7 @@
 //! servers and routers: committed invalidations reach every cluster, rolled-back ones never;
 //! a destination that is down holds the slot back and gets every delete once it is back.
 
-mod support;
-
+use memfleet_invalidator::scratch::Postgres;
 use memfleet_invalidator::{run, setup, source::PgLogical, Config, Counters};
 use memfleet_server::{Server, Settings};
 use std::io::{Read, Write};
@@ -11,7 +10,6 @@ use std::net::TcpStream;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use support::Postgres;
 
 fn server(port: u16) -> Server {
     Server::start(Settings {
@@ -102,8 +100,8 @@ async fn slot_position(db: &tokio_postgres::Client) -> (u64, u64) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn committed_keys_are_deleted_everywhere_and_rolled_back_ones_never() {
-    let pg = Postgres::start();
-    let db = pg.connect().await;
+    let pg = Postgres::start().unwrap();
+    let db = pg.connect().await.unwrap();
     let (a, b) = (server(0), server(0));
     let (pa, pb) = (a.local_addr().port(), b.local_addr().port());
     let config = config(
@@ -142,6 +140,13 @@ async fn committed_keys_are_deleted_everywhere_and_rolled_back_ones_never() {
     }
     assert_eq!(counters.transactions.load(Ordering::Relaxed), 2);
     assert_eq!(counters.keys.load(Ordering::Relaxed), 3);
+    // Every transaction's commit-to-deleted latency was recorded; the sampled key (the
+    // first) was looked up everywhere and found gone.
+    assert_eq!(counters.latency_us.lock().unwrap().len(), 2);
+    let (p50, _, _, max) = counters.latency();
+    assert!(p50 > 0 && max < 10_000_000, "latency {p50}..{max} µs");
+    assert_eq!(counters.checked.load(Ordering::Relaxed), 1);
+    assert_eq!(counters.check_failures.load(Ordering::Relaxed), 0);
     // The slot was acknowledged up to what was delivered.
     let acked = counters.acked.load(Ordering::Acquire);
     eventually_async_slot(&db, acked).await;
@@ -165,8 +170,8 @@ async fn eventually_async_slot(db: &tokio_postgres::Client, at_least: u64) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_router_that_is_down_holds_the_slot_and_gets_every_delete_when_back() {
-    let pg = Postgres::start();
-    let db = pg.connect().await;
+    let pg = Postgres::start().unwrap();
+    let db = pg.connect().await.unwrap();
     let a = server(0);
     let b = server(0);
     let (pa, pb) = (a.local_addr().port(), b.local_addr().port());
@@ -237,8 +242,8 @@ async fn a_router_that_is_down_holds_the_slot_and_gets_every_delete_when_back() 
 /// documented, through the invalidator.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_documented_sql_helpers_invalidate_through_the_invalidator() {
-    let pg = Postgres::start();
-    let db = pg.connect().await;
+    let pg = Postgres::start().unwrap();
+    let db = pg.connect().await.unwrap();
     let a = server(0);
     let pa = a.local_addr().port();
     let config = config(

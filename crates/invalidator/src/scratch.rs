@@ -1,30 +1,31 @@
-//! A private PostgreSQL for the invalidator's tests: `initdb` into a temporary directory,
-//! `wal_level = logical`, a free port on 127.0.0.1, stopped (immediately) when dropped.
-//! PostgreSQL refuses to run as root, so as root it runs as `nobody` (through `su`).
+//! A scratch PostgreSQL for tests and benchmarks: `initdb` into a temporary directory,
+//! `wal_level = logical`, a free port on 127.0.0.1, no fsync, stopped (immediately) and
+//! deleted when dropped. PostgreSQL refuses to run as root, so as root it runs as `nobody`
+//! (through `su`). Not for production data.
 //!
 //! The binaries are found on PATH or in Debian's `/usr/lib/postgresql/<version>/bin`
-//! (`.ci/run` installs the `postgresql` package). Without them the tests fail, saying so.
+//! (`.ci/run` installs the `postgresql` package).
 
-#![allow(dead_code)]
-
+use anyhow::{ensure, Context};
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-/// A running PostgreSQL.
+/// A running scratch PostgreSQL.
 pub struct Postgres {
+    /// Its port on 127.0.0.1 (user `postgres`, database `postgres`, trust authentication).
     pub port: u16,
     dir: PathBuf,
     bin: PathBuf,
 }
 
-fn find_bin() -> PathBuf {
+fn find_bin() -> anyhow::Result<PathBuf> {
     let on_path = std::env::var_os("PATH")
         .map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
         .unwrap_or_default();
     for dir in on_path {
         if dir.join("initdb").is_file() && dir.join("pg_ctl").is_file() {
-            return dir;
+            return Ok(dir);
         }
     }
     let mut debian: Vec<PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
@@ -40,7 +41,11 @@ fn find_bin() -> PathBuf {
     debian
         .pop()
         .filter(|d| d.join("initdb").is_file())
-        .expect("PostgreSQL is not installed (no initdb on PATH or in /usr/lib/postgresql/*/bin)")
+        .ok_or_else(|| {
+            anyhow::anyhow!(
+                "PostgreSQL is not installed (no initdb on PATH or in /usr/lib/postgresql/*/bin)"
+            )
+        })
 }
 
 fn is_root() -> bool {
@@ -49,7 +54,7 @@ fn is_root() -> bool {
 }
 
 /// Runs `program args` as the user PostgreSQL runs as.
-fn run_as_pg(program: &Path, args: &[&str]) -> std::process::Output {
+fn run_as_pg(program: &Path, args: &[&str]) -> anyhow::Result<std::process::Output> {
     let output = if is_root() {
         let mut line = shell_quote(&program.display().to_string());
         for a in args {
@@ -62,7 +67,7 @@ fn run_as_pg(program: &Path, args: &[&str]) -> std::process::Output {
     } else {
         Command::new(program).args(args).output()
     };
-    output.unwrap_or_else(|e| panic!("running {}: {e}", program.display()))
+    output.with_context(|| format!("running {}", program.display()))
 }
 
 fn shell_quote(s: &str) -> String {
@@ -71,23 +76,21 @@ fn shell_quote(s: &str) -> String {
 
 impl Postgres {
     /// initdb and start.
-    pub fn start() -> Postgres {
-        let bin = find_bin();
+    pub fn start() -> anyhow::Result<Postgres> {
+        let bin = find_bin()?;
         let dir = std::env::temp_dir().join(format!(
             "memfleet-pg-{}-{}",
             std::process::id(),
             std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap()
+                .duration_since(std::time::UNIX_EPOCH)?
                 .subsec_nanos()
         ));
-        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::create_dir_all(&dir)?;
         if is_root() {
             let status = Command::new("chown")
                 .args(["nobody", &dir.display().to_string()])
-                .status()
-                .unwrap();
-            assert!(status.success());
+                .status()?;
+            ensure!(status.success(), "chown nobody {}", dir.display());
         }
         let data = dir.join("data");
         let out = run_as_pg(
@@ -100,17 +103,13 @@ impl Postgres {
                 "--auth=trust",
                 "--no-sync",
             ],
-        );
-        assert!(
+        )?;
+        ensure!(
             out.status.success(),
             "initdb failed: {}",
             String::from_utf8_lossy(&out.stderr)
         );
-        let port = TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
+        let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
         let options = format!(
             "-p {port} -k {} -c listen_addresses=127.0.0.1 -c wal_level=logical \
              -c max_replication_slots=8 -c max_wal_senders=8 -c fsync=off",
@@ -128,18 +127,21 @@ impl Postgres {
                 "-w",
                 "start",
             ],
-        );
-        assert!(
+        )?;
+        // Dropped from here on: stopped and removed even if the checks below fail.
+        let pg = Postgres { port, dir, bin };
+        ensure!(
             out.status.success(),
             "pg_ctl start failed: {}\n{}",
             String::from_utf8_lossy(&out.stderr),
-            std::fs::read_to_string(dir.join("log")).unwrap_or_default()
+            std::fs::read_to_string(pg.dir.join("log")).unwrap_or_default()
         );
-        Postgres { port, dir, bin }
+        Ok(pg)
     }
 
-    /// A plain connection (for the application's transactions).
-    pub async fn connect(&self) -> tokio_postgres::Client {
+    /// A plain connection (for the application's transactions); its connection task runs
+    /// on the current tokio runtime.
+    pub async fn connect(&self) -> anyhow::Result<tokio_postgres::Client> {
         let (client, conn) = tokio_postgres::Config::new()
             .host("127.0.0.1")
             .port(self.port)
@@ -147,9 +149,9 @@ impl Postgres {
             .dbname("postgres")
             .connect(tokio_postgres::NoTls)
             .await
-            .expect("connect to the test PostgreSQL");
+            .context("connecting to the scratch PostgreSQL")?;
         tokio::spawn(conn);
-        client
+        Ok(client)
     }
 }
 
