@@ -197,7 +197,7 @@ pub async fn run(
         // Every `check_one_in`-th key is looked up everywhere: it should be gone.
         if config.check_one_in > 0 {
             for (i, key) in keys.iter().enumerate() {
-                if (before + i as u64) % config.check_one_in == 0 {
+                if (before + i as u64).is_multiple_of(config.check_one_in) {
                     check(&checkers, key, &counters).await;
                 }
             }
