@@ -215,3 +215,46 @@ fn client_scenario_compares_direct_udp_and_router_paths() {
         "{stdout}"
     );
 }
+
+/// The invalidation scenario: a scratch PostgreSQL, two clusters, the invalidator; every
+/// committed transaction is handled (the bench fails otherwise) and latencies are printed.
+#[test]
+fn invalidation_scenario_reports_commit_to_deleted_latency() {
+    let bin = env!("CARGO_BIN_EXE_memfleet");
+    let out = Command::new(bin)
+        .args(["bench", "--scenario", "invalidation", "--memfleet-bin", bin])
+        .args([
+            "--duration",
+            "2s",
+            "--conns",
+            "4",
+            "--invalidation-rate",
+            "400",
+        ])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "bench failed:\n{stdout}\n{stderr}");
+    let committed: u64 = stdout
+        .lines()
+        .find_map(|l| {
+            l.split(" transactions committed")
+                .next()
+                .filter(|_| l.contains(" transactions committed"))
+        })
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no commit count in:\n{stdout}"));
+    assert!(committed > 400, "{stdout}");
+    assert!(
+        stdout.contains(&format!(
+            "invalidator: {committed} keys deleted in 2 clusters"
+        )),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("commit-to-deleted latency: p50 "),
+        "{stdout}"
+    );
+    assert!(stdout.contains("sampled check: 0 of "), "{stdout}");
+}

@@ -308,8 +308,9 @@ impl Client {
         }
     }
 
-    /// Fetches many keys at once: each goes to its server right away (the connections
-    /// write everything queued in one go, so a server gets its keys in one round trip).
+    /// Fetches many keys at once: all are sent together (each server's connection writes
+    /// everything queued in one go, so a server gets its keys in one round trip, as far as
+    /// the flow-control window allows).
     /// Keys whose server fails are left out, like misses.
     pub async fn get_many<K: AsRef<[u8]>>(
         &self,
@@ -318,8 +319,10 @@ impl Client {
         for k in keys {
             check_key(k.as_ref())?;
         }
-        let calls: Vec<_> = keys.iter().map(|k| self.get(k.as_ref())).collect();
-        let replies = futures_join_all(calls).await;
+        // Polled together: every get takes its window slot and queues its request in the
+        // same pass, so each server's connection writes them all at once.
+        let replies =
+            futures_util::future::join_all(keys.iter().map(|k| self.get(k.as_ref()))).await;
         let mut out = HashMap::new();
         for (k, r) in keys.iter().zip(replies) {
             match r {
@@ -734,16 +737,6 @@ impl Client {
             _ => (value.to_vec(), flags),
         }
     }
-}
-
-/// Waits for every future, in order (they were all started when created: each queued its
-/// request before returning).
-async fn futures_join_all<F: Future>(futures: Vec<F>) -> Vec<F::Output> {
-    let mut out = Vec::with_capacity(futures.len());
-    for f in futures {
-        out.push(f.await);
-    }
-    out
 }
 
 fn check_key(key: &[u8]) -> Result<(), Error> {

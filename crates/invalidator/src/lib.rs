@@ -112,30 +112,39 @@ pub async fn run(
     mut log: impl CommitLog,
     counters: Arc<Counters>,
 ) -> anyhow::Result<()> {
+    // A batch is one burst: the window starts as large as a batch (it still halves if
+    // destinations time out).
+    let window = config.batch_keys.max(64);
     let options = || ClientOptions {
         compress_above: None,
+        window: (window, 2, window * 4),
         ..ClientOptions::default()
     };
     let cache = Client::new(&config.destinations, &config.route, options())?;
     // One client per destination pool, to check sampled keys are gone from each.
-    let checkers: Vec<(String, Client)> = cache
-        .topology()
-        .pools()
-        .iter()
-        .map(|p| {
-            Ok((
-                p.name().to_string(),
-                Client::new(&config.destinations, p.name(), options())?,
-            ))
-        })
-        .collect::<anyhow::Result<_>>()?;
+    let checkers: Arc<Vec<(String, Client)>> = Arc::new(
+        cache
+            .topology()
+            .pools()
+            .iter()
+            .map(|p| {
+                Ok((
+                    p.name().to_string(),
+                    Client::new(&config.destinations, p.name(), options())?,
+                ))
+            })
+            .collect::<anyhow::Result<Vec<_>>>()?,
+    );
     let mut keys: Vec<String> = Vec::new();
     let mut commits: Vec<i64> = Vec::new();
     let mut upto: Option<u64> = None;
     let mut report = tokio::time::interval(config.report_every);
     report.tick().await;
+    // When the batch being gathered must go, at the latest.
+    let mut batch_due: Option<tokio::time::Instant> = None;
     loop {
-        // Wait for more only while the batch has room and is young.
+        // Gather while the batch has room and is younger than batch_wait. `next` is
+        // cancel-safe (its partial transaction lives in the log), so the wait can end it.
         let next = tokio::select! {
             biased;
             _ = report.tick() => {
@@ -143,13 +152,12 @@ pub async fn run(
                 continue;
             }
             next = async {
-                if keys.is_empty() {
-                    log.next().await
-                } else {
-                    match tokio::time::timeout(config.batch_wait, log.next()).await {
+                match batch_due {
+                    None => log.next().await,
+                    Some(due) => match tokio::time::timeout_at(due, log.next()).await {
                         Ok(event) => event,
                         Err(_) => Ok(None),
-                    }
+                    },
                 }
             } => next?,
         };
@@ -163,6 +171,7 @@ pub async fn run(
                 keys.extend(k);
                 commits.push(committed_at_us);
                 upto = Some(end);
+                batch_due.get_or_insert_with(|| tokio::time::Instant::now() + config.batch_wait);
                 if keys.len() < config.batch_keys {
                     continue;
                 }
@@ -173,8 +182,15 @@ pub async fn run(
                 }
                 continue;
             }
+            // A keepalive while the batch is young: keep gathering.
+            None if batch_due.is_some_and(|due| tokio::time::Instant::now() < due)
+                && !log.ended() =>
+            {
+                continue;
+            }
             None => {}
         }
+        batch_due = None;
         let Some(end) = upto.take() else {
             continue;
         };
@@ -194,12 +210,22 @@ pub async fn run(
             .fetch_add(keys.len() as u64, Ordering::Relaxed);
         log.ack(end);
         counters.acked.store(end, Ordering::Release);
-        // Every `check_one_in`-th key is looked up everywhere: it should be gone.
+        // Every `check_one_in`-th key is looked up everywhere, off the delivery path: it
+        // should be gone.
         if config.check_one_in > 0 {
-            for (i, key) in keys.iter().enumerate() {
-                if (before + i as u64).is_multiple_of(config.check_one_in) {
-                    check(&checkers, key, &counters).await;
-                }
+            let sampled: Vec<String> = keys
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| (before + *i as u64).is_multiple_of(config.check_one_in))
+                .map(|(_, k)| k.clone())
+                .collect();
+            if !sampled.is_empty() {
+                let (checkers, counters) = (checkers.clone(), counters.clone());
+                tokio::spawn(async move {
+                    for key in sampled {
+                        check(&checkers, &key, &counters).await;
+                    }
+                });
             }
         }
         keys.clear();
@@ -236,10 +262,13 @@ async fn deliver(cache: &Client, keys: &[String], counters: &Counters) {
     let mut pending: Vec<&String> = keys.iter().collect();
     let mut pause = Duration::from_millis(50);
     loop {
-        let calls: Vec<_> = pending.iter().map(|k| cache.delete(k.as_str())).collect();
+        // Polled together: all deletes queue at once and go out in one write per
+        // destination connection (within the client's window).
+        let replies =
+            futures_util::future::join_all(pending.iter().map(|k| cache.delete(k.as_str()))).await;
         let mut failed = Vec::new();
-        for (key, call) in pending.iter().zip(calls) {
-            if let Err(e) = call.await {
+        for (key, reply) in pending.iter().zip(replies) {
+            if let Err(e) = reply {
                 tracing::warn!(%key, error = %e, "delete not delivered; retrying");
                 failed.push(*key);
             }

@@ -19,6 +19,7 @@ pub mod floor;
 pub mod floor_proxy;
 pub mod gutter;
 pub mod herd;
+pub mod invalidation;
 pub mod report;
 pub mod restart;
 pub mod target;
@@ -125,6 +126,10 @@ pub struct LoadArgs {
     /// anything: what --spawn floor runs.
     #[arg(long, hide = true, value_name = "PORT")]
     pub floor_server: Option<u16>,
+    /// invalidation: committed transactions per second across all writers (0: as fast as
+    /// they go).
+    #[arg(long, default_value_t = 0)]
+    pub invalidation_rate: u64,
     /// gutter: when a server of the main pool is killed.
     #[arg(long, value_parser = parse_duration, default_value = "5s")]
     pub gutter_fail_at: Duration,
@@ -159,6 +164,9 @@ pub enum Scenario {
     /// The client library straight to a server over TCP, over UDP, and through the router:
     /// latency and CPU per get of each part.
     Client,
+    /// Commit-to-deleted latency of the invalidator, from a scratch PostgreSQL to two
+    /// clusters.
+    Invalidation,
 }
 
 /// Parses `10s`, `250ms`, `1.5s`, `2m` or a plain number of seconds.
@@ -310,6 +318,7 @@ pub fn run(args: &LoadArgs) -> Result<()> {
         Scenario::Restart => return restart::bench(args),
         Scenario::Gutter => return gutter::bench(args),
         Scenario::Client => return client_bench::bench(args),
+        Scenario::Invalidation => return invalidation::bench(args),
         Scenario::Load => {}
     }
     let rows = bench(args)?;

@@ -1,0 +1,155 @@
+//! `memfleet bench --scenario invalidation`: commit-to-deleted latency of the invalidator
+//! (Facebook §4.1, §7.3: mcsqueal; the paper reports four 9s of deletes within a second in
+//! the master region). A scratch PostgreSQL, two clusters of one `memfleet server` each,
+//! `memfleet invalidator` (in this process, on its own runtime threads) with a broadcast
+//! route to both; `--conns` writers commit transactions in a closed loop, each invalidating
+//! one key with `pg_logical_emit_message`. Reported: committed transactions per second,
+//! the invalidator's commit-to-deleted-everywhere latency percentiles (the database's
+//! commit timestamp to the last cluster's reply), keys per batch, and the sampled check
+//! that deleted keys are gone.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use memfleet_invalidator::{run, scratch::Postgres, setup, source::PgLogical, Config, Counters};
+
+use super::target::{free_port, Spawned};
+use super::{command_line, load_average, LoadArgs};
+
+/// `--scenario invalidation`.
+pub fn bench(args: &LoadArgs) -> Result<()> {
+    if args.duration.is_zero() || args.conns == 0 {
+        bail!("--duration and --conns must be positive");
+    }
+    println!(
+        "memfleet bench --scenario invalidation: {} writers committing one invalidation per \
+         transaction for {:?} ({}); two clusters; the invalidator in this process",
+        args.conns,
+        args.duration,
+        if args.invalidation_rate > 0 {
+            format!("{} transactions/s in all", args.invalidation_rate)
+        } else {
+            "as fast as they go".to_string()
+        }
+    );
+    println!("load average at start: {}", load_average());
+    println!("command: {}", command_line());
+    let pg = Postgres::start().context("starting a scratch PostgreSQL")?;
+    let bin = &args.memfleet_bin;
+    let mut clusters = Vec::new();
+    for _ in 0..2 {
+        let port = free_port()?;
+        let argv: Vec<String> = [bin.as_str(), "server", "-p", &port.to_string(), "-t", "1"]
+            .map(String::from)
+            .to_vec();
+        clusters.push((
+            Spawned::start(&argv, ([127, 0, 0, 1], port).into(), None)?,
+            port,
+        ));
+    }
+    let config = Config::parse(&format!(
+        "[database]\nhost = \"127.0.0.1\"\nport = {}\nuser = \"postgres\"\ndbname = \"postgres\"\n\
+         create = true\n\n[invalidator]\nroute = \"everywhere\"\ncheck_one_in = 100\n\
+         report_every_s = 3600\n\n\
+         [pools.a]\nservers = [\"127.0.0.1:{}\"]\n[pools.b]\nservers = [\"127.0.0.1:{}\"]\n\
+         [routes.everywhere]\ntype = \"broadcast\"\nto = [\"a\", \"b\"]\n",
+        pg.port, clusters[0].1, clusters[1].1
+    ))?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    rt.block_on(async {
+        setup::prepare(&config.database).await?;
+        let counters = Arc::new(Counters::default());
+        let log = PgLogical::connect(&config.database).await?;
+        let invalidator = {
+            let (config, counters) = (config.clone(), counters.clone());
+            tokio::spawn(async move { run(&config, log, counters).await })
+        };
+        let committed = Arc::new(AtomicU64::new(0));
+        let started = Instant::now();
+        let deadline = started + args.duration;
+        let mut writers = Vec::new();
+        let gap = (args.invalidation_rate > 0)
+            .then(|| Duration::from_secs_f64(args.conns as f64 / args.invalidation_rate as f64));
+        for w in 0..args.conns {
+            let db = pg.connect().await?;
+            let committed = committed.clone();
+            writers.push(tokio::spawn(async move {
+                let statement = db
+                    .prepare("SELECT pg_logical_emit_message(true, 'memfleet', $1)")
+                    .await?;
+                let mut n = 0u64;
+                let mut next = tokio::time::Instant::now();
+                while Instant::now() < deadline {
+                    if let Some(gap) = gap {
+                        // Open loop at the asked rate: a late transaction does not push
+                        // the schedule back.
+                        next += gap;
+                        tokio::time::sleep_until(next).await;
+                    }
+                    let key = format!("inv:{w}:{n}");
+                    db.execute(&statement, &[&key]).await?;
+                    committed.fetch_add(1, Ordering::Relaxed);
+                    n += 1;
+                }
+                anyhow::Ok(())
+            }));
+        }
+        for w in writers {
+            w.await??;
+        }
+        let elapsed = started.elapsed();
+        let total = committed.load(Ordering::Relaxed);
+        // Let the invalidator finish the tail.
+        let drain = Instant::now() + Duration::from_secs(30);
+        while counters.transactions.load(Ordering::Relaxed) < total {
+            if Instant::now() > drain || invalidator.is_finished() {
+                bail!(
+                    "the invalidator handled {} of {total} transactions",
+                    counters.transactions.load(Ordering::Relaxed)
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        invalidator.abort();
+        let (p50, p99, p999, max) = counters.latency();
+        let keys = counters.keys.load(Ordering::Relaxed);
+        let batches = counters.batches.load(Ordering::Relaxed).max(1);
+        let h = counters
+            .latency_us
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        let within_1s = h.count_between(0, 1_000_000) as f64 / h.len().max(1) as f64;
+        println!(
+            "\n{total} transactions committed in {:.1} s ({:.0}/s) by {} writers",
+            elapsed.as_secs_f64(),
+            total as f64 / elapsed.as_secs_f64(),
+            args.conns
+        );
+        println!(
+            "invalidator: {keys} keys deleted in 2 clusters, {batches} batches ({:.1} keys per \
+             batch), {} retries",
+            keys as f64 / batches as f64,
+            counters.retries.load(Ordering::Relaxed)
+        );
+        println!(
+            "commit-to-deleted latency: p50 {p50} µs, p99 {p99} µs, p99.9 {p999} µs, max {max} \
+             µs; {:.4}% within 1 s",
+            within_1s * 100.0
+        );
+        println!(
+            "sampled check: {} of {} deleted keys still cached",
+            counters.check_failures.load(Ordering::Relaxed),
+            counters.checked.load(Ordering::Relaxed)
+        );
+        anyhow::Ok(())
+    })?;
+    println!("load average at end: {}", load_average());
+    drop(clusters);
+    Ok(())
+}
