@@ -115,6 +115,9 @@ pub struct ClientOptions {
     /// Send gets over UDP, to the same port number as the server's TCP port (memcached's
     /// `-U` equal to `-p`), waiting at most this long for a whole reply; `None`: TCP only.
     pub udp: Option<Duration>,
+    /// Remote markers (paper §5) are stored under this prefix followed by the key; route
+    /// the prefix to the regional pool that every cluster of the region shares.
+    pub marker_prefix: String,
 }
 
 impl Default for ClientOptions {
@@ -127,6 +130,7 @@ impl Default for ClientOptions {
             lease_wait: Duration::from_secs(2),
             accept_stale: false,
             udp: None,
+            marker_prefix: "remote-marker:".into(),
         }
     }
 }
@@ -698,6 +702,61 @@ impl Client {
                 Err(_) => return loader().await,
             }
         }
+    }
+
+    // ---- remote markers (paper §5) ----
+
+    /// The remote marker of `key`.
+    pub fn marker_key(&self, key: &str) -> String {
+        format!("{}{key}", self.options.marker_prefix)
+    }
+
+    /// Before writing data behind `key` to the master database from a replica region:
+    /// sets `key`'s remote marker (for at most `ttl` seconds, so a lost invalidation cannot
+    /// pin reads to the master forever) and returns the marker's key, which the write's
+    /// transaction must invalidate together with `key`
+    /// (`memfleet_invalidate('user:42', 'remote-marker:user:42')`): the marker goes away
+    /// when the replica has the write. Then delete `key` in the local cluster.
+    pub async fn mark_remote_write(&self, key: &str, ttl: u32) -> Result<String, Error> {
+        let marker = self.marker_key(key);
+        self.set(&marker, b"1", ttl).await?;
+        Ok(marker)
+    }
+
+    /// Look-aside for a replica region: on a miss, a present remote marker means a write
+    /// this region made has not reached its replica yet, so `master` is read; otherwise
+    /// `replica`. Filled as [`Client::get_or_fill`] fills.
+    pub async fn get_or_fill_regional<R, RF, M, MF, E>(
+        &self,
+        key: &str,
+        ttl: u32,
+        replica: R,
+        master: M,
+    ) -> Result<Vec<u8>, E>
+    where
+        R: FnOnce() -> RF,
+        RF: Future<Output = Result<Vec<u8>, E>>,
+        M: FnOnce() -> MF,
+        MF: Future<Output = Result<Vec<u8>, E>>,
+    {
+        let mut replica = Some(replica);
+        let mut master = Some(master);
+        self.get_or_fill(key, ttl, || {
+            let marked = self.get(self.marker_key(key));
+            let (replica, master) = (replica.take(), master.take());
+            async move {
+                // A cache error counts as marked: the master is always right.
+                let to_master = !matches!(marked.await, Ok(None));
+                match (to_master, master, replica) {
+                    (true, Some(m), _) => m().await,
+                    (false, _, Some(r)) => r().await,
+                    (_, Some(m), None) => m().await,
+                    (_, None, Some(r)) => r().await,
+                    (_, None, None) => unreachable!("the loader runs once"),
+                }
+            }
+        })
+        .await
     }
 
     // ---- typed values ----

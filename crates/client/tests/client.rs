@@ -334,3 +334,42 @@ async fn the_client_fails_over_to_the_gutter_like_the_router() {
     let counters = cache.topology().route_counters();
     assert_eq!(counters[0].1.get("gutter_hits"), 1);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn remote_markers_send_reads_to_the_master_until_the_replica_catches_up() {
+    let (_local, pl) = server();
+    let (_regional, pr) = server();
+    let config = from_toml(&format!(
+        "{}{}\n[routes.front]\ntype = \"prefix\"\nprefixes = {{ \"remote-marker:\" = \"regional\" }}\n\
+         default = \"local\"\n",
+        pool("local", &[pl], ""),
+        pool("regional", &[pr], ""),
+    ))
+    .unwrap();
+    let cache = Client::new(&config, "front", ClientOptions::default()).unwrap();
+    let read = |cache: Client| async move {
+        cache
+            .get_or_fill_regional(
+                "user:1",
+                60,
+                || async { Ok::<_, std::io::Error>(b"replica".to_vec()) },
+                || async { Ok::<_, std::io::Error>(b"master".to_vec()) },
+            )
+            .await
+            .unwrap()
+    };
+    // A write from this replica region: marker first (in the regional pool), then the
+    // database write, then the local delete.
+    let marker = cache.mark_remote_write("user:1", 60).await.unwrap();
+    assert_eq!(marker, "remote-marker:user:1");
+    assert!(direct(pr, "get remote-marker:user:1\r\n").starts_with(b"VALUE"));
+    assert!(direct(pl, "get remote-marker:user:1\r\n").starts_with(b"END"));
+    cache.delete("user:1").await.unwrap();
+    // Until the invalidation arrives, a miss reads the master (and fills with it).
+    assert_eq!(read(cache.clone()).await, b"master");
+    // The replica has the write: the invalidation deletes the key and its marker.
+    cache.delete("user:1").await.unwrap();
+    cache.delete(&marker).await.unwrap();
+    assert_eq!(read(cache.clone()).await, b"replica");
+    assert_eq!(cache.get("user:1").await.unwrap().unwrap().data, b"replica");
+}
