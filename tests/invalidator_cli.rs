@@ -144,3 +144,33 @@ async fn a_killed_invalidator_loses_no_committed_invalidation() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Setup mistakes an operator makes: each stops the invalidator with what to change.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_credentials_and_wal_level_are_named() {
+    let dir = std::env::temp_dir().join(format!("memfleet-inv-err-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let refused = |config: &std::path::Path, want: &str| {
+        let out = Command::new(EXE)
+            .args(["invalidator", "--config"])
+            .arg(config)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{stderr}");
+        assert!(stderr.contains(want), "wanted {want:?} in: {stderr}");
+    };
+    let replica =
+        memfleet_invalidator::scratch::Postgres::start_with(&["wal_level=replica"]).unwrap();
+    refused(
+        &config_file(&dir, replica.port, 1, true),
+        "wal_level = replica; logical decoding needs wal_level = logical",
+    );
+    let path = config_file(&dir, replica.port, 1, true);
+    let text = std::fs::read_to_string(&path)
+        .unwrap()
+        .replace("user = \"postgres\"", "user = \"nobody_here\"");
+    std::fs::write(&path, text).unwrap();
+    refused(&path, "check the address, the credentials and pg_hba.conf");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -77,6 +77,11 @@ fn shell_quote(s: &str) -> String {
 impl Postgres {
     /// initdb and start.
     pub fn start() -> anyhow::Result<Postgres> {
+        Postgres::start_with(&[])
+    }
+
+    /// initdb and start with extra `name=value` settings (later ones win).
+    pub fn start_with(settings: &[&str]) -> anyhow::Result<Postgres> {
         let bin = find_bin()?;
         let dir = std::env::temp_dir().join(format!(
             "memfleet-pg-{}-{}",
@@ -110,11 +115,15 @@ impl Postgres {
             String::from_utf8_lossy(&out.stderr)
         );
         let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
-        let options = format!(
+        let mut options = format!(
             "-p {port} -k {} -c listen_addresses=127.0.0.1 -c wal_level=logical \
              -c max_replication_slots=8 -c max_wal_senders=8 -c fsync=off",
             dir.display()
         );
+        for s in settings {
+            options.push_str(" -c ");
+            options.push_str(s);
+        }
         let out = run_as_pg(
             &bin.join("pg_ctl"),
             &[

@@ -289,3 +289,63 @@ async fn the_documented_sql_helpers_invalidate_through_the_invalidator() {
     assert!(has(pa, "user:2"), "a key no row named was deleted");
     task.abort();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_a_spool_the_slot_moves_on_and_the_spooled_delete_arrives_later() {
+    let pg = Postgres::start().unwrap();
+    let db = pg.connect().await.unwrap();
+    let (a, b) = (server(0), server(0));
+    let (pa, pb) = (a.local_addr().port(), b.local_addr().port());
+    let spool = std::env::temp_dir().join(format!("memfleet-inv-spool-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&spool);
+    let router_port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let router_toml = format!(
+        "[pools.main]\nlisten = \"127.0.0.1:{router_port}\"\nservers = [\"127.0.0.1:{pb}\"]\n"
+    );
+    let start_router = || {
+        memfleet_router::Running::start(memfleet_routing::from_toml(&router_toml).unwrap(), 1, None)
+    };
+    let router = start_router().unwrap();
+    let config = config(
+        pg.port,
+        &format!(
+            "[router]\nspool_dir = \"{}\"\n\
+             [pools.a]\nservers = [\"127.0.0.1:{pa}\"]\n\
+             [pools.b]\nservers = [\"127.0.0.1:{router_port}\"]\ntimeout_ms = 200\n\
+             server_failure_limit = 1\nserver_retry_timeout_ms = 100\n\
+             [routes.everywhere]\ntype = \"broadcast\"\nto = [\"a\", \"b\"]\n",
+            spool.display()
+        ),
+    );
+    let (task, _) = start(&config, &db).await;
+    for p in [pa, pb] {
+        assert_eq!(ask(p, "set spooled 0 0 1\r\nv\r\n"), "STORED\r\n");
+    }
+    drop(router);
+    db.batch_execute("SELECT pg_logical_emit_message(true, 'memfleet', 'spooled');")
+        .await
+        .unwrap();
+    let (_, commit) = slot_position(&db).await;
+    // The delete for b is on disk, so the slot moves past it while b is unreachable.
+    eventually_async_slot(&db, commit).await;
+    assert!(!has(pa, "spooled"));
+    assert!(has(pb, "spooled"));
+    // b's router is back: the spooled delete is replayed.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let _router = loop {
+        match start_router() {
+            Ok(r) => break r,
+            Err(_) if Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(50)).await
+            }
+            Err(e) => panic!("router restarts: {e:#}"),
+        }
+    };
+    eventually("the spooled delete in b", || !has(pb, "spooled")).await;
+    task.abort();
+    let _ = std::fs::remove_dir_all(&spool);
+}
