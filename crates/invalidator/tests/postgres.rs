@@ -85,6 +85,21 @@ async fn start(
     (task, counters)
 }
 
+/// A router from `toml`, once its port is free again (a stopped router's port may linger
+/// for a moment).
+async fn restart_router(toml: &str) -> memfleet_router::Running {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        match memfleet_router::Running::start(memfleet_routing::from_toml(toml).unwrap(), 1, None) {
+            Ok(r) => return r,
+            Err(_) if Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(50)).await
+            }
+            Err(e) => panic!("router starts: {e:#}"),
+        }
+    }
+}
+
 /// How far the slot has been acknowledged, and where the log is now.
 async fn slot_position(db: &tokio_postgres::Client) -> (u64, u64) {
     let row = db
@@ -184,12 +199,7 @@ async fn a_router_that_is_down_holds_the_slot_and_gets_every_delete_when_back() 
     let router_toml = format!(
         "[pools.main]\nlisten = \"127.0.0.1:{router_port}\"\nservers = [\"127.0.0.1:{pb}\"]\n"
     );
-    let router = memfleet_router::Running::start(
-        memfleet_routing::from_toml(&router_toml).unwrap(),
-        1,
-        None,
-    )
-    .unwrap();
+    let router = restart_router(&router_toml).await;
     let config = config(
         pg.port,
         &format!(
@@ -219,20 +229,7 @@ async fn a_router_that_is_down_holds_the_slot_and_gets_every_delete_when_back() 
     );
     assert!(counters.retries.load(Ordering::Relaxed) > 0);
     // The router comes back on its port: the delete arrives and the slot moves on.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let _router = loop {
-        match memfleet_router::Running::start(
-            memfleet_routing::from_toml(&router_toml).unwrap(),
-            1,
-            None,
-        ) {
-            Ok(r) => break r,
-            Err(_) if Instant::now() < deadline => {
-                tokio::time::sleep(Duration::from_millis(50)).await
-            }
-            Err(e) => panic!("router restarts: {e:#}"),
-        }
-    };
+    let _router = restart_router(&router_toml).await;
     eventually("held deleted in b", || !has(pb, "held")).await;
     eventually_async_slot(&db, commit).await;
     task.abort();
@@ -306,10 +303,7 @@ async fn with_a_spool_the_slot_moves_on_and_the_spooled_delete_arrives_later() {
     let router_toml = format!(
         "[pools.main]\nlisten = \"127.0.0.1:{router_port}\"\nservers = [\"127.0.0.1:{pb}\"]\n"
     );
-    let start_router = || {
-        memfleet_router::Running::start(memfleet_routing::from_toml(&router_toml).unwrap(), 1, None)
-    };
-    let router = start_router().unwrap();
+    let router = restart_router(&router_toml).await;
     let config = config(
         pg.port,
         &format!(
@@ -335,16 +329,7 @@ async fn with_a_spool_the_slot_moves_on_and_the_spooled_delete_arrives_later() {
     assert!(!has(pa, "spooled"));
     assert!(has(pb, "spooled"));
     // b's router is back: the spooled delete is replayed.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let _router = loop {
-        match start_router() {
-            Ok(r) => break r,
-            Err(_) if Instant::now() < deadline => {
-                tokio::time::sleep(Duration::from_millis(50)).await
-            }
-            Err(e) => panic!("router restarts: {e:#}"),
-        }
-    };
+    let _router = restart_router(&router_toml).await;
     eventually("the spooled delete in b", || !has(pb, "spooled")).await;
     task.abort();
     let _ = std::fs::remove_dir_all(&spool);
