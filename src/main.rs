@@ -40,6 +40,16 @@ enum Command {
 
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
+    // One log setup for every subcommand: `MEMFLEET_LOG` (tracing's filter syntax, default
+    // `info`) to stderr, colored only on a terminal.
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("MEMFLEET_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .try_init();
     match cli.command {
         Command::Server(args) => memfleet_server::run(&args),
         Command::Router(args) => memfleet_router::run(&args),

@@ -285,13 +285,6 @@ async fn deliver(cache: &Client, keys: &[String], counters: &Counters) {
 
 /// `memfleet invalidator`: checks the database, then runs until SIGINT or SIGTERM.
 pub fn run_cli(args: &InvalidatorArgs) -> anyhow::Result<()> {
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("MEMFLEET_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .with_writer(std::io::stderr)
-        .try_init();
     let config = Config::load(&args.config)?;
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()

@@ -446,13 +446,6 @@ fn runtime(threads: usize) -> std::io::Result<tokio::runtime::Runtime> {
 
 /// `memfleet router`: serves until SIGINT or SIGTERM.
 pub fn run(args: &RouterArgs) -> anyhow::Result<()> {
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("MEMFLEET_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .with_writer(std::io::stderr)
-        .try_init();
     let config = load_config(args)?;
     let threads = args
         .threads

@@ -252,14 +252,6 @@ impl Server {
 
 /// `memfleet server`: starts the server and runs it until SIGINT or SIGTERM.
 pub fn run(args: &ServerArgs) -> anyhow::Result<()> {
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("MEMFLEET_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .try_init();
     let settings = Settings::resolve(args)?;
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
