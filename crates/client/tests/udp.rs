@@ -52,7 +52,7 @@ fn relay(listen: UdpSocket, server: SocketAddr, fault: Fault) {
             match fault {
                 Fault::None => {}
                 Fault::DropEvery(k) => {
-                    if seen % k == 0 {
+                    if seen.is_multiple_of(k) {
                         continue;
                     }
                 }

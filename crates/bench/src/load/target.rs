@@ -334,6 +334,46 @@ impl Drop for Spawned {
     }
 }
 
+/// A `memfleet router -t 1` started for a scenario, with its configuration in a temporary
+/// file that goes away with it.
+pub struct Router {
+    /// The process (stopped when dropped).
+    pub spawned: Spawned,
+    config: PathBuf,
+}
+
+impl Router {
+    /// Writes `config` (which must make the router listen on `addr`) and starts `bin router`
+    /// on it, pinned to `cpu` if given; returns once `addr` accepts connections.
+    pub fn start(bin: &str, config: &str, addr: SocketAddr, cpu: Option<usize>) -> Result<Router> {
+        let path = std::env::temp_dir().join(format!(
+            "memfleet-bench-router-{}-{}.toml",
+            std::process::id(),
+            addr.port()
+        ));
+        std::fs::write(&path, config).with_context(|| format!("writing {}", path.display()))?;
+        let argv: Vec<String> = [bin, "router", "-t", "1", "--config"]
+            .map(String::from)
+            .into_iter()
+            .chain([path.display().to_string()])
+            .collect();
+        let spawned = Spawned::start(&argv, addr, cpu);
+        if spawned.is_err() {
+            let _ = std::fs::remove_file(&path);
+        }
+        Ok(Router {
+            spawned: spawned?,
+            config: path,
+        })
+    }
+}
+
+impl Drop for Router {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.config);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -385,45 +425,5 @@ mod tests {
         assert!(parse_spawn("nginx").is_err());
         assert!(parse_spawn("x=/bin/true").is_err());
         assert!(parse_spawn("=a {port}").is_err());
-    }
-}
-
-/// A `memfleet router -t 1` started for a scenario, with its configuration in a temporary
-/// file that goes away with it.
-pub struct Router {
-    /// The process (stopped when dropped).
-    pub spawned: Spawned,
-    config: PathBuf,
-}
-
-impl Router {
-    /// Writes `config` (which must make the router listen on `addr`) and starts `bin router`
-    /// on it, pinned to `cpu` if given; returns once `addr` accepts connections.
-    pub fn start(bin: &str, config: &str, addr: SocketAddr, cpu: Option<usize>) -> Result<Router> {
-        let path = std::env::temp_dir().join(format!(
-            "memfleet-bench-router-{}-{}.toml",
-            std::process::id(),
-            addr.port()
-        ));
-        std::fs::write(&path, config).with_context(|| format!("writing {}", path.display()))?;
-        let argv: Vec<String> = [bin, "router", "-t", "1", "--config"]
-            .map(String::from)
-            .into_iter()
-            .chain([path.display().to_string()])
-            .collect();
-        let spawned = Spawned::start(&argv, addr, cpu);
-        if spawned.is_err() {
-            let _ = std::fs::remove_file(&path);
-        }
-        Ok(Router {
-            spawned: spawned?,
-            config: path,
-        })
-    }
-}
-
-impl Drop for Router {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.config);
     }
 }
