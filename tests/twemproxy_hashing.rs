@@ -118,7 +118,7 @@ fn keys_land_where_twemproxy_puts_them() {
         weight,
         name: named.then(|| format!("server{i}")),
     };
-    let mut pools = Vec::new();
+    let mut pools: Vec<Pool> = Vec::new();
     for (h, _) in KeyHash::ALL {
         for distribution in ["ketama", "modula"] {
             pools.push(Pool {
@@ -158,22 +158,18 @@ fn keys_land_where_twemproxy_puts_them() {
     let dir = std::env::temp_dir().join(format!("memfleet-nutcracker-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let conf = dir.join("nutcracker.yml");
-    let yml: String = pools.iter().map(Pool::yml).collect();
-    std::fs::write(&conf, &yml).unwrap();
     // memfleet reads the same file.
+    let yml: String = pools.iter().map(Pool::yml).collect();
     let parsed = from_twemproxy_yaml(&yml).expect("memfleet reads the nutcracker.yml");
     // Through nutcracker, then through `memfleet router` on the very same file.
-    let stats = free_port();
-    let nutcracker = Killed(
-        Command::new(&bin)
-            .arg("-c")
-            .arg(&conf)
-            .args(["-s", &stats.to_string(), "-a", "127.0.0.1"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
+    let nutcracker = start_proxy(&mut pools, &conf, |conf| {
+        let mut c = Command::new(&bin);
+        c.arg("-c")
+            .arg(conf)
+            .args(["-s", &free_port().to_string(), "-a", "127.0.0.1"])
+            .stdout(Stdio::null());
+        c
+    });
     let by_nutcracker = place(&pools, &backend_ports);
     drop(nutcracker);
     for p in &backend_ports {
@@ -183,15 +179,11 @@ fn keys_land_where_twemproxy_puts_them() {
         s.read_line(&mut line).unwrap();
         assert_eq!(line, "OK\r\n");
     }
-    let router = Killed(
-        Command::new(memfleet)
-            .arg("router")
-            .arg("--twemproxy")
-            .arg(&conf)
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
+    let router = start_proxy(&mut pools, &conf, |conf| {
+        let mut c = Command::new(memfleet);
+        c.arg("router").arg("--twemproxy").arg(conf);
+        c
+    });
     let by_memfleet = place(&pools, &backend_ports);
     drop(router);
     let _ = std::fs::remove_dir_all(&dir);
@@ -224,6 +216,45 @@ fn keys_land_where_twemproxy_puts_them() {
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// Writes the pools to `conf` and starts a proxy on it (`command` builds its command line),
+/// once every pool's port accepts connections. The ports were free a moment before; if one
+/// was taken meanwhile (parallel tests open connections from the same port range), the
+/// proxy exits at start: the pools get fresh ports and it is started again.
+fn start_proxy(
+    pools: &mut [Pool],
+    conf: &std::path::Path,
+    command: impl Fn(&std::path::Path) -> Command,
+) -> Killed {
+    for _attempt in 0..5 {
+        let yml: String = pools.iter().map(Pool::yml).collect();
+        std::fs::write(conf, yml).unwrap();
+        let mut proxy = Killed(command(conf).stderr(Stdio::null()).spawn().unwrap());
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        let mut listening = 0;
+        while listening < pools.len() {
+            if proxy.0.try_wait().unwrap().is_some() {
+                break; // could not bind: new ports
+            }
+            if std::net::TcpStream::connect(("127.0.0.1", pools[listening].port)).is_ok() {
+                listening += 1;
+                continue;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the proxy never listened"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        if listening == pools.len() {
+            return proxy;
+        }
+        for p in pools.iter_mut() {
+            p.port = free_port();
+        }
+    }
+    panic!("the proxy could not bind its ports in 5 attempts");
 }
 
 /// Stores every pool's keys through the proxy listening on the pools' ports, then asks each
