@@ -104,13 +104,16 @@ impl<'s> StatsReport<'s> {
             ),
         ];
         for (name, value) in c.pairs() {
-            if !matches!(name, "bytes_read" | "bytes_written" | "conn_yields") {
+            if !matches!(
+                name,
+                "bytes_read" | "bytes_written" | "conn_yields" | "auth_cmds" | "auth_errors"
+            ) {
                 v.push((name, Int(value)));
             }
         }
         v.extend([
-            ("auth_cmds", Int(0)),
-            ("auth_errors", Int(0)),
+            ("auth_cmds", Int(c.auth_cmds)),
+            ("auth_errors", Int(c.auth_errors)),
             ("bytes_read", Int(c.bytes_read)),
             ("bytes_written", Int(c.bytes_written)),
             ("limit_maxbytes", Int(s.settings.memory_bytes as u64)),

@@ -82,6 +82,13 @@ pub struct ServerArgs {
     #[arg(long = "admin-port", env = "MEMFLEET_ADMIN_PORT")]
     pub admin_port: Option<u16>,
 
+    /// Require memcached's ASCII authentication: a file of `user:password` lines (memcached's
+    /// -Y). Each connection must first send `set <any key> 0 0 <len>` with `<user>
+    /// <password>` as the data; everything else before that is refused. Cannot be combined
+    /// with UDP (a datagram cannot authenticate) [default: off, a trusted network].
+    #[arg(short = 'Y', long = "auth-file", env = "MEMFLEET_AUTH_FILE")]
+    pub auth_file: Option<PathBuf>,
+
     /// Listen backlog (memcached's -b) [default: 1024].
     #[arg(short = 'b', long = "listen-backlog", env = "MEMFLEET_LISTEN_BACKLOG")]
     pub backlog: Option<u32>,
@@ -109,6 +116,7 @@ struct FileSettings {
     stale_after_delete: Option<u32>,
     admin_port: Option<u16>,
     listen_backlog: Option<u32>,
+    auth_file: Option<PathBuf>,
 }
 
 /// Resolved settings.
@@ -140,6 +148,8 @@ pub struct Settings {
     pub admin_port: Option<u16>,
     /// Listen backlog.
     pub backlog: u32,
+    /// memcached's ASCII authentication file (`user:password` lines); `None`: no auth.
+    pub auth_file: Option<PathBuf>,
 }
 
 impl Default for Settings {
@@ -158,6 +168,7 @@ impl Default for Settings {
             stale_after_delete: 10,
             admin_port: None,
             backlog: 1024,
+            auth_file: None,
         }
     }
 }
@@ -230,6 +241,12 @@ impl Settings {
         s.admin_port = args.admin_port.or(file.admin_port);
         if let Some(v) = args.backlog.or(file.listen_backlog) {
             s.backlog = v;
+        }
+        s.auth_file = args.auth_file.clone().or(file.auth_file);
+        if s.auth_file.is_some() && s.udp_port.is_some() {
+            bail!(
+                "--auth-file and --udp-port cannot be combined: a UDP request cannot authenticate"
+            );
         }
         if s.memory_bytes < 8 * s.segment_size() {
             bail!(

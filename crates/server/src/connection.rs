@@ -44,6 +44,8 @@ pub struct ParseState {
     /// The connection's protocol, fixed by its first byte as memcached's `-B auto` does:
     /// `Some(true)` for binary.
     binary: Option<bool>,
+    /// Passed memcached's ASCII authentication (meaningful only with `--auth-file`).
+    authenticated: bool,
 }
 
 /// What a batch of processing ended with.
@@ -82,6 +84,11 @@ pub fn process(
         (None, None) => return (pos, Flow::NeedInput),
     };
     if binary {
+        if exec.shared.auth.is_some() {
+            // Binary clients authenticate with SASL, which is not offered: memcached's ASCII
+            // authentication is the only way in.
+            return (pos, Flow::Close);
+        }
         return process_binary(exec, config, input, pos, state, out, budget);
     }
     loop {
@@ -111,6 +118,15 @@ pub fn process(
         for &(request, used) in batch.iter().flatten() {
             if out.len() >= budget {
                 return (pos, Flow::OutputFull);
+            }
+            if !state.authenticated {
+                if let Some(credentials) = &exec.shared.auth {
+                    if !matches!(request, Request::Quit) {
+                        authenticate(exec, credentials, &request, state, out);
+                        pos += used;
+                        continue;
+                    }
+                }
             }
             let start = state.resume.take().unwrap_or(0);
             match exec.run(&request, out, start, budget) {
@@ -147,13 +163,45 @@ pub fn process(
                         exec.handle.delete(&key);
                     }
                 }
-                out.extend_from_slice(rejection.reply());
+                // Before authenticating, memcached refuses even malformed commands the same
+                // way, and a `set` whose data block is not followed by `\r\n` with its own
+                // words (the request is still skipped or the connection closed as usual).
+                let locked = exec.shared.auth.is_some() && !state.authenticated;
+                out.extend_from_slice(match (locked, rejection.kind) {
+                    (false, _) => rejection.reply(),
+                    (true, ErrorKind::BadDataChunk) => crate::auth::BAD_TERMINATION,
+                    (true, _) => crate::auth::UNAUTHENTICATED,
+                });
                 match skip_rejected(input.len(), pos, rejection.skip, rejection.close(), state) {
                     Ok(next) => pos = next,
                     Err(end) => return end,
                 }
             }
         }
+    }
+}
+
+/// A request before authentication: a `set` is the attempt (memcached's ASCII auth: its
+/// data is `<user> <password>`; nothing is stored), anything else is refused.
+fn authenticate(
+    exec: &Executor<'_>,
+    credentials: &crate::auth::Credentials,
+    request: &Request<'_>,
+    state: &mut ParseState,
+    out: &mut Vec<u8>,
+) {
+    match request {
+        Request::Store(s) if s.command == memfleet_protocol::StoreCommand::Set => {
+            exec.counters.auth_cmds.incr();
+            if credentials.accepts(s.data) {
+                state.authenticated = true;
+                out.extend_from_slice(b"STORED\r\n");
+            } else {
+                exec.counters.auth_errors.incr();
+                out.extend_from_slice(crate::auth::FAILURE);
+            }
+        }
+        _ => out.extend_from_slice(crate::auth::UNAUTHENTICATED),
     }
 }
 

@@ -26,6 +26,7 @@
 
 mod admin;
 mod admin_stats;
+pub mod auth;
 pub mod config;
 pub mod connection;
 pub mod execute;
@@ -113,6 +114,16 @@ impl Server {
             None => None,
         };
         let admin_addr = admin.as_ref().map(|l| l.local_addr()).transpose()?;
+        let auth = settings
+            .auth_file
+            .as_deref()
+            .map(auth::Credentials::load)
+            .transpose()?;
+        if settings.udp_port.is_some() && auth.is_some() {
+            anyhow::bail!(
+                "authentication and UDP cannot be combined: a datagram cannot authenticate"
+            );
+        }
         // The cache comes last: opening a memory file consumes its snapshot, so a start that
         // fails on a taken port must fail before that.
         let config = Config::new(settings.memory_bytes)
@@ -150,6 +161,7 @@ impl Server {
             connections: Default::default(),
             reset_base: Mutex::default(),
             shutdown: rx,
+            auth,
         });
         let mut threads = Vec::new();
         let sockets = listeners.into_iter().zip(udp_sockets);

@@ -121,6 +121,10 @@ counters! {
         store_too_large,
         /// Stores refused for lack of memory.
         store_no_memory,
+        /// Authentication attempts (`set` before authenticating, with `--auth-file`).
+        auth_cmds,
+        /// Authentication attempts refused.
+        auth_errors,
         /// Bytes read from clients.
         bytes_read,
         /// Bytes written to clients.

@@ -44,6 +44,8 @@ pub struct Shared {
     pub reset_base: Mutex<Baseline>,
     /// Flips to true when the server is shutting down.
     pub shutdown: watch::Receiver<bool>,
+    /// Who may connect, when authentication is on (`--auth-file`).
+    pub auth: Option<crate::auth::Credentials>,
 }
 
 /// What `stats reset` zeroes, as the values it saw: the command counters and, as in
