@@ -9,7 +9,7 @@ mod support;
 use memfleet_protocol::reply::{frame, Frame, ReplyKind};
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 use support::{free_port, Killed};
 
@@ -40,45 +40,23 @@ const EXCHANGES: &[&[(&str, ReplyKind)]] = &[
 ];
 
 fn start_memfleet(authfile: &std::path::Path) -> (Killed, u16) {
-    let port = free_port();
-    let child = Command::new(env!("CARGO_BIN_EXE_memfleet"))
-        .args(["server", "-p", &port.to_string(), "-t", "1", "-Y"])
-        .arg(authfile)
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    (Killed(child), port)
+    support::memfleet_server(&["-t", "1", "-Y", &authfile.display().to_string()])
 }
 
 fn start_memcached(authfile: &std::path::Path) -> Option<(Killed, u16)> {
-    let bin = std::path::Path::new("/usr/bin/memcached");
-    if !bin.exists() {
+    if !std::path::Path::new("/usr/bin/memcached").exists() {
         assert!(
             std::env::var("CI").is_err(),
             "memcached is needed under CI (scripts/test installs it)"
         );
         return None;
     }
-    let port = free_port();
-    let child = Command::new(bin)
-        .args([
-            "-u",
-            "nobody",
-            "-l",
-            "127.0.0.1",
-            "-U",
-            "0",
-            "-t",
-            "1",
-            "-p",
-        ])
-        .arg(port.to_string())
-        .arg("-Y")
-        .arg(authfile)
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    Some((Killed(child), port))
+    Some(support::memcached(&[
+        "-t",
+        "1",
+        "-Y",
+        &authfile.display().to_string(),
+    ]))
 }
 
 /// Runs one exchange on a new connection; the reply to each request.

@@ -10,9 +10,7 @@ mod support;
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-use support::{free_port, Killed};
 
 /// How an input must be answered.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -275,14 +273,8 @@ fn rss_kib(pid: u32) -> u64 {
 
 #[test]
 fn hostile_input_gets_errors_or_a_close_and_breaks_nothing() {
-    let port = free_port();
-    let child = Command::new(env!("CARGO_BIN_EXE_memfleet"))
-        .args(["server", "-p", &port.to_string(), "-t", "2", "-m", "64"])
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let pid = child.id();
-    let mut server = Killed(child);
+    let (mut server, port) = support::memfleet_server(&["-t", "2", "-m", "64"]);
+    let pid = server.0.id();
     drop(support::connect(port, Duration::from_secs(10)));
     // What must survive.
     let values: Vec<(String, Vec<u8>)> = (0..200)

@@ -7,8 +7,7 @@ mod support;
 use memfleet_protocol::reply::{frame, Frame, ReplyKind};
 use memfleet_protocol::{parse, ParserConfig};
 use std::io::{Read, Write};
-use std::process::{Command, Stdio};
-use support::{connect as connect_with, free_port, Killed};
+use support::connect as connect_with;
 
 const PIPELINE: &[u8] = b"set a 5 0 5\r\nhello\r\nget a b\r\ngets a\r\nget nope\r\n\
     append a 0 0 1\r\n!\r\nincr n 1\r\nset n 0 0 1\r\n7\r\nincr n 5\r\ndecr n 1\r\n\
@@ -64,30 +63,8 @@ fn check(port: u16, name: &str) {
 
 #[test]
 fn replies_of_memcached_and_memfleet_frame_exactly() {
-    let (mc, mf) = (free_port(), free_port());
-    let _memcached = Killed(
-        Command::new("memcached")
-            .args([
-                "-u",
-                "nobody",
-                "-l",
-                "127.0.0.1",
-                "-U",
-                "0",
-                "-p",
-                &mc.to_string(),
-            ])
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("Debian's memcached (scripts/test installs it)"),
-    );
-    let _memfleet = Killed(
-        Command::new(env!("CARGO_BIN_EXE_memfleet"))
-            .args(["server", "-t", "1", "-m", "16", "-p", &mf.to_string()])
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
+    let (_memcached, mc) = support::memcached(&[]);
+    let (_memfleet, mf) = support::memfleet_server(&["-t", "1", "-m", "16"]);
     check(mc, "memcached");
     check(mf, "memfleet");
 }

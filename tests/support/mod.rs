@@ -39,3 +39,37 @@ pub fn connect(port: u16, read_timeout: Duration) -> TcpStream {
         std::thread::sleep(Duration::from_millis(20));
     }
 }
+
+/// `memfleet server` on a free 127.0.0.1 port with `extra` arguments (stderr discarded).
+pub fn memfleet_server(extra: &[&str]) -> (Killed, u16) {
+    let port = free_port();
+    let child = std::process::Command::new(env!("CARGO_BIN_EXE_memfleet"))
+        .args(["server", "-p", &port.to_string()])
+        .args(extra)
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("memfleet server starts");
+    (Killed(child), port)
+}
+
+/// Debian's memcached (the reference) on a free 127.0.0.1 port, TCP only, with `extra`
+/// arguments; run as `nobody` so it also starts as root.
+pub fn memcached(extra: &[&str]) -> (Killed, u16) {
+    let port = free_port();
+    let child = std::process::Command::new("memcached")
+        .args([
+            "-u",
+            "nobody",
+            "-l",
+            "127.0.0.1",
+            "-U",
+            "0",
+            "-p",
+            &port.to_string(),
+        ])
+        .args(extra)
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("Debian's memcached (scripts/test installs it)");
+    (Killed(child), port)
+}
