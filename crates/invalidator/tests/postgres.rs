@@ -100,6 +100,29 @@ async fn restart_router(toml: &str) -> memfleet_router::Running {
     }
 }
 
+/// A router on a free port in front of the server on `pb`, and the invalidator's
+/// destinations for it: pool `a` (the server on `pa`), pool `b` (that router, quick to be
+/// marked down), a broadcast route `everywhere` to both. Returns the running router, its
+/// configuration (to start it again) and the destinations' TOML.
+async fn behind_a_router(pa: u16, pb: u16) -> (memfleet_router::Running, String, String) {
+    let router_port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let router_toml = format!(
+        "[pools.main]\nlisten = \"127.0.0.1:{router_port}\"\nservers = [\"127.0.0.1:{pb}\"]\n"
+    );
+    let router = restart_router(&router_toml).await;
+    let destinations = format!(
+        "[pools.a]\nservers = [\"127.0.0.1:{pa}\"]\n\
+         [pools.b]\nservers = [\"127.0.0.1:{router_port}\"]\ntimeout_ms = 200\n\
+         server_failure_limit = 1\nserver_retry_timeout_ms = 100\n\
+         [routes.everywhere]\ntype = \"broadcast\"\nto = [\"a\", \"b\"]\n"
+    );
+    (router, router_toml, destinations)
+}
+
 /// How far the slot has been acknowledged, and where the log is now.
 async fn slot_position(db: &tokio_postgres::Client) -> (u64, u64) {
     let row = db
@@ -191,24 +214,8 @@ async fn a_router_that_is_down_holds_the_slot_and_gets_every_delete_when_back() 
     let b = server(0);
     let (pa, pb) = (a.local_addr().port(), b.local_addr().port());
     // Cluster b is reached through its router, which goes away for a while.
-    let router_port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let router_toml = format!(
-        "[pools.main]\nlisten = \"127.0.0.1:{router_port}\"\nservers = [\"127.0.0.1:{pb}\"]\n"
-    );
-    let router = restart_router(&router_toml).await;
-    let config = config(
-        pg.port,
-        &format!(
-            "[pools.a]\nservers = [\"127.0.0.1:{pa}\"]\n\
-             [pools.b]\nservers = [\"127.0.0.1:{router_port}\"]\ntimeout_ms = 200\n\
-             server_failure_limit = 1\nserver_retry_timeout_ms = 100\n\
-             [routes.everywhere]\ntype = \"broadcast\"\nto = [\"a\", \"b\"]\n"
-        ),
-    );
+    let (router, router_toml, destinations) = behind_a_router(pa, pb).await;
+    let config = config(pg.port, &destinations);
     let (task, counters) = start(&config, &db).await;
     for p in [pa, pb] {
         assert_eq!(ask(p, "set held 0 0 1\r\nv\r\n"), "STORED\r\n");
@@ -295,23 +302,11 @@ async fn with_a_spool_the_slot_moves_on_and_the_spooled_delete_arrives_later() {
     let (pa, pb) = (a.local_addr().port(), b.local_addr().port());
     let spool = std::env::temp_dir().join(format!("memfleet-inv-spool-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&spool);
-    let router_port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let router_toml = format!(
-        "[pools.main]\nlisten = \"127.0.0.1:{router_port}\"\nservers = [\"127.0.0.1:{pb}\"]\n"
-    );
-    let router = restart_router(&router_toml).await;
+    let (router, router_toml, destinations) = behind_a_router(pa, pb).await;
     let config = config(
         pg.port,
         &format!(
-            "[router]\nspool_dir = \"{}\"\n\
-             [pools.a]\nservers = [\"127.0.0.1:{pa}\"]\n\
-             [pools.b]\nservers = [\"127.0.0.1:{router_port}\"]\ntimeout_ms = 200\n\
-             server_failure_limit = 1\nserver_retry_timeout_ms = 100\n\
-             [routes.everywhere]\ntype = \"broadcast\"\nto = [\"a\", \"b\"]\n",
+            "[router]\nspool_dir = \"{}\"\n{destinations}",
             spool.display()
         ),
     );
