@@ -11,7 +11,6 @@
 //! gets and `SERVER_ERROR` otherwise.
 
 use crate::backend::BackendError;
-use crate::spool::Spooler;
 use crate::Pool;
 use memfleet_protocol::reply::ReplyKind;
 use memfleet_protocol::{Request, Store, StoreCommand};
@@ -854,21 +853,15 @@ fn parse_mg_value(reply: &[u8]) -> Option<(u32, i64, Vec<u8>)> {
 
 /// A pool leaf: the key's server; a delete it cannot deliver waits in the spool.
 fn pool_call(pool: &Arc<Pool>, op: Op, ctx: Ctx) -> ReplyFuture {
-    let backend = pool.backend_for(&op.key);
-    let spool: Option<Arc<Spooler>> = if op.class == Class::Delete {
-        pool.spooler().cloned()
-    } else {
-        None
-    };
+    let (backend, queue) = pool.server_for(&op.key);
     let bytes = op.bytes();
-    let Some(spool) = spool else {
+    let Some(queue) = queue.filter(|_| op.class == Class::Delete) else {
         return Box::pin(backend.call(ctx.lane, bytes, op.reply_kind()));
     };
     let spooled_reply: &'static [u8] = match op.form {
         Form::Raw { .. } => b"NF\r\n",
         _ => b"NOT_FOUND\r\n",
     };
-    let queue = spool.queue(pool.name(), &backend);
     if queue.depth() > 0 {
         // Deletes already waiting for this server go first: keep the order.
         return Box::pin(async move {

@@ -5,7 +5,7 @@
 
 use crate::backend::{Backend, BackendOptions};
 use crate::route::{self, Route, RouteCounters};
-use crate::spool::Spooler;
+use crate::spool::{Queue, Spooler};
 use anyhow::Context;
 use memfleet_routing::{PoolConfig, Ring, RouterConfig};
 use std::collections::HashMap;
@@ -18,14 +18,16 @@ pub struct Pool {
     config: PoolConfig,
     ring: Ring,
     backends: Vec<Arc<Backend>>,
-    spooler: Option<Arc<Spooler>>,
+    /// Each backend's delete spool queue, in ring order; empty when the pool does not spool.
+    spool_queues: Vec<Arc<Queue>>,
 }
 
 impl Pool {
     /// Resolves the servers and prepares their connections (made on first use), reusing
     /// those of `previous` (any pool's) for servers that stay with the same settings (a
     /// reload keeps their connections, counters and health). Undeliverable deletes go to
-    /// `spooler` when the pool spools deletes.
+    /// `spooler` when the pool spools deletes (opening a queue resumes the replay of what an
+    /// earlier run, or a server a reload brought back, left in it).
     fn new(
         config: PoolConfig,
         previous: &[Arc<Backend>],
@@ -61,12 +63,18 @@ impl Pool {
                 })
             })
             .collect::<anyhow::Result<Vec<_>>>()?;
-        let spooler = spooler.filter(|_| config.spool_deletes).cloned();
+        let spool_queues = match spooler.filter(|_| config.spool_deletes) {
+            Some(spooler) => backends
+                .iter()
+                .map(|b| spooler.queue(&config.name, b))
+                .collect(),
+            None => Vec::new(),
+        };
         Ok(Pool {
             config,
             ring,
             backends,
-            spooler,
+            spool_queues,
         })
     }
 
@@ -80,9 +88,15 @@ impl Pool {
         &self.ring
     }
 
-    /// Where its undeliverable deletes go, if anywhere.
-    pub fn spooler(&self) -> Option<&Arc<Spooler>> {
-        self.spooler.as_ref()
+    /// Whether deletes its servers cannot take wait in a spool.
+    pub fn spools_deletes(&self) -> bool {
+        !self.spool_queues.is_empty()
+    }
+
+    /// The server that holds `key`, and its delete spool queue if the pool spools.
+    pub fn server_for(&self, key: &[u8]) -> (Arc<Backend>, Option<Arc<Queue>>) {
+        let i = self.ring.pick(key);
+        (self.backends[i].clone(), self.spool_queues.get(i).cloned())
     }
 
     /// The server that holds `key`.
@@ -169,14 +183,12 @@ impl Topology {
         for p in &pools {
             routes.insert(p.name().to_string(), Arc::new(Route::Pool(p.clone())));
         }
-        let topology = Topology {
+        Ok(Topology {
             pools,
             routes,
             counters,
             spooler,
-        };
-        topology.resume_spools();
-        Ok(topology)
+        })
     }
 
     /// The route (or pool) called `name`.
@@ -221,17 +233,5 @@ impl Topology {
             out.extend_from_slice(format!("STAT spool:{queue} {depth}\r\n").as_bytes());
         }
         out
-    }
-
-    /// Opens the spool queue of every spooling server, so that deletes left by an earlier
-    /// run (or waiting for a server a reload brought back) are replayed.
-    fn resume_spools(&self) {
-        for pool in &self.pools {
-            if let Some(spooler) = pool.spooler() {
-                for b in &pool.backends {
-                    spooler.queue(pool.name(), b);
-                }
-            }
-        }
     }
 }

@@ -121,7 +121,7 @@ async fn serve_halves(
                     let plan = match &*root {
                         // A spooling pool's deletes take the route path, which spools.
                         Route::Pool(pool)
-                            if pool.spooler().is_none()
+                            if !pool.spools_deletes()
                                 || !matches!(
                                     request,
                                     Request::Delete { .. } | Request::MetaDelete(_)
