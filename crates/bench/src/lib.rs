@@ -7,6 +7,8 @@
 //! - [`load`], behind `memfleet bench`: the network load generator that
 //!   compares memcached-protocol servers side by side (ops/s, latency
 //!   percentiles, server CPU time per operation).
+//! - [`results`]: the JSON files both leave in `--out DIR` for scripts.
 
 pub mod load;
+pub mod results;
 pub mod sim;

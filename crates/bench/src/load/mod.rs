@@ -143,6 +143,10 @@ pub struct LoadArgs {
     /// The one server the floor proxy forwards to.
     #[arg(long, hide = true, value_name = "HOST:PORT")]
     pub floor_backend: Option<std::net::SocketAddr>,
+    /// Write the results as JSON (and figures as PNG) into this directory, with the
+    /// command that made them.
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<std::path::PathBuf>,
 }
 
 /// What `memfleet bench` runs.
@@ -407,12 +411,12 @@ pub(crate) fn start(
 }
 
 /// The command line of this run, for the report.
-pub(crate) fn command_line() -> String {
+pub fn command_line() -> String {
     report::shell_line(&std::env::args().collect::<Vec<_>>())
 }
 
 /// The load average now, or why it is unknown.
-pub(crate) fn load_average() -> String {
+pub fn load_average() -> String {
     cpu::load_average().unwrap_or_else(|e| format!("unknown ({e})"))
 }
 

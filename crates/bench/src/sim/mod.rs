@@ -251,7 +251,7 @@ pub fn run_to(
     }
 
     writeln!(out, "# memfleet sim: miss ratio vs memory")?;
-    writeln!(out, "# command: {}", command_line())?;
+    writeln!(out, "# command: {}", crate::load::command_line())?;
     writeln!(out, "# workload: {}", source.describe())?;
     writeln!(
         out,
@@ -310,23 +310,6 @@ pub fn run_to(
     }
     out.flush()?;
     Ok(results)
-}
-
-/// The process's command line, shell-quoted where needed.
-fn command_line() -> String {
-    std::env::args()
-        .map(|a| {
-            let plain = !a.is_empty()
-                && a.chars()
-                    .all(|c| c.is_ascii_alphanumeric() || "-_./,:=+@%".contains(c));
-            if plain {
-                a
-            } else {
-                format!("'{}'", a.replace('\'', r"'\''"))
-            }
-        })
-        .collect::<Vec<_>>()
-        .join(" ")
 }
 
 #[cfg(test)]
