@@ -48,8 +48,21 @@ fn write_trace(path: &Path, format: &str) {
     assert!(stdout.contains("wrote 20000 requests"), "{stdout}");
 }
 
-fn replay(trace: &Path, format: &str, servers: &[&str], sizes: &str, out: &Path) -> serde_json::Value {
-    let mut args = vec!["bench", "--scenario", "replay", "--memfleet-bin", BIN, "--no-pin"];
+fn replay(
+    trace: &Path,
+    format: &str,
+    servers: &[&str],
+    sizes: &str,
+    out: &Path,
+) -> serde_json::Value {
+    let mut args = vec![
+        "bench",
+        "--scenario",
+        "replay",
+        "--memfleet-bin",
+        BIN,
+        "--no-pin",
+    ];
     for s in servers {
         args.extend(["--spawn", s]);
     }
@@ -88,7 +101,13 @@ fn replay_sizing_curve_of_memfleet_and_memcached_points_down() {
     let dir = scratch("csv");
     let trace = dir.join("trace.csv");
     write_trace(&trace, "csv");
-    let json = replay(&trace, "csv", &["memfleet", "memcached"], "8,64", &dir.join("out"));
+    let json = replay(
+        &trace,
+        "csv",
+        &["memfleet", "memcached"],
+        "8,64",
+        &dir.join("out"),
+    );
     let rows = rows(&json);
     assert_eq!(rows.len(), 4);
     for server in ["memfleet", "memcached"] {
@@ -104,7 +123,10 @@ fn replay_sizing_curve_of_memfleet_and_memcached_points_down() {
             row["miss_ratio"].as_f64().unwrap()
         };
         let (small, big) = (ratio(8), ratio(64));
-        assert!(0.0 < big && big <= small && small < 1.0, "{server}: 8 MiB {small}, 64 MiB {big}");
+        assert!(
+            0.0 < big && big <= small && small < 1.0,
+            "{server}: 8 MiB {small}, 64 MiB {big}"
+        );
     }
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -47,9 +47,8 @@ pub struct Series {
 /// Registers the bundled font once per process; plotters looks fonts up by family name.
 fn ensure_font() -> Result<()> {
     static REGISTERED: OnceLock<bool> = OnceLock::new();
-    let ok = *REGISTERED.get_or_init(|| {
-        plotters::style::register_font(FAMILY, FontStyle::Normal, FONT).is_ok()
-    });
+    let ok = *REGISTERED
+        .get_or_init(|| plotters::style::register_font(FAMILY, FontStyle::Normal, FONT).is_ok());
     if ok {
         Ok(())
     } else {
@@ -125,10 +124,17 @@ fn x_range(series: &[Series], log_x: bool) -> Result<Range<f64>> {
             (lo.min(x), hi.max(x))
         });
     if lo > hi {
-        bail!("nothing to plot: no finite points{}", if log_x { " with x > 0" } else { "" });
+        bail!(
+            "nothing to plot: no finite points{}",
+            if log_x { " with x > 0" } else { "" }
+        );
     }
-    Ok(if lo < hi {
-        lo..hi
+    // A margin so that the first and last points are not drawn on the axes.
+    Ok(if lo < hi && log_x {
+        lo / 1.1..hi * 1.1
+    } else if lo < hi {
+        let pad = (hi - lo) * 0.02;
+        lo - pad..hi + pad
     } else if log_x {
         lo / 2.0..hi * 2.0
     } else {
@@ -176,6 +182,8 @@ where
         .configure_mesh()
         .x_desc(labels.x)
         .y_desc(labels.y)
+        .x_label_formatter(&|v| tick(*v))
+        .y_label_formatter(&|v| tick(*v))
         .label_style((FAMILY, 15))
         .axis_desc_style((FAMILY, 17))
         .draw()
@@ -187,10 +195,15 @@ where
         // curve of four memory sizes); on a long time series they would only be noise.
         let markers = points.len() <= 32;
         chart
-            .draw_series(LineSeries::new(points.iter().copied(), color.stroke_width(2)))
+            .draw_series(LineSeries::new(
+                points.iter().copied(),
+                color.stroke_width(2),
+            ))
             .map_err(|e| failed(&e))?
             .label(s.name.as_str())
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 24, y)], color.stroke_width(3)));
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 24, y)], color.stroke_width(3))
+            });
         if markers {
             chart
                 .draw_series(points.iter().map(|&p| Circle::new(p, 4, color.filled())))
@@ -208,6 +221,17 @@ where
     root.present()
         .with_context(|| format!("writing {}", path.display()))?;
     Ok(())
+}
+
+/// A tick label without trailing zeros: `16`, `0.25`, `1.5`.
+fn tick(v: f64) -> String {
+    let text = format!("{v:.3}");
+    let text = text.trim_end_matches('0').trim_end_matches('.');
+    if text == "-0" {
+        "0".to_string()
+    } else {
+        text.to_string()
+    }
 }
 
 #[cfg(test)]
@@ -229,7 +253,10 @@ mod tests {
         let first = img.get_pixel(0, 0);
         let other = img.pixels().filter(|p| *p != first).count();
         // Lines, text and legend cover well over a thousand pixels of a 1024x640 figure.
-        assert!(other > 1000, "only {other} pixels differ from the background");
+        assert!(
+            other > 1000,
+            "only {other} pixels differ from the background"
+        );
         std::fs::remove_file(path).unwrap();
     }
 
@@ -261,6 +288,15 @@ mod tests {
             .unwrap();
             assert_valid_png(&path);
         }
+    }
+
+    #[test]
+    fn tick_labels_have_no_trailing_zeros() {
+        assert_eq!(tick(16.0), "16");
+        assert_eq!(tick(0.25), "0.25");
+        assert_eq!(tick(0.0), "0");
+        assert_eq!(tick(-0.0001), "0");
+        assert_eq!(tick(1500.0), "1500");
     }
 
     #[test]

@@ -134,7 +134,10 @@ struct ReplayResult<'a> {
 /// The workload of `args`: the trace, or the synthetic preset.
 fn source(args: &LoadArgs) -> Result<(Source, Option<u64>)> {
     if let Some(path) = &args.trace {
-        return Ok((Source::trace(path, args.trace_format)?, args.replay_requests));
+        return Ok((
+            Source::trace(path, args.trace_format)?,
+            args.replay_requests,
+        ));
     }
     let cfg = SyntheticConfig {
         keys: args.keys,
@@ -187,7 +190,10 @@ pub fn bench(args: &LoadArgs) -> Result<()> {
         config.conns,
         config.depth,
         if args.speedup > 0.0 {
-            format!("{}x trace time, TTLs divided by {}", args.speedup, args.speedup)
+            format!(
+                "{}x trace time, TTLs divided by {}",
+                args.speedup, args.speedup
+            )
         } else {
             "unpaced, TTLs as recorded".to_string()
         },
@@ -204,7 +210,10 @@ pub fn bench(args: &LoadArgs) -> Result<()> {
         for &mib in &args.memory_sizes {
             let mut settings = args.server_settings(false);
             settings.memory_mib = mib;
-            let row = local.block_on(&rt, replay_one(&target, &settings, server_pin, mib, &source, limit, &config))?;
+            let row = local.block_on(
+                &rt,
+                replay_one(&target, &settings, server_pin, mib, &source, limit, &config),
+            )?;
             println!(
                 "[{}] {mib} MiB: miss ratio {:.4} ({} of {} gets), {:.1} s, {:.0} req/s, lag {:.2} s",
                 row.server,
@@ -236,7 +245,10 @@ pub fn bench(args: &LoadArgs) -> Result<()> {
             println!("wrote {}", path.display());
         }
     }
-    println!("load average: {load_at_start} at start, {} at end", super::load_average());
+    println!(
+        "load average: {load_at_start} at start, {} at end",
+        super::load_average()
+    );
     let errors: u64 = rows.iter().map(|r| r.errors).sum();
     if errors > 0 {
         bail!("{errors} wrong repl(y/ies) during the replay (first ones above)");
@@ -260,7 +272,11 @@ async fn replay_one(
         .with_context(|| format!("replaying against {} at {mib} MiB", target.name()))?;
     spawned.check_alive()?;
     if let Some(first) = &live.first_error {
-        println!("[{}] {} wrong replies; first: {first}", target.name(), live.errors);
+        println!(
+            "[{}] {} wrong replies; first: {first}",
+            target.name(),
+            live.errors
+        );
     }
     let stats = server_stats(addr).await.unwrap_or_else(|e| {
         println!("[{}] no stats: {e:#}", target.name());
@@ -300,7 +316,9 @@ fn resident_bytes(pid: u32) -> Option<u64> {
 }
 
 fn mib(bytes: Option<u64>) -> String {
-    bytes.map_or("-".into(), |b| format!("{:.1}", b as f64 / f64::from(1 << 20)))
+    bytes.map_or("-".into(), |b| {
+        format!("{:.1}", b as f64 / f64::from(1 << 20))
+    })
 }
 
 /// One row per server and memory size.
@@ -347,7 +365,10 @@ pub fn windows_table(rows: &[ReplayRow]) -> String {
     out.push('\n');
     let windows = rows.iter().map(|r| r.windows.len()).max().unwrap_or(0);
     for i in 0..windows {
-        let start = rows.iter().find_map(|r| r.windows.get(i)).map_or(0, |w| w.0);
+        let start = rows
+            .iter()
+            .find_map(|r| r.windows.get(i))
+            .map_or(0, |w| w.0);
         out += &format!("{start:>12}");
         for r in rows {
             match r.windows.get(i) {
@@ -374,7 +395,9 @@ fn write_out(
         depth: config.depth,
         rows,
     };
-    let mut written = vec![crate::results::write_json(dir, "replay", "replay", &result)?];
+    let mut written = vec![crate::results::write_json(
+        dir, "replay", "replay", &result,
+    )?];
     let mut servers: Vec<&str> = Vec::new();
     for r in rows {
         if !servers.contains(&r.server.as_str()) {

@@ -330,7 +330,8 @@ impl Connection {
         match (job.op, reply) {
             (_, Reply::Wrong(what)) => {
                 s.errors += 1;
-                s.first_error.get_or_insert(format!("{} {}", job.op.as_str(), what));
+                s.first_error
+                    .get_or_insert(format!("{} {}", job.op.as_str(), what));
                 None
             }
             (Op::Get | Op::Gets, reply) if !job.fill => {

@@ -106,7 +106,10 @@ fn twr_record(req: &Request, index: u64) -> Result<[u8; 20], WriteTraceError> {
         reason,
     };
     if req.key_size > TWR_MAX_KEY {
-        return Err(unrepresentable(format!("key size {} > {TWR_MAX_KEY}", req.key_size)));
+        return Err(unrepresentable(format!(
+            "key size {} > {TWR_MAX_KEY}",
+            req.key_size
+        )));
     }
     if req.value_size > TWR_MAX_VALUE {
         return Err(unrepresentable(format!(
@@ -201,8 +204,10 @@ mod tests {
         let back: Vec<Request> = OracleGeneralReader::new(&bytes[..])
             .map(Result::unwrap)
             .collect();
-        let keys: Vec<(u32, u64, u32)> = back.iter().map(|r| (r.time, r.key, r.value_size)).collect();
-        let want: Vec<(u32, u64, u32)> = reqs.iter().map(|r| (r.time, r.key, r.value_size)).collect();
+        let keys: Vec<(u32, u64, u32)> =
+            back.iter().map(|r| (r.time, r.key, r.value_size)).collect();
+        let want: Vec<(u32, u64, u32)> =
+            reqs.iter().map(|r| (r.time, r.key, r.value_size)).collect();
         assert_eq!(keys, want);
         assert!(back.iter().all(|r| r.op == Op::Get));
         let next: Vec<i64> = bytes
@@ -216,8 +221,8 @@ mod tests {
     fn fields_a_format_cannot_hold_are_errors() {
         let mut reqs = requests();
         reqs[3].value_size = 5 << 20;
-        let err = write_trace(reqs.into_iter().map(Ok), TraceFormat::Twr, &mut Vec::new())
-            .unwrap_err();
+        let err =
+            write_trace(reqs.into_iter().map(Ok), TraceFormat::Twr, &mut Vec::new()).unwrap_err();
         assert!(
             matches!(err, WriteTraceError::Unrepresentable { index: 3, .. }),
             "{err}"
