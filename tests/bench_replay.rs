@@ -150,3 +150,37 @@ fn replay_reads_the_binary_formats() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Pipelining must not change look-aside semantics: a get right behind a missed get of the
+/// same key hits (the fill went first), deletes and sets take effect in trace order, and
+/// operations that are only counted are counted.
+#[test]
+fn replay_keeps_each_keys_requests_in_trace_order() {
+    let dir = scratch("order");
+    let trace = dir.join("order.csv");
+    let mut text = String::new();
+    for _ in 0..100 {
+        text += "0,hot,3,100,1,get,0\n";
+    }
+    text += "1,hot,3,100,1,delete,0\n1,hot,3,100,1,get,0\n1,hot,3,100,1,get,0\n";
+    text += "2,cold,4,50,1,set,0\n2,cold,4,50,1,get,0\n2,ctr,3,1,1,incr,0\n";
+    std::fs::write(&trace, text).unwrap();
+    let json = replay(
+        &trace,
+        "csv",
+        &["memfleet", "memcached"],
+        "16",
+        &dir.join("out"),
+    );
+    for row in rows(&json) {
+        let counts: Vec<u64> = [
+            "requests", "gets", "misses", "fills", "sets", "deletes", "other",
+        ]
+        .iter()
+        .map(|k| row[k].as_u64().unwrap())
+        .collect();
+        assert_eq!(counts, [106, 103, 2, 2, 1, 1, 1], "{row}");
+        assert_eq!(row["errors"], 0, "{row}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
