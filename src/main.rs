@@ -28,7 +28,8 @@ enum Command {
     Sim(memfleet_bench::sim::SimArgs),
     /// Load memcached-protocol servers side by side (spawned with --spawn or given with
     /// --target) and print ops/s, latency percentiles and server CPU time per operation.
-    Bench(memfleet_bench::load::LoadArgs),
+    // Boxed: the load generator's flags make its variant several times the size of the others.
+    Bench(Box<memfleet_bench::load::LoadArgs>),
     /// Tail PostgreSQL's logical replication stream and delete the keys committed
     /// transactions invalidate in every cache cluster (the paper's mcsqueal).
     Invalidator(memfleet_invalidator::InvalidatorArgs),

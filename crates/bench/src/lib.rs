@@ -7,8 +7,10 @@
 //! - [`load`], behind `memfleet bench`: the network load generator that
 //!   compares memcached-protocol servers side by side (ops/s, latency
 //!   percentiles, server CPU time per operation).
-//! - [`results`]: the JSON files both leave in `--out DIR` for scripts.
+//! - [`results`]: the JSON files both leave in `--out DIR` for scripts, and [`plot`]: the
+//!   PNG figures beside them.
 
 pub mod load;
+pub mod plot;
 pub mod results;
 pub mod sim;

@@ -20,6 +20,8 @@ pub mod floor_proxy;
 pub mod gutter;
 pub mod herd;
 pub mod invalidation;
+pub mod replay;
+pub mod replay_client;
 pub mod report;
 pub mod restart;
 pub mod target;
@@ -147,6 +149,36 @@ pub struct LoadArgs {
     /// command that made them.
     #[arg(long, value_name = "DIR")]
     pub out: Option<std::path::PathBuf>,
+    /// replay: the trace to replay (Twitter CSV, Twitter/libCacheSim twr, oracleGeneral);
+    /// without it, a synthetic workload (--replay-workload, --keys, --zipf, --seed).
+    #[arg(long, value_name = "FILE")]
+    pub trace: Option<std::path::PathBuf>,
+    /// replay: the trace's format; by default guessed from its name (.csv, *oracleGeneral*).
+    #[arg(long, value_enum)]
+    pub trace_format: Option<crate::sim::trace::TraceFormat>,
+    /// replay: memory sizes in MiB, comma-separated; a fresh server is started at each.
+    #[arg(long, value_delimiter = ',', default_value = "16,32,64")]
+    pub memory_sizes: Vec<u64>,
+    /// replay: requests to replay [default: 1000000 synthetic, the whole trace otherwise].
+    #[arg(long)]
+    pub replay_requests: Option<u64>,
+    /// replay: trace seconds per wall second; TTLs are divided by it (0: unpaced, TTLs as
+    /// recorded).
+    #[arg(long, default_value_t = 100.0)]
+    pub speedup: f64,
+    /// replay: synthetic workload without --trace: c, u1, u2, n, mix or a TTL mix like
+    /// 120:0.5,3600:0.5 (as memfleet sim --workload).
+    #[arg(long, default_value = "mix")]
+    pub replay_workload: String,
+    /// replay: width of a miss-ratio window, in trace seconds.
+    #[arg(long, default_value_t = 60)]
+    pub replay_window: u32,
+    /// replay: connections (a key always goes over the same one).
+    #[arg(long, default_value_t = 4)]
+    pub replay_conns: usize,
+    /// replay: requests per pipelined batch on each connection.
+    #[arg(long, default_value_t = 32)]
+    pub replay_depth: usize,
 }
 
 /// What `memfleet bench` runs.
@@ -171,6 +203,9 @@ pub enum Scenario {
     /// Commit-to-deleted latency of the invalidator, from a scratch PostgreSQL to two
     /// clusters.
     Invalidation,
+    /// Trace replay at each --memory-sizes against fresh servers, look-aside: miss ratio per
+    /// server and size (the sizing curve) and over the trace.
+    Replay,
 }
 
 /// Parses `10s`, `250ms`, `1.5s`, `2m` or a plain number of seconds.
@@ -323,6 +358,7 @@ pub fn run(args: &LoadArgs) -> Result<()> {
         Scenario::Gutter => return gutter::bench(args),
         Scenario::Client => return client_bench::bench(args),
         Scenario::Invalidation => return invalidation::bench(args),
+        Scenario::Replay => return replay::bench(args),
         Scenario::Load => {}
     }
     let rows = bench(args)?;

@@ -10,12 +10,14 @@
 pub mod binary;
 pub mod keys;
 pub mod lru;
+pub mod output;
 pub mod replay;
 pub mod report;
 pub mod request;
 pub mod segcache;
 pub mod synthetic;
 pub mod trace;
+pub mod trace_writer;
 pub mod workload;
 pub mod zipf;
 
@@ -59,7 +61,7 @@ pub struct SimArgs {
     #[arg(long)]
     pub requests: Option<u64>,
     /// Synthetic: requests per simulated second.
-    #[arg(long, default_value_t = 2000)]
+    #[arg(long, default_value_t = DEFAULT_RATE)]
     pub rate: u32,
     /// Synthetic: Zipf exponent of key popularity.
     #[arg(long, default_value_t = 1.0)]
@@ -106,13 +108,27 @@ pub struct SimArgs {
     /// Write per-window CSVs (one per cache and memory size) into this directory.
     #[arg(long)]
     pub window_csv: Option<PathBuf>,
+    /// Write the results as sim.json, and miss-ratio-vs-memory PNGs, into this directory.
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
+    /// Instead of simulating, write the workload (synthetic, or the --trace converted) to
+    /// FILE as a trace, for `memfleet sim --trace` and `memfleet bench --scenario replay`.
+    #[arg(long, value_name = "FILE")]
+    pub write_trace: Option<PathBuf>,
+    /// Format of --write-trace; by default guessed from the file name like --format.
+    #[arg(long, value_enum)]
+    pub write_format: Option<TraceFormat>,
 }
 
 /// Default synthetic request count.
 pub const DEFAULT_REQUESTS: u64 = 2_000_000;
 
-/// Where requests come from; can be opened any number of times.
-enum Source {
+/// Default synthetic request rate, per second of trace time.
+pub const DEFAULT_RATE: u32 = 2000;
+
+/// Where requests come from (a trace file or a seeded synthetic workload); can be opened
+/// any number of times. `memfleet bench --scenario replay` reads its workload through it too.
+pub(crate) enum Source {
     Synthetic(SyntheticConfig),
     Trace { path: PathBuf, format: TraceFormat },
 }
@@ -120,23 +136,7 @@ enum Source {
 impl Source {
     fn from_args(args: &SimArgs) -> Result<Source> {
         if let Some(path) = &args.trace {
-            let format = match args.format.or_else(|| TraceFormat::detect(path)) {
-                Some(f) => f,
-                None if path.extension().is_some_and(|e| e == "zst") => {
-                    bail!(
-                        "{} is zstd-compressed: decompress it first (zstd -d)",
-                        path.display()
-                    )
-                }
-                None => bail!(
-                    "cannot tell the format of {}: pass --format csv|oracle|twr",
-                    path.display()
-                ),
-            };
-            return Ok(Source::Trace {
-                path: path.clone(),
-                format,
-            });
+            return Source::trace(path, args.format);
         }
         let mut workload = Workload::parse(&args.workload).map_err(anyhow::Error::msg)?;
         if let Some(mut k) = args.key_size {
@@ -159,7 +159,29 @@ impl Source {
         Ok(Source::Synthetic(cfg))
     }
 
-    fn open(&self, limit: Option<u64>) -> Result<RequestStream> {
+    /// A trace file, in `format` or the one its name suggests ([`TraceFormat::detect`]).
+    pub(crate) fn trace(path: &std::path::Path, format: Option<TraceFormat>) -> Result<Source> {
+        let format = match format.or_else(|| TraceFormat::detect(path)) {
+            Some(f) => f,
+            None if path.extension().is_some_and(|e| e == "zst") => {
+                bail!(
+                    "{} is zstd-compressed: decompress it first (zstd -d)",
+                    path.display()
+                )
+            }
+            None => bail!(
+                "cannot tell the format of {}: pass --format csv|oracle|twr",
+                path.display()
+            ),
+        };
+        Ok(Source::Trace {
+            path: path.to_path_buf(),
+            format,
+        })
+    }
+
+    /// The requests, at most `limit` of them.
+    pub(crate) fn open(&self, limit: Option<u64>) -> Result<RequestStream> {
         let stream: RequestStream = match self {
             Source::Synthetic(cfg) => Box::new(
                 Synthetic::new(cfg.clone())
@@ -175,7 +197,8 @@ impl Source {
         })
     }
 
-    fn describe(&self) -> String {
+    /// One line saying what the workload is.
+    pub(crate) fn describe(&self) -> String {
         match self {
             Source::Synthetic(c) => format!(
                 "synthetic {}: keys={} requests={} rate={}/s alpha={} write_ratio={} seed={} key_size={} value_size={} mean_object={:.0}B",
@@ -236,15 +259,35 @@ pub fn run_to(
         bail!("--window must be positive");
     }
     let source = Source::from_args(args)?;
-    let config = ReplayConfig {
-        window_secs: args.window,
-        fill_on_miss: !args.no_fill,
-        fill_ttl: args.fill_ttl,
-    };
     let limit = if args.trace.is_some() {
         args.requests
     } else {
         None
+    };
+    if let Some(path) = &args.write_trace {
+        let Some(format) = args.write_format.or_else(|| TraceFormat::detect(path)) else {
+            bail!(
+                "cannot tell which format to write {} in: pass --write-format csv|oracle|twr",
+                path.display()
+            );
+        };
+        let mut file = BufWriter::new(
+            File::create(path).with_context(|| format!("creating {}", path.display()))?,
+        );
+        let written = trace_writer::write_trace(source.open(limit)?, format, &mut file)
+            .with_context(|| format!("writing {}", path.display()))?;
+        writeln!(
+            out,
+            "# wrote {written} requests of {} to {} ({format:?})",
+            source.describe(),
+            path.display()
+        )?;
+        return Ok(Vec::new());
+    }
+    let config = ReplayConfig {
+        window_secs: args.window,
+        fill_on_miss: !args.no_fill,
+        fill_ttl: args.fill_ttl,
     };
     if let Some(dir) = &args.window_csv {
         fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
@@ -307,6 +350,11 @@ pub fn run_to(
             }
         }
         writeln!(out)?;
+    }
+    if let Some(dir) = &args.out {
+        for path in output::write(dir, &source.describe(), &results)? {
+            writeln!(out, "# wrote {}", path.display())?;
+        }
     }
     out.flush()?;
     Ok(results)

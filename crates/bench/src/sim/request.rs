@@ -65,6 +65,13 @@ impl Op {
         let index = usize::from(code).checked_sub(1)?;
         OP_NAMES.get(index).map(|(op, _)| *op)
     }
+
+    /// libCacheSim's `req_op_e` code of the operation (the inverse of
+    /// [`Op::from_libcachesim`]).
+    pub fn libcachesim_code(self) -> u8 {
+        let index = OP_NAMES.iter().position(|(op, _)| *op == self);
+        index.map_or(0, |i| i as u8 + 1)
+    }
 }
 
 /// One cache request, from a trace or the synthetic generator.
@@ -98,5 +105,8 @@ mod tests {
         assert_eq!(Op::from_libcachesim(9), Some(Op::Delete));
         assert_eq!(Op::from_libcachesim(0), None);
         assert_eq!(Op::from_libcachesim(12), None);
+        for (op, _) in OP_NAMES {
+            assert_eq!(Op::from_libcachesim(op.libcachesim_code()), Some(op));
+        }
     }
 }

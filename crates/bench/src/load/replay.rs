@@ -1,0 +1,455 @@
+//! `memfleet bench --scenario replay`: a trace (or a seeded synthetic workload) replayed
+//! against live servers at several memory sizes, for sizing. For each `--spawn` server and
+//! each `--memory-sizes` entry a fresh server is started with that memory (`-m`), the trace is
+//! replayed with look-aside semantics ([`super::replay_client`]: same rules and counters as
+//! `memfleet sim`), and the miss ratio is reported overall and per window of trace time,
+//! beside the memory the server says it uses (`stats`: `bytes` of `limit_maxbytes`) and its
+//! resident set: memcached's `-m` counts slab pages and memfleet's counts segments, so the
+//! same `-m` does not mean the same bytes of items.
+//!
+//! Prints a table per server and size, then the miss ratio over the trace; with `--out DIR`
+//! writes `replay.json`, `replay-sizing.png` (miss ratio vs memory, one line per server: the
+//! sizing curve) and `replay-over-time.png` (miss ratio per window, one line per server and
+//! size). Trace time and TTLs under a compressed clock: see
+//! [`super::replay_client::Pacing`]. Not here: the connections (`replay_client`), the
+//! trace readers and synthetic generator (`crate::sim`).
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::path::Path;
+
+use anyhow::{bail, Context, Result};
+use serde::Serialize;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+use super::replay_client::{self, LiveReport, Pacing, ReplayConfig};
+use super::{cpu, start, LoadArgs, Target};
+use crate::plot::{self, Series};
+use crate::sim::synthetic::SyntheticConfig;
+use crate::sim::workload::Workload;
+use crate::sim::{Source, DEFAULT_RATE};
+
+/// Synthetic requests replayed when neither --trace nor --replay-requests says otherwise.
+pub const DEFAULT_SYNTHETIC_REQUESTS: u64 = 1_000_000;
+
+/// One server at one memory size, as printed and written to `replay.json`.
+#[derive(Debug, Clone, Serialize)]
+pub struct ReplayRow {
+    /// Server name (`memfleet`, `memcached`, ...).
+    pub server: String,
+    /// `-m` it was started with, MiB.
+    pub memory_mib: u64,
+    /// Requests replayed.
+    pub requests: u64,
+    /// Gets.
+    pub gets: u64,
+    /// Get misses.
+    pub misses: u64,
+    /// Misses over gets.
+    pub miss_ratio: f64,
+    /// Missed value bytes over requested value bytes.
+    pub byte_miss_ratio: f64,
+    /// Trace sets sent.
+    pub sets: u64,
+    /// Fills after misses.
+    pub fills: u64,
+    /// Deletes.
+    pub deletes: u64,
+    /// Requests only counted (append, prepend, incr, decr).
+    pub other: u64,
+    /// Sets the server refused (`SERVER_ERROR`).
+    pub rejected_sets: u64,
+    /// Sets not sent: value over 1 MB.
+    pub skipped_large: u64,
+    /// Wrong replies.
+    pub errors: u64,
+    /// `stats bytes` at the end: bytes of items held.
+    pub bytes: Option<u64>,
+    /// `stats limit_maxbytes`.
+    pub limit_maxbytes: Option<u64>,
+    /// `stats curr_items` at the end.
+    pub curr_items: Option<u64>,
+    /// `stats evictions`.
+    pub evictions: Option<u64>,
+    /// Resident set of the server process at the end, bytes.
+    pub rss_bytes: Option<u64>,
+    /// Trace seconds covered.
+    pub trace_secs: u32,
+    /// Wall-clock seconds of the replay.
+    pub wall_secs: f64,
+    /// Longest delay behind the paced schedule, seconds.
+    pub lag_secs: f64,
+    /// Window width, trace seconds.
+    pub window_secs: u32,
+    /// `(window start in trace seconds, gets, misses, miss ratio)`.
+    pub windows: Vec<(u32, u64, u64, f64)>,
+}
+
+impl ReplayRow {
+    fn new(server: &str, memory_mib: u64, live: &LiveReport, stats: &HashMap<String, u64>) -> Self {
+        let r = &live.report;
+        ReplayRow {
+            server: server.to_string(),
+            memory_mib,
+            requests: r.requests,
+            gets: r.gets,
+            misses: r.misses,
+            miss_ratio: r.miss_ratio(),
+            byte_miss_ratio: r.byte_miss_ratio(),
+            sets: r.sets,
+            fills: r.fills,
+            deletes: r.deletes,
+            other: r.other,
+            rejected_sets: live.rejected_sets,
+            skipped_large: live.skipped_large,
+            errors: live.errors,
+            bytes: stats.get("bytes").copied(),
+            limit_maxbytes: stats.get("limit_maxbytes").copied(),
+            curr_items: stats.get("curr_items").copied(),
+            evictions: stats.get("evictions").copied(),
+            rss_bytes: None,
+            trace_secs: r.sim_secs,
+            wall_secs: r.elapsed.as_secs_f64(),
+            lag_secs: live.lag.as_secs_f64(),
+            window_secs: r.window_secs,
+            windows: r
+                .windows
+                .iter()
+                .map(|w| (w.start, w.gets, w.misses, w.miss_ratio()))
+                .collect(),
+        }
+    }
+}
+
+#[derive(Debug, Serialize)]
+struct ReplayResult<'a> {
+    workload: String,
+    speedup: f64,
+    conns: usize,
+    depth: usize,
+    rows: &'a [ReplayRow],
+}
+
+/// The workload of `args`: the trace, or the synthetic preset.
+fn source(args: &LoadArgs) -> Result<(Source, Option<u64>)> {
+    if let Some(path) = &args.trace {
+        return Ok((
+            Source::trace(path, args.trace_format)?,
+            args.replay_requests,
+        ));
+    }
+    let cfg = SyntheticConfig {
+        keys: args.keys,
+        requests: args.replay_requests.unwrap_or(DEFAULT_SYNTHETIC_REQUESTS),
+        rate: DEFAULT_RATE,
+        alpha: args.zipf.unwrap_or(1.0),
+        write_ratio: 0.0,
+        seed: args.seed,
+        workload: Workload::parse(&args.replay_workload).map_err(anyhow::Error::msg)?,
+    };
+    cfg.validate().map_err(anyhow::Error::msg)?;
+    Ok((Source::Synthetic(cfg), None))
+}
+
+fn check(args: &LoadArgs) -> Result<()> {
+    if args.spawn.is_empty() || !args.target.is_empty() {
+        bail!(
+            "--scenario replay starts a fresh server per memory size: give --spawn memfleet, \
+             --spawn memcached or --spawn NAME=CMD (with {{port}}), and no --target"
+        );
+    }
+    if args.memory_sizes.is_empty() || args.memory_sizes.contains(&0) {
+        bail!("--memory-sizes needs sizes in MiB, like 16,32,64");
+    }
+    if args.replay_conns == 0 || args.replay_depth == 0 || args.replay_window == 0 {
+        bail!("--replay-conns, --replay-depth and --replay-window must be at least 1");
+    }
+    if !(args.speedup.is_finite() && args.speedup >= 0.0) {
+        bail!("--speedup must be 0 (unpaced) or positive");
+    }
+    Ok(())
+}
+
+/// Runs the scenario: prints the tables, writes `--out`, fails on any wrong reply.
+pub fn bench(args: &LoadArgs) -> Result<()> {
+    check(args)?;
+    let (source, limit) = source(args)?;
+    let config = ReplayConfig {
+        conns: args.replay_conns,
+        depth: args.replay_depth,
+        window_secs: args.replay_window,
+        pacing: Pacing {
+            speedup: args.speedup,
+        },
+    };
+    let load_at_start = super::load_average();
+    println!("memfleet bench --scenario replay: {}", source.describe());
+    println!(
+        "look-aside replay over {} connections x {} pipelined; {}; window {} trace s",
+        config.conns,
+        config.depth,
+        if args.speedup > 0.0 {
+            format!(
+                "{}x trace time, TTLs divided by {}",
+                args.speedup, args.speedup
+            )
+        } else {
+            "unpaced, TTLs as recorded".to_string()
+        },
+        config.window_secs
+    );
+    println!("load average at start: {load_at_start}");
+    println!("command: {}", super::command_line());
+
+    let (client_pin, server_pin) = args.pins();
+    let _pinned = client_pin.map(cpu::pin_this_thread).transpose()?;
+    let (rt, local) = super::runtime()?;
+    let mut rows = Vec::new();
+    for target in args.targets() {
+        for &mib in &args.memory_sizes {
+            let mut settings = args.server_settings(false);
+            settings.memory_mib = mib;
+            let row = local.block_on(
+                &rt,
+                replay_one(&target, &settings, server_pin, mib, &source, limit, &config),
+            )?;
+            println!(
+                "[{}] {mib} MiB: miss ratio {:.4} ({} of {} gets), {:.1} s, {:.0} req/s, lag {:.2} s",
+                row.server,
+                row.miss_ratio,
+                row.misses,
+                row.gets,
+                row.wall_secs,
+                row.requests as f64 / row.wall_secs.max(1e-9),
+                row.lag_secs
+            );
+            rows.push(row);
+        }
+    }
+
+    println!();
+    print!("{}", sizing_table(&rows));
+    println!();
+    print!("{}", windows_table(&rows));
+    let lagging = rows.iter().filter(|r| r.lag_secs > 1.0).count();
+    if args.speedup > 0.0 && lagging > 0 {
+        println!(
+            "note: {lagging} run(s) fell over 1 s behind the {}x schedule: their items expired \
+             earlier in the trace than recorded (lower --speedup)",
+            args.speedup
+        );
+    }
+    if let Some(dir) = &args.out {
+        for path in write_out(dir, &source.describe(), args, &config, &rows)? {
+            println!("wrote {}", path.display());
+        }
+    }
+    println!(
+        "load average: {load_at_start} at start, {} at end",
+        super::load_average()
+    );
+    let errors: u64 = rows.iter().map(|r| r.errors).sum();
+    if errors > 0 {
+        bail!("{errors} wrong repl(y/ies) during the replay (first ones above)");
+    }
+    Ok(())
+}
+
+async fn replay_one(
+    target: &Target,
+    settings: &super::target::ServerSettings,
+    server_pin: Option<usize>,
+    mib: u64,
+    source: &Source,
+    limit: Option<u64>,
+    config: &ReplayConfig,
+) -> Result<ReplayRow> {
+    let (spawned, addr) = start(target, settings, server_pin, &[])?;
+    let mut spawned = spawned.context("replay needs a spawned server")?;
+    let live = replay_client::replay(addr, source.open(limit)?, target.name(), config)
+        .await
+        .with_context(|| format!("replaying against {} at {mib} MiB", target.name()))?;
+    spawned.check_alive()?;
+    if let Some(first) = &live.first_error {
+        println!(
+            "[{}] {} wrong replies; first: {first}",
+            target.name(),
+            live.errors
+        );
+    }
+    let stats = server_stats(addr).await.unwrap_or_else(|e| {
+        println!("[{}] no stats: {e:#}", target.name());
+        HashMap::new()
+    });
+    let mut row = ReplayRow::new(target.name(), mib, &live, &stats);
+    row.rss_bytes = resident_bytes(spawned.pid());
+    Ok(row)
+}
+
+/// The server's numeric `stats`.
+async fn server_stats(addr: SocketAddr) -> Result<HashMap<String, u64>> {
+    let mut stream = TcpStream::connect(addr).await?;
+    stream.write_all(b"stats\r\n").await?;
+    let mut text = Vec::new();
+    while !text.ends_with(b"END\r\n") {
+        if stream.read_buf(&mut text).await? == 0 || text.len() > 1 << 20 {
+            bail!("the stats reply did not end with END");
+        }
+    }
+    Ok(String::from_utf8_lossy(&text)
+        .lines()
+        .filter_map(|l| {
+            let mut parts = l.strip_prefix("STAT ")?.split_whitespace();
+            let name = parts.next()?;
+            Some((name.to_string(), parts.next()?.parse().ok()?))
+        })
+        .collect())
+}
+
+/// VmRSS of a process, from procfs.
+fn resident_bytes(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
+}
+
+fn mib(bytes: Option<u64>) -> String {
+    bytes.map_or("-".into(), |b| {
+        format!("{:.1}", b as f64 / f64::from(1 << 20))
+    })
+}
+
+/// One row per server and memory size.
+pub fn sizing_table(rows: &[ReplayRow]) -> String {
+    let mut out = format!(
+        "{:<12} {:>8} {:>10} {:>10} {:>10} {:>9} {:>9} {:>9} {:>9} {:>10} {:>8}\n",
+        "server",
+        "mem_MiB",
+        "miss_ratio",
+        "byte_miss",
+        "gets",
+        "used_MiB",
+        "limit_MiB",
+        "rss_MiB",
+        "items",
+        "evictions",
+        "req/s"
+    );
+    for r in rows {
+        out += &format!(
+            "{:<12} {:>8} {:>10.4} {:>10.4} {:>10} {:>9} {:>9} {:>9} {:>9} {:>10} {:>8.0}\n",
+            r.server,
+            r.memory_mib,
+            r.miss_ratio,
+            r.byte_miss_ratio,
+            r.gets,
+            mib(r.bytes),
+            mib(r.limit_maxbytes),
+            mib(r.rss_bytes),
+            r.curr_items.map_or("-".into(), |n| n.to_string()),
+            r.evictions.map_or("-".into(), |n| n.to_string()),
+            r.requests as f64 / r.wall_secs.max(1e-9)
+        );
+    }
+    out
+}
+
+/// Miss ratio per window of trace time: one row per window, one column per server and size.
+pub fn windows_table(rows: &[ReplayRow]) -> String {
+    let mut out = format!("miss ratio over the trace\n{:>12}", "trace_s");
+    for r in rows {
+        out += &format!(" {:>16}", format!("{}@{}MiB", r.server, r.memory_mib));
+    }
+    out.push('\n');
+    let windows = rows.iter().map(|r| r.windows.len()).max().unwrap_or(0);
+    for i in 0..windows {
+        let start = rows
+            .iter()
+            .find_map(|r| r.windows.get(i))
+            .map_or(0, |w| w.0);
+        out += &format!("{start:>12}");
+        for r in rows {
+            match r.windows.get(i) {
+                Some(w) if w.1 > 0 => out += &format!(" {:>16.4}", w.3),
+                _ => out += &format!(" {:>16}", "-"),
+            }
+        }
+        out.push('\n');
+    }
+    out
+}
+
+fn write_out(
+    dir: &Path,
+    workload: &str,
+    args: &LoadArgs,
+    config: &ReplayConfig,
+    rows: &[ReplayRow],
+) -> Result<Vec<std::path::PathBuf>> {
+    let result = ReplayResult {
+        workload: workload.to_string(),
+        speedup: args.speedup,
+        conns: config.conns,
+        depth: config.depth,
+        rows,
+    };
+    let mut written = vec![crate::results::write_json(
+        dir, "replay", "replay", &result,
+    )?];
+    let mut servers: Vec<&str> = Vec::new();
+    for r in rows {
+        if !servers.contains(&r.server.as_str()) {
+            servers.push(&r.server);
+        }
+    }
+    let sizing: Vec<Series> = servers
+        .iter()
+        .map(|&s| {
+            let mut points: Vec<(f64, f64)> = rows
+                .iter()
+                .filter(|r| r.server == s)
+                .map(|r| (r.memory_mib as f64, r.miss_ratio))
+                .collect();
+            points.sort_by(|a, b| a.0.total_cmp(&b.0));
+            Series {
+                name: s.to_string(),
+                points,
+            }
+        })
+        .collect();
+    let path = dir.join("replay-sizing.png");
+    plot::line_chart(
+        &path,
+        "trace replay: miss ratio vs memory",
+        "server memory -m (MiB, log scale)",
+        "miss ratio",
+        &sizing,
+        true,
+    )?;
+    written.push(path);
+    let over_time: Vec<Series> = rows
+        .iter()
+        .map(|r| Series {
+            name: format!("{} {} MiB", r.server, r.memory_mib),
+            points: r
+                .windows
+                .iter()
+                .filter(|w| w.1 > 0)
+                .map(|w| (f64::from(w.0), w.3))
+                .collect(),
+        })
+        .collect();
+    let path = dir.join("replay-over-time.png");
+    plot::line_chart(
+        &path,
+        "trace replay: miss ratio over the trace",
+        "trace time (s, window start)",
+        "miss ratio",
+        &over_time,
+        false,
+    )?;
+    written.push(path);
+    Ok(written)
+}
