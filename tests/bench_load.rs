@@ -112,6 +112,23 @@ fn open_loop_reaches_its_target_rate_on_both_servers() {
 }
 
 #[test]
+fn a_rate_beyond_the_servers_is_reported_as_missed() {
+    if !have_memcached() {
+        return;
+    }
+    let (stdout, result) = bench(
+        "overload",
+        &["--rate", "5000000", "--duration", "1s", "--warmup", "200ms"],
+    );
+    for r in rows(&result, &stdout) {
+        let ops = number(&r["ops_per_sec"]);
+        assert!(ops > 100.0 && ops < 2_500_000.0, "{ops}:\n{stdout}");
+        // Requests held back count from when they were due: the tail shows the backlog.
+        assert!(number(&r["p99_us"]) > 10_000.0, "{stdout}");
+    }
+}
+
+#[test]
 fn meta_protocol_with_deletes_and_size_distributions_is_verified() {
     if !have_memcached() {
         return;
@@ -127,6 +144,9 @@ fn meta_protocol_with_deletes_and_size_distributions_is_verified() {
             "16-64",
             "--value-size",
             "fb-app",
+            // Segcache's `c` TTLs (12 h to 14 d): every ms carries a T flag.
+            "--ttl",
+            "c",
             "--duration",
             "1s",
             "--warmup",
@@ -138,6 +158,7 @@ fn meta_protocol_with_deletes_and_size_distributions_is_verified() {
     assert_eq!(number(&settings["mix"]["delete"]), 0.2);
     assert_eq!(settings["key_size"], "16-64");
     assert_eq!(settings["value_size"], "fb-app");
+    assert_eq!(settings["ttl"].as_array().unwrap().len(), 3);
     for r in rows(&result, &stdout) {
         let hits = number(&r["hit_ratio"]);
         // Deletes make misses (a set brings a key back): misses are fine, wrong

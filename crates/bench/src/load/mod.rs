@@ -2,11 +2,15 @@
 //! servers side by side in one run. For each target (started here with
 //! `--spawn`, or given with `--target`) it pre-fills the key range, then at
 //! each pipeline depth runs a warm-up and a measured phase with identical load
-//! (N connections, closed loop, 90% get / 10% set by default) and reports
-//! ops/s, latency percentiles and the server's CPU time per operation
-//! (utime+stime of its process from procfs, before and after the measured
-//! phase). With `--repeat N` targets are interleaved run by run and the table
-//! shows medians. Any wrong reply fails the run.
+//! (N connections, closed loop, 90% get / 10% set by default; open loop at a
+//! target rate with `--rate`, see `open_loop`) and reports ops/s, hit ratio,
+//! latency percentiles and the server's CPU time per operation (utime+stime of
+//! its process from procfs, before and after the measured phase). The requests
+//! (get/set/delete mix, key and value size distributions, TTL mix, text or meta
+//! protocol) are `workload`'s and `sizes`'. With `--repeat N` targets are
+//! interleaved run by run and the table shows medians; `--out DIR` also writes
+//! them as JSON (`report::LoadResults`). Any wrong reply fails the run; a miss
+//! does not.
 //!
 //! The load generator is one thread (a current-thread tokio runtime) so that on
 //! a 2-core machine it can sit on one core (`--client-cpu`) and the server on

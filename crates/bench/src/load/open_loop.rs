@@ -15,7 +15,7 @@
 //!   open-loop run is the core, not the cost per request;
 //! - one sender per connection writes whatever is due, up to the pipeline
 //!   depth per write, without waiting for replies (a connection that is
-//!   behind pipelines);
+//!   behind pipelines, up to [`MAX_IN_FLIGHT`] requests);
 //! - one receiver per connection matches replies to its in-flight requests in
 //!   order, checks each like the closed loop does and records its latency from
 //!   the intended send time.
@@ -42,6 +42,15 @@ use super::workload::{conn_rng, Op, Workload};
 /// than tokio's 1 ms timer resolution.
 const SPIN_WINDOW: Duration = Duration::from_micros(1500);
 
+/// Most requests the pacer queues before it lets the other tasks run, so that a rate
+/// beyond what one thread can send still makes progress (and still stops).
+const MAX_DUE_IN_A_ROW: u32 = 256;
+
+/// Most requests a connection has in flight: past it the sender waits for replies. The
+/// requests it holds back still count their latency from their intended send time, so
+/// this bounds memory and the drain at the end of a run, not what is measured.
+const MAX_IN_FLIGHT: usize = 4096;
+
 /// Mixed into the seed of the schedule's RNG so that the gaps are not the draws of the
 /// requests themselves.
 const SCHEDULE_SALT: u64 = 0x5EED_0F0B_E4A7;
@@ -60,6 +69,8 @@ struct Lane {
     due_added: Notify,
     /// Something was added to `in_flight`, or the sender finished.
     in_flight_added: Notify,
+    /// Replies were taken off `in_flight`.
+    replied: Notify,
     /// The sender has finished: no more requests will be in flight.
     sender_done: Cell<bool>,
     /// The connection failed: stop scheduling and sending on it.
@@ -135,12 +146,14 @@ async fn pace(lanes: Vec<Rc<Lane>>, w: Rc<Workload>, rate: f64, seed: u64, sh: R
         .enumerate()
         .map(|(id, rng)| Reverse((start + gap(rng, per_conn), id)))
         .collect();
+    let mut in_a_row = 0;
     while sh.phase.get() != Phase::Stop {
         let Some(&Reverse((due, id))) = next.peek() else {
             break;
         };
         let now = Instant::now();
-        if due <= now {
+        if due <= now && in_a_row < MAX_DUE_IN_A_ROW {
+            in_a_row += 1;
             next.pop();
             let lane = &lanes[id];
             if !lane.broken.get() {
@@ -149,10 +162,16 @@ async fn pace(lanes: Vec<Rc<Lane>>, w: Rc<Workload>, rate: f64, seed: u64, sh: R
                 lane.due_added.notify_one();
                 next.push(Reverse((due + gap(&mut gap_rngs[id], per_conn), id)));
             }
+        } else if due <= now {
+            // Behind (a rate beyond this thread): let the senders and receivers run.
+            in_a_row = 0;
+            tokio::task::yield_now().await;
         } else if due - now > SPIN_WINDOW {
+            in_a_row = 0;
             let wake = due - SPIN_WINDOW;
             tokio::time::sleep_until(tokio::time::Instant::from_std(wake)).await;
         } else {
+            in_a_row = 0;
             tokio::task::yield_now().await;
         }
     }
@@ -176,11 +195,15 @@ async fn send(
             lane.due_added.notified().await;
             continue;
         }
+        if lane.in_flight.borrow().len() >= MAX_IN_FLIGHT {
+            lane.replied.notified().await;
+            continue;
+        }
         out.clear();
         {
             let mut due = lane.due.borrow_mut();
             let mut in_flight = lane.in_flight.borrow_mut();
-            let batch = depth.min(due.len());
+            let batch = depth.min(due.len()).min(MAX_IN_FLIGHT - in_flight.len());
             for scheduled in due.drain(..batch) {
                 w.encode(scheduled.0, &mut out);
                 in_flight.push_back(scheduled);
@@ -205,6 +228,7 @@ async fn receive(mut read: OwnedReadHalf, lane: Rc<Lane>, w: Rc<Workload>, sh: R
         conn_error(&mut sh.stats.borrow_mut(), e);
         lane.broken.set(true);
         lane.due_added.notify_one();
+        lane.replied.notify_one();
     }
     sh.running.set(sh.running.get() - 1);
 }
@@ -234,6 +258,7 @@ async fn receive_all(
                 measured,
             );
         }
+        lane.replied.notify_one();
         if lane.in_flight.borrow().is_empty() {
             replies.expect_empty()?;
             if lane.sender_done.get() || lane.broken.get() {
