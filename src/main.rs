@@ -14,6 +14,8 @@ struct Cli {
     command: Command,
 }
 
+// Parsed once per process: the size of its largest variant (bench's many flags) is no cost.
+#[allow(clippy::large_enum_variant)]
 #[derive(Subcommand)]
 enum Command {
     /// Serve memcached's text, meta and binary protocols from a Segcache engine (by default

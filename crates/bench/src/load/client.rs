@@ -19,7 +19,7 @@ use hdrhistogram::Histogram;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use super::workload::{parse_key, parse_u64, Op, Workload};
+use super::workload::{parse_u64, Op, Protocol, Workload};
 
 /// Longest reply line accepted before the stream is declared garbage.
 const MAX_LINE: usize = 4096;
@@ -33,10 +33,15 @@ const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
 pub enum Reply {
     /// A get returned the expected value.
     Hit,
-    /// A get returned `END` alone.
+    /// A get returned `END` alone (meta: `EN`).
     Miss,
-    /// A set returned `STORED`.
+    /// A set returned `STORED` (meta: `HD`).
     Stored,
+    /// A delete removed the key (`DELETED`, meta: `HD`).
+    Deleted,
+    /// A delete found no key (`NOT_FOUND`, meta: `NF`): not an error, since keys are
+    /// deleted, expire and are evicted during a run.
+    NotFound,
     /// A complete reply that is wrong for its request: (kind, example).
     Wrong(&'static str, String),
 }
@@ -83,7 +88,7 @@ fn line(buf: &[u8]) -> Result<Option<&[u8]>, String> {
     }
 }
 
-/// Parses the reply to `op` at the start of `buf`.
+/// Parses the reply to `op` at the start of `buf`, in the workload's protocol.
 pub fn parse_reply(buf: &[u8], op: Op, w: &Workload) -> Parsed {
     let first = match line(buf) {
         Ok(Some(l)) => l,
@@ -95,27 +100,93 @@ pub fn parse_reply(buf: &[u8], op: Op, w: &Workload) -> Parsed {
         consumed: line_len,
         reply,
     };
-    match op {
-        Op::Set(n) => match first {
+    let key = |n: u64| {
+        let mut k = Vec::new();
+        w.push_key_bytes(n, &mut k);
+        String::from_utf8_lossy(&k).into_owned()
+    };
+    match (w.protocol(), op) {
+        (Protocol::Text, Op::Set(n)) => match first {
             b"STORED" => reply(Reply::Stored),
             _ => reply(Reply::Wrong(
                 "set: reply is not STORED",
-                format!("set key:{n} -> {}", show(first)),
+                format!("set {} -> {}", key(n), show(first)),
             )),
         },
-        Op::Get(n) => {
+        (Protocol::Text, Op::Delete(n)) => match first {
+            b"DELETED" => reply(Reply::Deleted),
+            b"NOT_FOUND" => reply(Reply::NotFound),
+            _ => reply(Reply::Wrong(
+                "delete: reply is not DELETED or NOT_FOUND",
+                format!("delete {} -> {}", key(n), show(first)),
+            )),
+        },
+        (Protocol::Text, Op::Get(n)) => {
             if first == b"END" {
                 return reply(Reply::Miss);
             }
             let Some(header) = first.strip_prefix(b"VALUE ") else {
                 return reply(Reply::Wrong(
                     "get: unexpected reply line",
-                    format!("get key:{n} -> {}", show(first)),
+                    format!("get {} -> {}", key(n), show(first)),
                 ));
             };
             parse_value(buf, header, line_len, n, w)
         }
+        (Protocol::Meta, Op::Set(n)) => match first {
+            b"HD" => reply(Reply::Stored),
+            _ => reply(Reply::Wrong(
+                "ms: reply is not HD",
+                format!("ms {} -> {}", key(n), show(first)),
+            )),
+        },
+        (Protocol::Meta, Op::Delete(n)) => match first {
+            b"HD" => reply(Reply::Deleted),
+            b"NF" => reply(Reply::NotFound),
+            _ => reply(Reply::Wrong(
+                "md: reply is not HD or NF",
+                format!("md {} -> {}", key(n), show(first)),
+            )),
+        },
+        (Protocol::Meta, Op::Get(n)) => {
+            // A miss echoes the requested return flags (`EN k<key>`) in memcached and
+            // memfleet alike; the key is not checked: a miss is a miss.
+            if first == b"EN" || first.starts_with(b"EN ") {
+                return reply(Reply::Miss);
+            }
+            let Some(header) = first.strip_prefix(b"VA ") else {
+                return reply(Reply::Wrong(
+                    "mg: unexpected reply line",
+                    format!("mg {} -> {}", key(n), show(first)),
+                ));
+            };
+            parse_meta_value(buf, header, line_len, n, w)
+        }
     }
+}
+
+/// The data block of a hit: `Incomplete` until `<bytes>\r\n<trailer>` is in, then the
+/// consumed length, or a desync if the block is not framed as announced.
+fn data_block<'b>(
+    buf: &'b [u8],
+    line_len: usize,
+    bytes: u64,
+    trailer: &[u8],
+    n: u64,
+) -> Result<(&'b [u8], usize), Parsed> {
+    let data_end = line_len + bytes as usize;
+    let total = data_end + 2 + trailer.len();
+    if buf.len() < total {
+        return Err(Parsed::Incomplete);
+    }
+    if &buf[data_end..data_end + 2] != b"\r\n" || &buf[data_end + 2..total] != trailer {
+        return Err(Parsed::Desync(format!(
+            "value of get key {n} not followed by \\r\\n{}: {}",
+            show(trailer).trim_end_matches("\\r\\n"),
+            show(&buf[data_end..total])
+        )));
+    }
+    Ok((&buf[line_len..data_end], total))
 }
 
 fn parse_value(buf: &[u8], header: &[u8], line_len: usize, n: u64, w: &Workload) -> Parsed {
@@ -127,36 +198,76 @@ fn parse_value(buf: &[u8], header: &[u8], line_len: usize, n: u64, w: &Workload)
     let Some(bytes) = parse_u64(bytes).filter(|&b| b <= MAX_VALUE) else {
         return Parsed::Desync(format!("bad length in VALUE line: VALUE {}", show(header)));
     };
-    let data_end = line_len + bytes as usize;
-    let total = data_end + 2 + 5;
-    if buf.len() < total {
-        return Parsed::Incomplete;
-    }
-    if &buf[data_end..total] != b"\r\nEND\r\n" {
-        return Parsed::Desync(format!(
-            "value of get key:{n} not followed by \\r\\nEND\\r\\n: {}",
-            show(&buf[data_end..total])
-        ));
-    }
+    let (data, total) = match data_block(buf, line_len, bytes, b"END\r\n", n) {
+        Ok(d) => d,
+        Err(p) => return p,
+    };
     let wrong = |kind, detail| Parsed::Reply {
         consumed: total,
         reply: Reply::Wrong(kind, detail),
     };
-    if parse_key(key) != Some(n) {
+    if !w.key_matches(n, key) {
         return wrong(
             "get: reply for another key",
-            format!("get key:{n} -> VALUE {}", show(header)),
+            format!("get key {n} -> VALUE {}", show(header)),
         );
     }
     if flags != b"0" {
         return wrong(
             "get: wrong flags",
-            format!("get key:{n} -> VALUE {}", show(header)),
+            format!("get key {n} -> VALUE {}", show(header)),
         );
     }
-    let data = &buf[line_len..data_end];
     if data != w.value(n) {
-        return wrong("get: wrong value", format!("get key:{n} -> {}", show(data)));
+        return wrong("get: wrong value", format!("get key {n} -> {}", show(data)));
+    }
+    Parsed::Reply {
+        consumed: total,
+        reply: Reply::Hit,
+    }
+}
+
+/// A meta hit, `VA <bytes> <flags>*` (asked with `k f v`): the `k` flag must echo the
+/// key, `f` must be 0, and the data must be the key's value.
+fn parse_meta_value(buf: &[u8], header: &[u8], line_len: usize, n: u64, w: &Workload) -> Parsed {
+    let mut fields = header.split(|&b| b == b' ').filter(|f| !f.is_empty());
+    let Some(bytes) = fields
+        .next()
+        .and_then(parse_u64)
+        .filter(|&b| b <= MAX_VALUE)
+    else {
+        return Parsed::Desync(format!("bad length in VA line: VA {}", show(header)));
+    };
+    let (data, total) = match data_block(buf, line_len, bytes, b"", n) {
+        Ok(d) => d,
+        Err(p) => return p,
+    };
+    let wrong = |kind, detail| Parsed::Reply {
+        consumed: total,
+        reply: Reply::Wrong(kind, detail),
+    };
+    let (mut key, mut flags) = (None, None);
+    for f in fields {
+        match f[0] {
+            b'k' => key = Some(&f[1..]),
+            b'f' => flags = Some(&f[1..]),
+            _ => {}
+        }
+    }
+    if !key.is_some_and(|k| w.key_matches(n, k)) {
+        return wrong(
+            "mg: reply for another key",
+            format!("mg key {n} -> VA {}", show(header)),
+        );
+    }
+    if flags != Some(b"0".as_slice()) {
+        return wrong(
+            "mg: wrong flags",
+            format!("mg key {n} -> VA {}", show(header)),
+        );
+    }
+    if data != w.value(n) {
+        return wrong("mg: wrong value", format!("mg key {n} -> {}", show(data)));
     }
     Parsed::Reply {
         consumed: total,
@@ -179,6 +290,8 @@ pub struct Stats {
     pub misses: u64,
     /// Sets among them.
     pub sets: u64,
+    /// Deletes among them.
+    pub deletes: u64,
     /// Errors in any phase (warm-up included): wrong replies and broken connections.
     pub errors: u64,
     /// Errors by kind: count and first example.
@@ -196,6 +309,7 @@ impl Default for Stats {
             hits: 0,
             misses: 0,
             sets: 0,
+            deletes: 0,
             errors: 0,
             error_kinds: BTreeMap::new(),
         }
@@ -209,7 +323,8 @@ impl Stats {
         self.error_kinds.entry(kind).or_insert((0, detail)).0 += 1;
     }
 
-    fn reply(&mut self, op: Op, reply: Reply, latency: Duration, measured: bool) {
+    /// Counts one reply (its latency when `measured`; an error in any phase).
+    pub(super) fn reply(&mut self, op: Op, reply: Reply, latency: Duration, measured: bool) {
         if let Reply::Wrong(kind, detail) = reply {
             self.error(kind, detail);
             return;
@@ -230,6 +345,7 @@ impl Stats {
                 self.misses += 1;
             }
             (Op::Set(_), _) => self.sets += 1,
+            (Op::Delete(_), _) => self.deletes += 1,
             // parse_reply gives gets only Hit, Miss or Wrong.
             (Op::Get(_), _) => {}
         }
@@ -245,13 +361,88 @@ pub enum ConnError {
     Desync(String),
 }
 
+/// Received bytes not yet parsed, and the parsing of replies out of them.
+pub struct ReplyBuffer {
+    buf: Vec<u8>,
+    start: usize,
+    end: usize,
+}
+
+impl Default for ReplyBuffer {
+    fn default() -> Self {
+        ReplyBuffer {
+            buf: vec![0; 64 << 10],
+            start: 0,
+            end: 0,
+        }
+    }
+}
+
+impl ReplyBuffer {
+    /// The reply to `op` if it is complete, consuming it.
+    pub fn next_reply(&mut self, op: Op, w: &Workload) -> Result<Option<Reply>, ConnError> {
+        match parse_reply(&self.buf[self.start..self.end], op, w) {
+            Parsed::Reply { consumed, reply } => {
+                self.start += consumed;
+                Ok(Some(reply))
+            }
+            Parsed::Incomplete => Ok(None),
+            Parsed::Desync(e) => Err(ConnError::Desync(e)),
+        }
+    }
+
+    /// Fails if bytes are left over when no reply is expected.
+    pub fn expect_empty(&mut self) -> Result<(), ConnError> {
+        if self.start == self.end {
+            self.start = 0;
+            self.end = 0;
+            return Ok(());
+        }
+        Err(ConnError::Desync(format!(
+            "{} bytes after the last reply expected: {}",
+            self.end - self.start,
+            show(&self.buf[self.start..self.end])
+        )))
+    }
+
+    /// Reads more bytes from `from` and returns when they arrived.
+    pub async fn fill<R: tokio::io::AsyncRead + Unpin>(
+        &mut self,
+        from: &mut R,
+    ) -> Result<Instant, ConnError> {
+        self.make_room();
+        let n = from
+            .read(&mut self.buf[self.end..])
+            .await
+            .map_err(ConnError::Io)?;
+        if n == 0 {
+            return Err(ConnError::Io(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                "server closed the connection",
+            )));
+        }
+        self.end += n;
+        Ok(Instant::now())
+    }
+
+    fn make_room(&mut self) {
+        if self.start > 0 {
+            self.buf.copy_within(self.start..self.end, 0);
+            self.end -= self.start;
+            self.start = 0;
+        }
+        if self.end == self.buf.len() {
+            // A reply larger than the buffer (big values): grow rather than fail.
+            self.buf.resize(self.buf.len() * 2, 0);
+        }
+    }
+}
+
 /// One client connection with its buffers.
 pub struct Conn {
     stream: TcpStream,
     out: Vec<u8>,
-    buf: Vec<u8>,
-    start: usize,
-    end: usize,
+    replies: ReplyBuffer,
 }
 
 impl Conn {
@@ -262,10 +453,13 @@ impl Conn {
         Ok(Conn {
             stream,
             out: Vec::with_capacity(4096),
-            buf: vec![0; 64 << 10],
-            start: 0,
-            end: 0,
+            replies: ReplyBuffer::default(),
         })
+    }
+
+    /// The socket, for drivers that read and write it separately.
+    pub fn into_stream(self) -> TcpStream {
+        self.stream
     }
 
     /// Sends `ops` in one write and parses their replies, calling `on_reply` with each
@@ -288,59 +482,23 @@ impl Conn {
         let mut now = Instant::now();
         loop {
             while next < ops.len() {
-                match parse_reply(&self.buf[self.start..self.end], ops[next], w) {
-                    Parsed::Reply { consumed, reply } => {
-                        self.start += consumed;
+                match self.replies.next_reply(ops[next], w)? {
+                    Some(reply) => {
                         on_reply(ops[next], reply, now);
                         next += 1;
                     }
-                    Parsed::Incomplete => break,
-                    Parsed::Desync(e) => return Err(ConnError::Desync(e)),
+                    None => break,
                 }
             }
             if next == ops.len() {
-                if self.start == self.end {
-                    self.start = 0;
-                    self.end = 0;
-                    return Ok(());
-                }
-                return Err(ConnError::Desync(format!(
-                    "{} bytes after the last reply of a batch: {}",
-                    self.end - self.start,
-                    show(&self.buf[self.start..self.end])
-                )));
+                return self.replies.expect_empty();
             }
-            self.make_room();
-            let n = self
-                .stream
-                .read(&mut self.buf[self.end..])
-                .await
-                .map_err(ConnError::Io)?;
-            if n == 0 {
-                return Err(ConnError::Io(io::Error::new(
-                    io::ErrorKind::UnexpectedEof,
-                    "server closed the connection",
-                )));
-            }
-            self.end += n;
-            now = Instant::now();
-        }
-    }
-
-    fn make_room(&mut self) {
-        if self.start > 0 {
-            self.buf.copy_within(self.start..self.end, 0);
-            self.end -= self.start;
-            self.start = 0;
-        }
-        if self.end == self.buf.len() {
-            // A reply larger than the buffer (big values): grow rather than fail.
-            self.buf.resize(self.buf.len() * 2, 0);
+            now = self.replies.fill(&mut self.stream).await?;
         }
     }
 }
 
-fn conn_error(stats: &mut Stats, e: ConnError) {
+pub(super) fn conn_error(stats: &mut Stats, e: ConnError) {
     match e {
         ConnError::Io(e) => stats.error("connection: I/O error or closed", e.to_string()),
         ConnError::Desync(e) => stats.error("connection: unparseable reply", e),
@@ -377,17 +535,23 @@ pub async fn prefill(addr: SocketAddr, w: &Workload, depth: usize) -> Result<()>
 
 /// The phase of a run, shared by the controller and all connections.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Phase {
+pub(super) enum Phase {
+    /// Load, not counted.
     Warmup,
+    /// Load, counted.
     Measure,
+    /// No new requests.
     Stop,
 }
 
 /// What the connections of one run share.
-struct Shared {
-    phase: Cell<Phase>,
-    stats: RefCell<Stats>,
-    running: Cell<usize>,
+pub(super) struct Shared {
+    /// What the run is doing.
+    pub(super) phase: Cell<Phase>,
+    /// Counters of every connection.
+    pub(super) stats: RefCell<Stats>,
+    /// Tasks not finished yet.
+    pub(super) running: Cell<usize>,
 }
 
 async fn drive(
@@ -442,14 +606,36 @@ pub struct LoadConfig {
     pub server_pid: Option<u32>,
     /// Connections.
     pub conns: usize,
-    /// Requests per batch.
+    /// Requests per batch (open loop: most requests per write when behind).
     pub depth: usize,
+    /// Open loop at this many requests per second across all connections; closed loop
+    /// when `None`.
+    pub rate: Option<f64>,
+    /// Advanced by the milliseconds of warm-up and measured time as they pass.
+    pub progress: Option<indicatif::ProgressBar>,
     /// Unmeasured time first.
     pub warmup: Duration,
     /// Measured time.
     pub duration: Duration,
     /// RNG seed.
     pub seed: u64,
+}
+
+/// Sleeps for `time`, advancing `progress` ten times a second.
+async fn wait(time: Duration, progress: Option<&indicatif::ProgressBar>) {
+    let Some(bar) = progress else {
+        return tokio::time::sleep(time).await;
+    };
+    let start = tokio::time::Instant::now();
+    let end = start + time;
+    let mut shown = Duration::ZERO;
+    while tokio::time::Instant::now() < end {
+        tokio::time::sleep_until(end.min(tokio::time::Instant::now() + Duration::from_millis(100)))
+            .await;
+        let passed = start.elapsed().min(time);
+        bar.inc((passed - shown).as_millis() as u64);
+        shown = Duration::from_millis(passed.as_millis() as u64);
+    }
 }
 
 fn server_cpu(pid: Option<u32>) -> Result<Option<Duration>> {
@@ -475,24 +661,28 @@ pub async fn measure(cfg: &LoadConfig, w: Rc<Workload>) -> Result<Measured> {
         conns.push(c);
     }
     let mut tasks = Vec::with_capacity(cfg.conns);
-    for (id, conn) in conns.into_iter().enumerate() {
-        sh.running.set(sh.running.get() + 1);
-        tasks.push(tokio::task::spawn_local(drive(
-            conn,
-            w.clone(),
-            cfg.depth,
-            cfg.seed,
-            id,
-            sh.clone(),
-        )));
+    if let Some(rate) = cfg.rate {
+        tasks = super::open_loop::spawn(conns, &w, rate, cfg.depth, cfg.seed, &sh);
+    } else {
+        for (id, conn) in conns.into_iter().enumerate() {
+            sh.running.set(sh.running.get() + 1);
+            tasks.push(tokio::task::spawn_local(drive(
+                conn,
+                w.clone(),
+                cfg.depth,
+                cfg.seed,
+                id,
+                sh.clone(),
+            )));
+        }
     }
-    tokio::time::sleep(cfg.warmup).await;
+    wait(cfg.warmup, cfg.progress.as_ref()).await;
 
     sh.phase.set(Phase::Measure);
     let t0 = Instant::now();
     let srv0 = server_cpu(cfg.server_pid)?;
     let cli0 = cpu_time(Who::ThisThread)?;
-    tokio::time::sleep(cfg.duration).await;
+    wait(cfg.duration, cfg.progress.as_ref()).await;
     sh.phase.set(Phase::Stop);
     let elapsed = t0.elapsed();
     let srv1 = server_cpu(cfg.server_pid)?;
@@ -678,6 +868,126 @@ mod tests {
         let long = vec![b'x'; MAX_LINE + 1];
         assert!(matches!(
             parse_reply(&long, Op::Set(1), &w),
+            Parsed::Desync(_)
+        ));
+    }
+
+    #[test]
+    fn deletes_and_meta_replies() {
+        use crate::load::workload::{Mix, WorkloadSpec};
+        use crate::sim::workload::TtlMix;
+        let text = w();
+        for (reply, want) in [
+            (b"DELETED\r\n".as_slice(), Reply::Deleted),
+            (b"NOT_FOUND\r\n", Reply::NotFound),
+        ] {
+            assert_eq!(
+                parse_reply(reply, Op::Delete(3), &text),
+                Parsed::Reply {
+                    consumed: reply.len(),
+                    reply: want
+                }
+            );
+        }
+        assert_eq!(
+            wrong_kind(parse_reply(b"STORED\r\n", Op::Delete(3), &text)),
+            "delete: reply is not DELETED or NOT_FOUND"
+        );
+        let meta = Workload::from_spec(WorkloadSpec {
+            keys: 1000,
+            mix: Mix::new(1.0, 0.0, 0.0).unwrap(),
+            zipf: None,
+            key_sizes: Some(crate::load::sizes::SizeDistribution::Fixed(12)),
+            value_sizes: crate::load::sizes::SizeDistribution::Fixed(10),
+            ttl: TtlMix::single(0),
+            protocol: Protocol::Meta,
+        })
+        .unwrap();
+        let mut key = Vec::new();
+        meta.push_key_bytes(7, &mut key);
+        let key = String::from_utf8(key).unwrap();
+        assert_eq!(key.len(), 12);
+        let hit = |header: &str| {
+            let mut v = format!("VA 10 {header}\r\n").into_bytes();
+            v.extend_from_slice(meta.value(7));
+            v.extend_from_slice(b"\r\n");
+            v
+        };
+        let good = hit(&format!("k{key} f0"));
+        assert_eq!(
+            parse_reply(&good, Op::Get(7), &meta),
+            Parsed::Reply {
+                consumed: good.len(),
+                reply: Reply::Hit
+            }
+        );
+        for cut in 0..good.len() {
+            assert_eq!(
+                parse_reply(&good[..cut], Op::Get(7), &meta),
+                Parsed::Incomplete
+            );
+        }
+        // Flags in another order are fine.
+        let reordered = hit(&format!("f0 k{key}"));
+        assert!(matches!(
+            parse_reply(&reordered, Op::Get(7), &meta),
+            Parsed::Reply {
+                reply: Reply::Hit,
+                ..
+            }
+        ));
+        assert_eq!(
+            wrong_kind(parse_reply(&hit("kkey:7 f0"), Op::Get(7), &meta)),
+            "mg: reply for another key"
+        );
+        assert_eq!(
+            wrong_kind(parse_reply(&hit(&format!("k{key} f3")), Op::Get(7), &meta)),
+            "mg: wrong flags"
+        );
+        let mut bad = good.clone();
+        let at = bad.len() - 4;
+        bad[at] ^= 1;
+        assert_eq!(
+            wrong_kind(parse_reply(&bad, Op::Get(7), &meta)),
+            "mg: wrong value"
+        );
+        assert_eq!(
+            parse_reply(b"EN\r\n", Op::Get(7), &meta),
+            Parsed::Reply {
+                consumed: 4,
+                reply: Reply::Miss
+            }
+        );
+        assert_eq!(
+            parse_reply(b"EN kkey:7\r\n", Op::Get(7), &meta),
+            Parsed::Reply {
+                consumed: 11,
+                reply: Reply::Miss
+            }
+        );
+        assert_eq!(
+            parse_reply(b"HD\r\n", Op::Set(7), &meta),
+            Parsed::Reply {
+                consumed: 4,
+                reply: Reply::Stored
+            }
+        );
+        assert_eq!(
+            parse_reply(b"NF\r\n", Op::Delete(7), &meta),
+            Parsed::Reply {
+                consumed: 4,
+                reply: Reply::NotFound
+            }
+        );
+        assert_eq!(
+            wrong_kind(parse_reply(b"NS\r\n", Op::Set(7), &meta)),
+            "ms: reply is not HD"
+        );
+        let mut unframed = good.clone();
+        let end = unframed.len() - 2;
+        unframed[end] = b'X';
+        assert!(matches!(
+            parse_reply(&unframed, Op::Get(7), &meta),
             Parsed::Desync(_)
         ));
     }

@@ -56,7 +56,13 @@ pub fn bench(args: &LoadArgs) -> Result<()> {
         bail!("--repeat, --duration and --conns must be positive");
     }
     let workload = Rc::new(
-        Workload::new(args.keys, 1.0, args.value_size, args.zipf).map_err(anyhow::Error::msg)?,
+        Workload::new(
+            args.keys,
+            1.0,
+            args.fixed_value_size("--scenario client")?,
+            args.zipf,
+        )
+        .map_err(anyhow::Error::msg)?,
     );
     println!(
         "memfleet bench --scenario client: {} tasks of one application, one get at a time \

@@ -69,7 +69,13 @@ pub fn bench(args: &LoadArgs) -> Result<()> {
         bail!("--gutter-fail-at must come before the end of --duration");
     }
     let workload = Rc::new(
-        Workload::new(args.keys, 1.0, args.value_size, args.zipf).map_err(anyhow::Error::msg)?,
+        Workload::new(
+            args.keys,
+            1.0,
+            args.fixed_value_size("--scenario gutter")?,
+            args.zipf,
+        )
+        .map_err(anyhow::Error::msg)?,
     );
     println!(
         "memfleet bench --scenario gutter: {} servers behind a router, {} look-aside clients, \

@@ -564,7 +564,7 @@ pub fn bench(args: &LoadArgs) -> Result<()> {
                         db_latency: args.herd_db_latency,
                         retry_after: args.herd_retry,
                         accept_stale: args.herd_accept_stale,
-                        value_size: args.value_size,
+                        value_size: args.fixed_value_size("--scenario herd")?,
                         key: format!("herd:{}:{r}", mode.name()),
                     };
                     let res = run(&cfg, mode)

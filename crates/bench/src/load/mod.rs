@@ -2,11 +2,15 @@
 //! servers side by side in one run. For each target (started here with
 //! `--spawn`, or given with `--target`) it pre-fills the key range, then at
 //! each pipeline depth runs a warm-up and a measured phase with identical load
-//! (N connections, closed loop, 90% get / 10% set by default) and reports
-//! ops/s, latency percentiles and the server's CPU time per operation
-//! (utime+stime of its process from procfs, before and after the measured
-//! phase). With `--repeat N` targets are interleaved run by run and the table
-//! shows medians. Any wrong reply fails the run.
+//! (N connections, closed loop, 90% get / 10% set by default; open loop at a
+//! target rate with `--rate`, see `open_loop`) and reports ops/s, hit ratio,
+//! latency percentiles and the server's CPU time per operation (utime+stime of
+//! its process from procfs, before and after the measured phase). The requests
+//! (get/set/delete mix, key and value size distributions, TTL mix, text or meta
+//! protocol) are `workload`'s and `sizes`'. With `--repeat N` targets are
+//! interleaved run by run and the table shows medians; `--out DIR` also writes
+//! them as JSON (`report::LoadResults`). Any wrong reply fails the run; a miss
+//! does not.
 //!
 //! The load generator is one thread (a current-thread tokio runtime) so that on
 //! a 2-core machine it can sit on one core (`--client-cpu`) and the server on
@@ -22,8 +26,10 @@ pub mod herd;
 pub mod invalidation;
 pub mod replay;
 pub mod replay_client;
+pub mod open_loop;
 pub mod report;
 pub mod restart;
+pub mod sizes;
 pub mod target;
 pub mod udp;
 pub mod workload;
@@ -35,8 +41,10 @@ use anyhow::{bail, Context, Result};
 
 use self::client::{LoadConfig, Measured};
 use self::report::Row;
+use self::sizes::{KeySizes, SizeDistribution, ValueSizes};
 use self::target::{ExternalTarget, ServerSettings, SpawnSpec, Spawned};
-use self::workload::Workload;
+use self::workload::{Mix, Protocol, Workload, WorkloadSpec};
+use crate::sim::workload::TtlMix;
 
 /// Arguments of `memfleet bench`.
 #[derive(Debug, Clone, clap::Args)]
@@ -59,9 +67,11 @@ pub struct LoadArgs {
     /// Distinct keys (key:0 .. key:N-1), all stored before measuring.
     #[arg(long, default_value_t = 100_000)]
     pub keys: u64,
-    /// Value size in bytes.
-    #[arg(long, default_value_t = 100)]
-    pub value_size: usize,
+    /// Value sizes in bytes: N, A-B (uniform), fb-wildcard, fb-app, fb-replicated,
+    /// fb-regional (Facebook's Table 3 pools) or etc (the ETC workload); a key's size is
+    /// fixed. Scenarios other than load take N only.
+    #[arg(long, default_value = "100")]
+    pub value_size: ValueSizes,
     /// Fraction of requests that are gets (the rest are sets).
     #[arg(long, default_value_t = 0.9)]
     pub get_ratio: f64,
@@ -179,6 +189,50 @@ pub struct LoadArgs {
     /// replay: requests per pipelined batch on each connection.
     #[arg(long, default_value_t = 32)]
     pub replay_depth: usize,
+
+    // The load scenario's open loop, request mix, key sizes, TTLs and protocol.
+    /// Open loop: send this many requests per second across all connections on a schedule
+    /// that ignores replies, measuring latency from each request's intended send time
+    /// (without it: closed loop, as fast as replies come back).
+    #[arg(long, value_name = "OPS")]
+    pub rate: Option<f64>,
+    /// Fraction of requests that are deletes (the rest after gets are sets).
+    #[arg(long, default_value_t = 0.0)]
+    pub delete_ratio: f64,
+    /// The request mix as shares summing to 1, e.g. get=0.8,set=0.15,delete=0.05
+    /// (instead of --get-ratio and --delete-ratio).
+    #[arg(long, conflicts_with_all = ["get_ratio", "delete_ratio"])]
+    pub mix: Option<Mix>,
+    /// Key sizes in bytes: N, A-B (uniform) or etc (the ETC workload); keys are key:<n>
+    /// padded to the size (never shorter than key:<n>). Default: key:<n> unpadded.
+    #[arg(long)]
+    pub key_size: Option<KeySizes>,
+    /// TTL of sets: seconds (0 never expires), a mix such as 120:0.5,1h:0.5 (a key's
+    /// TTL is fixed), or a Segcache Table 3 preset: c, u1, u2, n, mix.
+    #[arg(long, value_parser = parse_ttl, default_value = "0")]
+    pub ttl: TtlMix,
+    /// Request protocol: text (get/set/delete) or meta (mg/ms/md).
+    #[arg(long, value_enum, default_value = "text")]
+    pub protocol: Protocol,
+    /// A published workload: etc (Atikoglu et al. SIGMETRICS '12 as mutilate models it:
+    /// ETC key and value sizes, 30 gets per set).
+    #[arg(long, value_enum, conflicts_with_all = ["key_size", "value_size", "mix", "get_ratio"])]
+    pub workload: Option<WorkloadPreset>,
+}
+
+/// A published workload for `--workload`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum WorkloadPreset {
+    /// Facebook's ETC pool: GEV key sizes, generalized Pareto value sizes, 30:1 get:set.
+    Etc,
+}
+
+/// Parses `--ttl`: plain seconds, or a [`TtlMix`] (preset or `ttl:share,...`).
+pub fn parse_ttl(s: &str) -> Result<TtlMix, String> {
+    match s.trim().parse::<u32>() {
+        Ok(seconds) => Ok(TtlMix::single(seconds)),
+        Err(_) => s.parse(),
+    }
 }
 
 /// What `memfleet bench` runs.
@@ -252,28 +306,42 @@ pub fn bench(args: &LoadArgs) -> Result<Vec<Row>> {
     if args.duration.is_zero() {
         bail!("--duration must be positive");
     }
-    let workload = Workload::new(args.keys, args.get_ratio, args.value_size, args.zipf)
-        .map_err(anyhow::Error::msg)?;
-    let workload = Rc::new(workload);
+    if let Some(rate) = args.rate {
+        if !(rate.is_finite() && rate > 0.0) {
+            bail!("--rate must be a positive number of requests per second, got {rate}");
+        }
+    }
+    let spec = args.workload_spec().map_err(anyhow::Error::msg)?;
     let targets = args.targets();
+    refuse_floor_beyond_its_replies(&targets, &spec)?;
+    let workload = Rc::new(Workload::from_spec(spec.clone()).map_err(anyhow::Error::msg)?);
     let command = command_line();
     let load_at_start = load_average();
     let cpus = cpu::online_cpus();
 
     println!(
-        "memfleet bench: {} connections, pipeline {}, {} keys ({}), {:.0}% get / {:.0}% set, \
-         {}-byte values, {:?} warm-up + {:?} measured per run, {} repeat(s)",
+        "memfleet bench: {} connections, pipeline {}, {}, {} keys ({}), {:.0}% get / {:.0}% set / \
+         {:.0}% delete, {} protocol, key size {}, value size {}, TTL {}, {:?} warm-up + {:?} \
+         measured per run, {} repeat(s)",
         args.conns,
         args.pipeline
             .iter()
             .map(|d| d.to_string())
             .collect::<Vec<_>>()
             .join(","),
+        args.rate
+            .map_or("closed loop".into(), |r| format!("open loop at {r} ops/s")),
         args.keys,
         args.zipf.map_or("uniform".into(), |s| format!("zipf {s}")),
-        args.get_ratio * 100.0,
-        (1.0 - args.get_ratio) * 100.0,
-        args.value_size,
+        spec.mix.get * 100.0,
+        spec.mix.set * 100.0,
+        spec.mix.delete * 100.0,
+        report::protocol_name(spec.protocol),
+        spec.key_sizes
+            .as_ref()
+            .map_or("key:<n>".into(), |k| k.to_string()),
+        spec.value_sizes,
+        report::ttl_text(&spec.ttl),
         args.warmup,
         args.duration,
         args.repeat
@@ -287,13 +355,23 @@ pub fn bench(args: &LoadArgs) -> Result<Vec<Row>> {
         println!("pinning: load generator on CPU {c}, spawned servers on CPU {s}");
     }
     let settings = args.server_settings(false);
+    let progress = progress_bar(args, targets.len());
     let (rt, local) = runtime()?;
     // runs[target][depth] holds one row per repeat.
     let mut runs: Vec<Vec<Vec<Row>>> = vec![vec![Vec::new(); args.pipeline.len()]; targets.len()];
     local.block_on(&rt, async {
         for r in 1..=args.repeat {
             for (ti, t) in targets.iter().enumerate() {
-                let rows = run_target(args, t, &settings, server_pin, &workload, r).await?;
+                let rows = run_target(
+                    args,
+                    t,
+                    &settings,
+                    server_pin,
+                    &workload,
+                    r,
+                    progress.as_ref(),
+                )
+                .await?;
                 for (di, row) in rows.into_iter().enumerate() {
                     runs[ti][di].push(row);
                 }
@@ -301,6 +379,9 @@ pub fn bench(args: &LoadArgs) -> Result<Vec<Row>> {
         }
         anyhow::Ok(())
     })?;
+    if let Some(bar) = &progress {
+        bar.finish_and_clear();
+    }
 
     let rows: Vec<Row> = runs
         .iter()
@@ -337,14 +418,69 @@ pub fn bench(args: &LoadArgs) -> Result<Vec<Row>> {
         load_average()
     );
     println!("command: {command}");
+    if let Some(dir) = &args.out {
+        let results = report::LoadResults::new(report::RunSettings::new(args, &spec), &rows);
+        let path = crate::results::write_json(dir, "load", "load", &results)?;
+        println!("results: {}", path.display());
+    }
     Ok(rows)
+}
+
+/// The floor server answers text gets and sets of fixed-size values under `key:<n>`
+/// only; anything else would be counted as its errors or misses, not as a floor.
+fn refuse_floor_beyond_its_replies(targets: &[Target], spec: &WorkloadSpec) -> Result<()> {
+    let has_floor = targets
+        .iter()
+        .any(|t| matches!(t, Target::Spawn(SpawnSpec::Floor)));
+    if has_floor
+        && (spec.value_sizes.fixed().is_none()
+            || spec.key_sizes.is_some()
+            || spec.mix.delete > 0.0
+            || spec.protocol != Protocol::Text)
+    {
+        bail!(
+            "--spawn floor answers only text gets and sets with a fixed --value-size and no \
+             --key-size: drop floor or those options"
+        );
+    }
+    Ok(())
+}
+
+/// A progress bar on stderr over every run's warm-up and measured time, when stderr is a
+/// terminal and the runs take more than a few seconds.
+fn progress_bar(args: &LoadArgs, targets: usize) -> Option<indicatif::ProgressBar> {
+    use std::io::IsTerminal;
+    let runs = (targets * args.pipeline.len() * args.repeat) as u32;
+    let total = (args.warmup + args.duration) * runs;
+    if !std::io::stderr().is_terminal() || total < Duration::from_secs(5) {
+        return None;
+    }
+    let bar = indicatif::ProgressBar::with_draw_target(
+        Some(total.as_millis() as u64),
+        indicatif::ProgressDrawTarget::stderr(),
+    );
+    let style =
+        indicatif::ProgressStyle::with_template("{msg:24} [{wide_bar}] {percent:>3}% eta {eta}")
+            .expect("a valid progress template")
+            .progress_chars("=> ");
+    bar.set_style(style);
+    Some(bar)
+}
+
+/// Prints `line` on stdout without tearing the progress bar.
+fn say(progress: Option<&indicatif::ProgressBar>, line: impl std::fmt::Display) {
+    match progress {
+        Some(bar) => bar.suspend(|| println!("{line}")),
+        None => println!("{line}"),
+    }
 }
 
 /// Runs the benchmark and fails (after printing everything) if any reply was wrong or any
 /// connection failed.
 pub fn run(args: &LoadArgs) -> Result<()> {
     if let Some(port) = args.floor_server {
-        return floor::serve(port, args.value_size)
+        let value_size = args.fixed_value_size("the floor server")?;
+        return floor::serve(port, value_size)
             .with_context(|| format!("floor server on 127.0.0.1:{port}"));
     }
     if let (Some(port), Some(backend)) = (args.floor_proxy, args.floor_backend) {
@@ -370,6 +506,40 @@ pub fn run(args: &LoadArgs) -> Result<()> {
 }
 
 impl LoadArgs {
+    /// `--value-size` of a scenario that takes one fixed size (`what` names it).
+    pub fn fixed_value_size(&self, what: &str) -> Result<usize> {
+        self.value_size.fixed(what).map_err(anyhow::Error::msg)
+    }
+
+    /// The requests of the load scenario: `--workload`, or the mix, sizes, TTLs and
+    /// protocol given one by one.
+    pub fn workload_spec(&self) -> Result<WorkloadSpec, String> {
+        let (mix, key_sizes, value_sizes) = match self.workload {
+            Some(WorkloadPreset::Etc) => (
+                Mix::new(30.0 / 31.0, 1.0 / 31.0, 0.0)?,
+                Some(SizeDistribution::etc_keys()),
+                SizeDistribution::etc_values(),
+            ),
+            None => (
+                match self.mix {
+                    Some(mix) => mix,
+                    None => Mix::from_ratios(self.get_ratio, self.delete_ratio)?,
+                },
+                self.key_size.as_ref().map(|k| k.0.clone()),
+                self.value_size.0.clone(),
+            ),
+        };
+        Ok(WorkloadSpec {
+            keys: self.keys,
+            mix,
+            zipf: self.zipf,
+            key_sizes,
+            value_sizes,
+            ttl: self.ttl.clone(),
+            protocol: self.protocol,
+        })
+    }
+
     /// The targets in report order: spawned servers first, then `--target` ones.
     pub(crate) fn targets(&self) -> Vec<Target> {
         self.spawn
@@ -387,7 +557,8 @@ impl LoadArgs {
             memfleet_bin: self.memfleet_bin.clone(),
             threads: self.server_threads,
             memory_mib: self.server_memory,
-            value_size: self.value_size,
+            // Only the floor server reads it, and `bench` refuses floor with a distribution.
+            value_size: self.value_size.0.fixed().unwrap_or_default(),
             udp,
         }
     }
@@ -464,8 +635,13 @@ async fn run_target(
     server_pin: Option<usize>,
     workload: &Rc<Workload>,
     repeat: usize,
+    progress: Option<&indicatif::ProgressBar>,
 ) -> Result<Vec<Row>> {
-    let (mut spawned, addr) = start(target, settings, server_pin, &[])?;
+    let name = target.name();
+    let (mut spawned, addr) = match progress {
+        Some(bar) => bar.suspend(|| start(target, settings, server_pin, &[]))?,
+        None => start(target, settings, server_pin, &[])?,
+    };
     let pid = match target {
         Target::Spawn(_) => spawned.as_ref().map(Spawned::pid),
         Target::External(t) => t.pid,
@@ -473,45 +649,53 @@ async fn run_target(
     if !args.no_prefill {
         let start = Instant::now();
         client::prefill(addr, workload, 100).await?;
-        println!(
-            "[{}] pre-filled {} keys in {:.2} s",
-            target.name(),
-            workload.keys(),
-            start.elapsed().as_secs_f64()
+        say(
+            progress,
+            format_args!(
+                "[{name}] pre-filled {} keys in {:.2} s",
+                workload.keys(),
+                start.elapsed().as_secs_f64()
+            ),
         );
     }
     let mut rows = Vec::new();
     for &depth in &args.pipeline {
+        if let Some(bar) = progress {
+            bar.set_message(format!("{name} depth {depth} run {repeat}/{}", args.repeat));
+        }
         let cfg = LoadConfig {
             addr,
             server_pid: pid,
             conns: args.conns,
             depth,
+            rate: args.rate,
+            progress: progress.cloned(),
             warmup: args.warmup,
             duration: args.duration,
             seed: args.seed.wrapping_add(repeat as u64),
         };
         let m: Measured = client::measure(&cfg, workload.clone())
             .await
-            .with_context(|| format!("loading {} at pipeline depth {depth}", target.name()))?;
-        let row = Row::from_measured(target.name(), depth, &m);
-        println!(
-            "[{}] run {repeat}/{}: {}",
-            target.name(),
-            args.repeat,
-            row.brief()
+            .with_context(|| format!("loading {name} at pipeline depth {depth}"))?;
+        let mut row = Row::from_measured(name, depth, &m);
+        row.target_rate = args.rate;
+        say(
+            progress,
+            format_args!("[{name}] run {repeat}/{}: {}", args.repeat, row.brief()),
         );
         if m.stats.misses > 0 {
-            println!(
-                "[{}]   {} get misses after pre-fill (evictions, or --no-prefill)",
-                target.name(),
-                m.stats.misses
+            say(
+                progress,
+                format_args!(
+                    "[{name}]   {} get misses (TTLs, deletes, evictions or --no-prefill)",
+                    m.stats.misses
+                ),
             );
         }
         for (kind, (count, example)) in &m.stats.error_kinds {
-            println!(
-                "[{}]   ERROR {count} x {kind}; first: {example}",
-                target.name()
+            say(
+                progress,
+                format_args!("[{name}]   ERROR {count} x {kind}; first: {example}"),
             );
         }
         rows.push(row);

@@ -1,15 +1,42 @@
-//! Turning measured phases into rows (ops/s, latency percentiles in µs, CPU
-//! µs per op), the median of repeated runs, and the side-by-side table with
-//! ratios against the first target ("the anchor"). Also the shell-quoted
-//! command line printed with it. Pure formatting: no I/O.
+//! Turning measured phases into rows (ops/s, hit ratio, latency percentiles
+//! and CDF in µs, CPU µs per op), the median of repeated runs, the
+//! side-by-side table with ratios against the first target ("the anchor"),
+//! and the JSON document `--out` writes ([`LoadResults`], for scripts and the
+//! plots). Also the shell-quoted command line printed with it. Pure
+//! formatting: no I/O.
 
 use std::fmt::Write as _;
 
+use serde::{Deserialize, Serialize};
+
 use super::client::Measured;
+use super::workload::{Mix, Protocol, WorkloadSpec};
+use crate::sim::workload::TtlMix;
 
 /// Latency percentiles reported, with their column titles.
 pub const PERCENTILES: [(f64, &str); 4] =
     [(50.0, "p50"), (90.0, "p90"), (99.0, "p99"), (99.9, "p99.9")];
+
+/// The percentiles of a row's latency CDF: every whole percent, then finer towards
+/// the tail (99.1 .. 99.9, 99.91 .. 99.99, 99.991 .. 99.999) and 100 (the maximum).
+pub fn cdf_percentiles() -> Vec<f64> {
+    let mut p: Vec<f64> = (0..=99).map(f64::from).collect();
+    for step in [0.1, 0.01, 0.001] {
+        let base = 100.0 - 10.0 * step;
+        p.extend((1..=9).map(|i| base + f64::from(i) * step));
+    }
+    p.push(100.0);
+    p
+}
+
+/// One point of a latency CDF: `percentile` % of the replies took at most `latency_us`.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct CdfPoint {
+    /// 0 ..= 100.
+    pub percentile: f64,
+    /// Microseconds.
+    pub latency_us: f64,
+}
 
 /// One line of the result table: one target at one pipeline depth.
 #[derive(Debug, Clone, PartialEq)]
@@ -18,6 +45,8 @@ pub struct Row {
     pub target: String,
     /// Pipeline depth.
     pub depth: usize,
+    /// The open loop's target rate (requests per second), `None` for closed loop.
+    pub target_rate: Option<f64>,
     /// Measured replies per second.
     pub ops_per_sec: f64,
     /// Latencies in µs at [`PERCENTILES`].
@@ -32,6 +61,8 @@ pub struct Row {
     pub hit_ratio: f64,
     /// Errors (summed, not medians, over repeated runs).
     pub errors: u64,
+    /// Latency at each of [`cdf_percentiles`].
+    pub latency_cdf: Vec<CdfPoint>,
 }
 
 impl Row {
@@ -44,6 +75,7 @@ impl Row {
         Row {
             target: target.to_string(),
             depth,
+            target_rate: None,
             ops_per_sec: s.ops as f64 / m.elapsed.as_secs_f64().max(1e-9),
             percentiles_us: PERCENTILES.map(|(q, _)| us(s.latency_ns.value_at_percentile(q))),
             max_us: us(s.latency_ns.max()),
@@ -55,6 +87,13 @@ impl Row {
                 s.hits as f64 / s.gets as f64
             },
             errors: s.errors,
+            latency_cdf: cdf_percentiles()
+                .into_iter()
+                .map(|percentile| CdfPoint {
+                    percentile,
+                    latency_us: us(s.latency_ns.value_at_percentile(percentile)),
+                })
+                .collect(),
         }
     }
 
@@ -67,9 +106,20 @@ impl Row {
         } else {
             None
         };
+        // Point by point: every run has the same CDF percentiles.
+        let latency_cdf = runs[0]
+            .latency_cdf
+            .iter()
+            .enumerate()
+            .map(|(i, p)| CdfPoint {
+                percentile: p.percentile,
+                latency_us: med(&|r| r.latency_cdf.get(i).map_or(0.0, |c| c.latency_us)),
+            })
+            .collect();
         Row {
             target: runs[0].target.clone(),
             depth: runs[0].depth,
+            target_rate: runs[0].target_rate,
             ops_per_sec: med(&|r| r.ops_per_sec),
             percentiles_us: std::array::from_fn(|i| med(&|r| r.percentiles_us[i])),
             max_us: med(&|r| r.max_us),
@@ -77,6 +127,7 @@ impl Row {
             client_us_per_op: med(&|r| r.client_us_per_op),
             hit_ratio: med(&|r| r.hit_ratio),
             errors: runs.iter().map(|r| r.errors).sum(),
+            latency_cdf,
         }
     }
 
@@ -86,11 +137,15 @@ impl Row {
             Some(c) => format!("{c:.2} µs/op server CPU"),
             None => "server CPU unknown".to_string(),
         };
+        let rate = self
+            .target_rate
+            .map_or(String::new(), |r| format!(" (target {r:.0})"));
         format!(
-            "{} depth {}: {:.0} ops/s, p50 {:.1} µs, p99 {:.1} µs, {cpu}, {:.2} µs/op client CPU, {} errors",
+            "{} depth {}: {:.0} ops/s{rate}, {:.2}% hits, p50 {:.1} µs, p99 {:.1} µs, {cpu}, {:.2} µs/op client CPU, {} errors",
             self.target,
             self.depth,
             self.ops_per_sec,
+            self.hit_ratio * 100.0,
             self.percentiles_us[0],
             self.percentiles_us[2],
             self.client_us_per_op,
@@ -111,9 +166,19 @@ pub fn median(mut v: Vec<f64>) -> f64 {
     }
 }
 
-/// The comparison table; ratios are against the first row of the same depth.
+/// The row `row`'s ratios are against: the first row of the same depth.
+pub fn anchor<'a>(rows: &'a [Row], row: &'a Row) -> &'a Row {
+    rows.iter().find(|a| a.depth == row.depth).unwrap_or(row)
+}
+
+/// The comparison table; ratios are against the first row of the same depth. An
+/// open-loop run adds the target rate after ops/s.
 pub fn table(rows: &[Row]) -> String {
+    let open_loop = rows.iter().any(|r| r.target_rate.is_some());
     let mut header: Vec<String> = ["target", "depth", "ops/s"].map(String::from).to_vec();
+    if open_loop {
+        header.push("target ops/s".into());
+    }
     header.extend(PERCENTILES.iter().map(|(_, name)| format!("{name} µs")));
     header.extend(
         [
@@ -129,16 +194,16 @@ pub fn table(rows: &[Row]) -> String {
     );
     let mut cells = vec![header];
     for row in rows {
-        let anchor = rows
-            .iter()
-            .find(|a| a.depth == row.depth)
-            .expect("a row is its own anchor at worst");
+        let anchor = anchor(rows, row);
         let cpu = |r: &Row| r.server_us_per_op;
         let mut line = vec![
             row.target.clone(),
             row.depth.to_string(),
             format!("{:.0}", row.ops_per_sec),
         ];
+        if open_loop {
+            line.push(row.target_rate.map_or("-".into(), |r| format!("{r:.0}")));
+        }
         line.extend(row.percentiles_us.iter().map(|p| format!("{p:.1}")));
         line.push(format!("{:.1}", row.max_us));
         line.push(cpu(row).map_or("-".into(), |c| format!("{c:.2}")));
@@ -188,6 +253,187 @@ fn ratio(a: f64, b: f64) -> String {
     }
 }
 
+/// How the requests of a run were made, as the JSON document records it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunSettings {
+    /// Connections.
+    pub conns: usize,
+    /// Pipeline depths, one run each.
+    pub pipeline: Vec<usize>,
+    /// Open-loop target rate (requests per second), `None` for closed loop.
+    pub rate: Option<f64>,
+    /// Distinct keys.
+    pub keys: u64,
+    /// Zipf exponent of key popularity, `None` for uniform.
+    pub zipf: Option<f64>,
+    /// Shares of gets, sets and deletes.
+    pub mix: MixShares,
+    /// Key sizes (`key:<n>` when not padded).
+    pub key_size: String,
+    /// Value sizes.
+    pub value_size: String,
+    /// TTL classes of sets: (seconds, share).
+    pub ttl: Vec<(u32, f64)>,
+    /// `text` or `meta`.
+    pub protocol: String,
+    /// Warm-up per run, seconds.
+    pub warmup_s: f64,
+    /// Measured time per run, seconds.
+    pub duration_s: f64,
+    /// Runs per target and depth (the rows are medians).
+    pub repeat: usize,
+    /// RNG seed.
+    pub seed: u64,
+}
+
+/// The request shares of [`RunSettings`].
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct MixShares {
+    /// Gets.
+    pub get: f64,
+    /// Sets.
+    pub set: f64,
+    /// Deletes.
+    pub delete: f64,
+}
+
+impl From<Mix> for MixShares {
+    fn from(m: Mix) -> Self {
+        MixShares {
+            get: m.get,
+            set: m.set,
+            delete: m.delete,
+        }
+    }
+}
+
+impl RunSettings {
+    /// The settings of `args` with its resolved workload `spec`.
+    pub fn new(args: &super::LoadArgs, spec: &WorkloadSpec) -> RunSettings {
+        RunSettings {
+            conns: args.conns,
+            pipeline: args.pipeline.clone(),
+            rate: args.rate,
+            keys: spec.keys,
+            zipf: spec.zipf,
+            mix: spec.mix.into(),
+            key_size: spec
+                .key_sizes
+                .as_ref()
+                .map_or("key:<n>".into(), |k| k.to_string()),
+            value_size: spec.value_sizes.to_string(),
+            ttl: spec.ttl.classes().to_vec(),
+            protocol: protocol_name(spec.protocol).into(),
+            warmup_s: args.warmup.as_secs_f64(),
+            duration_s: args.duration.as_secs_f64(),
+            repeat: args.repeat,
+            seed: args.seed,
+        }
+    }
+}
+
+/// One row of the JSON document: a table row with its ratios and latency CDF.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RowResult {
+    /// Target name.
+    pub target: String,
+    /// Pipeline depth.
+    pub depth: usize,
+    /// Open-loop target rate, `None` for closed loop.
+    pub target_rate: Option<f64>,
+    /// Achieved replies per second.
+    pub ops_per_sec: f64,
+    /// Get hits / gets (1 without gets).
+    pub hit_ratio: f64,
+    /// Latency percentiles in µs.
+    pub p50_us: f64,
+    /// 90th percentile.
+    pub p90_us: f64,
+    /// 99th percentile.
+    pub p99_us: f64,
+    /// 99.9th percentile.
+    pub p999_us: f64,
+    /// Largest latency.
+    pub max_us: f64,
+    /// Server CPU µs per op, when its PID is known.
+    pub server_cpu_us_per_op: Option<f64>,
+    /// Load generator CPU µs per op.
+    pub client_cpu_us_per_op: f64,
+    /// ops/s over the anchor's (first target at this depth).
+    pub ops_per_sec_ratio: Option<f64>,
+    /// Server CPU per op over the anchor's.
+    pub server_cpu_per_op_ratio: Option<f64>,
+    /// Wrong replies and failed connections.
+    pub errors: u64,
+    /// The latency CDF, for plotting.
+    pub latency_cdf: Vec<CdfPoint>,
+}
+
+/// What `memfleet bench --out DIR` writes as `DIR/load.json` (inside the envelope of
+/// [`crate::results::write_json`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LoadResults {
+    /// How the requests were made.
+    pub settings: RunSettings,
+    /// Every target at every depth (medians over repeats).
+    pub rows: Vec<RowResult>,
+}
+
+impl LoadResults {
+    /// The document of a run's table `rows`.
+    pub fn new(settings: RunSettings, rows: &[Row]) -> LoadResults {
+        let ratio = |a: f64, b: f64| (b > 0.0).then(|| a / b);
+        let rows = rows
+            .iter()
+            .map(|row| {
+                let anchor = anchor(rows, row);
+                RowResult {
+                    target: row.target.clone(),
+                    depth: row.depth,
+                    target_rate: row.target_rate,
+                    ops_per_sec: row.ops_per_sec,
+                    hit_ratio: row.hit_ratio,
+                    p50_us: row.percentiles_us[0],
+                    p90_us: row.percentiles_us[1],
+                    p99_us: row.percentiles_us[2],
+                    p999_us: row.percentiles_us[3],
+                    max_us: row.max_us,
+                    server_cpu_us_per_op: row.server_us_per_op,
+                    client_cpu_us_per_op: row.client_us_per_op,
+                    ops_per_sec_ratio: ratio(row.ops_per_sec, anchor.ops_per_sec),
+                    server_cpu_per_op_ratio: row
+                        .server_us_per_op
+                        .zip(anchor.server_us_per_op)
+                        .and_then(|(a, b)| ratio(a, b)),
+                    errors: row.errors,
+                    latency_cdf: row.latency_cdf.clone(),
+                }
+            })
+            .collect();
+        LoadResults { settings, rows }
+    }
+}
+
+/// `text` or `meta`.
+pub fn protocol_name(p: Protocol) -> &'static str {
+    match p {
+        Protocol::Text => "text",
+        Protocol::Meta => "meta",
+    }
+}
+
+/// A TTL mix as `0` or `120s 50%, 3600s 50%`.
+pub fn ttl_text(ttl: &TtlMix) -> String {
+    match ttl.classes() {
+        [(seconds, _)] => format!("{seconds}s"),
+        classes => classes
+            .iter()
+            .map(|(seconds, share)| format!("{seconds}s {:.0}%", share * 100.0))
+            .collect::<Vec<_>>()
+            .join(", "),
+    }
+}
+
 /// `args` as one line a POSIX shell turns back into the same arguments.
 pub fn shell_line<S: AsRef<str>>(args: &[S]) -> String {
     args.iter()
@@ -215,6 +461,7 @@ mod tests {
         Row {
             target: target.into(),
             depth,
+            target_rate: None,
             ops_per_sec: ops,
             percentiles_us: [10.0, 20.0, 30.0, 40.0],
             max_us: 1234.5,
@@ -222,6 +469,7 @@ mod tests {
             client_us_per_op: 3.0,
             hit_ratio: 1.0,
             errors: 0,
+            latency_cdf: Vec::new(),
         }
     }
 

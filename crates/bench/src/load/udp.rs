@@ -214,7 +214,13 @@ pub fn bench(args: &LoadArgs) -> Result<()> {
         bail!("--repeat, --duration and --conns must be positive");
     }
     let workload = Rc::new(
-        Workload::new(args.keys, 1.0, args.value_size, args.zipf).map_err(anyhow::Error::msg)?,
+        Workload::new(
+            args.keys,
+            1.0,
+            args.fixed_value_size("--scenario udp")?,
+            args.zipf,
+        )
+        .map_err(anyhow::Error::msg)?,
     );
     let command = command_line();
     let load_at_start = load_average();

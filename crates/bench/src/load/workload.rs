@@ -1,12 +1,16 @@
 //! What the load generator asks: which key (`key:<n>`, uniform or Zipf over a
-//! fixed range), get or set, and the exact bytes of each request and of each
-//! value. Values are a pure function of the key so that a get reply can be
-//! checked byte for byte against what any earlier set stored. Not here: sockets
-//! or reply parsing (`client`).
+//! fixed range, optionally padded to a drawn key size), get, set or delete,
+//! and the exact bytes of each request (text or meta protocol) and of each
+//! value. A key's sizes, TTL and value bytes are a pure function of its number
+//! so that a get reply can be checked byte for byte against what any earlier
+//! set stored. Not here: sockets or reply parsing (`client`), the size
+//! distributions themselves (`sizes`).
 
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
+use super::sizes::{key_unit, SizeDistribution, MAX_KEY_SIZE, MAX_VALUE_SIZE};
+use crate::sim::workload::TtlMix;
 use crate::sim::zipf::Zipf;
 
 /// The prefix of every key.
@@ -20,58 +24,190 @@ const VALUE_SHIFTS: u64 = 97;
 
 const PATTERN_ALPHABET: &[u8] = b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
 
+/// Salts of [`key_unit`]: a key's value size, key size and TTL are independent draws.
+const VALUE_SIZE_SALT: u64 = 1;
+const KEY_SIZE_SALT: u64 = 2;
+const TTL_SALT: u64 = 3;
+
+/// Between the number of a padded key and its padding: not a digit, so `key:1.xx` and
+/// `key:12` can never be the same key.
+const KEY_PAD_SEPARATOR: u8 = b'.';
+
 /// One request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Op {
-    /// `get key:<n>`.
+    /// Get key `n`.
     Get(u64),
-    /// `set key:<n> 0 0 <size>` with [`Workload::value`] of `n`.
+    /// Set key `n` to [`Workload::value`] of `n`, with its TTL.
     Set(u64),
+    /// Delete key `n`.
+    Delete(u64),
 }
 
 impl Op {
     /// The key number.
     pub fn key(self) -> u64 {
         match self {
-            Op::Get(k) | Op::Set(k) => k,
+            Op::Get(k) | Op::Set(k) | Op::Delete(k) => k,
         }
     }
+}
+
+/// The wire protocol of the requests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Protocol {
+    /// `get`, `set`, `delete` (memcached's text protocol).
+    #[default]
+    Text,
+    /// `mg`, `ms`, `md` (memcached 1.6's meta commands).
+    Meta,
+}
+
+/// Shares of gets, sets and deletes (summing to 1).
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
+pub struct Mix {
+    /// Share of gets.
+    pub get: f64,
+    /// Share of sets.
+    pub set: f64,
+    /// Share of deletes.
+    pub delete: f64,
+}
+
+impl Mix {
+    /// A mix from its shares, which must be within 0..=1 and sum to 1.
+    pub fn new(get: f64, set: f64, delete: f64) -> Result<Mix, String> {
+        let shares = [get, set, delete];
+        if shares.iter().any(|s| !(0.0..=1.0).contains(s)) {
+            return Err(format!(
+                "request shares must be within 0..=1: get {get}, set {set}, delete {delete}"
+            ));
+        }
+        let total: f64 = shares.iter().sum();
+        if (total - 1.0).abs() > 1e-6 {
+            return Err(format!(
+                "request shares must sum to 1: get {get} + set {set} + delete {delete} = {total}"
+            ));
+        }
+        Ok(Mix { get, set, delete })
+    }
+
+    /// Gets at `get_ratio`, deletes at `delete_ratio`, sets the rest.
+    pub fn from_ratios(get_ratio: f64, delete_ratio: f64) -> Result<Mix, String> {
+        if !(0.0..=1.0).contains(&get_ratio) {
+            return Err(format!("--get-ratio must be within 0..=1, got {get_ratio}"));
+        }
+        if !(0.0..=1.0).contains(&delete_ratio) || get_ratio + delete_ratio > 1.0 + 1e-9 {
+            return Err(format!(
+                "--delete-ratio must be within 0..=1-get ratio, got {delete_ratio} with get ratio {get_ratio}"
+            ));
+        }
+        let set = (1.0 - get_ratio - delete_ratio).max(0.0);
+        Ok(Mix {
+            get: get_ratio,
+            set,
+            delete: delete_ratio,
+        })
+    }
+}
+
+impl std::str::FromStr for Mix {
+    type Err = String;
+
+    /// `get=0.8,set=0.15,delete=0.05`; missing kinds get 0.
+    fn from_str(s: &str) -> Result<Mix, String> {
+        let (mut get, mut set, mut delete) = (0.0, 0.0, 0.0);
+        for part in s.split(',').filter(|p| !p.trim().is_empty()) {
+            let (kind, share) = part
+                .split_once('=')
+                .ok_or_else(|| format!("{part:?} is not kind=share (get, set, delete)"))?;
+            let share: f64 = share
+                .trim()
+                .parse()
+                .map_err(|_| format!("share {share:?} of {kind} is not a number"))?;
+            match kind.trim() {
+                "get" => get = share,
+                "set" => set = share,
+                "delete" => delete = share,
+                other => return Err(format!("unknown request kind {other:?} (get, set, delete)")),
+            }
+        }
+        Mix::new(get, set, delete)
+    }
+}
+
+/// Everything that decides the requests of a run.
+#[derive(Debug, Clone)]
+pub struct WorkloadSpec {
+    /// Distinct keys.
+    pub keys: u64,
+    /// Request shares.
+    pub mix: Mix,
+    /// Zipf exponent of key popularity (uniform when `None`).
+    pub zipf: Option<f64>,
+    /// Key sizes; `None` keeps keys at `key:<n>`.
+    pub key_sizes: Option<SizeDistribution>,
+    /// Value sizes.
+    pub value_sizes: SizeDistribution,
+    /// TTLs of sets (a key's TTL class is fixed).
+    pub ttl: TtlMix,
+    /// Wire protocol.
+    pub protocol: Protocol,
 }
 
 /// The request mix and the byte encodings shared by every connection.
 #[derive(Debug, Clone)]
 pub struct Workload {
     keys: u64,
-    get_ratio: f64,
+    mix: Mix,
     zipf: Option<Zipf>,
-    value_size: usize,
+    key_sizes: Option<SizeDistribution>,
+    value_sizes: SizeDistribution,
+    ttl: TtlMix,
+    protocol: Protocol,
     pattern: Vec<u8>,
 }
 
 impl Workload {
-    /// `keys` distinct keys (`key:0` .. `key:<keys-1>`), a fraction `get_ratio` of gets,
-    /// values of `value_size` bytes, keys uniform or Zipf with exponent `zipf`.
+    /// `keys` distinct keys (`key:0` .. `key:<keys-1>`), a fraction `get_ratio` of gets
+    /// and the rest sets, values of `value_size` bytes, keys uniform or Zipf with
+    /// exponent `zipf`, no TTL, text protocol.
     pub fn new(
         keys: u64,
         get_ratio: f64,
         value_size: usize,
         zipf: Option<f64>,
     ) -> Result<Workload, String> {
-        if keys == 0 {
+        Workload::from_spec(WorkloadSpec {
+            keys,
+            mix: Mix::from_ratios(get_ratio, 0.0)?,
+            zipf,
+            key_sizes: None,
+            value_sizes: SizeDistribution::Fixed(value_size),
+            ttl: TtlMix::single(0),
+            protocol: Protocol::Text,
+        })
+    }
+
+    /// The workload `spec` describes.
+    pub fn from_spec(spec: WorkloadSpec) -> Result<Workload, String> {
+        if spec.keys == 0 {
             return Err("--keys must be at least 1".into());
         }
-        if !(0.0..=1.0).contains(&get_ratio) {
-            return Err(format!("--get-ratio must be within 0..=1, got {get_ratio}"));
-        }
-        let zipf = zipf.map(|s| Zipf::new(keys, s)).transpose()?;
-        let pattern = (0..value_size + VALUE_SHIFTS as usize)
+        let zipf = spec.zipf.map(|s| Zipf::new(spec.keys, s)).transpose()?;
+        let largest = spec.value_sizes.max().min(MAX_VALUE_SIZE);
+        let pattern = (0..largest + VALUE_SHIFTS as usize)
             .map(|i| PATTERN_ALPHABET[i % PATTERN_ALPHABET.len()])
             .collect();
         Ok(Workload {
-            keys,
-            get_ratio,
+            keys: spec.keys,
+            mix: spec.mix,
             zipf,
-            value_size,
+            key_sizes: spec.key_sizes,
+            value_sizes: spec.value_sizes,
+            ttl: spec.ttl,
+            protocol: spec.protocol,
             pattern,
         })
     }
@@ -81,15 +217,88 @@ impl Workload {
         self.keys
     }
 
-    /// Value size in bytes.
+    /// The request shares.
+    pub fn mix(&self) -> Mix {
+        self.mix
+    }
+
+    /// The wire protocol.
+    pub fn protocol(&self) -> Protocol {
+        self.protocol
+    }
+
+    /// The value size of a workload with fixed-size values (as [`Workload::new`] makes);
+    /// for a distribution, the largest value.
     pub fn value_size(&self) -> usize {
-        self.value_size
+        self.value_sizes.max().min(MAX_VALUE_SIZE)
+    }
+
+    /// The size of key `n`'s value.
+    pub fn value_size_of(&self, n: u64) -> usize {
+        match self.value_sizes {
+            SizeDistribution::Fixed(size) => size,
+            ref d => d.at_unit(key_unit(n, VALUE_SIZE_SALT)).min(MAX_VALUE_SIZE),
+        }
     }
 
     /// The value every set of key `n` stores.
     pub fn value(&self, n: u64) -> &[u8] {
         let shift = (n % VALUE_SHIFTS) as usize;
-        &self.pattern[shift..shift + self.value_size]
+        &self.pattern[shift..shift + self.value_size_of(n)]
+    }
+
+    /// The TTL in seconds every set of key `n` carries (0: never expires).
+    pub fn ttl(&self, n: u64) -> u32 {
+        match self.ttl.classes() {
+            [(ttl, _)] => *ttl,
+            _ => self.ttl.ttl_at_unit(key_unit(n, TTL_SALT)),
+        }
+    }
+
+    /// The length of key `n` in bytes: its drawn size, but never shorter than `key:<n>`
+    /// (which keeps keys unique) nor longer than memcached's limit.
+    fn key_len(&self, n: u64) -> usize {
+        let natural = KEY_PREFIX.len() + decimal_len(n);
+        match &self.key_sizes {
+            None => natural,
+            Some(d) => d
+                .at_unit(key_unit(n, KEY_SIZE_SALT))
+                .clamp(natural, MAX_KEY_SIZE),
+        }
+    }
+
+    /// The padding after `key:<n>`: empty, or a separator and alphanumerics.
+    fn key_padding(&self, n: u64) -> impl Iterator<Item = u8> {
+        let natural = KEY_PREFIX.len() + decimal_len(n);
+        let pad = self.key_len(n) - natural;
+        let shift = (n % PATTERN_ALPHABET.len() as u64) as usize;
+        (0..pad).map(move |i| {
+            if i == 0 {
+                KEY_PAD_SEPARATOR
+            } else {
+                PATTERN_ALPHABET[(shift + i) % PATTERN_ALPHABET.len()]
+            }
+        })
+    }
+
+    /// Appends the bytes of key `n` to `out`.
+    pub fn push_key_bytes(&self, n: u64, out: &mut Vec<u8>) {
+        push_key(n, out);
+        out.extend(self.key_padding(n));
+    }
+
+    /// Whether `key` is exactly the bytes of key `n`.
+    pub fn key_matches(&self, n: u64, key: &[u8]) -> bool {
+        let Some(rest) = key.strip_prefix(KEY_PREFIX) else {
+            return false;
+        };
+        let digits = decimal_len(n);
+        if rest.len() < digits || parse_u64(&rest[..digits]) != Some(n) {
+            return false;
+        }
+        let padding = &rest[digits..];
+        padding.len() + KEY_PREFIX.len() + digits == self.key_len(n)
+            && padding.iter().copied().eq(self.key_padding(n))
     }
 
     /// Draws a key number.
@@ -104,32 +313,75 @@ impl Workload {
     /// Draws a request.
     pub fn op<R: Rng + ?Sized>(&self, rng: &mut R) -> Op {
         let key = self.key(rng);
-        if rng.gen::<f64>() < self.get_ratio {
+        let u = rng.gen::<f64>();
+        if u < self.mix.get {
             Op::Get(key)
-        } else {
+        } else if u < self.mix.get + self.mix.set || self.mix.delete == 0.0 {
             Op::Set(key)
+        } else {
+            Op::Delete(key)
         }
     }
 
     /// Appends the request bytes of `op` to `out`.
     pub fn encode(&self, op: Op, out: &mut Vec<u8>) {
-        match op {
-            Op::Get(n) => {
+        match (self.protocol, op) {
+            (Protocol::Text, Op::Get(n)) => {
                 out.extend_from_slice(b"get ");
-                push_key(n, out);
+                self.push_key_bytes(n, out);
                 out.extend_from_slice(b"\r\n");
             }
-            Op::Set(n) => {
+            (Protocol::Text, Op::Set(n)) => {
+                let value = self.value(n);
                 out.extend_from_slice(b"set ");
-                push_key(n, out);
-                out.extend_from_slice(b" 0 0 ");
-                push_u64(self.value_size as u64, out);
+                self.push_key_bytes(n, out);
+                out.extend_from_slice(b" 0 ");
+                push_u64(u64::from(self.ttl(n)), out);
+                out.push(b' ');
+                push_u64(value.len() as u64, out);
                 out.extend_from_slice(b"\r\n");
-                out.extend_from_slice(self.value(n));
+                out.extend_from_slice(value);
+                out.extend_from_slice(b"\r\n");
+            }
+            (Protocol::Text, Op::Delete(n)) => {
+                out.extend_from_slice(b"delete ");
+                self.push_key_bytes(n, out);
+                out.extend_from_slice(b"\r\n");
+            }
+            // k: echo the key, f: the client flags, v: the value (a hit is
+            // `VA <size> k<key> f<flags>`, a miss `EN`).
+            (Protocol::Meta, Op::Get(n)) => {
+                out.extend_from_slice(b"mg ");
+                self.push_key_bytes(n, out);
+                out.extend_from_slice(b" k f v\r\n");
+            }
+            (Protocol::Meta, Op::Set(n)) => {
+                let value = self.value(n);
+                out.extend_from_slice(b"ms ");
+                self.push_key_bytes(n, out);
+                out.push(b' ');
+                push_u64(value.len() as u64, out);
+                let ttl = self.ttl(n);
+                if ttl != 0 {
+                    out.extend_from_slice(b" T");
+                    push_u64(u64::from(ttl), out);
+                }
+                out.extend_from_slice(b"\r\n");
+                out.extend_from_slice(value);
+                out.extend_from_slice(b"\r\n");
+            }
+            (Protocol::Meta, Op::Delete(n)) => {
+                out.extend_from_slice(b"md ");
+                self.push_key_bytes(n, out);
                 out.extend_from_slice(b"\r\n");
             }
         }
     }
+}
+
+/// Number of decimal digits of `n`.
+fn decimal_len(n: u64) -> usize {
+    n.checked_ilog10().map_or(1, |l| l as usize + 1)
 }
 
 /// A fast, seedable RNG for one connection: each gets its own stream so runs are
@@ -250,6 +502,114 @@ mod tests {
         let low = (0..10_000).filter(|_| w.key(&mut rng) < 10).count();
         // Zipf(1) over 100k keys puts ~24% of the mass on the top 10.
         assert!((1_800..3_000).contains(&low), "{low}");
+    }
+
+    fn spec(protocol: Protocol) -> WorkloadSpec {
+        WorkloadSpec {
+            keys: 1000,
+            mix: Mix::new(0.5, 0.3, 0.2).unwrap(),
+            zipf: None,
+            key_sizes: Some(SizeDistribution::Uniform { min: 8, max: 40 }),
+            value_sizes: SizeDistribution::Uniform { min: 1, max: 500 },
+            ttl: "60:0.5,0:0.5".parse().unwrap(),
+            protocol,
+        }
+    }
+
+    #[test]
+    fn padded_keys_are_unique_valid_and_deterministic() {
+        let w = Workload::from_spec(spec(Protocol::Text)).unwrap();
+        let mut seen = std::collections::HashSet::new();
+        let mut lengths = std::collections::HashSet::new();
+        for n in 0..1000 {
+            let mut k = Vec::new();
+            w.push_key_bytes(n, &mut k);
+            let natural = format!("key:{n}");
+            assert!(k.starts_with(natural.as_bytes()));
+            assert!(k.len() >= natural.len() && k.len() <= 40, "{k:?}");
+            assert!(k.iter().all(|b| b.is_ascii_graphic()));
+            if k.len() > natural.len() {
+                assert_eq!(k[natural.len()], KEY_PAD_SEPARATOR);
+            }
+            assert!(w.key_matches(n, &k));
+            assert!(!w.key_matches(n + 1, &k));
+            assert!(!w.key_matches(n, &k[..k.len() - 1]));
+            let mut again = Vec::new();
+            w.push_key_bytes(n, &mut again);
+            assert_eq!(k, again);
+            lengths.insert(k.len());
+            assert!(seen.insert(k));
+        }
+        assert!(lengths.len() > 20, "sizes do not vary: {lengths:?}");
+    }
+
+    #[test]
+    fn sizes_and_ttls_are_per_key() {
+        let w = Workload::from_spec(spec(Protocol::Text)).unwrap();
+        let sizes: Vec<usize> = (0..1000).map(|n| w.value(n).len()).collect();
+        assert!(sizes.iter().all(|s| (1..=500).contains(s)));
+        assert_eq!(w.value(17), w.value(17));
+        let expiring = (0..1000).filter(|&n| w.ttl(n) == 60).count();
+        assert!((400..600).contains(&expiring), "{expiring}");
+        assert!((0..1000).all(|n| [0, 60].contains(&w.ttl(n))));
+    }
+
+    #[test]
+    fn the_mix_holds_deletes() {
+        let w = Workload::from_spec(spec(Protocol::Text)).unwrap();
+        let mut rng = conn_rng(2, 0);
+        let mut counts = [0u32; 3];
+        for _ in 0..100_000 {
+            counts[match w.op(&mut rng) {
+                Op::Get(_) => 0,
+                Op::Set(_) => 1,
+                Op::Delete(_) => 2,
+            }] += 1;
+        }
+        assert!((49_000..51_000).contains(&counts[0]), "{counts:?}");
+        assert!((29_000..31_000).contains(&counts[1]), "{counts:?}");
+        assert!((19_000..21_000).contains(&counts[2]), "{counts:?}");
+        assert_eq!(
+            "get=0.8, set=0.15,delete=0.05"
+                .parse::<Mix>()
+                .unwrap()
+                .delete,
+            0.05
+        );
+        assert!("get=0.8".parse::<Mix>().is_err());
+        assert!("get=0.8,put=0.2".parse::<Mix>().is_err());
+        assert!(Mix::from_ratios(0.9, 0.2).is_err());
+        assert!((Mix::from_ratios(0.9, 0.05).unwrap().set - 0.05).abs() < 1e-12);
+    }
+
+    #[test]
+    fn requests_in_both_protocols_carry_ttls() {
+        let mut s = spec(Protocol::Text);
+        s.key_sizes = None;
+        s.value_sizes = SizeDistribution::Fixed(3);
+        s.ttl = TtlMix::single(120);
+        let text = Workload::from_spec(s.clone()).unwrap();
+        let mut out = Vec::new();
+        text.encode(Op::Set(5), &mut out);
+        text.encode(Op::Delete(5), &mut out);
+        assert_eq!(
+            out,
+            b"set key:5 0 120 3\r\nfgh\r\ndelete key:5\r\n".as_slice()
+        );
+        s.protocol = Protocol::Meta;
+        let meta = Workload::from_spec(s.clone()).unwrap();
+        out.clear();
+        meta.encode(Op::Get(5), &mut out);
+        meta.encode(Op::Set(5), &mut out);
+        meta.encode(Op::Delete(5), &mut out);
+        assert_eq!(
+            out,
+            b"mg key:5 k f v\r\nms key:5 3 T120\r\nfgh\r\nmd key:5\r\n".as_slice()
+        );
+        s.ttl = TtlMix::single(0);
+        out.clear();
+        Workload::from_spec(s).unwrap().encode(Op::Set(5), &mut out);
+        assert_eq!(out, b"ms key:5 3\r\nfgh\r\n".as_slice());
     }
 
     #[test]
