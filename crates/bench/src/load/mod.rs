@@ -15,6 +15,7 @@
 pub mod client;
 pub mod client_bench;
 pub mod cpu;
+pub mod expiry;
 pub mod floor;
 pub mod floor_proxy;
 pub mod gutter;
@@ -22,8 +23,10 @@ pub mod herd;
 pub mod invalidation;
 pub mod report;
 pub mod restart;
+pub mod server_stats;
 pub mod target;
 pub mod udp;
+pub mod warmup;
 pub mod workload;
 
 use std::rc::Rc;
@@ -147,6 +150,15 @@ pub struct LoadArgs {
     /// command that made them.
     #[arg(long, value_name = "DIR")]
     pub out: Option<std::path::PathBuf>,
+    /// expiry: sets per second (all of new keys), spread evenly over each second.
+    #[arg(long, default_value_t = 20_000)]
+    pub expiry_rate: u64,
+    /// expiry: the short TTLs, seconds, drawn uniformly from MIN-MAX.
+    #[arg(long, value_parser = expiry::parse_ttl_range, default_value = "2-10")]
+    pub expiry_short_ttl: expiry::TtlRange,
+    /// expiry: the fraction of sets with a long TTL (an hour: live for the whole run).
+    #[arg(long, default_value_t = 0.2)]
+    pub expiry_long_share: f64,
 }
 
 /// What `memfleet bench` runs.
@@ -171,6 +183,12 @@ pub enum Scenario {
     /// Commit-to-deleted latency of the invalidator, from a scratch PostgreSQL to two
     /// clusters.
     Invalidation,
+    /// Facebook §4.3's cold cluster warm-up: an empty cluster behind a router's warmup
+    /// route, with and without it: its hit rate and the database's queries per second.
+    Warmup,
+    /// Segcache §3.5's proactive expiration: bytes each --spawn/--target server holds in
+    /// expired items per second while short- and long-TTL items are written.
+    Expiry,
 }
 
 /// Parses `10s`, `250ms`, `1.5s`, `2m` or a plain number of seconds.
@@ -323,6 +341,8 @@ pub fn run(args: &LoadArgs) -> Result<()> {
         Scenario::Gutter => return gutter::bench(args),
         Scenario::Client => return client_bench::bench(args),
         Scenario::Invalidation => return invalidation::bench(args),
+        Scenario::Warmup => return warmup::bench(args),
+        Scenario::Expiry => return expiry::bench(args),
         Scenario::Load => {}
     }
     let rows = bench(args)?;
