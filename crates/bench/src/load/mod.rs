@@ -184,7 +184,8 @@ pub enum Scenario {
     /// clusters.
     Invalidation,
     /// Facebook §4.3's cold cluster warm-up: an empty cluster behind a router's warmup
-    /// route, with and without it: its hit rate and the database's queries per second.
+    /// route, with and without it: its hit rate and the database's queries per second
+    /// (Zipf 1.0 keys unless --zipf; database latency --herd-db-latency).
     Warmup,
     /// Segcache §3.5's proactive expiration: bytes each --spawn/--target server holds in
     /// expired items per second while short- and long-TTL items are written.
