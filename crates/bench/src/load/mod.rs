@@ -150,6 +150,10 @@ pub struct LoadArgs {
     /// command that made them.
     #[arg(long, value_name = "DIR")]
     pub out: Option<std::path::PathBuf>,
+    /// warmup: database queries served at once; more wait their turn, so the database
+    /// answers at most this many per --herd-db-latency.
+    #[arg(long, default_value_t = 8)]
+    pub warmup_db_concurrency: usize,
     /// expiry: sets per second (all of new keys), spread evenly over each second.
     #[arg(long, default_value_t = 20_000)]
     pub expiry_rate: u64,

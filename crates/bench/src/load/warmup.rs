@@ -8,14 +8,16 @@
 //! cold cluster has recovered). The warm cluster is filled with all `--keys` keys through the
 //! router's listener of the warm pool; the cold cluster starts empty. Then `--conns`
 //! look-aside clients read through the route for `--duration`: `get` a key (Zipf with
-//! exponent `--zipf`, 1.0 by default); on a miss query the simulated database (every query
-//! takes `--herd-db-latency`) and `set` the value. With warm-up, the router turns a cold miss
-//! into a read of the warm cluster and an `add` into the cold one, so the client gets a hit.
+//! exponent `--zipf`, 1.0 by default); on a miss query the simulated database and `set` the
+//! value. With warm-up, the router turns a cold miss into a read of the warm cluster and an
+//! `add` into the cold one, so the client gets a hit.
 //!
-//! The clients are closed loops: a miss waits for the database, so without warm-up the
-//! database (`--conns` queries in flight at most) limits how fast the cold cluster fills —
-//! the reason the paper's cold clusters took days. Reported per second: the cold cluster's
-//! own hit rate (its servers' `get_hits`/`get_misses`), the hit rate the clients saw,
+//! The database has a fixed capacity: a query takes `--herd-db-latency` and at most
+//! `--warmup-db-concurrency` run at once (the others queue), as a real database can absorb
+//! only so much extra load. The clients are closed loops, so without warm-up that capacity
+//! limits how fast the cold cluster fills (the reason the paper's cold clusters took days
+//! rather than hours), and the queueing shows in the clients' latency. Reported per second:
+//! the cold cluster's own hit rate (its servers' `get_hits`/`get_misses`), the hit rate the clients saw,
 //! database queries, the client's latency (database included); in summary, when the cold
 //! cluster first reached 50% and 90% hits, and the database queries of the whole run.
 
@@ -28,6 +30,7 @@ use anyhow::{bail, Context, Result};
 use hdrhistogram::Histogram;
 use rand::rngs::SmallRng;
 use serde_json::json;
+use tokio::sync::Semaphore;
 
 use super::client::{self, Conn, Reply};
 use super::server_stats::StatsConn;
@@ -155,8 +158,12 @@ impl Outcome {
 
 /// `--scenario warmup`.
 pub fn bench(args: &LoadArgs) -> Result<()> {
-    if args.conns == 0 || args.duration < Duration::from_secs(1) {
-        bail!("warmup needs --conns of at least 1 and a --duration of at least 1s");
+    if args.conns == 0 || args.warmup_db_concurrency == 0 || args.duration < Duration::from_secs(1)
+    {
+        bail!(
+            "warmup needs --conns and --warmup-db-concurrency of at least 1 and a --duration \
+             of at least 1s"
+        );
     }
     let zipf = args.zipf.unwrap_or(DEFAULT_ZIPF);
     let workload = Rc::new(
@@ -167,8 +174,14 @@ pub fn bench(args: &LoadArgs) -> Result<()> {
     println!(
         "memfleet bench --scenario warmup: a cold and a warm cluster of {SERVERS_PER_CLUSTER} \
          servers each behind a router; the warm one holds {} keys of {} bytes; {} look-aside \
-         clients read Zipf {zipf} keys through the router for {:?}; database queries take {:?}",
-        args.keys, args.value_size, args.conns, args.duration, args.herd_db_latency
+         clients read Zipf {zipf} keys through the router for {:?}; database queries take {:?}, \
+         {} at a time",
+        args.keys,
+        args.value_size,
+        args.conns,
+        args.duration,
+        args.herd_db_latency,
+        args.warmup_db_concurrency
     );
     println!("load average at start: {load_at_start}");
     println!("command: {command}");
@@ -275,14 +288,17 @@ async fn run(args: &LoadArgs, workload: &Rc<Workload>, warm_up: bool) -> Result<
     let windows = Rc::new(RefCell::new(vec![Second::new(); seconds]));
     let start = Instant::now();
     let deadline = start + args.duration;
+    let database = Rc::new(Database {
+        latency: args.herd_db_latency,
+        slots: Semaphore::new(args.warmup_db_concurrency),
+    });
     let mut clients = Vec::new();
     for c in 0..args.conns {
-        let (workload, windows) = (workload.clone(), windows.clone());
-        let db_latency = args.herd_db_latency;
+        let (workload, windows, database) = (workload.clone(), windows.clone(), database.clone());
         let rng = conn_rng(args.seed, c);
         clients.push(tokio::task::spawn_local(async move {
             look_aside(
-                front_addr, &workload, rng, start, deadline, db_latency, &windows,
+                front_addr, &workload, rng, start, deadline, &database, &windows,
             )
             .await
         }));
@@ -320,6 +336,22 @@ async fn run(args: &LoadArgs, workload: &Rc<Workload>, warm_up: bool) -> Result<
     })
 }
 
+/// The simulated database: a query takes `latency`, and only as many run at once as
+/// `slots` has permits.
+struct Database {
+    latency: Duration,
+    slots: Semaphore,
+}
+
+impl Database {
+    /// Waits for a free slot, then for the query.
+    async fn query(&self) -> Result<()> {
+        let _slot = self.slots.acquire().await.context("the database closed")?;
+        tokio::time::sleep(self.latency).await;
+        Ok(())
+    }
+}
+
 /// One look-aside client until `deadline`: get; on a miss, the database, then set.
 async fn look_aside(
     addr: SocketAddr,
@@ -327,7 +359,7 @@ async fn look_aside(
     mut rng: SmallRng,
     start: Instant,
     deadline: Instant,
-    db_latency: Duration,
+    database: &Database,
     windows: &RefCell<Vec<Second>>,
 ) -> Result<()> {
     let mut conn = Conn::connect(addr)
@@ -348,9 +380,7 @@ async fn look_aside(
         let miss = matches!(reply, Some(Reply::Miss));
         if miss {
             // The database, then fill the cache.
-            if !db_latency.is_zero() {
-                tokio::time::sleep(db_latency).await;
-            }
+            database.query().await?;
         }
         let second = ((sent - start).as_secs() as usize).min(last);
         {
@@ -560,6 +590,7 @@ fn json_report(
             "value_size": args.value_size,
             "conns": args.conns,
             "db_latency_ms": args.herd_db_latency.as_secs_f64() * 1000.0,
+            "db_concurrency": args.warmup_db_concurrency,
             "duration_s": args.duration.as_secs_f64(),
             "server_memory_mib": args.server_memory,
         },
