@@ -19,19 +19,22 @@
 pub mod client;
 pub mod client_bench;
 pub mod cpu;
+pub mod expiry;
 pub mod floor;
 pub mod floor_proxy;
 pub mod gutter;
 pub mod herd;
 pub mod invalidation;
+pub mod open_loop;
 pub mod replay;
 pub mod replay_client;
-pub mod open_loop;
 pub mod report;
 pub mod restart;
+pub mod server_stats;
 pub mod sizes;
 pub mod target;
 pub mod udp;
+pub mod warmup;
 pub mod workload;
 
 use std::rc::Rc;
@@ -218,6 +221,20 @@ pub struct LoadArgs {
     /// ETC key and value sizes, 30 gets per set).
     #[arg(long, value_enum, conflicts_with_all = ["key_size", "value_size", "mix", "get_ratio"])]
     pub workload: Option<WorkloadPreset>,
+
+    /// warmup: database queries served at once; more wait their turn, so the database
+    /// answers at most this many per --herd-db-latency.
+    #[arg(long, default_value_t = 8)]
+    pub warmup_db_concurrency: usize,
+    /// expiry: sets per second (all of new keys), spread evenly over each second.
+    #[arg(long, default_value_t = 20_000)]
+    pub expiry_rate: u64,
+    /// expiry: the short TTLs, seconds, drawn uniformly from MIN-MAX.
+    #[arg(long, value_parser = expiry::parse_ttl_range, default_value = "2-10")]
+    pub expiry_short_ttl: expiry::TtlRange,
+    /// expiry: the fraction of sets with a long TTL (an hour: live for the whole run).
+    #[arg(long, default_value_t = 0.2)]
+    pub expiry_long_share: f64,
 }
 
 /// A published workload for `--workload`.
@@ -260,6 +277,13 @@ pub enum Scenario {
     /// Trace replay at each --memory-sizes against fresh servers, look-aside: miss ratio per
     /// server and size (the sizing curve) and over the trace.
     Replay,
+    /// Facebook §4.3's cold cluster warm-up: an empty cluster behind a router's warmup
+    /// route, with and without it: its hit rate and the database's queries per second
+    /// (Zipf 1.0 keys unless --zipf; database latency --herd-db-latency).
+    Warmup,
+    /// Segcache §3.5's proactive expiration: bytes each --spawn/--target server holds in
+    /// expired items per second while short- and long-TTL items are written.
+    Expiry,
 }
 
 /// Parses `10s`, `250ms`, `1.5s`, `2m` or a plain number of seconds.
@@ -495,6 +519,8 @@ pub fn run(args: &LoadArgs) -> Result<()> {
         Scenario::Client => return client_bench::bench(args),
         Scenario::Invalidation => return invalidation::bench(args),
         Scenario::Replay => return replay::bench(args),
+        Scenario::Warmup => return warmup::bench(args),
+        Scenario::Expiry => return expiry::bench(args),
         Scenario::Load => {}
     }
     let rows = bench(args)?;

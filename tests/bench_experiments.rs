@@ -1,0 +1,89 @@
+//! The experiment scenarios of `memfleet bench`, end to end in their short form: each starts
+//! what it needs on loopback from this build and must show its paper's direction.
+
+use std::process::Command;
+
+/// The row of a table whose first words are `label`, as the numbers after it (`-` and
+/// words that are not numbers are skipped; `12s` counts as 12).
+fn row(stdout: &str, label: &str) -> Vec<f64> {
+    let line = stdout
+        .lines()
+        .rev()
+        .find(|l| {
+            l.strip_prefix(label)
+                .is_some_and(|rest| rest.starts_with(' '))
+        })
+        .unwrap_or_else(|| panic!("no {label:?} row in:\n{stdout}"));
+    line[label.len()..]
+        .split_whitespace()
+        .map(|w| w.trim_end_matches('s').parse().unwrap_or(f64::NAN))
+        .collect()
+}
+
+/// Warm-up: with the route, a cold cluster's misses are filled from the warm cluster, so the
+/// clients almost never query the database and see hits from the start; without it every
+/// miss is a database query.
+#[test]
+fn warmup_scenario_spares_the_database_and_serves_hits_from_the_start() {
+    let bin = env!("CARGO_BIN_EXE_memfleet");
+    let out = Command::new(bin)
+        .args(["bench", "--scenario", "warmup", "--memfleet-bin", bin])
+        .args(["--server-memory", "64", "--keys", "20000", "--conns", "8"])
+        .args(["--duration", "3s", "--herd-db-latency", "10ms"])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "bench failed:\n{stdout}\n{stderr}");
+    // gets, db, db/100get, clnt hit%, cold last%, 50% at, 90% at, p50, p99, cold items, errors
+    let with = row(&stdout, "with warm-up");
+    let without = row(&stdout, "without warm-up");
+    assert!(with[0] > 0.0 && without[0] > 0.0, "{stdout}");
+    assert!(
+        without[1] > 100.0,
+        "too few database queries to compare:\n{stdout}"
+    );
+    assert!(with[1] * 10.0 < without[1], "database queries:\n{stdout}");
+    assert!(
+        with[3] > 98.0 && without[3] < with[3],
+        "client hit rates:\n{stdout}"
+    );
+    assert!(with[9] > 0.0, "the cold cluster was not filled:\n{stdout}");
+    assert!(
+        stdout.contains("with warm-up: the router filled "),
+        "{stdout}"
+    );
+}
+
+/// Expiry: memfleet frees expired items by segment, promptly; memcached (its LRU crawler on,
+/// as by default) still holds expired items when the short TTLs have run out.
+#[test]
+fn expiry_scenario_shows_memfleet_holding_fewer_expired_bytes_than_memcached() {
+    let bin = env!("CARGO_BIN_EXE_memfleet");
+    let out = Command::new(bin)
+        .args(["bench", "--scenario", "expiry", "--memfleet-bin", bin])
+        .args(["--spawn", "memfleet", "--spawn", "memcached"])
+        .args(["--server-memory", "64", "--duration", "8s"])
+        .args(["--expiry-rate", "4000", "--expiry-short-ttl", "1-2"])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "bench failed:\n{stdout}\n{stderr}");
+    // sets, peak MiB, mean MiB, steady mean MiB, steady share%, early gone%, peak RSS MiB
+    let memfleet = row(&stdout, "memfleet");
+    let memcached = row(&stdout, "memcached");
+    assert!(
+        memfleet[0] > 10_000.0 && memcached[0] > 10_000.0,
+        "{stdout}"
+    );
+    assert!(
+        memcached[3] > 0.0,
+        "memcached held no expired bytes:\n{stdout}"
+    );
+    assert!(
+        memfleet[3] * 2.0 < memcached[3],
+        "steady mean expired bytes:\n{stdout}"
+    );
+    assert!(stdout.contains("lru_crawler=yes"), "{stdout}");
+}
