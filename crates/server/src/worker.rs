@@ -10,6 +10,7 @@
 use crate::config::Settings;
 use crate::connection;
 use crate::stats::{ConnectionCounts, CounterValues, WorkerCounters};
+use crate::transport::TlsTransport;
 use memfleet_protocol::ParserConfig;
 use memfleet_storage::{Cache, Handle};
 use socket2::{Domain, Protocol, Socket, Type};
@@ -46,6 +47,9 @@ pub struct Shared {
     pub shutdown: watch::Receiver<bool>,
     /// Who may connect, when authentication is on (`--auth-file`).
     pub auth: Option<crate::auth::Credentials>,
+    /// TLS on the TCP port, when on (`--tls-cert`): the certificate in service and its
+    /// counters.
+    pub tls: Option<Arc<memfleet_tls::ServerTls>>,
 }
 
 /// What `stats reset` zeroes, as the values it saw: the command counters and, as in
@@ -215,7 +219,20 @@ async fn accept_loop(ctx: &Rc<WorkerContext>, listener: tokio::net::TcpListener)
         };
         let task = tokio::task::spawn_local(async move {
             let open = open;
-            if let Err(e) = connection::serve(&open.ctx, stream).await {
+            let served = match open.ctx.shared.tls.clone() {
+                None => connection::serve(&open.ctx, stream).await,
+                Some(tls) => match tls.accept(stream).await {
+                    Ok(session) => {
+                        let (socket, session) = session.into_inner();
+                        connection::serve(&open.ctx, TlsTransport::new(socket, session)).await
+                    }
+                    Err(e) => {
+                        tracing::debug!(error = %e, "TLS handshake failed");
+                        Ok(())
+                    }
+                },
+            };
+            if let Err(e) = served {
                 tracing::debug!(error = %e, "connection ended with an error");
             }
         });
