@@ -4,80 +4,10 @@
 
 mod support;
 
-use memfleet_tls::rustls::{ClientConnection, StreamOwned};
-use memfleet_tls::ClientTlsFiles;
 use std::io::{Read, Write};
-use std::net::TcpStream;
-use std::path::Path;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
-use support::certs::{der_of, Issued, TestPki};
+use support::certs::{der_of, Issued, TestPki, TlsClient, TIMEOUT};
 use support::{connect, memfleet_server};
-
-const TIMEOUT: Duration = Duration::from_secs(15);
-
-/// A TLS client over a blocking socket.
-struct TlsClient {
-    stream: StreamOwned<ClientConnection, TcpStream>,
-}
-
-impl TlsClient {
-    /// Connects and completes the handshake, trusting `ca`, presenting `identity` if given.
-    fn connect(port: u16, ca: &Path, identity: Option<&Issued>) -> std::io::Result<TlsClient> {
-        let config = memfleet_tls::client_config(&ClientTlsFiles {
-            ca: ca.to_path_buf(),
-            cert: identity.map(|i| i.cert.clone()),
-            key: identity.map(|i| i.key.clone()),
-        })
-        .unwrap();
-        let name = memfleet_tls::server_name("localhost").unwrap();
-        let session = ClientConnection::new(Arc::new(config), name).unwrap();
-        let mut stream = StreamOwned::new(session, connect(port, TIMEOUT));
-        while stream.conn.is_handshaking() {
-            stream.conn.complete_io(&mut stream.sock)?;
-        }
-        Ok(TlsClient { stream })
-    }
-
-    /// The certificate the server showed, DER.
-    fn peer_cert(&self) -> Vec<u8> {
-        self.stream.conn.peer_certificates().unwrap()[0].to_vec()
-    }
-
-    fn send(&mut self, bytes: &[u8]) -> std::io::Result<()> {
-        self.stream.write_all(bytes)?;
-        self.stream.flush()
-    }
-
-    /// Reads until the input ends with `end` (or fails: closed, timed out, refused).
-    fn read_until(&mut self, end: &[u8]) -> std::io::Result<Vec<u8>> {
-        let mut got = Vec::new();
-        let mut chunk = [0u8; 64 * 1024];
-        while !got.ends_with(end) {
-            let n = self.stream.read(&mut chunk)?;
-            if n == 0 {
-                return Err(std::io::ErrorKind::UnexpectedEof.into());
-            }
-            got.extend_from_slice(&chunk[..n]);
-        }
-        Ok(got)
-    }
-
-    /// Sends `request` and returns the reply, which ends with `end`.
-    fn ask(&mut self, request: &[u8], end: &[u8]) -> Vec<u8> {
-        self.send(request).unwrap();
-        self.read_until(end).unwrap()
-    }
-
-    /// `stats` as (name, value) text.
-    fn stat(&mut self, name: &str) -> Option<String> {
-        let reply = self.ask(b"stats\r\n", b"END\r\n");
-        let text = String::from_utf8(reply).unwrap();
-        let prefix = format!("STAT {name} ");
-        text.lines()
-            .find_map(|l| l.strip_prefix(&prefix).map(str::to_string))
-    }
-}
 
 fn tls_server(pki: &mut TestPki, extra: &[&str]) -> (support::Killed, u16, Issued) {
     let issued = pki.server("server");
@@ -111,12 +41,12 @@ fn binary(opcode: u8, extras: &[u8], key: &[u8], value: &[u8]) -> Vec<u8> {
 /// Reads one binary reply: (status, body).
 fn binary_reply(client: &mut TlsClient) -> (u16, Vec<u8>) {
     let mut header = [0u8; 24];
-    client.stream.read_exact(&mut header).unwrap();
+    client.read_exact(&mut header).unwrap();
     assert_eq!(header[0], 0x81, "a binary reply");
     let status = u16::from_be_bytes([header[6], header[7]]);
     let len = u32::from_be_bytes(header[8..12].try_into().unwrap()) as usize;
     let mut body = vec![0; len];
-    client.stream.read_exact(&mut body).unwrap();
+    client.read_exact(&mut body).unwrap();
     (status, body)
 }
 

@@ -2,8 +2,17 @@
 //! Debian's memcached is): a CA, servers' certificates for `localhost` and 127.0.0.1 signed
 //! by it, and client certificates, in a directory of the test's own.
 
+use memfleet_tls::rustls::{ClientConnection, StreamOwned};
+use memfleet_tls::ClientTlsFiles;
+use std::io::{Read, Write};
+use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// How long TLS test clients wait for a reply.
+pub const TIMEOUT: Duration = Duration::from_secs(15);
 
 /// A directory of certificates under one test CA; removed when dropped.
 pub struct TestPki {
@@ -125,6 +134,74 @@ impl TestPki {
             cert: self.dir.join(cert),
             key: self.dir.join(key),
         }
+    }
+}
+
+/// A TLS client over a blocking socket.
+pub struct TlsClient {
+    stream: StreamOwned<ClientConnection, TcpStream>,
+}
+
+impl TlsClient {
+    /// Connects and completes the handshake, trusting `ca`, presenting `identity` if given.
+    pub fn connect(port: u16, ca: &Path, identity: Option<&Issued>) -> std::io::Result<TlsClient> {
+        let config = memfleet_tls::client_config(&ClientTlsFiles {
+            ca: ca.to_path_buf(),
+            cert: identity.map(|i| i.cert.clone()),
+            key: identity.map(|i| i.key.clone()),
+        })
+        .unwrap();
+        let name = memfleet_tls::server_name("localhost").unwrap();
+        let session = ClientConnection::new(Arc::new(config), name).unwrap();
+        let mut stream = StreamOwned::new(session, super::connect(port, TIMEOUT));
+        while stream.conn.is_handshaking() {
+            stream.conn.complete_io(&mut stream.sock)?;
+        }
+        Ok(TlsClient { stream })
+    }
+
+    /// The certificate the server showed, DER.
+    pub fn peer_cert(&self) -> Vec<u8> {
+        self.stream.conn.peer_certificates().unwrap()[0].to_vec()
+    }
+
+    pub fn send(&mut self, bytes: &[u8]) -> std::io::Result<()> {
+        self.stream.write_all(bytes)?;
+        self.stream.flush()
+    }
+
+    /// Reads until the input ends with `end` (or fails: closed, timed out, refused).
+    pub fn read_until(&mut self, end: &[u8]) -> std::io::Result<Vec<u8>> {
+        let mut got = Vec::new();
+        let mut chunk = [0u8; 64 * 1024];
+        while !got.ends_with(end) {
+            let n = self.stream.read(&mut chunk)?;
+            if n == 0 {
+                return Err(std::io::ErrorKind::UnexpectedEof.into());
+            }
+            got.extend_from_slice(&chunk[..n]);
+        }
+        Ok(got)
+    }
+
+    /// Sends `request` and returns the reply, which ends with `end`.
+    pub fn ask(&mut self, request: &[u8], end: &[u8]) -> Vec<u8> {
+        self.send(request).unwrap();
+        self.read_until(end).unwrap()
+    }
+
+    /// `stats` as (name, value) text.
+    pub fn stat(&mut self, name: &str) -> Option<String> {
+        let reply = self.ask(b"stats\r\n", b"END\r\n");
+        let text = String::from_utf8(reply).unwrap();
+        let prefix = format!("STAT {name} ");
+        text.lines()
+            .find_map(|l| l.strip_prefix(&prefix).map(str::to_string))
+    }
+
+    /// Reads exactly `buf.len()` bytes.
+    pub fn read_exact(&mut self, buf: &mut [u8]) -> std::io::Result<()> {
+        self.stream.read_exact(buf)
     }
 }
 

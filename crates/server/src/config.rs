@@ -342,28 +342,10 @@ fn resolve_tls(args: &ServerArgs, file: &FileSettings) -> anyhow::Result<Option<
     let key = key.or_else(|| file.tls_key.clone());
     let ca = ca.or_else(|| file.tls_ca.clone());
     let verify_client = verify_client.or(file.tls_verify_client).unwrap_or(false);
-    match (cert, key) {
-        (Some(cert), Some(key)) => {
-            if verify_client && ca.is_none() {
-                bail!("--tls-verify-client needs --tls-ca, the CA client certificates are checked against");
-            }
-            Ok(Some(ServerTlsFiles {
-                cert,
-                key,
-                ca,
-                verify_client,
-            }))
-        }
-        (None, None) if args.enable_ssl => {
-            bail!("-Z needs a certificate and key: --tls-cert and --tls-key (or -o ssl_chain_cert=...,ssl_key=...)")
-        }
-        (None, None) if ca.is_some() || verify_client => {
-            bail!("--tls-ca and --tls-verify-client need TLS on: --tls-cert and --tls-key")
-        }
-        (None, None) => Ok(None),
-        (Some(_), None) => bail!("--tls-cert needs --tls-key"),
-        (None, Some(_)) => bail!("--tls-key needs --tls-cert"),
+    if args.enable_ssl && (cert.is_none() || key.is_none()) {
+        bail!("-Z needs a certificate and key: --tls-cert and --tls-key (or -o ssl_chain_cert=...,ssl_key=...)");
     }
+    ServerTlsFiles::from_options(cert, key, ca, verify_client)
 }
 
 fn read_file(path: &Path) -> anyhow::Result<FileSettings> {

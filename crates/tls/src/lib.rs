@@ -50,6 +50,37 @@ pub struct ServerTlsFiles {
     pub verify_client: bool,
 }
 
+impl ServerTlsFiles {
+    /// The settings from optional flags, checked for consistency: TLS is on with a
+    /// certificate and a key, off with neither, and a CA or client verification needs it on.
+    pub fn from_options(
+        cert: Option<PathBuf>,
+        key: Option<PathBuf>,
+        ca: Option<PathBuf>,
+        verify_client: bool,
+    ) -> anyhow::Result<Option<ServerTlsFiles>> {
+        match (cert, key) {
+            (Some(cert), Some(key)) => {
+                if verify_client && ca.is_none() {
+                    bail!("--tls-verify-client needs --tls-ca, the CA client certificates are checked against");
+                }
+                Ok(Some(ServerTlsFiles {
+                    cert,
+                    key,
+                    ca,
+                    verify_client,
+                }))
+            }
+            (None, None) if ca.is_some() || verify_client => {
+                bail!("--tls-ca and --tls-verify-client need TLS on: --tls-cert and --tls-key")
+            }
+            (None, None) => Ok(None),
+            (Some(_), None) => bail!("--tls-cert needs --tls-key"),
+            (None, Some(_)) => bail!("--tls-key needs --tls-cert"),
+        }
+    }
+}
+
 /// A TLS listener's state: the configuration in service and what happened to it.
 pub struct ServerTls {
     files: ServerTlsFiles,
