@@ -181,3 +181,43 @@ fn the_router_speaks_tls_to_memcached() {
         b"VALUE k 0 3\r\nabc\r\nEND\r\n"
     );
 }
+
+#[test]
+fn the_router_presents_the_pools_client_certificate() {
+    let mut pki = TestPki::new("router_client_cert");
+    let listener = pki.server("router");
+    let backend = pki.server("backend");
+    let identity = pki.client("router-client");
+    let (_server, server) = memfleet_server(&[
+        "-t",
+        "1",
+        "-m",
+        "16",
+        "--tls-cert",
+        backend.cert.to_str().unwrap(),
+        "--tls-key",
+        backend.key.to_str().unwrap(),
+        "--tls-ca",
+        pki.ca.to_str().unwrap(),
+        "--tls-verify-client",
+    ]);
+    let with_identity = format!(
+        "{}tls_cert = {:?}\ntls_key = {:?}\n",
+        pool_tls(&pki),
+        identity.cert.to_str().unwrap(),
+        identity.key.to_str().unwrap()
+    );
+    let (_with, with) = router(&pki.dir, &listener, &[server], &with_identity);
+    let (_without, without) = router(&pki.dir, &listener, &[server], &pool_tls(&pki));
+
+    let mut client = TlsClient::connect(with, &pki.ca, None).unwrap();
+    assert_eq!(client.ask(b"set k 0 0 1\r\nx\r\n", b"\r\n"), b"STORED\r\n");
+    // (A failed get is a miss through the router; a failed set shows.)
+    let mut client = TlsClient::connect(without, &pki.ca, None).unwrap();
+    let reply = client.ask(b"set k 0 0 1\r\ny\r\n", b"\r\n");
+    assert!(
+        reply.starts_with(b"SERVER_ERROR"),
+        "{:?}",
+        String::from_utf8_lossy(&reply)
+    );
+}
