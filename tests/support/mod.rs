@@ -3,6 +3,8 @@
 
 #![allow(dead_code)]
 
+pub mod certs;
+
 use std::net::{TcpListener, TcpStream};
 use std::process::Child;
 use std::time::{Duration, Instant};

@@ -12,14 +12,19 @@
 //! then fail at once instead of waiting for timeouts. While down, a probe sends `version`
 //! with a growing pause (the retry timeout, doubling up to a minute); its first success
 //! brings the server back.
+//!
+//! TLS (a pool's `tls = true`): each connection, and each probe, runs a TLS handshake after
+//! connecting, within the pool's timeout; the connection is then used as a plain one.
 
 use memfleet_protocol::reply::{frame, Frame, ReplyKind};
+use memfleet_tls::rustls::pki_types::ServerName;
+use memfleet_tls::tokio_rustls::TlsConnector;
 use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot};
 
@@ -63,6 +68,89 @@ pub struct BackendOptions {
     pub failure_limit: u32,
     /// First pause before probing a down server.
     pub retry: Duration,
+    /// TLS to the server; `None`: plain TCP.
+    pub tls: Option<BackendTls>,
+}
+
+/// How connections to one server run TLS.
+#[derive(Clone)]
+pub struct BackendTls {
+    /// The files the configuration was read from (what a reload compares).
+    pub files: memfleet_tls::ClientTlsFiles,
+    /// The name the server's certificate must carry.
+    pub server_name: ServerName<'static>,
+    connector: TlsConnector,
+}
+
+impl BackendTls {
+    /// TLS with `config` (read from `files`), expecting `server_name` in the certificate.
+    pub fn new(
+        files: memfleet_tls::ClientTlsFiles,
+        config: Arc<memfleet_tls::rustls::ClientConfig>,
+        server_name: ServerName<'static>,
+    ) -> BackendTls {
+        BackendTls {
+            files,
+            server_name,
+            connector: TlsConnector::from(config),
+        }
+    }
+}
+
+impl PartialEq for BackendTls {
+    fn eq(&self, other: &Self) -> bool {
+        self.files == other.files && self.server_name == other.server_name
+    }
+}
+
+impl Eq for BackendTls {}
+
+impl std::fmt::Debug for BackendTls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BackendTls")
+            .field("files", &self.files)
+            .field("server_name", &self.server_name)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A connection's halves, over TCP or TLS.
+type Halves = (
+    Box<dyn AsyncRead + Unpin + Send>,
+    Box<dyn AsyncWrite + Unpin + Send>,
+);
+
+/// Connects to `addr` (and runs the TLS handshake when `tls` says so) within `timeout`.
+async fn connect(addr: SocketAddr, tls: Option<&BackendTls>, timeout: Duration) -> Option<Halves> {
+    tokio::time::timeout(timeout, async {
+        let stream = TcpStream::connect(addr).await.ok()?;
+        let _ = stream.set_nodelay(true);
+        Some(match tls {
+            None => {
+                let (rd, wr) = stream.into_split();
+                (
+                    Box::new(rd) as Box<dyn AsyncRead + Unpin + Send>,
+                    Box::new(wr) as _,
+                )
+            }
+            Some(tls) => {
+                let session = tls
+                    .connector
+                    .connect(tls.server_name.clone(), stream)
+                    .await
+                    .map_err(|e| tracing::warn!(server = %addr, error = %e, "TLS handshake failed"))
+                    .ok()?;
+                let (rd, wr) = tokio::io::split(session);
+                (
+                    Box::new(rd) as Box<dyn AsyncRead + Unpin + Send>,
+                    Box::new(wr) as _,
+                )
+            }
+        })
+    })
+    .await
+    .ok()
+    .flatten()
 }
 
 /// A backend server shared by every client of the router.
@@ -99,7 +187,7 @@ impl Backend {
                 // Unbounded so that queueing is synchronous (see `call`); what one client
                 // can have queued is bounded by its in-flight limit in `proxy.rs`.
                 let (tx, rx) = mpsc::unbounded_channel();
-                tokio::spawn(connection(addr, rx, options.timeout));
+                tokio::spawn(connection(addr, rx, options.timeout, options.tls.clone()));
                 tx
             })
             .collect();
@@ -196,11 +284,14 @@ async fn probe(backend: Arc<Backend>) {
     let mut pause = backend.options.retry;
     loop {
         tokio::time::sleep(pause).await;
-        let alive = tokio::time::timeout(backend.options.timeout, async {
-            let mut s = TcpStream::connect(backend.addr).await.ok()?;
-            s.write_all(b"version\r\n").await.ok()?;
+        let options = &backend.options;
+        let alive = tokio::time::timeout(options.timeout, async {
+            let (mut rd, mut wr) =
+                connect(backend.addr, options.tls.as_ref(), options.timeout).await?;
+            wr.write_all(b"version\r\n").await.ok()?;
+            wr.flush().await.ok()?;
             let mut buf = [0u8; 128];
-            let n = s.read(&mut buf).await.ok()?;
+            let n = rd.read(&mut buf).await.ok()?;
             buf[..n].starts_with(b"VERSION ").then_some(())
         })
         .await;
@@ -216,7 +307,12 @@ async fn probe(backend: Arc<Backend>) {
 
 /// A connection task: (re)connects on demand, writes queued requests in batches, and hands
 /// each reply to its request in order.
-async fn connection(addr: SocketAddr, mut jobs: mpsc::UnboundedReceiver<Job>, timeout: Duration) {
+async fn connection(
+    addr: SocketAddr,
+    mut jobs: mpsc::UnboundedReceiver<Job>,
+    timeout: Duration,
+    tls: Option<BackendTls>,
+) {
     let mut waiting: VecDeque<(ReplyKind, ReplyTo)> = VecDeque::new();
     let mut batch = Vec::new();
     let mut inbuf: Vec<u8> = Vec::with_capacity(16 * 1024);
@@ -230,17 +326,12 @@ async fn connection(addr: SocketAddr, mut jobs: mpsc::UnboundedReceiver<Job>, ti
         let Some(first) = jobs.recv().await else {
             return;
         };
-        let stream = match tokio::time::timeout(timeout, TcpStream::connect(addr)).await {
-            Ok(Ok(s)) => s,
-            _ => {
-                let _ = first
-                    .reply
-                    .send(Err(BackendError::Connection(addr.to_string())));
-                continue 'connect;
-            }
+        let Some((mut rd, mut wr)) = connect(addr, tls.as_ref(), timeout).await else {
+            let _ = first
+                .reply
+                .send(Err(BackendError::Connection(addr.to_string())));
+            continue 'connect;
         };
-        let _ = stream.set_nodelay(true);
-        let (mut rd, mut wr) = stream.into_split();
         inbuf.clear();
         let mut pending = Some(first);
         let mut closed = false;
@@ -254,7 +345,10 @@ async fn connection(addr: SocketAddr, mut jobs: mpsc::UnboundedReceiver<Job>, ti
                     break;
                 }
             }
-            if !batch.is_empty() && wr.write_all(&batch).await.is_err() {
+            // (A flush is free on TCP; TLS may hold the end of a record until it.)
+            if !batch.is_empty()
+                && (wr.write_all(&batch).await.is_err() || wr.flush().await.is_err())
+            {
                 fail_all(&mut waiting);
                 continue 'connect;
             }

@@ -3,7 +3,7 @@
 //! one, which keeps the connections (and health) of servers that stay, the spool and the
 //! counters of routes that keep their names.
 
-use crate::backend::{Backend, BackendOptions};
+use crate::backend::{Backend, BackendOptions, BackendTls};
 use crate::route::{self, Route, RouteCounters};
 use crate::spool::{Queue, Spooler};
 use anyhow::Context;
@@ -43,6 +43,22 @@ impl Pool {
                 u32::MAX
             },
             retry: Duration::from_millis(config.server_retry_timeout_ms.max(10)),
+            tls: None,
+        };
+        // The pool's TLS configuration, read once: a file that does not load fails the
+        // build (and so refuses a reload).
+        let tls = match &config.tls {
+            Some(t) => {
+                let files = memfleet_tls::ClientTlsFiles {
+                    ca: t.ca.clone().into(),
+                    cert: t.cert.clone().map(Into::into),
+                    key: t.key.clone().map(Into::into),
+                };
+                let client = memfleet_tls::client_config(&files)
+                    .with_context(|| format!("pool {}: TLS", config.name))?;
+                Some((files, Arc::new(client)))
+            }
+            None => None,
         };
         let backends = ring
             .nodes()
@@ -54,12 +70,19 @@ impl Pool {
                     .with_context(|| {
                         format!("pool {}: cannot resolve {}", config.name, n.addr())
                     })?;
+                let mut options = options.clone();
+                if let Some((files, client)) = &tls {
+                    let name = config.tls.as_ref().and_then(|t| t.server_name.as_deref());
+                    let name = memfleet_tls::server_name(name.unwrap_or(&n.host))
+                        .with_context(|| format!("pool {}: TLS", config.name))?;
+                    options.tls = Some(BackendTls::new(files.clone(), client.clone(), name));
+                }
                 let kept = previous
                     .iter()
                     .find(|b| b.addr() == addr && b.options() == &options);
                 Ok(match kept {
                     Some(b) => b.clone(),
-                    None => Backend::new(addr, n.addr(), options.clone()),
+                    None => Backend::new(addr, n.addr(), options),
                 })
             })
             .collect::<anyhow::Result<Vec<_>>>()?;

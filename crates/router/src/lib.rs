@@ -17,6 +17,7 @@ mod proxy;
 use anyhow::Context;
 use memfleet_client::{Route, Topology};
 use memfleet_routing::RouterConfig;
+use memfleet_tls::ServerTls;
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -40,6 +41,33 @@ pub struct RouterArgs {
     /// given.
     #[arg(long = "admin-listen", value_name = "ADDR")]
     pub admin_listen: Option<String>,
+    /// Serve TLS on every TCP listener with this certificate chain (PEM, leaf first); needs
+    /// --tls-key. SIGHUP, or a change to the files, reloads them without a restart. Unix
+    /// socket listeners stay plain [default: off].
+    #[arg(long = "tls-cert", value_name = "FILE")]
+    pub tls_cert: Option<PathBuf>,
+    /// The TLS certificate's private key, PEM.
+    #[arg(long = "tls-key", value_name = "FILE")]
+    pub tls_key: Option<PathBuf>,
+    /// CA certificates (PEM) client certificates are checked against: a client presenting
+    /// a certificate must present a valid one.
+    #[arg(long = "tls-ca", value_name = "FILE")]
+    pub tls_ca: Option<PathBuf>,
+    /// Refuse TLS clients without a valid certificate signed by --tls-ca.
+    #[arg(long = "tls-verify-client")]
+    pub tls_verify_client: bool,
+}
+
+impl RouterArgs {
+    /// The listeners' TLS settings, when TLS is on.
+    pub fn tls_files(&self) -> anyhow::Result<Option<memfleet_tls::ServerTlsFiles>> {
+        memfleet_tls::ServerTlsFiles::from_options(
+            self.tls_cert.clone(),
+            self.tls_key.clone(),
+            self.tls_ca.clone(),
+            self.tls_verify_client,
+        )
+    }
 }
 
 /// Reads the configuration a router is started with.
@@ -108,6 +136,7 @@ pub struct Bound {
     listeners: Vec<(String, RouteSlot, Listener)>,
     admin: Option<tokio::net::TcpListener>,
     served: Served,
+    tls: Option<Arc<ServerTls>>,
 }
 
 /// A listener: TCP (`host:port`) or a Unix socket (a path starting with `/`, as twemproxy
@@ -176,10 +205,18 @@ pub async fn bind(config: RouterConfig, admin: Option<&str>) -> anyhow::Result<B
         listeners,
         admin,
         served: Arc::new(arc_swap::ArcSwap::from_pointee(topology)),
+        tls: None,
     })
 }
 
 impl Bound {
+    /// Serves TLS on the TCP listeners (Unix sockets stay plain), with `tls`'s certificate
+    /// at each handshake: reloading it changes what new clients get.
+    pub fn with_tls(mut self, tls: Arc<ServerTls>) -> Bound {
+        self.tls = Some(tls);
+        self
+    }
+
     /// Accepts and serves clients until `stop` resolves; each configuration `reloads` yields
     /// is applied (see [`Serving::reload`]).
     pub async fn run(
@@ -190,6 +227,7 @@ impl Bound {
         let mut serving = Serving {
             listeners: HashMap::new(),
             served: self.served,
+            tls: self.tls,
         };
         for (listen, slot, listener) in self.listeners {
             serving.accept(listen, slot, listener);
@@ -217,12 +255,14 @@ impl Bound {
 pub struct Serving {
     listeners: HashMap<String, (RouteSlot, tokio::task::JoinHandle<()>)>,
     served: Served,
+    tls: Option<Arc<ServerTls>>,
 }
 
 impl Serving {
     fn accept(&mut self, listen: String, slot: RouteSlot, listener: Listener) {
         let accepting = slot.clone();
         let served = self.served.clone();
+        let tls = self.tls.clone();
         let task = tokio::spawn(async move {
             let mut lane = 0usize;
             loop {
@@ -230,7 +270,17 @@ impl Serving {
                 let accepted = match &listener {
                     Listener::Tcp(l) => l.accept().await.map(|(stream, _)| {
                         let (slot, served) = (accepting.clone(), served.clone());
-                        tokio::spawn(proxy::serve(slot, served, stream, lane));
+                        match tls.clone() {
+                            None => tokio::spawn(proxy::serve(slot, served, stream, lane)),
+                            Some(tls) => tokio::spawn(async move {
+                                match tls.accept(stream).await {
+                                    Ok(session) => {
+                                        proxy::serve_tls(slot, served, session, lane).await
+                                    }
+                                    Err(e) => tracing::debug!(error = %e, "TLS handshake failed"),
+                                }
+                            }),
+                        };
                     }),
                     Listener::Unix(l) => l.accept().await.map(|(stream, _)| {
                         let (slot, served) = (accepting.clone(), served.clone());
@@ -389,11 +439,14 @@ impl Drop for Running {
 
 /// Reloads on SIGHUP and when the configuration file changes (checked every second: its
 /// size and modification time, which an editor's rename-over also changes). A file that
-/// does not parse is logged and ignored; the next change is tried again.
+/// does not parse is logged and ignored; the next change is tried again. The TLS
+/// certificate, key and CA files are reloaded the same way (on SIGHUP, or when one of them
+/// changes); one that does not load leaves the certificate in service.
 async fn watch_config(
     args: RouterArgs,
     mut hup: tokio::signal::unix::Signal,
     reloads: tokio::sync::mpsc::UnboundedSender<RouterConfig>,
+    tls: Option<Arc<ServerTls>>,
 ) {
     let path = args.config.clone().or_else(|| args.twemproxy.clone());
     let stamp = |p: &Option<PathBuf>| {
@@ -401,12 +454,32 @@ async fn watch_config(
             .and_then(|p| std::fs::metadata(p).ok())
             .map(|m| (m.len(), m.modified().ok()))
     };
+    let tls_paths: Vec<Option<PathBuf>> = tls.as_ref().map_or(Vec::new(), |t| {
+        let f = t.files();
+        vec![Some(f.cert.clone()), Some(f.key.clone()), f.ca.clone()]
+    });
+    let tls_stamps = || tls_paths.iter().map(stamp).collect::<Vec<_>>();
     let mut seen = stamp(&path);
+    let mut tls_seen = tls_stamps();
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     loop {
         let why = tokio::select! {
-            _ = hup.recv() => "SIGHUP",
+            _ = hup.recv() => {
+                if let Some(tls) = &tls {
+                    tls_seen = tls_stamps();
+                    // A failure is logged and counted; the certificate in service stays.
+                    let _ = tls.reload();
+                }
+                "SIGHUP"
+            }
             _ = tick.tick() => {
+                if let Some(tls) = &tls {
+                    let now = tls_stamps();
+                    if now != tls_seen {
+                        tls_seen = now;
+                        let _ = tls.reload();
+                    }
+                }
                 let now = stamp(&path);
                 if now == seen {
                     continue;
@@ -447,6 +520,12 @@ fn runtime(threads: usize) -> std::io::Result<tokio::runtime::Runtime> {
 /// `memfleet router`: serves until SIGINT or SIGTERM.
 pub fn run(args: &RouterArgs) -> anyhow::Result<()> {
     let config = load_config(args)?;
+    let tls = args
+        .tls_files()?
+        .map(ServerTls::load)
+        .transpose()
+        .context("TLS")?
+        .map(Arc::new);
     let threads = args
         .threads
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
@@ -465,11 +544,13 @@ pub fn run(args: &RouterArgs) -> anyhow::Result<()> {
             }
         };
         let (reload_tx, reload_rx) = tokio::sync::mpsc::unbounded_channel();
-        tokio::spawn(watch_config(args.clone(), hup, reload_tx));
-        bind(config, args.admin_listen.as_deref())
-            .await?
-            .run(stop, reload_rx)
-            .await;
+        tokio::spawn(watch_config(args.clone(), hup, reload_tx, tls.clone()));
+        let bound = bind(config, args.admin_listen.as_deref()).await?;
+        let bound = match tls {
+            Some(tls) => bound.with_tls(tls),
+            None => bound,
+        };
+        bound.run(stop, reload_rx).await;
         anyhow::Ok(())
     })
 }

@@ -49,11 +49,30 @@ const MAX_PENDING_INPUT: usize = (1 << 20) + 64 * 1024;
 pub async fn serve(slot: RouteSlot, served: Served, stream: TcpStream, lane: usize) {
     let _ = stream.set_nodelay(true);
     // Replicated reads pick a replica per client host, as the paper's clients do.
-    let client = stream.peer_addr().map_or(0, |a| match a.ip() {
+    let client = stream.peer_addr().map_or(0, |a| client_hash(a.ip()));
+    let (rd, wr) = stream.into_split();
+    serve_halves(slot, served, rd, wr, Ctx { lane, client }).await;
+}
+
+/// Which replica a client host's replicated reads go to.
+fn client_hash(ip: std::net::IpAddr) -> u64 {
+    match ip {
         std::net::IpAddr::V4(ip) => xxhash_rust::xxh3::xxh3_64(&ip.octets()),
         std::net::IpAddr::V6(ip) => xxhash_rust::xxh3::xxh3_64(&ip.octets()),
-    });
-    let (rd, wr) = stream.into_split();
+    }
+}
+
+/// [`serve`] for a TLS client, its handshake done.
+pub async fn serve_tls(
+    slot: RouteSlot,
+    served: Served,
+    stream: memfleet_tls::tokio_rustls::server::TlsStream<TcpStream>,
+    lane: usize,
+) {
+    let socket = stream.get_ref().0;
+    let _ = socket.set_nodelay(true);
+    let client = socket.peer_addr().map_or(0, |a| client_hash(a.ip()));
+    let (rd, wr) = tokio::io::split(stream);
     serve_halves(slot, served, rd, wr, Ctx { lane, client }).await;
 }
 

@@ -56,6 +56,22 @@ pub struct PoolConfig {
     /// A delete that cannot be delivered to a server waits in the router's spool (when it
     /// has a `spool_dir`) and is replayed when the server is back.
     pub spool_deletes: bool,
+    /// TLS to the servers; `None`: plain TCP.
+    pub tls: Option<PoolTls>,
+}
+
+/// TLS on a pool's server connections (`tls = true` and the `tls_*` keys of a TOML pool).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PoolTls {
+    /// CA certificates (a PEM file) the servers' certificates are checked against.
+    pub ca: String,
+    /// The name the servers' certificates must carry; `None`: each server's host as
+    /// written in `servers` (a DNS name or an IP address).
+    pub server_name: Option<String>,
+    /// A client certificate chain (PEM file) for servers that verify clients.
+    pub cert: Option<String>,
+    /// Its private key (PEM file).
+    pub key: Option<String>,
 }
 
 /// Everything a router serves: pools, the routes over them, and router-wide settings.
@@ -221,6 +237,41 @@ struct TomlPool {
     server_retry_timeout_ms: Option<u64>,
     spool_deletes: Option<bool>,
     servers: Vec<String>,
+    tls: Option<bool>,
+    tls_ca: Option<String>,
+    tls_server_name: Option<String>,
+    tls_cert: Option<String>,
+    tls_key: Option<String>,
+}
+
+/// A TOML pool's TLS keys, checked: `tls = true` needs `tls_ca`; the other keys need
+/// `tls = true`; a client certificate needs its key.
+fn toml_tls(pool: &str, p: &TomlPool) -> Result<Option<PoolTls>, ConfigError> {
+    let any_detail = p.tls_ca.is_some()
+        || p.tls_server_name.is_some()
+        || p.tls_cert.is_some()
+        || p.tls_key.is_some();
+    if !p.tls.unwrap_or(false) {
+        if any_detail {
+            return Err(pool_error(pool, "tls_* keys need tls = true"));
+        }
+        return Ok(None);
+    }
+    let Some(ca) = p.tls_ca.clone() else {
+        return Err(pool_error(
+            pool,
+            "tls = true needs tls_ca, the CA file the servers' certificates are checked against",
+        ));
+    };
+    if p.tls_cert.is_some() != p.tls_key.is_some() {
+        return Err(pool_error(pool, "tls_cert and tls_key go together"));
+    }
+    Ok(Some(PoolTls {
+        ca,
+        server_name: p.tls_server_name.clone(),
+        cert: p.tls_cert.clone(),
+        key: p.tls_key.clone(),
+    }))
 }
 
 #[derive(Deserialize, Default)]
@@ -286,7 +337,9 @@ fn toml_pools(pools: BTreeMap<String, TomlPool>) -> Result<Vec<PoolConfig>, Conf
                     ))
                 }
             };
+            let tls = toml_tls(&name, &p)?;
             let pool = PoolConfig {
+                tls,
                 hash: parse_hash(&name, p.hash, KeyHash::Md5)?,
                 hash_tag: parse_hash_tag(&name, p.hash_tag)?,
                 servers: servers(&name, &p.servers)?,
@@ -367,6 +420,7 @@ pub fn from_twemproxy_yaml(text: &str) -> Result<Vec<PoolConfig>, ConfigError> {
             let mut servers = servers(&name, &p.servers.unwrap_or_default())?;
             twemproxy_order(&mut servers);
             let pool = PoolConfig {
+                tls: None,
                 hash: parse_hash(&name, p.hash, KeyHash::Fnv1a64)?,
                 hash_tag: parse_hash_tag(&name, p.hash_tag)?,
                 listen: p.listen,
@@ -497,6 +551,33 @@ omega:
             .to_string()
             .contains("vnode"));
         assert!(from_twemproxy_yaml("a:\n  colour: blue\n").is_err());
+    }
+
+    #[test]
+    fn toml_pool_tls() {
+        let pool = |keys: &str| format!("[pools.a]\nservers = [\"10.0.0.1:11211\"]\n{keys}");
+        let config = from_toml(&pool(
+            "tls = true\ntls_ca = \"/ca.pem\"\ntls_server_name = \"cache\"\n\
+             tls_cert = \"/c.pem\"\ntls_key = \"/k.pem\"\n",
+        ))
+        .unwrap();
+        assert_eq!(
+            config.pools[0].tls,
+            Some(PoolTls {
+                ca: "/ca.pem".into(),
+                server_name: Some("cache".into()),
+                cert: Some("/c.pem".into()),
+                key: Some("/k.pem".into()),
+            })
+        );
+        assert_eq!(from_toml(&pool("")).unwrap().pools[0].tls, None);
+        for refused in [
+            "tls = true\n",
+            "tls_ca = \"/ca.pem\"\n",
+            "tls = true\ntls_ca = \"/ca.pem\"\ntls_cert = \"/c.pem\"\n",
+        ] {
+            assert!(from_toml(&pool(refused)).is_err(), "{refused}");
+        }
     }
 
     #[test]

@@ -144,6 +144,9 @@ impl<'s> StatsReport<'s> {
                     .saturating_sub(self.base.expired_items + self.base.flushed_items)),
             ),
         ]);
+        if let Some(tls) = &s.tls {
+            v.extend(tls.stats().pairs().map(|(name, n)| (name, Int(n))));
+        }
         v.extend(self.engine_values());
         v
     }
@@ -244,7 +247,28 @@ impl<'s> StatsReport<'s> {
                 cfg.expiry_precision_shift.to_string(),
             ),
         ];
-        rows.into_iter().map(|(n, v)| (n.to_string(), v)).collect()
+        let mut rows: Vec<(String, String)> =
+            rows.into_iter().map(|(n, v)| (n.to_string(), v)).collect();
+        // memcached's names for its TLS settings.
+        let tls = st.tls.as_ref();
+        let path =
+            |p: Option<&std::path::PathBuf>| p.map_or("NULL".into(), |p| p.display().to_string());
+        let verify_mode = match tls {
+            Some(t) if t.verify_client => "2",
+            Some(t) if t.ca.is_some() => "1",
+            _ => "0",
+        };
+        rows.extend([
+            (
+                "ssl_enabled".into(),
+                if tls.is_some() { "yes" } else { "no" }.into(),
+            ),
+            ("ssl_chain_cert".into(), path(tls.map(|t| &t.cert))),
+            ("ssl_key".into(), path(tls.map(|t| &t.key))),
+            ("ssl_verify_mode".into(), verify_mode.into()),
+            ("ssl_ca_cert".into(), path(tls.and_then(|t| t.ca.as_ref()))),
+        ]);
+        rows
     }
 
     /// One pseudo class holding every item (nothing when empty, like memcached).
@@ -336,6 +360,7 @@ fn is_gauge(name: &str) -> bool {
             | "hash_is_expanding"
             | "bytes"
             | "curr_items"
+            | "time_since_server_cert_refresh"
     ) || name.starts_with("segcache_segment")
         || (name.starts_with("segcache_hash_") && name != "segcache_hash_growths")
 }

@@ -5,6 +5,7 @@
 
 use anyhow::{bail, Context};
 use clap::Args;
+use memfleet_tls::ServerTlsFiles;
 use serde::Deserialize;
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
@@ -89,6 +90,36 @@ pub struct ServerArgs {
     #[arg(short = 'Y', long = "auth-file", env = "MEMFLEET_AUTH_FILE")]
     pub auth_file: Option<PathBuf>,
 
+    /// Serve TLS on the TCP port with this certificate chain (PEM, leaf first; memcached's
+    /// `-o ssl_chain_cert`). Needs --tls-key. SIGHUP reloads the certificate, key and CA
+    /// files without a restart. UDP, when on, stays plain [default: off].
+    #[arg(long = "tls-cert", env = "MEMFLEET_TLS_CERT", value_name = "FILE")]
+    pub tls_cert: Option<PathBuf>,
+
+    /// The TLS certificate's private key, PEM (memcached's `-o ssl_key`).
+    #[arg(long = "tls-key", env = "MEMFLEET_TLS_KEY", value_name = "FILE")]
+    pub tls_key: Option<PathBuf>,
+
+    /// CA certificates (PEM) client certificates are checked against (memcached's `-o
+    /// ssl_ca_cert`): a client presenting a certificate must present a valid one.
+    #[arg(long = "tls-ca", env = "MEMFLEET_TLS_CA", value_name = "FILE")]
+    pub tls_ca: Option<PathBuf>,
+
+    /// Refuse TLS clients without a valid certificate signed by --tls-ca (memcached's `-o
+    /// ssl_verify_mode=2`).
+    #[arg(long = "tls-verify-client", env = "MEMFLEET_TLS_VERIFY_CLIENT")]
+    pub tls_verify_client: bool,
+
+    /// memcached's -Z: require TLS (the certificate and key must be given, with --tls-cert
+    /// and --tls-key or memcached's `-o ssl_chain_cert=...,ssl_key=...`).
+    #[arg(short = 'Z', long = "enable-ssl")]
+    pub enable_ssl: bool,
+
+    /// memcached's extended options, comma-separated; only its TLS ones are understood:
+    /// `ssl_chain_cert=FILE`, `ssl_key=FILE`, `ssl_ca_cert=FILE`, `ssl_verify_mode=0..3`.
+    #[arg(short = 'o', value_name = "OPTIONS")]
+    pub extended: Vec<String>,
+
     /// Listen backlog (memcached's -b) [default: 1024].
     #[arg(short = 'b', long = "listen-backlog", env = "MEMFLEET_LISTEN_BACKLOG")]
     pub backlog: Option<u32>,
@@ -117,6 +148,10 @@ struct FileSettings {
     admin_port: Option<u16>,
     listen_backlog: Option<u32>,
     auth_file: Option<PathBuf>,
+    tls_cert: Option<PathBuf>,
+    tls_key: Option<PathBuf>,
+    tls_ca: Option<PathBuf>,
+    tls_verify_client: Option<bool>,
 }
 
 /// Resolved settings.
@@ -150,6 +185,8 @@ pub struct Settings {
     pub backlog: u32,
     /// memcached's ASCII authentication file (`user:password` lines); `None`: no auth.
     pub auth_file: Option<PathBuf>,
+    /// TLS on the TCP port; `None`: plain TCP.
+    pub tls: Option<ServerTlsFiles>,
 }
 
 impl Default for Settings {
@@ -169,6 +206,7 @@ impl Default for Settings {
             admin_port: None,
             backlog: 1024,
             auth_file: None,
+            tls: None,
         }
     }
 }
@@ -181,6 +219,7 @@ impl Settings {
             Some(path) => read_file(path)?,
             None => FileSettings::default(),
         };
+        let tls = resolve_tls(args, &file)?;
         let mut s = Settings::default();
         if let Some(v) = args.listen.or(file.listen) {
             s.listen = v;
@@ -248,6 +287,7 @@ impl Settings {
                 "--auth-file and --udp-port cannot be combined: a UDP request cannot authenticate"
             );
         }
+        s.tls = tls;
         if s.memory_bytes < 8 * s.segment_size() {
             bail!(
                 "--memory-limit must hold at least 8 segments of {} MiB (the item size \
@@ -264,6 +304,48 @@ impl Settings {
     pub fn segment_size(&self) -> usize {
         self.max_item_size.next_power_of_two().max(1 << 20)
     }
+}
+
+/// The TLS settings from the flags (long ones, or memcached's `-Z -o ssl_*`) over the file.
+fn resolve_tls(args: &ServerArgs, file: &FileSettings) -> anyhow::Result<Option<ServerTlsFiles>> {
+    let mut cert = args.tls_cert.clone();
+    let mut key = args.tls_key.clone();
+    let mut ca = args.tls_ca.clone();
+    let mut verify_client = args.tls_verify_client.then_some(true);
+    for option in args.extended.iter().flat_map(|o| o.split(',')) {
+        let (name, value) = option.split_once('=').unwrap_or((option, ""));
+        match name.trim() {
+            "ssl_chain_cert" => cert = Some(value.into()),
+            "ssl_key" => key = Some(value.into()),
+            "ssl_ca_cert" => ca = Some(value.into()),
+            "ssl_verify_mode" => {
+                verify_client = Some(match value.trim() {
+                    // 0 checks nothing, 1 checks a certificate if one is offered.
+                    "0" => {
+                        ca = None;
+                        false
+                    }
+                    "1" => false,
+                    // 3 ("once") is memcached's 2 without renegotiation, which TLS 1.3 lacks.
+                    "2" | "3" => true,
+                    other => bail!("-o ssl_verify_mode: expected 0 to 3, got {other:?}"),
+                })
+            }
+            "" => {}
+            other => bail!(
+                "-o {other}: only memcached's TLS options (ssl_chain_cert, ssl_key, ssl_ca_cert, \
+                 ssl_verify_mode) are understood here; see --help for the others' flags"
+            ),
+        }
+    }
+    let cert = cert.or_else(|| file.tls_cert.clone());
+    let key = key.or_else(|| file.tls_key.clone());
+    let ca = ca.or_else(|| file.tls_ca.clone());
+    let verify_client = verify_client.or(file.tls_verify_client).unwrap_or(false);
+    if args.enable_ssl && (cert.is_none() || key.is_none()) {
+        bail!("-Z needs a certificate and key: --tls-cert and --tls-key (or -o ssl_chain_cert=...,ssl_key=...)");
+    }
+    ServerTlsFiles::from_options(cert, key, ca, verify_client)
 }
 
 fn read_file(path: &Path) -> anyhow::Result<FileSettings> {
@@ -290,6 +372,55 @@ pub fn parse_size(text: &str) -> anyhow::Result<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn tls_flags_and_memcached_spellings_agree() {
+        let long = ServerArgs {
+            tls_cert: Some("c.pem".into()),
+            tls_key: Some("k.pem".into()),
+            tls_ca: Some("ca.pem".into()),
+            tls_verify_client: true,
+            ..ServerArgs::default()
+        };
+        let memcached = ServerArgs {
+            enable_ssl: true,
+            extended: vec![
+                "ssl_chain_cert=c.pem,ssl_key=k.pem".into(),
+                "ssl_ca_cert=ca.pem,ssl_verify_mode=2".into(),
+            ],
+            ..ServerArgs::default()
+        };
+        let a = Settings::resolve(&long).unwrap().tls.unwrap();
+        assert_eq!(
+            Some(&a),
+            Settings::resolve(&memcached).unwrap().tls.as_ref()
+        );
+        assert!(a.verify_client);
+        let refused = [
+            ServerArgs {
+                enable_ssl: true,
+                ..ServerArgs::default()
+            },
+            ServerArgs {
+                tls_cert: Some("c.pem".into()),
+                ..ServerArgs::default()
+            },
+            ServerArgs {
+                tls_cert: Some("c.pem".into()),
+                tls_key: Some("k.pem".into()),
+                tls_verify_client: true,
+                ..ServerArgs::default()
+            },
+            ServerArgs {
+                extended: vec!["idle_timeout=5".into()],
+                ..ServerArgs::default()
+            },
+        ];
+        for args in refused {
+            assert!(Settings::resolve(&args).is_err(), "{args:?}");
+        }
+        assert_eq!(Settings::resolve(&ServerArgs::default()).unwrap().tls, None);
+    }
 
     #[test]
     fn sizes_parse_like_memcached() {

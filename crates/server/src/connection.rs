@@ -13,13 +13,12 @@
 //! paused, flushed and resumed, so the output buffer stays bounded too.
 
 use crate::execute::{Executor, Next};
+use crate::transport::Transport;
 use crate::worker::WorkerContext;
 use memfleet_protocol::binary::{self, BinError};
 use memfleet_protocol::{parse, ErrorKind, KeyBytes, MetaKey, ParseError, ParserConfig, Request};
 use std::io;
 use std::rc::Rc;
-use tokio::io::Interest;
-use tokio::net::TcpStream;
 
 /// Bytes a read asks for at least.
 pub const READ_CHUNK: usize = 16 * 1024;
@@ -333,7 +332,13 @@ fn memchr_newline(input: &[u8]) -> Option<usize> {
 
 /// Serves one connection until the client leaves, a request closes it, it idles past the
 /// timeout, or the server shuts down.
-pub async fn serve(ctx: &Rc<WorkerContext>, stream: TcpStream) -> io::Result<()> {
+pub(crate) async fn serve<T: Transport>(ctx: &Rc<WorkerContext>, mut stream: T) -> io::Result<()> {
+    let result = serve_stream(ctx, &mut stream).await;
+    stream.close();
+    result
+}
+
+async fn serve_stream<T: Transport>(ctx: &Rc<WorkerContext>, stream: &mut T) -> io::Result<()> {
     let shared = &ctx.shared;
     let settings = &shared.settings;
     // The longest input that can be a single valid request: a full-size item and its
@@ -364,22 +369,10 @@ pub async fn serve(ctx: &Rc<WorkerContext>, stream: TcpStream) -> io::Result<()>
                         &mut pending_in
                     };
                     buf.reserve(READ_CHUNK);
-                    let room = buf.capacity() - buf.len();
-                    stream.try_read_buf(buf).map(|n| (n, n < room))
+                    stream.try_read_buf(buf)
                 };
                 match result {
-                    Ok((n, drained)) => {
-                        if drained && n > 0 {
-                            // A short read emptied the socket's receive queue, so the next
-                            // read would only say WouldBlock: clear the readiness now and
-                            // save that system call (one in three at pipeline depth 1).
-                            // Tokio clears it only if no newer readiness event arrived.
-                            let _ = stream.try_io(Interest::READABLE, || {
-                                Err::<(), _>(io::ErrorKind::WouldBlock.into())
-                            });
-                        }
-                        break n;
-                    }
+                    Ok(n) => break n,
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                         batches = 0;
                         // No shutdown signal here (it would cost a lock per wait): the
@@ -456,7 +449,7 @@ pub async fn serve(ctx: &Rc<WorkerContext>, stream: TcpStream) -> io::Result<()>
             pending_in.shrink_to(pending_in.len().max(KEEP_CAPACITY));
         }
 
-        write_replies(ctx, &stream, &mut pending_out).await?;
+        write_replies(ctx, stream, &mut pending_out).await?;
 
         match flow {
             Flow::Close => return Ok(()),
@@ -481,9 +474,9 @@ pub async fn serve(ctx: &Rc<WorkerContext>, stream: TcpStream) -> io::Result<()>
 /// Sends the worker's write buffer, keeping what the socket will not take now in
 /// `pending_out` and waiting until it is gone (a client that stops reading stops being
 /// served, rather than growing our buffers).
-async fn write_replies(
+async fn write_replies<T: Transport>(
     ctx: &WorkerContext,
-    stream: &TcpStream,
+    stream: &mut T,
     pending_out: &mut Vec<u8>,
 ) -> io::Result<()> {
     {
@@ -501,13 +494,15 @@ async fn write_replies(
             }
         }
         ctx.counters.bytes_written.add(sent as u64);
-        if sent == out.len() {
+        if sent == out.len() && stream.try_flush()? {
             return Ok(());
         }
         pending_out.extend_from_slice(&out[sent..]);
     }
     let timeout = ctx.shared.settings.idle_timeout;
-    while !pending_out.is_empty() {
+    // Until both our pending replies and the transport's own output (TLS records the
+    // socket would not take yet) are gone.
+    while !pending_out.is_empty() || !stream.try_flush()? {
         let ready = tokio::select! {
             r = stream.writable() => r.map(|_| true),
             _ = idle_until(timeout.map(|t| tokio::time::Instant::now() + t)) => Ok(false),
@@ -517,6 +512,9 @@ async fn write_replies(
                 io::ErrorKind::TimedOut,
                 "client stopped reading its replies",
             ));
+        }
+        if pending_out.is_empty() {
+            continue;
         }
         match stream.try_write(pending_out) {
             Ok(n) => {

@@ -9,6 +9,7 @@
 //! | `config`      | flags, environment, TOML file → validated [`Settings`] |
 //! | `worker`      | worker threads: SO_REUSEPORT listener, accept loop, connection limit |
 //! | `connection`  | one connection: read, run a batch of requests, one write; bounded buffers |
+//! | `transport`   | what a connection reads and writes: plain TCP, or a TLS session over it |
 //! | `execute`     | a parsed request against the engine → memcached's reply bytes |
 //! | `stats`       | per-worker counters (single writer, summed on demand) |
 //! | `admin_stats` | `stats`, `stats settings/items/slabs`, Prometheus text |
@@ -31,6 +32,7 @@ pub mod config;
 pub mod connection;
 pub mod execute;
 pub mod stats;
+mod transport;
 pub mod udp;
 pub mod warm;
 pub mod worker;
@@ -124,6 +126,16 @@ impl Server {
                 "authentication and UDP cannot be combined: a datagram cannot authenticate"
             );
         }
+        let tls = settings
+            .tls
+            .clone()
+            .map(memfleet_tls::ServerTls::load)
+            .transpose()
+            .context("TLS")?
+            .map(Arc::new);
+        if tls.is_some() && settings.udp_port.is_some() {
+            tracing::warn!("TLS covers TCP only: UDP requests and replies are not encrypted");
+        }
         // The cache comes last: opening a memory file consumes its snapshot, so a start that
         // fails on a taken port must fail before that.
         let config = Config::new(settings.memory_bytes)
@@ -162,6 +174,7 @@ impl Server {
             reset_base: Mutex::default(),
             shutdown: rx,
             auth,
+            tls,
         });
         let mut threads = Vec::new();
         let sockets = listeners.into_iter().zip(udp_sockets);
@@ -195,6 +208,7 @@ impl Server {
             threads = shared.settings.threads,
             memory_mib = shared.settings.memory_bytes >> 20,
             max_connections = shared.settings.max_connections,
+            tls = shared.tls.is_some(),
             "memfleet server listening"
         );
         Ok(Server {
@@ -232,6 +246,16 @@ impl Server {
         self.admin_addr
     }
 
+    /// Reads the TLS certificate, key and CA files again and serves new connections with
+    /// them; established connections keep their sessions. On an error the certificate in
+    /// service stays. Without TLS there is nothing to reload.
+    pub fn reload_tls(&self) -> anyhow::Result<()> {
+        match &self.shared.tls {
+            Some(tls) => tls.reload(),
+            None => Ok(()),
+        }
+    }
+
     /// The cache (for tests and embedding).
     pub fn cache(&self) -> &Cache {
         &self.shared.cache
@@ -262,7 +286,8 @@ impl Server {
     }
 }
 
-/// `memfleet server`: starts the server and runs it until SIGINT or SIGTERM.
+/// `memfleet server`: starts the server and runs it until SIGINT, SIGTERM or SIGUSR1;
+/// SIGHUP reloads the TLS certificate.
 pub fn run(args: &ServerArgs) -> anyhow::Result<()> {
     let settings = Settings::resolve(args)?;
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -270,7 +295,7 @@ pub fn run(args: &ServerArgs) -> anyhow::Result<()> {
         .build()?;
     // The handlers are in place before the port opens: a signal sent as soon as the server
     // answers must stop it cleanly, not kill it with the default action.
-    let (mut int, mut term, mut usr1) = {
+    let (mut int, mut term, mut usr1, mut hup) = {
         use tokio::signal::unix::{signal, SignalKind};
         let _runtime = rt.enter();
         (
@@ -278,14 +303,25 @@ pub fn run(args: &ServerArgs) -> anyhow::Result<()> {
             signal(SignalKind::terminate())?,
             // memcached's signal for "stop, keeping the memory file for a restart".
             signal(SignalKind::user_defined1())?,
+            // Reload the TLS files (and, without TLS, no longer die of a stray SIGHUP).
+            signal(SignalKind::hangup())?,
         )
     };
     let server = Server::start(settings)?;
     rt.block_on(async {
-        tokio::select! {
-            _ = int.recv() => {}
-            _ = term.recv() => {}
-            _ = usr1.recv() => {}
+        loop {
+            tokio::select! {
+                _ = int.recv() => break,
+                _ = term.recv() => break,
+                _ = usr1.recv() => break,
+                _ = hup.recv() => {
+                    if server.shared.tls.is_none() {
+                        tracing::info!("SIGHUP: no TLS certificate to reload");
+                    }
+                    // A failure is logged and counted; the old certificate stays.
+                    let _ = server.reload_tls();
+                }
+            }
         }
     });
     tracing::info!("shutting down");

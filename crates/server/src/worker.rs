@@ -10,6 +10,7 @@
 use crate::config::Settings;
 use crate::connection;
 use crate::stats::{ConnectionCounts, CounterValues, WorkerCounters};
+use crate::transport::TlsTransport;
 use memfleet_protocol::ParserConfig;
 use memfleet_storage::{Cache, Handle};
 use socket2::{Domain, Protocol, Socket, Type};
@@ -46,6 +47,9 @@ pub struct Shared {
     pub shutdown: watch::Receiver<bool>,
     /// Who may connect, when authentication is on (`--auth-file`).
     pub auth: Option<crate::auth::Credentials>,
+    /// TLS on the TCP port, when on (`--tls-cert`): the certificate in service and its
+    /// counters.
+    pub tls: Option<Arc<memfleet_tls::ServerTls>>,
 }
 
 /// What `stats reset` zeroes, as the values it saw: the command counters and, as in
@@ -213,15 +217,39 @@ async fn accept_loop(ctx: &Rc<WorkerContext>, listener: tokio::net::TcpListener)
             ctx: ctx.clone(),
             id,
         };
-        let task = tokio::task::spawn_local(async move {
-            let open = open;
-            if let Err(e) = connection::serve(&open.ctx, stream).await {
-                tracing::debug!(error = %e, "connection ended with an error");
-            }
-        });
+        // Two task types, so that a plaintext connection's task is not sized for a TLS
+        // session it does not have.
+        let task = match ctx.shared.tls.clone() {
+            None => tokio::task::spawn_local(async move {
+                let open = open;
+                if let Err(e) = connection::serve(&open.ctx, stream).await {
+                    tracing::debug!(error = %e, "connection ended with an error");
+                }
+            }),
+            Some(tls) => tokio::task::spawn_local(serve_tls(open, tls, stream)),
+        };
         if !task.is_finished() {
             ctx.open.borrow_mut().insert(id, task.abort_handle());
         }
+    }
+}
+
+/// Runs the TLS handshake, then serves the connection over the session.
+async fn serve_tls(
+    open: OpenConnection,
+    tls: Arc<memfleet_tls::ServerTls>,
+    stream: tokio::net::TcpStream,
+) {
+    let session = match tls.accept(stream).await {
+        Ok(session) => session,
+        Err(e) => {
+            tracing::debug!(error = %e, "TLS handshake failed");
+            return;
+        }
+    };
+    let (socket, session) = session.into_inner();
+    if let Err(e) = connection::serve(&open.ctx, TlsTransport::new(socket, session)).await {
+        tracing::debug!(error = %e, "connection ended with an error");
     }
 }
 
