@@ -131,9 +131,12 @@ fn pipelines(port: u16) {
     }
 }
 
-/// The workloads, in order: (name, connections it opens at once, run against a server on
-/// port).
-fn workloads() -> Vec<(&'static str, usize, fn(u16))> {
+/// A workload: its name, the connections it opens at once, and what it runs against the
+/// server on a port.
+type Workload = (&'static str, usize, fn(u16));
+
+/// The workloads, in order.
+fn workloads() -> Vec<Workload> {
     vec![
         ("tiny values (1-4 B, 1M keys)", 1, |p| {
             load(p, (0..1_000_000).map(|i| (format!("t:{i}"), 1 + i % 4)))

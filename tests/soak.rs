@@ -191,7 +191,7 @@ fn operate(conn: &mut BufReader<TcpStream>, rng: &mut Rng, value: &[u8]) -> Resu
             // Sizes spread over 64 B .. 16 KB, log-uniform-ish.
             let len = 64usize << ((r >> 40) % 9);
             let len = len.min(value.len());
-            let ttl = if (r >> 50) % 3 == 0 { 2 } else { 0 };
+            let ttl = if (r >> 50).is_multiple_of(3) { 2 } else { 0 };
             let mut request = format!("set {key} 0 {ttl} {len}\r\n").into_bytes();
             request.extend_from_slice(&value[..len]);
             request.extend_from_slice(b"\r\n");
