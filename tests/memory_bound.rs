@@ -11,6 +11,9 @@
 //! server reports it (`hash_bytes`), plus per-connection buffers, plus a fixed runtime
 //! allowance.
 //!
+//! The router is held to the same rule for what it keeps per connection: an idle client
+//! connection does not pin the largest request or reply it ever carried.
+//!
 //! With `MEMFLEET_COMPARE_MEMCACHED=1` the same workloads also run against Debian's
 //! memcached `-m 64`, and both servers' numbers are printed side by side (not asserted:
 //! memcached's bound is its own business). `cargo test --test memory_bound -- --nocapture`
@@ -262,4 +265,71 @@ fn resident_memory_stays_within_the_limit_plus_the_documented_overhead() {
         let rows = run(memcached.0.id(), port, |_, _| None);
         print("Debian's memcached", &rows);
     }
+}
+
+/// A router's client connection that once sent a large request or got a large reply must
+/// not keep buffers that size while it sits idle: a hundred connections that each stored
+/// and read back 900 KB and stayed open may cost the router a few MiB, not the 90 MB (or
+/// twice that) they carried. (Before the router shrank its buffers: 88 MiB.)
+#[test]
+fn idle_router_connections_do_not_pin_their_largest_request() {
+    let (_server, server_port) = support::memfleet_server(&["-t", "1", "-m", "64"]);
+    drop(support::connect(server_port, Duration::from_secs(10)));
+    let dir = std::env::temp_dir().join(format!("memfleet-pin-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = dir.join("router.toml");
+    let listen = support::free_port();
+    std::fs::write(
+        &config,
+        format!(
+            "[pools.main]\nlisten = \"127.0.0.1:{listen}\"\n\
+             servers = [\"127.0.0.1:{server_port}\"]\ntimeout_ms = 10000\n"
+        ),
+    )
+    .unwrap();
+    let router = support::Killed(
+        std::process::Command::new(env!("CARGO_BIN_EXE_memfleet"))
+            .args(["router", "-t", "1", "--config"])
+            .arg(&config)
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    drop(support::connect(listen, Duration::from_secs(10)));
+    let pid = router.0.id();
+    let before = memory(pid).0;
+    let value = vec![b'p'; 900_000];
+    let idle: Vec<TcpStream> = (0..100)
+        .map(|i| {
+            let mut s = support::connect(listen, Duration::from_secs(30));
+            let mut request = format!("set pin:{i} 0 0 {}\r\n", value.len()).into_bytes();
+            request.extend_from_slice(&value);
+            request.extend_from_slice(b"\r\n");
+            s.write_all(&request).unwrap();
+            let mut reply = [0u8; 8];
+            s.read_exact(&mut reply).unwrap();
+            assert_eq!(&reply, b"STORED\r\n");
+            // And reads it back: a 900 KB reply passes through the router's writer too.
+            s.write_all(format!("get pin:{i}\r\n").as_bytes()).unwrap();
+            let header = format!("VALUE pin:{i} 0 {}\r\n", value.len());
+            let mut reply = vec![0u8; header.len() + value.len() + "\r\nEND\r\n".len()];
+            s.read_exact(&mut reply).unwrap();
+            assert!(reply.starts_with(header.as_bytes()) && reply.ends_with(b"\r\nEND\r\n"));
+            s
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(300));
+    let after = memory(pid).0;
+    eprintln!(
+        "router RSS {:.1} MiB before, {:.1} MiB with 100 idle connections that each sent and got 900 KB",
+        before as f64 / MIB as f64,
+        after as f64 / MIB as f64
+    );
+    assert!(
+        after < before + 16 * MIB,
+        "idle connections pin {} MiB",
+        (after - before) / MIB
+    );
+    drop(idle);
+    let _ = std::fs::remove_dir_all(&dir);
 }
