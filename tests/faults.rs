@@ -72,21 +72,34 @@ fn show(name: &str, t: &Tally) {
     );
 }
 
-/// What a fault cost the keys of server `victim` (of the servers in `on`), which failed
-/// from `fault` until `repaired`: checks the bounds every fault shares, and that `router`
-/// marked the victim (`name`) down and up again; returns when the victim's keys worked
-/// again.
-#[allow(clippy::too_many_arguments)]
-fn check_fault(
+/// One server's fault, as a test caused it.
+struct Fault<'a> {
+    /// The router's address (for its `stats`).
     router: SocketAddr,
-    name: &str,
-    samples: &Samples,
-    on: &[usize],
+    /// Which server each key is on (by index).
+    on: &'a [usize],
+    /// The failed server's index, and its name in the router's `stats`.
     victim: usize,
+    name: &'a str,
+    /// When it failed and when it was repaired, on the traffic's clock.
     fault: Duration,
     repaired: Duration,
+    /// How many requests may wait for a whole timeout before the server is marked down.
     slow_error_bound: usize,
-) -> Duration {
+}
+
+/// What `f` cost: checks the bounds every fault shares, and that the router marked the
+/// victim down and up again; returns when the victim's keys worked again.
+fn check_fault(samples: &Samples, f: Fault<'_>) -> Duration {
+    let Fault {
+        router,
+        on,
+        victim,
+        name,
+        fault,
+        repaired,
+        slow_error_bound,
+    } = f;
     let everything = samples.tally(Duration::ZERO, Duration::MAX, TIMEOUT / 2, |_| true);
     let others = samples.tally(Duration::ZERO, Duration::MAX, TIMEOUT / 2, |k| {
         on[k] != victim
@@ -199,14 +212,16 @@ fn a_killed_server_costs_only_its_keys_and_nothing_behind_a_gutter() {
 
     // A dead server refuses connections: its keys fail at once, not after a timeout.
     check_fault(
-        local(listen),
-        &names[victim],
         &direct,
-        &on,
-        victim,
-        killed,
-        restarted,
-        0,
+        Fault {
+            router: local(listen),
+            on: &on,
+            victim,
+            name: &names[victim],
+            fault: killed,
+            repaired: restarted,
+            slow_error_bound: 0,
+        },
     );
     let behind_gutter = guarded.tally(Duration::ZERO, Duration::MAX, TIMEOUT / 2, |_| true);
     show("through the gutter route, whole run", &behind_gutter);
@@ -242,14 +257,16 @@ fn a_stopped_server_times_out_within_the_timeout_and_comes_back() {
 
     // Each client waits for one timeout at most, until FAILURE_LIMIT of them mark it down.
     check_fault(
-        local(listen),
-        &names[victim],
         &samples,
-        &on,
-        victim,
-        stopped,
-        resumed,
-        FAILURE_LIMIT + CLIENTS,
+        Fault {
+            router: local(listen),
+            on: &on,
+            victim,
+            name: &names[victim],
+            fault: stopped,
+            repaired: resumed,
+            slow_error_bound: FAILURE_LIMIT + CLIENTS,
+        },
     );
 }
 
@@ -296,14 +313,16 @@ fn a_blackholed_server_is_found_by_timeout_and_comes_back_with_its_link() {
     let samples = traffic.stop();
 
     check_fault(
-        local(listen),
-        &names[victim],
         &samples,
-        &on,
-        victim,
-        cut,
-        restored,
-        FAILURE_LIMIT + CLIENTS,
+        Fault {
+            router: local(listen),
+            on: &on,
+            victim,
+            name: &names[victim],
+            fault: cut,
+            repaired: restored,
+            slow_error_bound: FAILURE_LIMIT + CLIENTS,
+        },
     );
 }
 
