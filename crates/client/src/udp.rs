@@ -10,6 +10,7 @@
 //! get **lost**: the caller treats it as a miss, and the look-aside helper does not fill the
 //! cache after it, since the loss may mean an overloaded server or network (paper §3.1).
 
+use memfleet_protocol::udp::{Header, Progress, Reassembly, HEADER_LEN};
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU16, AtomicU64, Ordering};
@@ -18,7 +19,6 @@ use std::time::Duration;
 use tokio::net::UdpSocket;
 use tokio::sync::oneshot;
 
-const HEADER_LEN: usize = 8;
 /// Largest datagram accepted (memcached sends at most 1,400 bytes).
 const MAX_DATAGRAM: usize = 65_536;
 /// Largest reply reassembled (memfleet's server refuses bigger ones over UDP).
@@ -48,8 +48,7 @@ pub struct UdpCounters {
 
 struct Pending {
     server: SocketAddr,
-    next: u16,
-    payload: Vec<u8>,
+    reply: Reassembly,
     done: oneshot::Sender<UdpReply>,
 }
 
@@ -109,16 +108,14 @@ impl UdpGets {
                 id,
                 Pending {
                     server,
-                    next: 0,
-                    payload: Vec::new(),
+                    reply: Reassembly::default(),
                     done: tx,
                 },
             );
             id
         };
         let mut datagram = Vec::with_capacity(HEADER_LEN + request.len());
-        datagram.extend_from_slice(&id.to_be_bytes());
-        datagram.extend_from_slice(&[0, 0, 0, 1, 0, 0]);
+        Header::request(id).write(&mut datagram);
         datagram.extend_from_slice(request);
         self.counters.sent.fetch_add(1, Ordering::Relaxed);
         if let Err(e) = self.socket.send_to(&datagram, server).await {
@@ -164,39 +161,29 @@ async fn receive(
             tokio::time::sleep(Duration::from_millis(1)).await;
             continue;
         };
-        let Some(h) = buf
-            .get(..HEADER_LEN.min(n))
-            .filter(|h| h.len() == HEADER_LEN)
-        else {
+        let Some((header, payload)) = Header::parse(&buf[..n]) else {
             continue;
         };
-        let word = |i: usize| u16::from_be_bytes([h[i], h[i + 1]]);
-        let (id, sequence, count) = (word(0), word(2), word(4));
         let mut waiting = pending.lock().unwrap_or_else(|e| e.into_inner());
-        let Some(p) = waiting.get_mut(&id) else {
+        let Some(p) = waiting.get_mut(&header.request_id) else {
             continue; // late, or not ours
         };
         if p.server != from {
             continue;
         }
-        if sequence != p.next || count == 0 || sequence >= count {
-            // Out of order: the reply cannot be trusted to be whole; a miss.
-            let p = waiting.remove(&id).expect("just found");
-            counters.reordered.fetch_add(1, Ordering::Relaxed);
-            let _ = p.done.send(UdpReply::Lost);
-            continue;
-        }
-        p.payload.extend_from_slice(&buf[HEADER_LEN..n]);
-        p.next += 1;
-        if p.payload.len() > MAX_REPLY {
-            let p = waiting.remove(&id).expect("just found");
-            let _ = p.done.send(UdpReply::Lost);
-            continue;
-        }
-        if p.next == count {
-            let p = waiting.remove(&id).expect("just found");
-            counters.complete.fetch_add(1, Ordering::Relaxed);
-            let _ = p.done.send(UdpReply::Reply(p.payload));
-        }
+        let outcome = match p.reply.add(header, payload, MAX_REPLY) {
+            Progress::More => continue,
+            Progress::Whole(reply) => {
+                counters.complete.fetch_add(1, Ordering::Relaxed);
+                UdpReply::Reply(reply)
+            }
+            // Out of order (or too big): the reply cannot be trusted to be whole; a miss.
+            Progress::Lost => {
+                counters.reordered.fetch_add(1, Ordering::Relaxed);
+                UdpReply::Lost
+            }
+        };
+        let p = waiting.remove(&header.request_id).expect("just found");
+        let _ = p.done.send(outcome);
     }
 }

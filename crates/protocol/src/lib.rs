@@ -11,6 +11,7 @@
 //!   `noreply` silences it, how many bytes to discard (a refused data block is swallowed) and
 //!   whether memcached would close the connection.
 //! - [`reply`] finds where a server's reply ends, for the router and clients.
+//! - [`udp`] is memcached's UDP frame header: parse, cut a reply into datagrams, rebuild it.
 //! - [`response`] appends replies (`VALUE`, `STORED`, meta `VA`/`HD`/`EN`, `STAT`, ...) to a
 //!   `Vec<u8>`; [`Request::encode`] writes a request back out (for the router and clients).
 //!
@@ -48,6 +49,7 @@ mod request;
 pub mod response;
 mod text;
 mod tokens;
+pub mod udp;
 
 pub use error::{ErrorKind, ParseError, Rejection};
 pub use flags::{MetaFlag, MetaFlagIter, MetaFlags};

@@ -43,6 +43,9 @@ enum Plan {
 const IN_FLIGHT: usize = 1024;
 /// Bytes of unparsed input a client may leave (one request, at most a large value).
 const MAX_PENDING_INPUT: usize = (1 << 20) + 64 * 1024;
+/// A client's buffers shrink back to this once a large request or reply has passed (the
+/// server's rule too: an idle connection must not pin the largest thing it ever sent).
+const KEEP_CAPACITY: usize = 32 * 1024;
 
 /// Serves one client until it closes. `lane` picks the connection to each server this
 /// client's requests use (always the same one, which keeps them in order).
@@ -112,6 +115,9 @@ async fn serve_halves(
                     return;
                 }
                 out.clear();
+                if out.capacity() > KEEP_CAPACITY {
+                    out = Vec::new();
+                }
             }
         }
         let _ = wr.write_all(&out).await;
@@ -179,6 +185,9 @@ async fn serve_halves(
             }
         }
         buf.drain(..at);
+        if buf.capacity() > KEEP_CAPACITY && buf.len() < buf.capacity() / 4 {
+            buf.shrink_to(buf.len().max(16 * 1024));
+        }
         if buf.len() > MAX_PENDING_INPUT {
             let _ = tx.send(Plan::Close).await;
             break;

@@ -10,8 +10,9 @@
 //! A request must fit one datagram (sequence 0 of 1) and hold exactly one `get`, `gets` or
 //! `mg` (without `N`, `R`, `T` or `E`: nothing sent over UDP changes the cache, not even a
 //! lease token); anything else is answered with an error line (or dropped when the header
-//! itself is unusable). A reply is cut into datagrams of at most [`MAX_DATAGRAM`] bytes,
-//! each with the request id, its sequence number and the count.
+//! itself is unusable). A reply is cut into datagrams of at most 1,400 bytes, each with the
+//! request id, its sequence number and the count (`memfleet_protocol::udp`, which also
+//! reads the header).
 //!
 //! **Amplification.** A UDP reply goes to whatever source address the request claims, and a
 //! 20-byte `get` can fetch a megabyte: in 2018 memcached servers open on UDP were used to
@@ -26,15 +27,12 @@
 
 use crate::execute::{Executor, Next};
 use crate::worker::WorkerContext;
+use memfleet_protocol::udp::{fragment, Header};
 use memfleet_protocol::{parse, GetKind, Request};
 use socket2::{Domain, Protocol, Socket, Type};
 use std::net::SocketAddr;
 use std::rc::Rc;
 
-/// The frame header's size.
-pub const HEADER_LEN: usize = 8;
-/// The largest datagram sent, header included (memcached's `UDP_MAX_PAYLOAD_SIZE`).
-pub const MAX_DATAGRAM: usize = 1400;
 /// The largest reply sent over UDP (about 47 datagrams); larger replies are refused.
 pub const MAX_UDP_REPLY: usize = 64 * 1024;
 /// The largest datagram read (anything longer is cut by the kernel and refused).
@@ -57,49 +55,16 @@ pub fn bind(addr: SocketAddr) -> std::io::Result<std::net::UdpSocket> {
     Ok(socket.into())
 }
 
-/// The header of a datagram.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Frame {
-    /// Chosen by the client, echoed in every reply datagram.
-    pub request_id: u16,
-    /// This datagram's position in its message.
-    pub sequence: u16,
-    /// Datagrams in the message.
-    pub count: u16,
-}
-
-impl Frame {
-    /// Reads the header of `datagram` (`None` if it is shorter than one).
-    pub fn parse(datagram: &[u8]) -> Option<Frame> {
-        let h = datagram.get(..HEADER_LEN)?;
-        let word = |i: usize| u16::from_be_bytes([h[i], h[i + 1]]);
-        Some(Frame {
-            request_id: word(0),
-            sequence: word(2),
-            count: word(4),
-        })
-    }
-
-    /// Appends this header.
-    pub fn write(&self, out: &mut Vec<u8>) {
-        out.extend_from_slice(&self.request_id.to_be_bytes());
-        out.extend_from_slice(&self.sequence.to_be_bytes());
-        out.extend_from_slice(&self.count.to_be_bytes());
-        out.extend_from_slice(&[0, 0]);
-    }
-}
-
 /// Runs the request in one datagram and returns the reply payload in `reply` (without
 /// framing). `false`: drop the datagram without answering.
 pub fn answer(exec: &mut Executor<'_>, datagram: &[u8], reply: &mut Vec<u8>) -> bool {
-    let Some(frame) = Frame::parse(datagram) else {
+    let Some((header, payload)) = Header::parse(datagram) else {
         return false;
     };
-    if frame.sequence != 0 || frame.count != 1 {
+    if !header.is_single() {
         reply.extend_from_slice(MULTI_PACKET);
         return true;
     }
-    let payload = &datagram[HEADER_LEN..];
     let config = &exec.shared.parser;
     let request = match parse(payload, config) {
         Ok((request, used)) if used == payload.len() => request,
@@ -138,29 +103,6 @@ pub fn answer(exec: &mut Executor<'_>, datagram: &[u8], reply: &mut Vec<u8>) -> 
     true
 }
 
-/// Cuts `reply` into framed datagrams for `request_id`, appended to `out` back to back;
-/// returns where each datagram ends.
-pub fn frame(request_id: u16, reply: &[u8], out: &mut Vec<u8>) -> Vec<usize> {
-    let per = MAX_DATAGRAM - HEADER_LEN;
-    let count = reply.len().div_ceil(per).max(1);
-    let mut ends = Vec::with_capacity(count);
-    for (i, chunk) in reply
-        .chunks(per)
-        .chain(reply.is_empty().then_some(&[][..]))
-        .enumerate()
-    {
-        Frame {
-            request_id,
-            sequence: i as u16,
-            count: count as u16,
-        }
-        .write(out);
-        out.extend_from_slice(chunk);
-        ends.push(out.len());
-    }
-    ends
-}
-
 /// Serves datagrams on `socket` until shutdown.
 pub async fn serve(ctx: Rc<WorkerContext>, socket: std::net::UdpSocket) -> std::io::Result<()> {
     let socket = tokio::net::UdpSocket::from_std(socket)?;
@@ -197,9 +139,12 @@ pub async fn serve(ctx: Rc<WorkerContext>, socket: std::net::UdpSocket) -> std::
         if !answered || reply.is_empty() {
             continue;
         }
-        let request_id = Frame::parse(&datagram[..n]).map_or(0, |f| f.request_id);
+        let request_id = Header::parse(&datagram[..n]).map_or(0, |(h, _)| h.request_id);
         framed.clear();
-        let ends = frame(request_id, &reply, &mut framed);
+        // The reply is capped at MAX_UDP_REPLY, far below what a message can number.
+        let Some(ends) = fragment(request_id, &reply, &mut framed) else {
+            continue;
+        };
         let mut start = 0;
         for end in ends {
             // A full send buffer drops the rest of the message, as UDP may anyway.
@@ -208,31 +153,5 @@ pub async fn serve(ctx: Rc<WorkerContext>, socket: std::net::UdpSocket) -> std::
             }
             start = end;
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn replies_are_cut_into_numbered_datagrams() {
-        let reply: Vec<u8> = (0..3000u32).map(|i| i as u8).collect();
-        let mut out = Vec::new();
-        let ends = frame(0xabcd, &reply, &mut out);
-        assert_eq!(ends.len(), 3);
-        let mut start = 0;
-        let mut joined = Vec::new();
-        for (i, end) in ends.iter().enumerate() {
-            let d = &out[start..*end];
-            assert!(d.len() <= MAX_DATAGRAM);
-            let f = Frame::parse(d).unwrap();
-            assert_eq!((f.request_id, f.sequence, f.count), (0xabcd, i as u16, 3));
-            joined.extend_from_slice(&d[HEADER_LEN..]);
-            start = *end;
-        }
-        assert_eq!(joined, reply);
-        let mut out = Vec::new();
-        assert_eq!(frame(1, b"", &mut out), vec![HEADER_LEN]);
     }
 }
