@@ -226,7 +226,7 @@ pub struct LoadArgs {
     /// answers at most this many per --herd-db-latency.
     #[arg(long, default_value_t = 8)]
     pub warmup_db_concurrency: usize,
-    /// expiry: sets per second (all of new keys), spread evenly over each second.
+    /// expiry: sets per second, each of a new key, spread evenly over each second.
     #[arg(long, default_value_t = 20_000)]
     pub expiry_rate: u64,
     /// expiry: the short TTLs, seconds, drawn uniformly from MIN-MAX.
