@@ -20,14 +20,34 @@ fn row(stdout: &str, label: &str) -> Vec<f64> {
         .collect()
 }
 
+/// Asserts `dir/name` is a PNG image of some substance.
+fn assert_figure(dir: &std::path::Path, name: &str) {
+    let bytes = std::fs::read(dir.join(name)).unwrap_or_else(|e| panic!("{name}: {e}"));
+    assert!(
+        bytes.starts_with(b"\x89PNG\r\n\x1a\n"),
+        "{name} is not a PNG"
+    );
+    assert!(bytes.len() > 5_000, "{name} is only {} bytes", bytes.len());
+}
+
+/// A fresh directory for one test's `--out`.
+fn out_dir(test: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("memfleet-{test}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    dir
+}
+
 /// Warm-up: with the route, a cold cluster's misses are filled from the warm cluster, so the
 /// clients almost never query the database and see hits from the start; without it every
 /// miss is a database query.
 #[test]
 fn warmup_scenario_spares_the_database_and_serves_hits_from_the_start() {
     let bin = env!("CARGO_BIN_EXE_memfleet");
+    let dir = out_dir("warmup");
     let out = Command::new(bin)
         .args(["bench", "--scenario", "warmup", "--memfleet-bin", bin])
+        .arg("--out")
+        .arg(&dir)
         .args(["--server-memory", "64", "--keys", "20000", "--conns", "8"])
         .args(["--duration", "3s", "--herd-db-latency", "10ms"])
         .output()
@@ -53,6 +73,13 @@ fn warmup_scenario_spares_the_database_and_serves_hits_from_the_start() {
         stdout.contains("with warm-up: the router filled "),
         "{stdout}"
     );
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("warmup.json")).unwrap()).unwrap();
+    assert_eq!(json["scenario"], "warmup");
+    for figure in ["warmup-cold-hit-rate.png", "warmup-db-queries.png"] {
+        assert_figure(&dir, figure);
+    }
+    std::fs::remove_dir_all(dir).unwrap();
 }
 
 /// Expiry: memfleet frees expired items by segment, promptly; memcached (its LRU crawler on,
@@ -60,8 +87,11 @@ fn warmup_scenario_spares_the_database_and_serves_hits_from_the_start() {
 #[test]
 fn expiry_scenario_shows_memfleet_holding_fewer_expired_bytes_than_memcached() {
     let bin = env!("CARGO_BIN_EXE_memfleet");
+    let dir = out_dir("expiry");
     let out = Command::new(bin)
         .args(["bench", "--scenario", "expiry", "--memfleet-bin", bin])
+        .arg("--out")
+        .arg(&dir)
         .args(["--spawn", "memfleet", "--spawn", "memcached"])
         .args(["--server-memory", "64", "--duration", "8s"])
         .args(["--expiry-rate", "4000", "--expiry-short-ttl", "1-2"])
@@ -86,4 +116,9 @@ fn expiry_scenario_shows_memfleet_holding_fewer_expired_bytes_than_memcached() {
         "steady mean expired bytes:\n{stdout}"
     );
     assert!(stdout.contains("lru_crawler=yes"), "{stdout}");
+    assert!(dir.join("expiry.json").exists());
+    for figure in ["expiry-expired-bytes.png", "expiry-rss.png"] {
+        assert_figure(&dir, figure);
+    }
+    std::fs::remove_dir_all(dir).unwrap();
 }

@@ -31,6 +31,8 @@ use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
+use crate::plot::{self, Series};
+
 use super::server_stats::{resident_bytes, Stats, StatsConn};
 use super::target::Spawned;
 use super::{command_line, load_average, runtime, start, LoadArgs, Target};
@@ -290,6 +292,9 @@ pub fn bench(args: &LoadArgs) -> Result<()> {
         let value = json_report(args, &outcomes, &summaries, steady_from, &load_at_end);
         let path = crate::results::write_json(dir, "expiry", "expiry", &value)?;
         println!("results: {}", path.display());
+        for figure in figures(dir, &outcomes)? {
+            println!("figure: {}", figure.display());
+        }
     }
     Ok(())
 }
@@ -501,6 +506,46 @@ fn summary_table(outcomes: &[Outcome], summaries: &[Summary], steady_from: f64) 
     t
 }
 
+/// (seconds since the first write, value) at each sample.
+fn series(o: &Outcome, f: &dyn Fn(&Sample) -> Option<f64>) -> Vec<(f64, f64)> {
+    o.samples
+        .iter()
+        .filter_map(|s| f(s).map(|v| (s.at, v)))
+        .collect()
+}
+
+/// The figures of a run, one line per server: bytes held in expired items and resident
+/// memory over time, as PNGs beside expiry.json.
+fn figures(dir: &std::path::Path, outcomes: &[Outcome]) -> Result<Vec<std::path::PathBuf>> {
+    type Metric = fn(&Sample) -> Option<f64>;
+    const MIB: f64 = 1024.0 * 1024.0;
+    let charts: [(&str, &str, &str, Metric); 2] = [
+        (
+            "expiry-expired-bytes",
+            "Memory held by expired items (Segcache §3.5)",
+            "MiB",
+            |s| Some(s.expired_bytes() as f64 / MIB),
+        ),
+        ("expiry-rss", "Resident memory", "MiB", |s| {
+            s.rss.map(|r| r as f64 / MIB)
+        }),
+    ];
+    let mut written = Vec::new();
+    for (name, title, y_label, metric) in charts {
+        let lines: Vec<Series> = outcomes
+            .iter()
+            .map(|o| Series {
+                name: o.name.clone(),
+                points: series(o, &metric),
+            })
+            .collect();
+        let path = dir.join(format!("{name}.png"));
+        plot::line_chart(&path, title, "seconds", y_label, &lines, false)?;
+        written.push(path);
+    }
+    Ok(written)
+}
+
 fn json_report(
     args: &LoadArgs,
     outcomes: &[Outcome],
@@ -508,13 +553,6 @@ fn json_report(
     steady_from: f64,
     load_at_end: &str,
 ) -> serde_json::Value {
-    // (seconds since the first write, value) at each sample.
-    let series = |o: &Outcome, f: &dyn Fn(&Sample) -> Option<f64>| -> Vec<(f64, f64)> {
-        o.samples
-            .iter()
-            .filter_map(|s| f(s).map(|v| (s.at, v)))
-            .collect()
-    };
     let servers: Vec<serde_json::Value> = outcomes
         .iter()
         .zip(summaries)

@@ -32,6 +32,8 @@ use rand::rngs::SmallRng;
 use serde_json::json;
 use tokio::sync::Semaphore;
 
+use crate::plot::{self, Series};
+
 use super::client::{self, Conn, Reply};
 use super::server_stats::StatsConn;
 use super::target::{free_port, Router, Spawned};
@@ -209,6 +211,9 @@ pub fn bench(args: &LoadArgs) -> Result<()> {
         let value = json_report(args, zipf, &outcomes, &summaries, &load_at_end);
         let path = crate::results::write_json(dir, "warmup", "warmup", &value)?;
         println!("results: {}", path.display());
+        for figure in figures(dir, &outcomes)? {
+            println!("figure: {}", figure.display());
+        }
     }
     let errors: u64 = summaries.iter().map(|s| s.errors).sum();
     if errors > 0 {
@@ -539,6 +544,52 @@ fn summary_table(outcomes: &[Outcome], summaries: &[Summary]) -> String {
     t
 }
 
+/// (seconds since the start of the run, value) at the end of each one-second window.
+fn series(o: &Outcome, f: &dyn Fn(&Second) -> Option<f64>) -> Vec<(f64, f64)> {
+    o.seconds
+        .iter()
+        .enumerate()
+        .filter_map(|(i, s)| f(s).map(|v| ((i + 1) as f64, v)))
+        .collect()
+}
+
+/// The figures of a run: the cold cluster's hit rate and the database's load over time,
+/// with and without warm-up, as PNGs beside warmup.json.
+fn figures(dir: &std::path::Path, outcomes: &[Outcome]) -> Result<Vec<std::path::PathBuf>> {
+    type Metric = fn(&Second) -> Option<f64>;
+    let charts: [(&str, &str, &str, Metric); 3] = [
+        (
+            "warmup-cold-hit-rate",
+            "Cold cluster hit rate (Facebook §4.3)",
+            "hit rate (%)",
+            |s| s.cold_hit_rate().map(|r| r * 100.0),
+        ),
+        (
+            "warmup-db-queries",
+            "Database queries per second",
+            "queries/s",
+            |s| Some(s.db as f64),
+        ),
+        ("warmup-latency-p99", "Client get latency, p99", "ms", |s| {
+            s.latency_ms(0.99)
+        }),
+    ];
+    let mut written = Vec::new();
+    for (name, title, y_label, metric) in charts {
+        let lines: Vec<Series> = outcomes
+            .iter()
+            .map(|o| Series {
+                name: o.label.to_string(),
+                points: series(o, &metric),
+            })
+            .collect();
+        let path = dir.join(format!("{name}.png"));
+        plot::line_chart(&path, title, "seconds", y_label, &lines, false)?;
+        written.push(path);
+    }
+    Ok(written)
+}
+
 fn json_report(
     args: &LoadArgs,
     zipf: f64,
@@ -546,14 +597,6 @@ fn json_report(
     summaries: &[Summary],
     load_at_end: &str,
 ) -> serde_json::Value {
-    // (seconds since the start of the run, value) at the end of each one-second window.
-    let series = |o: &Outcome, f: &dyn Fn(&Second) -> Option<f64>| -> Vec<(f64, f64)> {
-        o.seconds
-            .iter()
-            .enumerate()
-            .filter_map(|(i, s)| f(s).map(|v| ((i + 1) as f64, v)))
-            .collect()
-    };
     let runs: Vec<serde_json::Value> = outcomes
         .iter()
         .zip(summaries)
