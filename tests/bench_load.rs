@@ -98,6 +98,8 @@ fn open_loop_reaches_its_target_rate_on_both_servers() {
     assert_eq!(number(&result["settings"]["rate"]), 3000.0);
     for r in rows(&result, &stdout) {
         assert_eq!(number(&r["target_rate"]), 3000.0);
+        // How late the load generator wrote its requests: there, whatever the machine.
+        assert!(number(&r["send_lag_p99_us"]) >= 0.0, "{r}");
         let ops = number(&r["ops_per_sec"]);
         // A Poisson schedule over 1.5 s: ~4500 requests, a few percent of noise.
         assert!(
@@ -227,6 +229,7 @@ fn json_rows_carry_percentiles_ratios_and_a_latency_cdf() {
         }
         assert!(number(&r["server_cpu_us_per_op"]) > 0.0, "{r}");
         assert!(r["target_rate"].is_null());
+        assert!(r["send_lag_p99_us"].is_null());
         let cdf = r["latency_cdf"].as_array().unwrap();
         assert!(cdf.len() > 100);
         let points: Vec<(f64, f64)> = cdf

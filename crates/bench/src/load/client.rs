@@ -280,6 +280,9 @@ fn parse_meta_value(buf: &[u8], header: &[u8], line_len: usize, n: u64, w: &Work
 pub struct Stats {
     /// Latency of every measured reply in nanoseconds, from the write of its batch.
     pub latency_ns: Histogram<u64>,
+    /// Open loop: how late each measured request was written after its intended send
+    /// time, in nanoseconds (the load generator's own lag; empty in closed loop).
+    pub send_lag_ns: Histogram<u64>,
     /// Replies received during the measured phase.
     pub ops: u64,
     /// Gets among them.
@@ -303,6 +306,8 @@ impl Default for Stats {
         Stats {
             // 3 significant digits from 1 ns to 100 s.
             latency_ns: Histogram::new_with_bounds(1, 100_000_000_000, 3)
+                .expect("valid histogram bounds"),
+            send_lag_ns: Histogram::new_with_bounds(1, 100_000_000_000, 3)
                 .expect("valid histogram bounds"),
             ops: 0,
             gets: 0,

@@ -20,6 +20,10 @@
 //!   order, checks each like the closed loop does and records its latency from
 //!   the intended send time.
 //!
+//! The senders also record how late each request was written ("send lag"): a
+//! large lag means the load generator, not the server, fell behind (a busy
+//! machine, or a rate beyond one thread), and the latencies include it.
+//!
 //! Not here: reply parsing (`client`), which requests (`workload`).
 
 use std::cell::{Cell, RefCell};
@@ -200,16 +204,28 @@ async fn send(
             continue;
         }
         out.clear();
+        let written;
         {
             let mut due = lane.due.borrow_mut();
             let mut in_flight = lane.in_flight.borrow_mut();
             let batch = depth.min(due.len()).min(MAX_IN_FLIGHT - in_flight.len());
+            written = batch;
             for scheduled in due.drain(..batch) {
                 w.encode(scheduled.0, &mut out);
                 in_flight.push_back(scheduled);
             }
         }
         lane.in_flight_added.notify_one();
+        if sh.phase.get() == Phase::Measure {
+            let now = Instant::now();
+            let mut stats = sh.stats.borrow_mut();
+            for &(_, intended) in lane.in_flight.borrow().iter().rev().take(written) {
+                let lag = now.saturating_duration_since(intended).as_nanos();
+                stats
+                    .send_lag_ns
+                    .saturating_record(lag.min(u128::from(u64::MAX)) as u64);
+            }
+        }
         if let Err(e) = write.write_all(&out).await {
             conn_error(&mut sh.stats.borrow_mut(), ConnError::Io(e));
             lane.broken.set(true);

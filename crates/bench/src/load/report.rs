@@ -53,6 +53,9 @@ pub struct Row {
     pub percentiles_us: [f64; 4],
     /// Largest latency in µs.
     pub max_us: f64,
+    /// Open loop: 99th percentile of how late requests were written after their
+    /// intended send time, µs (`None` in closed loop).
+    pub send_lag_p99_us: Option<f64>,
     /// Server CPU µs per op, when its PID is known.
     pub server_us_per_op: Option<f64>,
     /// The load generator's CPU µs per op.
@@ -79,6 +82,8 @@ impl Row {
             ops_per_sec: s.ops as f64 / m.elapsed.as_secs_f64().max(1e-9),
             percentiles_us: PERCENTILES.map(|(q, _)| us(s.latency_ns.value_at_percentile(q))),
             max_us: us(s.latency_ns.max()),
+            send_lag_p99_us: (!s.send_lag_ns.is_empty())
+                .then(|| us(s.send_lag_ns.value_at_percentile(99.0))),
             server_us_per_op: m.server_cpu.map(per_op),
             client_us_per_op: per_op(m.client_cpu),
             hit_ratio: if s.gets == 0 {
@@ -123,6 +128,10 @@ impl Row {
             ops_per_sec: med(&|r| r.ops_per_sec),
             percentiles_us: std::array::from_fn(|i| med(&|r| r.percentiles_us[i])),
             max_us: med(&|r| r.max_us),
+            send_lag_p99_us: runs
+                .iter()
+                .all(|r| r.send_lag_p99_us.is_some())
+                .then(|| med(&|r| r.send_lag_p99_us.unwrap_or(0.0))),
             server_us_per_op: server,
             client_us_per_op: med(&|r| r.client_us_per_op),
             hit_ratio: med(&|r| r.hit_ratio),
@@ -137,9 +146,11 @@ impl Row {
             Some(c) => format!("{c:.2} µs/op server CPU"),
             None => "server CPU unknown".to_string(),
         };
-        let rate = self
-            .target_rate
-            .map_or(String::new(), |r| format!(" (target {r:.0})"));
+        let rate = match (self.target_rate, self.send_lag_p99_us) {
+            (Some(r), Some(lag)) => format!(" (target {r:.0}, send lag p99 {lag:.1} µs)"),
+            (Some(r), None) => format!(" (target {r:.0})"),
+            _ => String::new(),
+        };
         format!(
             "{} depth {}: {:.0} ops/s{rate}, {:.2}% hits, p50 {:.1} µs, p99 {:.1} µs, {cpu}, {:.2} µs/op client CPU, {} errors",
             self.target,
@@ -178,6 +189,7 @@ pub fn table(rows: &[Row]) -> String {
     let mut header: Vec<String> = ["target", "depth", "ops/s"].map(String::from).to_vec();
     if open_loop {
         header.push("target ops/s".into());
+        header.push("lag p99 µs".into());
     }
     header.extend(PERCENTILES.iter().map(|(_, name)| format!("{name} µs")));
     header.extend(
@@ -203,6 +215,10 @@ pub fn table(rows: &[Row]) -> String {
         ];
         if open_loop {
             line.push(row.target_rate.map_or("-".into(), |r| format!("{r:.0}")));
+            line.push(
+                row.send_lag_p99_us
+                    .map_or("-".into(), |l| format!("{l:.1}")),
+            );
         }
         line.extend(row.percentiles_us.iter().map(|p| format!("{p:.1}")));
         line.push(format!("{:.1}", row.max_us));
@@ -355,6 +371,8 @@ pub struct RowResult {
     pub p999_us: f64,
     /// Largest latency.
     pub max_us: f64,
+    /// Open loop: p99 of how late requests were written after their intended time, µs.
+    pub send_lag_p99_us: Option<f64>,
     /// Server CPU µs per op, when its PID is known.
     pub server_cpu_us_per_op: Option<f64>,
     /// Load generator CPU µs per op.
@@ -398,6 +416,7 @@ impl LoadResults {
                     p99_us: row.percentiles_us[2],
                     p999_us: row.percentiles_us[3],
                     max_us: row.max_us,
+                    send_lag_p99_us: row.send_lag_p99_us,
                     server_cpu_us_per_op: row.server_us_per_op,
                     client_cpu_us_per_op: row.client_us_per_op,
                     ops_per_sec_ratio: ratio(row.ops_per_sec, anchor.ops_per_sec),
@@ -465,6 +484,7 @@ mod tests {
             ops_per_sec: ops,
             percentiles_us: [10.0, 20.0, 30.0, 40.0],
             max_us: 1234.5,
+            send_lag_p99_us: None,
             server_us_per_op: cpu,
             client_us_per_op: 3.0,
             hit_ratio: 1.0,
