@@ -61,6 +61,8 @@ fn bench(test: &str, args: &[&str]) -> (String, Value) {
     let text = std::fs::read_to_string(out_dir.0.join("load.json")).unwrap();
     let json: Value = serde_json::from_str(&text).unwrap();
     assert_eq!(json["scenario"], "load");
+    let figure = std::fs::read(out_dir.0.join("load-latency-cdf.png")).unwrap();
+    assert!(figure.starts_with(b"\x89PNG\r\n\x1a\n") && figure.len() > 5_000);
     (stdout, json["result"].clone())
 }
 

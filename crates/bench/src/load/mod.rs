@@ -446,8 +446,26 @@ pub fn bench(args: &LoadArgs) -> Result<Vec<Row>> {
         let results = report::LoadResults::new(report::RunSettings::new(args, &spec), &rows);
         let path = crate::results::write_json(dir, "load", "load", &results)?;
         println!("results: {}", path.display());
+        let figure = dir.join("load-latency-cdf.png");
+        crate::plot::latency_cdf(&figure, "Latency CDF", &latency_series(&rows))?;
+        println!("figure: {}", figure.display());
     }
     Ok(rows)
+}
+
+/// One CDF line per table row (target at a pipeline depth), for the figure beside load.json.
+fn latency_series(rows: &[Row]) -> Vec<crate::plot::Series> {
+    rows.iter()
+        .filter(|r| !r.latency_cdf.is_empty())
+        .map(|r| crate::plot::Series {
+            name: format!("{} (pipeline {})", r.target, r.depth),
+            points: r
+                .latency_cdf
+                .iter()
+                .map(|p| (p.percentile, p.latency_us.max(1.0)))
+                .collect(),
+        })
+        .collect()
 }
 
 /// The floor server answers text gets and sets of fixed-size values under `key:<n>`
