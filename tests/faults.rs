@@ -332,8 +332,8 @@ fn a_router_restart_costs_only_its_gap_and_keeps_spooled_deletes() {
     eprintln!("router restart:");
     let (mut servers, ports, names) = three_servers();
     let listen = free_port();
-    let spool = std::env::temp_dir().join(format!("memfleet-faults-spool-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&spool);
+    // Inside the router's directory: gone with it, also when the test fails.
+    let spool = Router::dir("faults-restart").join("spool");
     let toml = router_toml(listen, &names, None, Some(&spool));
     let keys = keys();
     let on = placement(&toml, &names, &keys);
@@ -423,7 +423,6 @@ fn a_router_restart_costs_only_its_gap_and_keeps_spooled_deletes() {
         .first_stored_after(restarted, |k| on[k] == victim)
         .expect("the victim's keys never worked again");
     assert!(back - restarted < RECOVERY);
-    let _ = std::fs::remove_dir_all(&spool);
 }
 
 #[test]

@@ -102,11 +102,11 @@ fn load(port: u16, sets: impl Iterator<Item = (String, usize)>) {
     );
 }
 
-/// A hundred connections each send a pipeline of gets whose replies (1 MB each) they do
+/// A hundred connections each send a pipeline of gets whose replies (600 KB each) they do
 /// not read for a second, then read everything and close.
 fn pipelines(port: u16) {
     load(port, (0..100).map(|i| (format!("pipe:{i}"), 20_000)));
-    let request: Vec<u8> = (0..50)
+    let request: Vec<u8> = (0..30)
         .map(|i| format!("get pipe:{i}\r\n"))
         .collect::<String>()
         .into_bytes();
@@ -123,7 +123,7 @@ fn pipelines(port: u16) {
     let mut buf = vec![0u8; 64 * 1024];
     for s in &mut conns {
         let (mut ends, mut carry) = (0, Vec::new());
-        while ends < 50 {
+        while ends < 30 {
             let n = s.read(&mut buf).unwrap();
             assert!(n > 0, "closed mid-reply");
             carry.extend_from_slice(&buf[..n]);
@@ -160,16 +160,16 @@ fn workloads() -> Vec<Workload> {
                 load(p, (0..n).map(move |i| (format!("drift:{step}:{i}"), size)));
             }
         }),
-        ("many keys, evicting (250k x 1 KB, twice)", 1, |p| {
+        ("many keys, evicting (150k x 1 KB, twice)", 1, |p| {
             for _ in 0..2 {
                 load(
                     p,
-                    (0..250_000).map(|i| (format!("many:{i}"), 900 + i % 200)),
+                    (0..150_000).map(|i| (format!("many:{i}"), 900 + i % 200)),
                 );
             }
         }),
         (
-            "100 connections with unread 1 MB pipelines",
+            "100 connections with unread 600 KB pipelines",
             PIPELINE_CONNS,
             pipelines,
         ),

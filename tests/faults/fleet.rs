@@ -181,10 +181,15 @@ pub struct Router {
 }
 
 impl Router {
-    /// Writes `toml` into a fresh directory named after `test` and starts a router on it;
-    /// returns once `listen` answers.
+    /// The directory a router for `test` works in (removed when the router is dropped).
+    pub fn dir(test: &str) -> PathBuf {
+        std::env::temp_dir().join(format!("memfleet-{test}-{}", std::process::id()))
+    }
+
+    /// Writes `toml` into a fresh [`Router::dir`] and starts a router on it; returns once
+    /// `listen` answers.
     pub fn start(test: &str, toml: &str, listen: u16) -> Router {
-        let dir = std::env::temp_dir().join(format!("memfleet-{test}-{}", std::process::id()));
+        let dir = Router::dir(test);
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         let mut router = Router {
