@@ -7,7 +7,7 @@
 //! what the numbers mean or where they come from (the scenarios), JSON ([`crate::results`]).
 
 use std::ops::Range;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 use anyhow::{anyhow, bail, Context, Result};
@@ -78,6 +78,44 @@ pub fn line_chart(
     } else {
         draw(path, &labels, x, y, series, log_x)
     }
+}
+
+/// One chart of an experiment's timeline figures: its file name (without `.png`), title
+/// and y axis, and how a run becomes a line of `(seconds, value)` points.
+pub struct Timeline<'a, R> {
+    /// File name in the output directory, without `.png`.
+    pub file: &'a str,
+    /// Chart title.
+    pub title: &'a str,
+    /// Y axis label (x is always seconds).
+    pub y_label: &'a str,
+    /// A run's line.
+    pub points: fn(&R) -> Vec<(f64, f64)>,
+}
+
+/// Draws each [`Timeline`] as `dir/<file>.png` with one line per run (legend from `name`)
+/// and returns the paths written: the figures of an experiment that compares runs over
+/// time (with and without warm-up, memfleet and memcached, ...).
+pub fn timelines<R>(
+    dir: &Path,
+    runs: &[R],
+    name: fn(&R) -> String,
+    charts: &[Timeline<'_, R>],
+) -> Result<Vec<PathBuf>> {
+    let mut written = Vec::new();
+    for chart in charts {
+        let lines: Vec<Series> = runs
+            .iter()
+            .map(|run| Series {
+                name: name(run),
+                points: (chart.points)(run),
+            })
+            .collect();
+        let path = dir.join(format!("{}.png", chart.file));
+        line_chart(&path, chart.title, "seconds", chart.y_label, &lines, false)?;
+        written.push(path);
+    }
+    Ok(written)
 }
 
 /// Latency CDFs: each series is (percentile 0..100, microseconds) points; x is latency (log), y is percentile.

@@ -31,7 +31,7 @@ use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use crate::plot::{self, Series};
+use crate::plot::{self, Timeline};
 
 use super::server_stats::{resident_bytes, Stats, StatsConn};
 use super::target::Spawned;
@@ -517,33 +517,26 @@ fn series(o: &Outcome, f: &dyn Fn(&Sample) -> Option<f64>) -> Vec<(f64, f64)> {
 /// The figures of a run, one line per server: bytes held in expired items and resident
 /// memory over time, as PNGs beside expiry.json.
 fn figures(dir: &std::path::Path, outcomes: &[Outcome]) -> Result<Vec<std::path::PathBuf>> {
-    type Metric = fn(&Sample) -> Option<f64>;
     const MIB: f64 = 1024.0 * 1024.0;
-    let charts: [(&str, &str, &str, Metric); 2] = [
-        (
-            "expiry-expired-bytes",
-            "Memory held by expired items (Segcache §3.5)",
-            "MiB",
-            |s| Some(s.expired_bytes() as f64 / MIB),
-        ),
-        ("expiry-rss", "Resident memory", "MiB", |s| {
-            s.rss.map(|r| r as f64 / MIB)
-        }),
-    ];
-    let mut written = Vec::new();
-    for (name, title, y_label, metric) in charts {
-        let lines: Vec<Series> = outcomes
-            .iter()
-            .map(|o| Series {
-                name: o.name.clone(),
-                points: series(o, &metric),
-            })
-            .collect();
-        let path = dir.join(format!("{name}.png"));
-        plot::line_chart(&path, title, "seconds", y_label, &lines, false)?;
-        written.push(path);
-    }
-    Ok(written)
+    plot::timelines(
+        dir,
+        outcomes,
+        |o| o.name.clone(),
+        &[
+            Timeline {
+                file: "expiry-expired-bytes",
+                title: "Memory held by expired items (Segcache §3.5)",
+                y_label: "MiB",
+                points: |o| series(o, &|s| Some(s.expired_bytes() as f64 / MIB)),
+            },
+            Timeline {
+                file: "expiry-rss",
+                title: "Resident memory",
+                y_label: "MiB",
+                points: |o| series(o, &|s| s.rss.map(|r| r as f64 / MIB)),
+            },
+        ],
+    )
 }
 
 fn json_report(

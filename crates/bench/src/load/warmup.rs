@@ -32,7 +32,7 @@ use rand::rngs::SmallRng;
 use serde_json::json;
 use tokio::sync::Semaphore;
 
-use crate::plot::{self, Series};
+use crate::plot::{self, Timeline};
 
 use super::client::{self, Conn, Reply};
 use super::server_stats::StatsConn;
@@ -553,41 +553,34 @@ fn series(o: &Outcome, f: &dyn Fn(&Second) -> Option<f64>) -> Vec<(f64, f64)> {
         .collect()
 }
 
-/// The figures of a run: the cold cluster's hit rate and the database's load over time,
-/// with and without warm-up, as PNGs beside warmup.json.
+/// The figures of a run: the cold cluster's hit rate, the database's load and the clients'
+/// p99 over time, with and without warm-up, as PNGs beside warmup.json.
 fn figures(dir: &std::path::Path, outcomes: &[Outcome]) -> Result<Vec<std::path::PathBuf>> {
-    type Metric = fn(&Second) -> Option<f64>;
-    let charts: [(&str, &str, &str, Metric); 3] = [
-        (
-            "warmup-cold-hit-rate",
-            "Cold cluster hit rate (Facebook §4.3)",
-            "hit rate (%)",
-            |s| s.cold_hit_rate().map(|r| r * 100.0),
-        ),
-        (
-            "warmup-db-queries",
-            "Database queries per second",
-            "queries/s",
-            |s| Some(s.db as f64),
-        ),
-        ("warmup-latency-p99", "Client get latency, p99", "ms", |s| {
-            s.latency_ms(0.99)
-        }),
-    ];
-    let mut written = Vec::new();
-    for (name, title, y_label, metric) in charts {
-        let lines: Vec<Series> = outcomes
-            .iter()
-            .map(|o| Series {
-                name: o.label.to_string(),
-                points: series(o, &metric),
-            })
-            .collect();
-        let path = dir.join(format!("{name}.png"));
-        plot::line_chart(&path, title, "seconds", y_label, &lines, false)?;
-        written.push(path);
-    }
-    Ok(written)
+    plot::timelines(
+        dir,
+        outcomes,
+        |o| o.label.to_string(),
+        &[
+            Timeline {
+                file: "warmup-cold-hit-rate",
+                title: "Cold cluster hit rate (Facebook §4.3)",
+                y_label: "hit rate (%)",
+                points: |o| series(o, &|s| s.cold_hit_rate().map(|r| r * 100.0)),
+            },
+            Timeline {
+                file: "warmup-db-queries",
+                title: "Database queries per second",
+                y_label: "queries/s",
+                points: |o| series(o, &|s| Some(s.db as f64)),
+            },
+            Timeline {
+                file: "warmup-latency-p99",
+                title: "Client get latency, p99",
+                y_label: "ms",
+                points: |o| series(o, &|s| s.latency_ms(0.99)),
+            },
+        ],
+    )
 }
 
 fn json_report(
