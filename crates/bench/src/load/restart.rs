@@ -8,6 +8,7 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
+use serde_json::json;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
 
@@ -108,6 +109,33 @@ pub struct RestartReport {
 }
 
 impl RestartReport {
+    /// `restart.json`: the workload, the timings and both readbacks. No figure: the
+    /// experiment is a handful of numbers, not a curve.
+    pub fn json(&self, args: &LoadArgs, w: &Workload) -> serde_json::Value {
+        let readback = |r: &Readback| {
+            json!({
+                "keys": r.keys,
+                "hits": r.hits,
+                "wrong": r.wrong,
+                "hit_ratio": r.hit_ratio(),
+            })
+        };
+        json!({
+            "parameters": {
+                "keys": w.keys(),
+                "value_size": w.value_size(),
+                "server_memory_mib": args.server_memory,
+            },
+            "fill_s": self.fill.as_secs_f64(),
+            "before": readback(&self.before),
+            "stop_ms": self.stop.as_secs_f64() * 1000.0,
+            "restart_ms": self.start.as_secs_f64() * 1000.0,
+            "after": readback(&self.after),
+            "save_log": self.save_log,
+            "restore_log": self.restore_log,
+        })
+    }
+
     /// The report's lines.
     pub fn lines(&self, w: &Workload) -> Vec<String> {
         let gib = (w.keys() as f64 * w.value_size() as f64) / f64::from(1 << 30);
@@ -222,6 +250,11 @@ pub fn bench(args: &LoadArgs) -> Result<()> {
         println!("{line}");
     }
     println!("command: {command}");
+    if let Some(dir) = &args.out {
+        let path =
+            crate::results::write_json(dir, "restart", "restart", &report.json(args, &workload))?;
+        println!("results: {}", path.display());
+    }
     if report.before.wrong + report.after.wrong > 0 {
         bail!("wrong values were served");
     }
