@@ -3,7 +3,8 @@
 //! 20% lower latency), and through `memfleet router` (mcrouter's place) — at the same load:
 //! `--conns` tasks of one application, each getting a random pre-filled key at a time.
 //! Reported: gets per second, latency, and CPU per get of the application (the load
-//! generator's thread runs the client library), the router and the server.
+//! generator's thread runs the client library), the router and the server. With `--out
+//! DIR`: `client.json` (the medians, with latency CDFs) and `client-latency-cdf.png`.
 
 use std::net::SocketAddr;
 use std::rc::Rc;

@@ -22,6 +22,9 @@
 //! value served as fresh — a cache hit older than the last update whose delete had
 //! completed before the read began — which is what a late `set` after a delete (the stale
 //! set leases prevent) causes.
+//!
+//! With `--out DIR`: `herd.json` (the table's rows with each one's database timeline) and
+//! `herd-db-queries.png` (database queries per second in each 100 ms window, per mode).
 
 use std::cell::{Cell, RefCell};
 use std::net::SocketAddr;

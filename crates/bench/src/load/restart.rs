@@ -2,7 +2,8 @@
 //! `memfleet server` with a memory file on tmpfs, fill it, read every key back (values
 //! checked) for the hit ratio, stop it with SIGUSR1, start it again on the same file, and
 //! read every key again: the hit ratio right after the restart should equal the one before,
-//! with no wrong value. Reports the fill, stop (snapshot) and restart times.
+//! with no wrong value. Reports the fill, stop (snapshot) and restart times; with `--out
+//! DIR` also as `restart.json`.
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};

@@ -4,6 +4,8 @@
 //! connection each), then over UDP (one socket each, memcached's 8-byte framing). Every
 //! reply is checked; a UDP request without an answer within 200 ms counts as lost and the
 //! client moves on (UDP gives no delivery guarantee; a real client retries or falls back).
+//! With `--out DIR`: `udp.json` (the table's rows, with latency CDFs) and
+//! `udp-latency-cdf.png`.
 
 use std::net::SocketAddr;
 use std::rc::Rc;
