@@ -1,7 +1,34 @@
 //! `memfleet bench` end to end: it spawns the do-nothing floor server and `memfleet server`
 //! from this build, loads both, verifies every reply and exits 0 only if there was no error.
 
+use std::path::{Path, PathBuf};
 use std::process::Command;
+
+/// A fresh directory for one test's `--out`.
+fn out_dir(test: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("memfleet-cli-{test}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    dir
+}
+
+/// Asserts `dir/<scenario>.json` is a result file of `scenario` and returns its `result`.
+fn assert_results(dir: &Path, scenario: &str) -> serde_json::Value {
+    let path = dir.join(format!("{scenario}.json"));
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path:?}: {e}"));
+    let mut json: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(json["scenario"], scenario, "{text}");
+    json["result"].take()
+}
+
+/// Asserts `dir/name` is a PNG image of some substance.
+fn assert_figure(dir: &Path, name: &str) {
+    let bytes = std::fs::read(dir.join(name)).unwrap_or_else(|e| panic!("{name}: {e}"));
+    assert!(
+        bytes.starts_with(b"\x89PNG\r\n\x1a\n"),
+        "{name} is not a PNG"
+    );
+    assert!(bytes.len() > 5_000, "{name} is only {} bytes", bytes.len());
+}
 
 #[test]
 fn bench_spawns_floor_and_memfleet_and_verifies_every_reply() {
@@ -55,8 +82,11 @@ fn bench_spawns_floor_and_memfleet_and_verifies_every_reply() {
 #[test]
 fn herd_scenario_shows_leases_cutting_database_queries() {
     let bin = env!("CARGO_BIN_EXE_memfleet");
+    let dir = out_dir("herd");
     let out = Command::new(bin)
         .args(["bench", "--scenario", "herd", "--spawn", "memfleet"])
+        .arg("--out")
+        .arg(&dir)
         .args(["--memfleet-bin", bin, "--no-pin", "--server-memory", "64"])
         .args(["--duration", "1500ms", "--conns", "30"])
         .args(["--herd-invalidate", "100ms", "--herd-db-latency", "10ms"])
@@ -85,12 +115,24 @@ fn herd_scenario_shows_leases_cutting_database_queries() {
         plain >= 5 * lease,
         "plain {plain} vs lease {lease}:\n{stdout}"
     );
+    let result = assert_results(&dir, "herd");
+    let rows = result["rows"].as_array().unwrap();
+    let json_plain = rows.iter().find(|r| r["mode"] == "plain").unwrap();
+    assert_eq!(json_plain["db_queries"], plain);
+    // The timeline covers the whole run (15 windows of 100 ms) and adds up to the total.
+    let timeline = json_plain["db_qps_timeline"].as_array().unwrap();
+    assert!(timeline.len() >= 15, "{json_plain}");
+    let summed: f64 = timeline.iter().map(|p| p[1].as_f64().unwrap() * 0.1).sum();
+    assert!((summed - plain as f64).abs() < 0.5, "{summed} vs {plain}");
+    assert_figure(&dir, "herd-db-queries.png");
+    std::fs::remove_dir_all(dir).unwrap();
 }
 
 /// The restart scenario: every key read back with the right value after a warm restart.
 #[test]
 fn restart_scenario_keeps_every_item() {
     let bin = env!("CARGO_BIN_EXE_memfleet");
+    let dir = out_dir("restart");
     let out = Command::new(bin)
         .args([
             "bench",
@@ -100,6 +142,8 @@ fn restart_scenario_keeps_every_item() {
             bin,
             "--no-pin",
         ])
+        .arg("--out")
+        .arg(&dir)
         .args([
             "--server-memory",
             "16",
@@ -118,6 +162,11 @@ fn restart_scenario_keeps_every_item() {
         "{stdout}"
     );
     assert!(stdout.contains("warm restart items=5000"), "{stdout}");
+    let result = assert_results(&dir, "restart");
+    assert_eq!(result["after"]["hits"], 5000, "{result}");
+    assert_eq!(result["after"]["wrong"], 0, "{result}");
+    assert!(result["restart_ms"].as_f64().unwrap() > 0.0, "{result}");
+    std::fs::remove_dir_all(dir).unwrap();
 }
 
 /// The gutter scenario: with a gutter, a killed server costs no client-visible failure and
@@ -125,8 +174,11 @@ fn restart_scenario_keeps_every_item() {
 #[test]
 fn gutter_scenario_shows_the_gutter_absorbing_a_failure() {
     let bin = env!("CARGO_BIN_EXE_memfleet");
+    let dir = out_dir("gutter");
     let out = Command::new(bin)
         .args(["bench", "--scenario", "gutter", "--memfleet-bin", bin])
+        .arg("--out")
+        .arg(&dir)
         .args([
             "--duration",
             "4s",
@@ -161,6 +213,27 @@ fn gutter_scenario_shows_the_gutter_absorbing_a_failure() {
     assert!(failures[0] > 0.0 && failures[1] == 0.0, "{line}");
     assert!(per_get[1] * 2.0 < per_get[0], "{line}");
     assert!(stdout.contains("gutter hit rate"), "{stdout}");
+    let result = assert_results(&dir, "gutter");
+    let runs = result["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 2, "{result}");
+    // The totals include the second of the kill, which the summary line leaves out.
+    assert!(
+        runs[0]["totals"]["failures"].as_f64().unwrap() >= failures[0],
+        "{result}"
+    );
+    assert_eq!(runs[1]["totals"]["failures"], 0, "{result}");
+    assert!(!runs[1]["series"]["gutter_hit_rate"]
+        .as_array()
+        .unwrap()
+        .is_empty());
+    for figure in [
+        "gutter-failures.png",
+        "gutter-db-per-100-gets.png",
+        "gutter-hit-rate.png",
+    ] {
+        assert_figure(&dir, figure);
+    }
+    std::fs::remove_dir_all(dir).unwrap();
 }
 
 /// The client scenario: the client library straight over TCP, over UDP and through the
@@ -168,6 +241,7 @@ fn gutter_scenario_shows_the_gutter_absorbing_a_failure() {
 #[test]
 fn client_scenario_compares_direct_udp_and_router_paths() {
     let bin = env!("CARGO_BIN_EXE_memfleet");
+    let dir = out_dir("client");
     let out = Command::new(bin)
         .args([
             "bench",
@@ -177,6 +251,8 @@ fn client_scenario_compares_direct_udp_and_router_paths() {
             bin,
             "--no-pin",
         ])
+        .arg("--out")
+        .arg(&dir)
         .args([
             "--duration",
             "1s",
@@ -214,6 +290,54 @@ fn client_scenario_compares_direct_udp_and_router_paths() {
         tcp[5] < routed[5] / 5.0 && udp[5] < routed[5] / 5.0,
         "{stdout}"
     );
+    let result = assert_results(&dir, "client");
+    let paths = result["paths"].as_array().unwrap();
+    assert_eq!(paths.len(), 3, "{result}");
+    for path in paths {
+        let cdf = path["latency_cdf"].as_array().unwrap();
+        assert!(cdf.len() > 100, "{path}");
+        assert_eq!(cdf.last().unwrap()["percentile"], 100.0);
+    }
+    assert_figure(&dir, "client-latency-cdf.png");
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+/// The udp scenario: gets over TCP and over UDP to this build's server, every reply checked;
+/// one table row each, and with `--out` their latency CDFs.
+#[test]
+fn udp_scenario_measures_tcp_and_udp_latency() {
+    let bin = env!("CARGO_BIN_EXE_memfleet");
+    let dir = out_dir("udp");
+    let out = Command::new(bin)
+        .args(["bench", "--scenario", "udp", "--spawn", "memfleet"])
+        .args(["--memfleet-bin", bin, "--no-pin", "--server-memory", "64"])
+        .arg("--out")
+        .arg(&dir)
+        .args(["--duration", "1s", "--repeat", "1", "--conns", "4"])
+        .args(["--keys", "1000"])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "bench failed:\n{stdout}\n{stderr}");
+    for via in ["tcp", "udp"] {
+        assert!(
+            stdout.lines().any(|l| {
+                let words: Vec<&str> = l.split_whitespace().collect();
+                words.len() == 8 && words[0] == "memfleet" && words[1] == via
+            }),
+            "no {via} row in:\n{stdout}"
+        );
+    }
+    let result = assert_results(&dir, "udp");
+    let rows = result["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 2, "{result}");
+    for row in rows {
+        assert!(row["gets"].as_u64().unwrap() > 0, "{row}");
+        assert!(row["latency_cdf"].as_array().unwrap().len() > 100, "{row}");
+    }
+    assert_figure(&dir, "udp-latency-cdf.png");
+    std::fs::remove_dir_all(dir).unwrap();
 }
 
 /// The invalidation scenario: a scratch PostgreSQL, two clusters, the invalidator; every
@@ -221,8 +345,11 @@ fn client_scenario_compares_direct_udp_and_router_paths() {
 #[test]
 fn invalidation_scenario_reports_commit_to_deleted_latency() {
     let bin = env!("CARGO_BIN_EXE_memfleet");
+    let dir = out_dir("invalidation");
     let out = Command::new(bin)
         .args(["bench", "--scenario", "invalidation", "--memfleet-bin", bin])
+        .arg("--out")
+        .arg(&dir)
         .args([
             "--duration",
             "2s",
@@ -257,4 +384,12 @@ fn invalidation_scenario_reports_commit_to_deleted_latency() {
         "{stdout}"
     );
     assert!(stdout.contains("sampled check: 0 of "), "{stdout}");
+    let result = assert_results(&dir, "invalidation");
+    assert_eq!(result["transactions"], committed, "{result}");
+    assert!(
+        result["latency_cdf"].as_array().unwrap().len() > 100,
+        "{result}"
+    );
+    assert_figure(&dir, "invalidation-latency-cdf.png");
+    std::fs::remove_dir_all(dir).unwrap();
 }

@@ -3,7 +3,8 @@
 //! 20% lower latency), and through `memfleet router` (mcrouter's place) — at the same load:
 //! `--conns` tasks of one application, each getting a random pre-filled key at a time.
 //! Reported: gets per second, latency, and CPU per get of the application (the load
-//! generator's thread runs the client library), the router and the server.
+//! generator's thread runs the client library), the router and the server. With `--out
+//! DIR`: `client.json` (the medians, with latency CDFs) and `client-latency-cdf.png`.
 
 use std::net::SocketAddr;
 use std::rc::Rc;
@@ -14,11 +15,13 @@ use hdrhistogram::Histogram;
 use memfleet_client::{Client, ClientOptions, UdpGet};
 use rand::rngs::SmallRng;
 use rand::SeedableRng;
+use serde_json::json;
 
 use super::cpu::{cpu_time, Who};
 use super::target::{free_port, Router, Spawned};
 use super::workload::Workload;
 use super::{client, command_line, load_average, report, runtime, LoadArgs};
+use crate::plot::Series;
 
 /// How the application reaches the server.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -48,6 +51,8 @@ struct Run {
     client_us: f64,
     router_us: f64,
     server_us: f64,
+    /// The get latency CDF (µs).
+    latency_cdf: Vec<report::CdfPoint>,
 }
 
 /// `--scenario client`.
@@ -148,6 +153,8 @@ pub fn bench(args: &LoadArgs) -> Result<()> {
         "server µs/op",
         "total µs/op"
     );
+    // For --out: each path's medians, and its latency CDF as a figure line.
+    let (mut medians, mut cdf_lines) = (Vec::new(), Vec::new());
     for (mode, runs) in modes.iter().zip(&runs) {
         let med = |f: &dyn Fn(&Run) -> f64| report::median(runs.iter().map(f).collect());
         let (client, router, server) = (
@@ -167,10 +174,49 @@ pub fn bench(args: &LoadArgs) -> Result<()> {
             server,
             client + router + server
         );
+        let cdfs: Vec<&[report::CdfPoint]> =
+            runs.iter().map(|r| r.latency_cdf.as_slice()).collect();
+        let latency_cdf = report::median_cdf(&cdfs);
+        cdf_lines.push(report::cdf_series(mode.name(), &latency_cdf));
+        medians.push(json!({
+            "path": mode.name(),
+            "gets_per_s": med(&|r| r.gets_per_s),
+            "latency_p50_us": med(&|r| r.p50 as f64),
+            "latency_p99_us": med(&|r| r.p99 as f64),
+            "lost": med(&|r| r.lost as f64),
+            "client_cpu_us_per_get": client,
+            "router_cpu_us_per_get": router,
+            "server_cpu_us_per_get": server,
+            "latency_cdf": latency_cdf,
+        }));
     }
-    println!("load average at end: {}", load_average());
+    let load_at_end = load_average();
+    println!("load average at end: {load_at_end}");
     drop(router);
     drop(server);
+    if let Some(dir) = &args.out {
+        let value = json!({
+            "parameters": {
+                "conns": args.conns,
+                "keys": args.keys,
+                "value_size": args.value_size.to_string(),
+                "duration_s": args.duration.as_secs_f64(),
+                "repeat": args.repeat,
+                "rows_are": "medians over the repeats; latency_cdf point by point",
+            },
+            "load_average_at_end": load_at_end,
+            "paths": medians,
+        });
+        let path = crate::results::write_json(dir, "client", "client", &value)?;
+        println!("results: {}", path.display());
+        let lines: Vec<Series> = cdf_lines
+            .into_iter()
+            .filter(|s| !s.points.is_empty())
+            .collect();
+        let figure = dir.join("client-latency-cdf.png");
+        crate::plot::latency_cdf(&figure, "Client library get latency CDF", &lines)?;
+        println!("figure: {}", figure.display());
+    }
     Ok(())
 }
 
@@ -254,5 +300,6 @@ async fn measure(
         client_us: per(after.0, before.0),
         router_us: per(after.1, before.1),
         server_us: per(after.2, before.2),
+        latency_cdf: report::histogram_cdf(&hist, 1.0),
     })
 }

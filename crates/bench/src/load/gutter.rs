@@ -12,6 +12,9 @@
 //! 99% fewer client-visible failures and a gutter hit rate over 35% within minutes; its
 //! failures are the gets that a dead server would have failed, which a router without a
 //! gutter turns into misses (so: database load) and failed sets (errors).
+//!
+//! With `--out DIR`: `gutter.json` (both runs' per-second timelines and totals) and the
+//! timelines `gutter-failures.png`, `gutter-db-per-100-gets.png` and `gutter-hit-rate.png`.
 
 use std::cell::RefCell;
 use std::net::SocketAddr;
@@ -21,9 +24,11 @@ use std::time::{Duration, Instant};
 use super::target::{free_port, Router, Spawned};
 use super::workload::Workload;
 use super::{command_line, load_average, runtime, LoadArgs};
+use crate::plot::{self, Series};
 use anyhow::{bail, Context, Result};
 use rand::rngs::SmallRng;
 use rand::SeedableRng;
+use serde_json::json;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
 
@@ -40,6 +45,19 @@ struct Second {
     /// Gets the router sent to the gutter.
     gutter_requests: u64,
     gutter_hits: u64,
+}
+
+impl Second {
+    /// Database queries per 100 gets: the load each get puts on the database (the clients
+    /// are closed loops slowed by database latency, so raw rates differ between runs).
+    fn db_per_100_gets(&self) -> Option<f64> {
+        (self.gets > 0).then(|| 100.0 * self.db as f64 / self.gets as f64)
+    }
+
+    /// The gutter's hit rate, if the router sent it any get.
+    fn gutter_hit_rate(&self) -> Option<f64> {
+        (self.gutter_requests > 0).then(|| self.gutter_hits as f64 / self.gutter_requests as f64)
+    }
 }
 
 /// A run with or without the gutter.
@@ -102,8 +120,123 @@ pub fn bench(args: &LoadArgs) -> Result<()> {
         outcomes.push(outcome);
     }
     print!("{}", report(&outcomes[0], &outcomes[1], fail_at));
-    println!("load average at end: {}", load_average());
+    let load_at_end = load_average();
+    println!("load average at end: {load_at_end}");
+    if let Some(dir) = &args.out {
+        let value = json_report(args, &outcomes, &load_at_end);
+        let path = crate::results::write_json(dir, "gutter", "gutter", &value)?;
+        println!("results: {}", path.display());
+        for figure in figures(dir, &outcomes)? {
+            println!("figure: {}", figure.display());
+        }
+    }
     Ok(())
+}
+
+/// The runs' labels, in the order [`bench`] runs them.
+const LABELS: [&str; 2] = ["without gutter", "with gutter"];
+
+/// (seconds since the start at the end of the window, value) for each second with a value.
+fn series(o: &Outcome, f: &dyn Fn(&Second) -> Option<f64>) -> Vec<(f64, f64)> {
+    o.seconds
+        .iter()
+        .enumerate()
+        .filter_map(|(i, s)| f(s).map(|v| ((i + 1) as f64, v)))
+        .collect()
+}
+
+/// The timelines of both runs as PNGs beside gutter.json: client-visible failures, database
+/// queries per 100 gets, and the gutter's hit rate (the run with a gutter only).
+fn figures(dir: &std::path::Path, outcomes: &[Outcome]) -> Result<Vec<std::path::PathBuf>> {
+    type Metric = fn(&Second) -> Option<f64>;
+    let charts: [(&str, &str, &str, Metric); 3] = [
+        (
+            "gutter-failures",
+            "Client-visible failures per second (Facebook §3.3)",
+            "failures/s",
+            |s| Some(s.errors as f64),
+        ),
+        (
+            "gutter-db-per-100-gets",
+            "Database queries per 100 gets",
+            "queries per 100 gets",
+            Second::db_per_100_gets,
+        ),
+        (
+            "gutter-hit-rate",
+            "Gutter pool hit rate",
+            "hit rate (%)",
+            |s| s.gutter_hit_rate().map(|r| r * 100.0),
+        ),
+    ];
+    let mut written = Vec::new();
+    for (name, title, y_label, metric) in charts {
+        // A run without a value in any second (the run without a gutter has no gutter hit
+        // rate) has no line.
+        let lines: Vec<Series> = outcomes
+            .iter()
+            .zip(LABELS)
+            .map(|(o, label)| Series {
+                name: label.to_string(),
+                points: series(o, &metric),
+            })
+            .filter(|s| !s.points.is_empty())
+            .collect();
+        if lines.is_empty() {
+            continue;
+        }
+        let path = dir.join(format!("{name}.png"));
+        plot::line_chart(&path, title, "seconds", y_label, &lines, false)?;
+        written.push(path);
+    }
+    Ok(written)
+}
+
+/// `gutter.json`: the parameters and both runs' per-second timelines and totals.
+fn json_report(args: &LoadArgs, outcomes: &[Outcome], load_at_end: &str) -> serde_json::Value {
+    let runs: Vec<serde_json::Value> = outcomes
+        .iter()
+        .zip(LABELS)
+        .map(|(o, label)| {
+            let total = o.sum(0..o.seconds.len());
+            json!({
+                "label": label,
+                "gutter": label == LABELS[1],
+                "series": {
+                    "gets_per_s": series(o, &|s| Some(s.gets as f64)),
+                    "hits_per_s": series(o, &|s| Some(s.hits as f64)),
+                    "db_queries_per_s": series(o, &|s| Some(s.db as f64)),
+                    "db_queries_per_100_gets": series(o, &Second::db_per_100_gets),
+                    "failures_per_s": series(o, &|s| Some(s.errors as f64)),
+                    "gutter_gets_per_s": series(o, &|s| Some(s.gutter_requests as f64)),
+                    "gutter_hit_rate": series(o, &Second::gutter_hit_rate),
+                },
+                "totals": {
+                    "gets": total.gets,
+                    "hits": total.hits,
+                    "db_queries": total.db,
+                    "failures": total.errors,
+                    "gutter_gets": total.gutter_requests,
+                    "gutter_hits": total.gutter_hits,
+                },
+            })
+        })
+        .collect();
+    json!({
+        "parameters": {
+            "servers": SERVERS,
+            "conns": args.conns,
+            "keys": args.keys,
+            "zipf": args.zipf,
+            "value_size": args.value_size.to_string(),
+            "db_latency_ms": args.herd_db_latency.as_secs_f64() * 1000.0,
+            "fail_at_s": args.gutter_fail_at.as_secs_f64(),
+            "duration_s": args.duration.as_secs_f64(),
+            "gutter_ttl_s": args.gutter_ttl,
+        },
+        "load_average_at_end": load_at_end,
+        "runs": runs,
+    })
 }
 
 fn router_config(listen: u16, servers: &[u16], gutter: Option<u16>, ttl: u32) -> String {

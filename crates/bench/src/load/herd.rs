@@ -22,6 +22,9 @@
 //! value served as fresh — a cache hit older than the last update whose delete had
 //! completed before the read began — which is what a late `set` after a delete (the stale
 //! set leases prevent) causes.
+//!
+//! With `--out DIR`: `herd.json` (the table's rows with each one's database timeline) and
+//! `herd-db-queries.png` (database queries per second in each 100 ms window, per mode).
 
 use std::cell::{Cell, RefCell};
 use std::net::SocketAddr;
@@ -29,8 +32,10 @@ use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use super::{command_line, load_average, runtime, start, LoadArgs};
+use crate::plot::{self, Series};
 use anyhow::{bail, Context, Result};
 use hdrhistogram::Histogram;
+use serde_json::json;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
 
@@ -106,6 +111,9 @@ pub struct HerdResult {
     pub latency_us: (u64, u64, u64),
     /// The measured wall time.
     pub elapsed: Duration,
+    /// Database queries in each [`WINDOW`] of the run, from its start (the timeline behind
+    /// the mean and the peak).
+    pub db_windows: Vec<u64>,
 }
 
 /// The simulated database: one row whose version the writer bumps.
@@ -120,7 +128,8 @@ struct Db {
     queries: Cell<u64>,
 }
 
-const WINDOW: Duration = Duration::from_millis(100);
+/// The database's query counting window.
+pub const WINDOW: Duration = Duration::from_millis(100);
 
 impl Db {
     /// A query: reads the row now, answers after the latency.
@@ -295,8 +304,13 @@ pub async fn run(cfg: &HerdConfig, mode: Mode) -> Result<HerdResult> {
     let mut r = run.result.borrow().clone();
     r.db_queries = run.db.queries.get();
     r.db_qps_mean = r.db_queries as f64 / elapsed.as_secs_f64();
-    let peak = run.db.windows.borrow().iter().copied().max().unwrap_or(0);
+    let mut windows = run.db.windows.borrow().clone();
+    // Quiet windows at the end count too: the timeline covers the whole run.
+    let covered = elapsed.as_nanos().div_ceil(WINDOW.as_nanos()) as usize;
+    windows.resize(windows.len().max(covered), 0);
+    let peak = windows.iter().copied().max().unwrap_or(0);
     r.db_qps_peak = peak as f64 / WINDOW.as_secs_f64();
+    r.db_windows = windows;
     let h = run.latency.borrow();
     r.latency_us = (h.value_at_quantile(0.5), h.value_at_quantile(0.99), h.max());
     r.elapsed = elapsed;
@@ -612,12 +626,93 @@ pub fn bench(args: &LoadArgs) -> Result<()> {
          stale = stale values taken by choice; stale-hit = stale values served as fresh; \
          refused = fills the server refused"
     );
-    println!(
-        "load average: {load_at_start} at start, {} at end",
-        load_average()
-    );
+    let load_at_end = load_average();
+    println!("load average: {load_at_start} at start, {load_at_end} at end");
     println!("command: {command}");
+    if let Some(dir) = &args.out {
+        let value = json_report(args, &rows, &load_at_end);
+        let path = crate::results::write_json(dir, "herd", "herd", &value)?;
+        println!("results: {}", path.display());
+        let figure = dir.join("herd-db-queries.png");
+        plot::line_chart(
+            &figure,
+            "Database queries per second, per 100 ms window (Facebook §3.2.1)",
+            "seconds",
+            "queries/s",
+            &rows
+                .iter()
+                .map(|(server, mode, r)| Series {
+                    name: format!("{server} {}", mode.name()),
+                    points: db_timeline(r),
+                })
+                .collect::<Vec<_>>(),
+            false,
+        )?;
+        println!("figure: {}", figure.display());
+    }
     Ok(())
+}
+
+/// The database's query rate over a run: (seconds since the start at the end of the
+/// window, queries per second in the window).
+fn db_timeline(r: &HerdResult) -> Vec<(f64, f64)> {
+    let window = WINDOW.as_secs_f64();
+    r.db_windows
+        .iter()
+        .enumerate()
+        .map(|(i, &n)| ((i + 1) as f64 * window, n as f64 / window))
+        .collect()
+}
+
+/// `herd.json`: the parameters and, per server and mode, the table's row (the median run)
+/// with its database timeline.
+fn json_report(
+    args: &LoadArgs,
+    rows: &[(String, Mode, HerdResult)],
+    load_at_end: &str,
+) -> serde_json::Value {
+    let rows: Vec<serde_json::Value> = rows
+        .iter()
+        .map(|(server, mode, r)| {
+            let secs = r.elapsed.as_secs_f64().max(1e-9);
+            json!({
+                "server": server,
+                "mode": mode.name(),
+                "reads": r.reads,
+                "reads_per_s": r.reads as f64 / secs,
+                "first_try_hits": r.first_try_hits,
+                "db_queries": r.db_queries,
+                "db_qps_mean": r.db_qps_mean,
+                "db_qps_peak": r.db_qps_peak,
+                "waits": r.waits,
+                "stale_taken": r.stale_taken,
+                "stale_served_as_fresh": r.stale_served_as_fresh,
+                "fills_refused": r.fills_refused,
+                "updates": r.updates,
+                "latency_p50_us": r.latency_us.0,
+                "latency_p99_us": r.latency_us.1,
+                "latency_max_us": r.latency_us.2,
+                "elapsed_s": secs,
+                "db_qps_timeline": db_timeline(r),
+            })
+        })
+        .collect();
+    json!({
+        "parameters": {
+            "conns": args.conns,
+            "duration_s": args.duration.as_secs_f64(),
+            "invalidate_every_ms": args.herd_invalidate.as_secs_f64() * 1000.0,
+            "db_latency_ms": args.herd_db_latency.as_secs_f64() * 1000.0,
+            "retry_after_ms": args.herd_retry.as_secs_f64() * 1000.0,
+            "accept_stale": args.herd_accept_stale,
+            "value_size": args.value_size.to_string(),
+            "repeat": args.repeat,
+            "window_ms": WINDOW.as_secs_f64() * 1000.0,
+            "rows_are": "the run with the median database peak of each server and mode",
+        },
+        "load_average_at_end": load_at_end,
+        "rows": rows,
+    })
 }
 
 #[cfg(test)]

@@ -6,7 +6,8 @@
 //! one key with `pg_logical_emit_message`. Reported: committed transactions per second,
 //! the invalidator's commit-to-deleted-everywhere latency percentiles (the database's
 //! commit timestamp to the last cluster's reply), keys per batch, and the sampled check
-//! that deleted keys are gone.
+//! that deleted keys are gone. With `--out DIR`: `invalidation.json` (with the latency CDF)
+//! and `invalidation-latency-cdf.png`.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -14,9 +15,10 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use memfleet_invalidator::{run, scratch::Postgres, setup, source::PgLogical, Config, Counters};
+use serde_json::json;
 
 use super::target::{free_port, Spawned};
-use super::{command_line, load_average, LoadArgs};
+use super::{command_line, load_average, report, LoadArgs};
 
 /// `--scenario invalidation`.
 pub fn bench(args: &LoadArgs) -> Result<()> {
@@ -61,7 +63,7 @@ pub fn bench(args: &LoadArgs) -> Result<()> {
         .worker_threads(2)
         .enable_all()
         .build()?;
-    rt.block_on(async {
+    let (mut results, latency_cdf) = rt.block_on(async {
         setup::prepare(&config.database).await?;
         let counters = Arc::new(Counters::default());
         let log = PgLogical::connect(&config.database).await?;
@@ -125,6 +127,8 @@ pub fn bench(args: &LoadArgs) -> Result<()> {
             .lock()
             .unwrap_or_else(|e| e.into_inner());
         let within_1s = h.count_between(0, 1_000_000) as f64 / h.len().max(1) as f64;
+        let latency_cdf = report::histogram_cdf(&h, 1.0);
+        drop(h);
         println!(
             "\n{total} transactions committed in {:.1} s ({:.0}/s) by {} writers",
             elapsed.as_secs_f64(),
@@ -142,14 +146,52 @@ pub fn bench(args: &LoadArgs) -> Result<()> {
              µs; {:.4}% within 1 s",
             within_1s * 100.0
         );
-        println!(
-            "sampled check: {} of {} deleted keys still cached",
+        let (check_failures, checked) = (
             counters.check_failures.load(Ordering::Relaxed),
-            counters.checked.load(Ordering::Relaxed)
+            counters.checked.load(Ordering::Relaxed),
         );
-        anyhow::Ok(())
+        println!("sampled check: {check_failures} of {checked} deleted keys still cached");
+        let results = json!({
+            "parameters": {
+                "writers": args.conns,
+                "duration_s": args.duration.as_secs_f64(),
+                "rate_per_s": (args.invalidation_rate > 0).then_some(args.invalidation_rate),
+                "clusters": 2,
+            },
+            "transactions": total,
+            "elapsed_s": elapsed.as_secs_f64(),
+            "transactions_per_s": total as f64 / elapsed.as_secs_f64(),
+            "keys_deleted": keys,
+            "batches": batches,
+            "keys_per_batch": keys as f64 / batches as f64,
+            "retries": counters.retries.load(Ordering::Relaxed),
+            "latency_p50_us": p50,
+            "latency_p99_us": p99,
+            "latency_p999_us": p999,
+            "latency_max_us": max,
+            "within_1s": within_1s,
+            "sampled_check": {"checked": checked, "still_cached": check_failures},
+            "latency_cdf": latency_cdf,
+        });
+        anyhow::Ok((results, latency_cdf))
     })?;
-    println!("load average at end: {}", load_average());
+    let load_at_end = load_average();
+    println!("load average at end: {load_at_end}");
     drop(clusters);
+    if let Some(dir) = &args.out {
+        results["load_average_at_end"] = json!(load_at_end);
+        let path = crate::results::write_json(dir, "invalidation", "invalidation", &results)?;
+        println!("results: {}", path.display());
+        let figure = dir.join("invalidation-latency-cdf.png");
+        crate::plot::latency_cdf(
+            &figure,
+            "Commit-to-deleted latency CDF (Facebook §4.1)",
+            &[report::cdf_series(
+                "commit → deleted in both clusters",
+                &latency_cdf,
+            )],
+        )?;
+        println!("figure: {}", figure.display());
+    }
     Ok(())
 }

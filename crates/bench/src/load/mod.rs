@@ -457,13 +457,11 @@ pub fn bench(args: &LoadArgs) -> Result<Vec<Row>> {
 fn latency_series(rows: &[Row]) -> Vec<crate::plot::Series> {
     rows.iter()
         .filter(|r| !r.latency_cdf.is_empty())
-        .map(|r| crate::plot::Series {
-            name: format!("{} (pipeline {})", r.target, r.depth),
-            points: r
-                .latency_cdf
-                .iter()
-                .map(|p| (p.percentile, p.latency_us.max(1.0)))
-                .collect(),
+        .map(|r| {
+            report::cdf_series(
+                format!("{} (pipeline {})", r.target, r.depth),
+                &r.latency_cdf,
+            )
         })
         .collect()
 }

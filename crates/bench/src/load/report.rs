@@ -7,6 +7,7 @@
 
 use std::fmt::Write as _;
 
+use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
 
 use super::client::Measured;
@@ -36,6 +37,53 @@ pub struct CdfPoint {
     pub percentile: f64,
     /// Microseconds.
     pub latency_us: f64,
+}
+
+/// The latency CDF of `h` at [`cdf_percentiles`], its values multiplied by `us_per_unit`
+/// (0.001 for a histogram of nanoseconds, 1 for microseconds); empty for an empty histogram,
+/// which has no latencies to show.
+pub fn histogram_cdf(h: &Histogram<u64>, us_per_unit: f64) -> Vec<CdfPoint> {
+    if h.is_empty() {
+        return Vec::new();
+    }
+    cdf_percentiles()
+        .into_iter()
+        .map(|percentile| CdfPoint {
+            percentile,
+            latency_us: h.value_at_percentile(percentile) as f64 * us_per_unit,
+        })
+        .collect()
+}
+
+/// Point by point median of CDFs taken at the same percentiles (repeated runs).
+pub fn median_cdf(cdfs: &[&[CdfPoint]]) -> Vec<CdfPoint> {
+    let Some(first) = cdfs.first() else {
+        return Vec::new();
+    };
+    first
+        .iter()
+        .enumerate()
+        .map(|(i, p)| CdfPoint {
+            percentile: p.percentile,
+            latency_us: median(
+                cdfs.iter()
+                    .map(|c| c.get(i).map_or(0.0, |c| c.latency_us))
+                    .collect(),
+            ),
+        })
+        .collect()
+}
+
+/// A CDF as a line of [`crate::plot::latency_cdf`] (latencies below 1 µs drawn at 1 µs: the
+/// axis is logarithmic).
+pub fn cdf_series(name: impl Into<String>, cdf: &[CdfPoint]) -> crate::plot::Series {
+    crate::plot::Series {
+        name: name.into(),
+        points: cdf
+            .iter()
+            .map(|p| (p.percentile, p.latency_us.max(1.0)))
+            .collect(),
+    }
 }
 
 /// One line of the result table: one target at one pipeline depth.
@@ -92,13 +140,7 @@ impl Row {
                 s.hits as f64 / s.gets as f64
             },
             errors: s.errors,
-            latency_cdf: cdf_percentiles()
-                .into_iter()
-                .map(|percentile| CdfPoint {
-                    percentile,
-                    latency_us: us(s.latency_ns.value_at_percentile(percentile)),
-                })
-                .collect(),
+            latency_cdf: histogram_cdf(&s.latency_ns, 0.001),
         }
     }
 
@@ -111,16 +153,8 @@ impl Row {
         } else {
             None
         };
-        // Point by point: every run has the same CDF percentiles.
-        let latency_cdf = runs[0]
-            .latency_cdf
-            .iter()
-            .enumerate()
-            .map(|(i, p)| CdfPoint {
-                percentile: p.percentile,
-                latency_us: med(&|r| r.latency_cdf.get(i).map_or(0.0, |c| c.latency_us)),
-            })
-            .collect();
+        let cdfs: Vec<&[CdfPoint]> = runs.iter().map(|r| r.latency_cdf.as_slice()).collect();
+        let latency_cdf = median_cdf(&cdfs);
         Row {
             target: runs[0].target.clone(),
             depth: runs[0].depth,

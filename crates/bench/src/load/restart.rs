@@ -2,12 +2,14 @@
 //! `memfleet server` with a memory file on tmpfs, fill it, read every key back (values
 //! checked) for the hit ratio, stop it with SIGUSR1, start it again on the same file, and
 //! read every key again: the hit ratio right after the restart should equal the one before,
-//! with no wrong value. Reports the fill, stop (snapshot) and restart times.
+//! with no wrong value. Reports the fill, stop (snapshot) and restart times; with `--out
+//! DIR` also as `restart.json`.
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
+use serde_json::json;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
 
@@ -108,6 +110,33 @@ pub struct RestartReport {
 }
 
 impl RestartReport {
+    /// `restart.json`: the workload, the timings and both readbacks. No figure: the
+    /// experiment is a handful of numbers, not a curve.
+    pub fn json(&self, args: &LoadArgs, w: &Workload) -> serde_json::Value {
+        let readback = |r: &Readback| {
+            json!({
+                "keys": r.keys,
+                "hits": r.hits,
+                "wrong": r.wrong,
+                "hit_ratio": r.hit_ratio(),
+            })
+        };
+        json!({
+            "parameters": {
+                "keys": w.keys(),
+                "value_size": w.value_size(),
+                "server_memory_mib": args.server_memory,
+            },
+            "fill_s": self.fill.as_secs_f64(),
+            "before": readback(&self.before),
+            "stop_ms": self.stop.as_secs_f64() * 1000.0,
+            "restart_ms": self.start.as_secs_f64() * 1000.0,
+            "after": readback(&self.after),
+            "save_log": self.save_log,
+            "restore_log": self.restore_log,
+        })
+    }
+
     /// The report's lines.
     pub fn lines(&self, w: &Workload) -> Vec<String> {
         let gib = (w.keys() as f64 * w.value_size() as f64) / f64::from(1 << 30);
@@ -222,6 +251,11 @@ pub fn bench(args: &LoadArgs) -> Result<()> {
         println!("{line}");
     }
     println!("command: {command}");
+    if let Some(dir) = &args.out {
+        let path =
+            crate::results::write_json(dir, "restart", "restart", &report.json(args, &workload))?;
+        println!("results: {}", path.display());
+    }
     if report.before.wrong + report.after.wrong > 0 {
         bail!("wrong values were served");
     }

@@ -4,6 +4,8 @@
 //! connection each), then over UDP (one socket each, memcached's 8-byte framing). Every
 //! reply is checked; a UDP request without an answer within 200 ms counts as lost and the
 //! client moves on (UDP gives no delivery guarantee; a real client retries or falls back).
+//! With `--out DIR`: `udp.json` (the table's rows, with latency CDFs) and
+//! `udp-latency-cdf.png`.
 
 use std::net::SocketAddr;
 use std::rc::Rc;
@@ -11,11 +13,13 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use hdrhistogram::Histogram;
+use serde_json::json;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{TcpStream, UdpSocket};
 
 use super::workload::{conn_rng, Workload};
-use super::{client, command_line, cpu, load_average, runtime, start, LoadArgs};
+use super::{client, command_line, cpu, load_average, report, runtime, start, LoadArgs};
+use crate::plot::Series;
 
 /// What one transport measured.
 #[derive(Debug, Clone)]
@@ -28,6 +32,8 @@ pub struct LatencyResult {
     pub us: [u64; 4],
     /// Wall time.
     pub elapsed: Duration,
+    /// The latency CDF (µs).
+    pub latency_cdf: Vec<report::CdfPoint>,
 }
 
 impl LatencyResult {
@@ -37,6 +43,7 @@ impl LatencyResult {
             lost,
             us: [0.5, 0.9, 0.99, 0.999].map(|q| h.value_at_quantile(q)),
             elapsed,
+            latency_cdf: report::histogram_cdf(h, 1.0),
         }
     }
 }
@@ -236,7 +243,8 @@ pub fn bench(args: &LoadArgs) -> Result<()> {
     let _pinned = client_pin.map(cpu::pin_this_thread).transpose()?;
     let targets = args.targets();
     let (rt, local) = runtime()?;
-    let mut lines = Vec::new();
+    // The table's rows: (target, transport, the run with the median p50).
+    let mut medians: Vec<(String, &str, LatencyResult)> = Vec::new();
     local.block_on(&rt, async {
         for t in &targets {
             let (spawned, addr) = start(t, &settings, server_pin, &[])?;
@@ -261,7 +269,8 @@ pub fn bench(args: &LoadArgs) -> Result<()> {
             }
             for (via, mut runs) in [("tcp", tcp_runs), ("udp", udp_runs)] {
                 runs.sort_by_key(|r| r.us[0]);
-                lines.push(line(t.name(), via, &runs[runs.len() / 2]));
+                let median = runs.swap_remove(runs.len() / 2);
+                medians.push((t.name().to_string(), via, median));
             }
             drop(spawned);
         }
@@ -272,13 +281,66 @@ pub fn bench(args: &LoadArgs) -> Result<()> {
         println!("median (by p50) of {} runs:", args.repeat);
     }
     println!("{}", header());
-    for l in lines {
-        println!("{l}");
+    for (server, via, r) in &medians {
+        println!("{}", line(server, via, r));
     }
-    println!(
-        "load average: {load_at_start} at start, {} at end",
-        load_average()
-    );
+    let load_at_end = load_average();
+    println!("load average: {load_at_start} at start, {load_at_end} at end");
     println!("command: {command}");
+    if let Some(dir) = &args.out {
+        let value = json_report(args, &medians, &load_at_end);
+        let path = crate::results::write_json(dir, "udp", "udp", &value)?;
+        println!("results: {}", path.display());
+        let lines: Vec<Series> = medians
+            .iter()
+            .filter(|(_, _, r)| !r.latency_cdf.is_empty())
+            .map(|(server, via, r)| report::cdf_series(format!("{server} {via}"), &r.latency_cdf))
+            .collect();
+        let figure = dir.join("udp-latency-cdf.png");
+        crate::plot::latency_cdf(
+            &figure,
+            "Get latency CDF, TCP vs UDP (Facebook §3.1)",
+            &lines,
+        )?;
+        println!("figure: {}", figure.display());
+    }
     Ok(())
+}
+
+/// `udp.json`: the parameters and the table's rows with their latency CDFs.
+fn json_report(
+    args: &LoadArgs,
+    medians: &[(String, &str, LatencyResult)],
+    load_at_end: &str,
+) -> serde_json::Value {
+    let rows: Vec<serde_json::Value> = medians
+        .iter()
+        .map(|(server, via, r)| {
+            json!({
+                "server": server,
+                "transport": via,
+                "gets": r.ops,
+                "gets_per_s": r.ops as f64 / r.elapsed.as_secs_f64().max(1e-9),
+                "lost": r.lost,
+                "latency_p50_us": r.us[0],
+                "latency_p90_us": r.us[1],
+                "latency_p99_us": r.us[2],
+                "latency_p999_us": r.us[3],
+                "latency_cdf": r.latency_cdf,
+            })
+        })
+        .collect();
+    json!({
+        "parameters": {
+            "conns": args.conns,
+            "keys": args.keys,
+            "value_size": args.value_size.to_string(),
+            "duration_s": args.duration.as_secs_f64(),
+            "repeat": args.repeat,
+            "udp_timeout_ms": UDP_TIMEOUT.as_secs_f64() * 1000.0,
+            "rows_are": "the run with the median p50 of each server and transport",
+        },
+        "load_average_at_end": load_at_end,
+        "rows": rows,
+    })
 }
