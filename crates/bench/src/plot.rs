@@ -93,9 +93,21 @@ pub struct Timeline<'a, R> {
     pub points: fn(&R) -> Vec<(f64, f64)>,
 }
 
+/// The points of a per-second timeline: `(n, value)` for the n-th one-second window
+/// (x is the window's end, in seconds from the start) wherever `value` has one.
+pub fn per_second<T>(windows: &[T], value: impl Fn(&T) -> Option<f64>) -> Vec<(f64, f64)> {
+    windows
+        .iter()
+        .enumerate()
+        .filter_map(|(i, w)| value(w).map(|v| ((i + 1) as f64, v)))
+        .collect()
+}
+
 /// Draws each [`Timeline`] as `dir/<file>.png` with one line per run (legend from `name`)
 /// and returns the paths written: the figures of an experiment that compares runs over
-/// time (with and without warm-up, memfleet and memcached, ...).
+/// time (with and without warm-up, memfleet and memcached, ...). A run with no point in a
+/// chart has no line in it (the run without a gutter has no gutter hit rate), and a chart
+/// no run has a point in is not drawn.
 pub fn timelines<R>(
     dir: &Path,
     runs: &[R],
@@ -110,7 +122,11 @@ pub fn timelines<R>(
                 name: name(run),
                 points: (chart.points)(run),
             })
+            .filter(|line| !line.points.is_empty())
             .collect();
+        if lines.is_empty() {
+            continue;
+        }
         let path = dir.join(format!("{}.png", chart.file));
         line_chart(&path, chart.title, "seconds", chart.y_label, &lines, false)?;
         written.push(path);

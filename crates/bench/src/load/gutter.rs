@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 use super::target::{free_port, Router, Spawned};
 use super::workload::Workload;
 use super::{command_line, load_average, runtime, LoadArgs};
-use crate::plot::{self, Series};
+use crate::plot::{self, Timeline};
 use anyhow::{bail, Context, Result};
 use rand::rngs::SmallRng;
 use rand::SeedableRng;
@@ -138,58 +138,38 @@ const LABELS: [&str; 2] = ["without gutter", "with gutter"];
 
 /// (seconds since the start at the end of the window, value) for each second with a value.
 fn series(o: &Outcome, f: &dyn Fn(&Second) -> Option<f64>) -> Vec<(f64, f64)> {
-    o.seconds
-        .iter()
-        .enumerate()
-        .filter_map(|(i, s)| f(s).map(|v| ((i + 1) as f64, v)))
-        .collect()
+    plot::per_second(&o.seconds, f)
 }
 
 /// The timelines of both runs as PNGs beside gutter.json: client-visible failures, database
 /// queries per 100 gets, and the gutter's hit rate (the run with a gutter only).
 fn figures(dir: &std::path::Path, outcomes: &[Outcome]) -> Result<Vec<std::path::PathBuf>> {
-    type Metric = fn(&Second) -> Option<f64>;
-    let charts: [(&str, &str, &str, Metric); 3] = [
-        (
-            "gutter-failures",
-            "Client-visible failures per second (Facebook §3.3)",
-            "failures/s",
-            |s| Some(s.errors as f64),
-        ),
-        (
-            "gutter-db-per-100-gets",
-            "Database queries per 100 gets",
-            "queries per 100 gets",
-            Second::db_per_100_gets,
-        ),
-        (
-            "gutter-hit-rate",
-            "Gutter pool hit rate",
-            "hit rate (%)",
-            |s| s.gutter_hit_rate().map(|r| r * 100.0),
-        ),
-    ];
-    let mut written = Vec::new();
-    for (name, title, y_label, metric) in charts {
-        // A run without a value in any second (the run without a gutter has no gutter hit
-        // rate) has no line.
-        let lines: Vec<Series> = outcomes
-            .iter()
-            .zip(LABELS)
-            .map(|(o, label)| Series {
-                name: label.to_string(),
-                points: series(o, &metric),
-            })
-            .filter(|s| !s.points.is_empty())
-            .collect();
-        if lines.is_empty() {
-            continue;
-        }
-        let path = dir.join(format!("{name}.png"));
-        plot::line_chart(&path, title, "seconds", y_label, &lines, false)?;
-        written.push(path);
-    }
-    Ok(written)
+    let runs: Vec<(&str, &Outcome)> = LABELS.into_iter().zip(outcomes).collect();
+    plot::timelines(
+        dir,
+        &runs,
+        |(label, _)| label.to_string(),
+        &[
+            Timeline {
+                file: "gutter-failures",
+                title: "Client-visible failures per second (Facebook §3.3)",
+                y_label: "failures/s",
+                points: |(_, o)| series(o, &|s| Some(s.errors as f64)),
+            },
+            Timeline {
+                file: "gutter-db-per-100-gets",
+                title: "Database queries per 100 gets",
+                y_label: "queries per 100 gets",
+                points: |(_, o)| series(o, &Second::db_per_100_gets),
+            },
+            Timeline {
+                file: "gutter-hit-rate",
+                title: "Gutter pool hit rate",
+                y_label: "hit rate (%)",
+                points: |(_, o)| series(o, &|s| s.gutter_hit_rate().map(|r| r * 100.0)),
+            },
+        ],
+    )
 }
 
 /// `gutter.json`: the parameters and both runs' per-second timelines and totals.

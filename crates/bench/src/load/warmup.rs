@@ -546,11 +546,7 @@ fn summary_table(outcomes: &[Outcome], summaries: &[Summary]) -> String {
 
 /// (seconds since the start of the run, value) at the end of each one-second window.
 fn series(o: &Outcome, f: &dyn Fn(&Second) -> Option<f64>) -> Vec<(f64, f64)> {
-    o.seconds
-        .iter()
-        .enumerate()
-        .filter_map(|(i, s)| f(s).map(|v| ((i + 1) as f64, v)))
-        .collect()
+    plot::per_second(&o.seconds, f)
 }
 
 /// The figures of a run: the cold cluster's hit rate, the database's load and the clients'
