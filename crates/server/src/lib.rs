@@ -119,7 +119,7 @@ impl Server {
         let auth = settings
             .auth_file
             .as_deref()
-            .map(auth::Credentials::load)
+            .map(auth::load)
             .transpose()?;
         if settings.udp_port.is_some() && auth.is_some() {
             anyhow::bail!(
