@@ -306,9 +306,10 @@ fn toml_auth(pool: &str, p: &TomlPool) -> Result<Option<PoolAuth>, ConfigError> 
         (Some(user), Some(_)) if user.is_empty() || user.contains([' ', '\r', '\n']) => Err(
             pool_error(pool, "auth_user must be non-empty and without spaces"),
         ),
-        (Some(_), Some(PasswordSource::Inline(p))) if p.contains(['\r', '\n']) => Err(
-            pool_error(pool, "auth_password cannot contain a line break"),
-        ),
+        (Some(_), Some(PasswordSource::Inline(p))) if p.contains(['\r', '\n']) => Err(pool_error(
+            pool,
+            "auth_password cannot contain a line break",
+        )),
         (Some(user), Some(password)) => Ok(Some(PoolAuth {
             user: user.clone(),
             password,
@@ -683,9 +684,18 @@ omega:
                 "auth_user = \"app\"\nauth_password = \"x\"\nauth_password_file = \"/pw\"\n",
                 "alternatives",
             ),
-            ("auth_user = \"a b\"\nauth_password = \"x\"\n", "without spaces"),
-            ("auth_user = \"\"\nauth_password = \"x\"\n", "without spaces"),
-            ("auth_user = \"a\"\nauth_password = \"x\\ny\"\n", "line break"),
+            (
+                "auth_user = \"a b\"\nauth_password = \"x\"\n",
+                "without spaces",
+            ),
+            (
+                "auth_user = \"\"\nauth_password = \"x\"\n",
+                "without spaces",
+            ),
+            (
+                "auth_user = \"a\"\nauth_password = \"x\\ny\"\n",
+                "line break",
+            ),
         ] {
             let err = from_toml(&pool(refused)).unwrap_err().to_string();
             assert!(err.contains(why), "{refused}: {err}");
