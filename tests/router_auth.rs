@@ -80,11 +80,18 @@ fn router(
     (Killed(child), port, log)
 }
 
-/// `memfleet server -Y authfile`.
+/// `memfleet server -Y authfile`, listening when this returns.
 fn auth_server(authfile: &Path, extra: &[&str]) -> (Killed, u16) {
     let mut args = vec!["-t", "1", "-m", "16", "-Y", authfile.to_str().unwrap()];
     args.extend_from_slice(extra);
-    memfleet_server(&args)
+    listening(memfleet_server(&args))
+}
+
+/// Returns once the server `started` accepts connections (a router started before would
+/// fail its first requests).
+fn listening(started: (Killed, u16)) -> (Killed, u16) {
+    drop(support::connect(started.1, TIMEOUT));
+    started
 }
 
 /// A plain TCP connection that sends requests and reads whole replies.
@@ -171,7 +178,10 @@ fn wait_for_log(log: &Path, text: &str) -> String {
 #[test]
 fn the_router_logs_in_to_authenticating_servers() {
     let dir = Scratch::new("servers");
-    let authfile = dir.file("authfile", "# the cache's users\nrouter:s3cret:pw\nother:x\n");
+    let authfile = dir.file(
+        "authfile",
+        "# the cache's users\nrouter:s3cret:pw\nother:x\n",
+    );
     // The password file as an editor leaves it: with a final line break.
     let password = dir.file("password", "s3cret:pw\n");
     let (_a, a) = auth_server(&authfile, &[]);
@@ -216,7 +226,10 @@ fn a_refused_login_is_a_server_error_and_logged() {
         written.contains("CLIENT_ERROR authentication failure"),
         "{written}"
     );
-    assert!(!written.contains("wrong"), "the password was logged:\n{written}");
+    assert!(
+        !written.contains("wrong"),
+        "the password was logged:\n{written}"
+    );
     // The servers stored nothing.
     for server in [a, b] {
         assert_eq!(items(&mut Conn::login(server, "router", "right")), 0);
@@ -245,7 +258,12 @@ fn the_router_logs_in_to_memcached() {
     // memcached reads the file as `nobody`.
     let _ = Command::new("chmod").arg("a+rx").arg(&dir.0).status();
     let authfile = dir.file("authfile", "router:s3cret\n");
-    let (_memcached, memcached) = support::memcached(&["-t", "1", "-Y", authfile.to_str().unwrap()]);
+    let (_memcached, memcached) = listening(support::memcached(&[
+        "-t",
+        "1",
+        "-Y",
+        authfile.to_str().unwrap(),
+    ]));
     let keys = "auth_user = \"router\"\nauth_password = \"s3cret\"\n";
     let (_router, port, _log) = router(&dir, &[memcached], keys, &[]);
     round_trip(port);
@@ -323,7 +341,7 @@ fn a_router_with_an_auth_file_refuses_clients_as_memcached_does() {
     let dir = Scratch::new("listener");
     let _ = Command::new("chmod").arg("a+rx").arg(&dir.0).status();
     let authfile = dir.file("authfile", "user:secret\n");
-    let (_server, server) = memfleet_server(&["-t", "1", "-m", "16"]);
+    let (_server, server) = listening(memfleet_server(&["-t", "1", "-m", "16"]));
     let (router, port, log) = router(
         &dir,
         &[server],
@@ -332,10 +350,13 @@ fn a_router_with_an_auth_file_refuses_clients_as_memcached_does() {
     );
     let got = run(port, CLIENT_EXCHANGE);
     assert_eq!(got[0], "CLIENT_ERROR unauthenticated\r\n");
+    assert_eq!(got[4], "CLIENT_ERROR unauthenticated\r\n", "bogus");
     assert_eq!(got[5], "CLIENT_ERROR authentication failure\r\n");
     assert_eq!(got[6], "STORED\r\n");
     assert_eq!(got[7], "END\r\n", "the authenticating set stored its data");
+    assert_eq!(got[8], "STORED\r\n");
     assert_eq!(got[9], "VALUE a 0 1\r\nx\r\nEND\r\n");
+    assert_eq!(got[10], "DELETED\r\n");
     if Path::new("/usr/bin/memcached").exists() {
         let (_memcached, memcached) =
             support::memcached(&["-t", "1", "-Y", authfile.to_str().unwrap()]);
