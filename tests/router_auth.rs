@@ -395,3 +395,43 @@ fn a_router_with_an_auth_file_refuses_clients_as_memcached_does() {
     wait_for_log(&log, "auth file refused");
     let _still = Conn::login(port, "user", "changed");
 }
+
+#[test]
+fn a_reload_rereads_the_password_file() {
+    let dir = Scratch::new("password_reload");
+    let authfile = dir.file("authfile", "router:right\n");
+    let password = dir.file("password", "wrong\n");
+    let (_server, server) = auth_server(&authfile, &[]);
+    let keys = format!(
+        "auth_user = \"router\"\nauth_password_file = {:?}\n",
+        password.to_str().unwrap()
+    );
+    let (router, port, log) = router(&dir, &[server], &keys, &[]);
+    let mut c = Conn::open(port);
+    let reply = c.line("set k 0 0 1\r\nx\r\n");
+    assert!(reply.starts_with("SERVER_ERROR "), "{reply:?}");
+    wait_for_log(&log, "authentication failed");
+    // The right password, and SIGHUP: the pool's connections are remade with it (the
+    // server's failures so far do not keep it down).
+    std::fs::write(&password, "right").unwrap();
+    let pid = router.0.id() as libc::pid_t;
+    // SAFETY: kill(2) with our own child's pid and a signal number has no memory effects.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGHUP) }, 0);
+    wait_for_log(&log, "reloading the configuration");
+    let deadline = Instant::now() + TIMEOUT;
+    loop {
+        let reply = c.line("set k 0 0 1\r\nx\r\n");
+        if reply == "STORED\r\n" {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "still {reply:?} after the reload"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(
+        c.ask("get k\r\n", ReplyKind::Retrieval),
+        "VALUE k 0 1\r\nx\r\nEND\r\n"
+    );
+}
