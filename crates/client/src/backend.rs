@@ -15,6 +15,12 @@
 //!
 //! TLS (a pool's `tls = true`): each connection, and each probe, runs a TLS handshake after
 //! connecting, within the pool's timeout; the connection is then used as a plain one.
+//!
+//! Authentication (a pool's `auth_user`): each connection, and each probe, then sends
+//! memcached's ASCII login (`memfleet_protocol::auth::login_request`) and waits for
+//! `STORED` before any request. A refusal fails the requests that were waiting for the
+//! connection with [`BackendError::Auth`] (logged, and counted towards marking the server
+//! down like any failure).
 
 use memfleet_protocol::reply::{frame, Frame, ReplyKind};
 use memfleet_tls::rustls::pki_types::ServerName;
@@ -45,6 +51,15 @@ pub enum BackendError {
     /// No reply within the pool's timeout.
     #[error("server {0} timed out")]
     Timeout(String),
+    /// The server refused the pool's authentication (or answered it with something else
+    /// than `STORED`); the text is its reply.
+    #[error("authentication to server {server} failed: {reply}")]
+    Auth {
+        /// The server.
+        server: String,
+        /// What it answered, or why there was no answer.
+        reply: String,
+    },
 }
 
 /// Where a request's reply goes.
@@ -70,6 +85,43 @@ pub struct BackendOptions {
     pub retry: Duration,
     /// TLS to the server; `None`: plain TCP.
     pub tls: Option<BackendTls>,
+    /// memcached's ASCII authentication after connecting; `None`: none.
+    pub auth: Option<BackendAuth>,
+}
+
+/// How connections to one server authenticate: the login request, built once.
+#[derive(Clone, PartialEq, Eq)]
+pub struct BackendAuth {
+    user: String,
+    login: Arc<[u8]>,
+}
+
+impl BackendAuth {
+    /// Authenticates as `user` with `password`.
+    pub fn new(
+        user: &str,
+        password: &[u8],
+    ) -> Result<BackendAuth, memfleet_protocol::auth::LoginError> {
+        let login = memfleet_protocol::auth::login_request(user.as_bytes(), password)?;
+        Ok(BackendAuth {
+            user: user.to_string(),
+            login: login.into(),
+        })
+    }
+
+    /// The user name.
+    pub fn user(&self) -> &str {
+        &self.user
+    }
+}
+
+/// The password stays out of logs.
+impl std::fmt::Debug for BackendAuth {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BackendAuth")
+            .field("user", &self.user)
+            .finish_non_exhaustive()
+    }
 }
 
 /// How connections to one server run TLS.
@@ -120,17 +172,47 @@ type Halves = (
     Box<dyn AsyncWrite + Unpin + Send>,
 );
 
-/// Connects to `addr` (and runs the TLS handshake when `tls` says so) within `timeout`.
-async fn connect(addr: SocketAddr, tls: Option<&BackendTls>, timeout: Duration) -> Option<Halves> {
-    tokio::time::timeout(timeout, async {
-        let stream = TcpStream::connect(addr).await.ok()?;
+/// Why a connection could not be made ready for requests.
+enum ConnectError {
+    /// Connecting, the TLS handshake or the login did not complete (logged where it was
+    /// noticed, when it says something a refused connection does not).
+    Unreachable,
+    /// The server refused the login: what it said.
+    Refused(String),
+}
+
+impl ConnectError {
+    /// What the requests waiting for the connection get.
+    fn to_backend(&self, addr: SocketAddr) -> BackendError {
+        match self {
+            ConnectError::Unreachable => BackendError::Connection(addr.to_string()),
+            ConnectError::Refused(reply) => BackendError::Auth {
+                server: addr.to_string(),
+                reply: reply.clone(),
+            },
+        }
+    }
+}
+
+/// Connects to `addr`, runs the TLS handshake when `tls` says so and logs in when `auth`
+/// says so, all within `timeout`.
+async fn connect(
+    addr: SocketAddr,
+    tls: Option<&BackendTls>,
+    auth: Option<&BackendAuth>,
+    timeout: Duration,
+) -> Result<Halves, ConnectError> {
+    let ready = tokio::time::timeout(timeout, async {
+        let stream = TcpStream::connect(addr)
+            .await
+            .map_err(|_| ConnectError::Unreachable)?;
         let _ = stream.set_nodelay(true);
-        Some(match tls {
+        let (mut rd, mut wr) = match tls {
             None => {
                 let (rd, wr) = stream.into_split();
                 (
                     Box::new(rd) as Box<dyn AsyncRead + Unpin + Send>,
-                    Box::new(wr) as _,
+                    Box::new(wr) as Box<dyn AsyncWrite + Unpin + Send>,
                 )
             }
             Some(tls) => {
@@ -138,19 +220,57 @@ async fn connect(addr: SocketAddr, tls: Option<&BackendTls>, timeout: Duration) 
                     .connector
                     .connect(tls.server_name.clone(), stream)
                     .await
-                    .map_err(|e| tracing::warn!(server = %addr, error = %e, "TLS handshake failed"))
-                    .ok()?;
+                    .map_err(|e| {
+                        tracing::warn!(server = %addr, error = %e, "TLS handshake failed");
+                        ConnectError::Unreachable
+                    })?;
                 let (rd, wr) = tokio::io::split(session);
                 (
                     Box::new(rd) as Box<dyn AsyncRead + Unpin + Send>,
                     Box::new(wr) as _,
                 )
             }
-        })
+        };
+        if let Some(auth) = auth {
+            login(&mut rd, &mut wr, auth).await.inspect_err(|e| {
+                if let ConnectError::Refused(reply) = e {
+                    tracing::warn!(server = %addr, user = %auth.user, %reply, "authentication failed");
+                }
+            })?;
+        }
+        Ok((rd, wr))
     })
-    .await
-    .ok()
-    .flatten()
+    .await;
+    ready.unwrap_or(Err(ConnectError::Unreachable))
+}
+
+/// memcached's ASCII login on a fresh connection: the `set`, then its one-line reply,
+/// which must be `STORED`. Nothing else was sent, so the line is the whole reply.
+async fn login(
+    rd: &mut (dyn AsyncRead + Unpin + Send),
+    wr: &mut (dyn AsyncWrite + Unpin + Send),
+    auth: &BackendAuth,
+) -> Result<(), ConnectError> {
+    wr.write_all(&auth.login)
+        .await
+        .map_err(|_| ConnectError::Unreachable)?;
+    wr.flush().await.map_err(|_| ConnectError::Unreachable)?;
+    let mut line = Vec::with_capacity(64);
+    let mut byte = [0u8; 1];
+    // Byte by byte: the reply is one short line, read once per connection, and nothing
+    // after it may be consumed here.
+    while !line.ends_with(b"\r\n") {
+        if line.len() > 1024 || !matches!(rd.read(&mut byte).await, Ok(1)) {
+            return Err(ConnectError::Unreachable);
+        }
+        line.push(byte[0]);
+    }
+    if line == memfleet_protocol::auth::ACCEPTED {
+        Ok(())
+    } else {
+        let reply = String::from_utf8_lossy(&line[..line.len() - 2]).into_owned();
+        Err(ConnectError::Refused(reply))
+    }
 }
 
 /// A backend server shared by every client of the router.
@@ -187,7 +307,7 @@ impl Backend {
                 // Unbounded so that queueing is synchronous (see `call`); what one client
                 // can have queued is bounded by its in-flight limit in `proxy.rs`.
                 let (tx, rx) = mpsc::unbounded_channel();
-                tokio::spawn(connection(addr, rx, options.timeout, options.tls.clone()));
+                tokio::spawn(connection(addr, rx, options.clone()));
                 tx
             })
             .collect();
@@ -258,7 +378,7 @@ impl Backend {
             let result = match tokio::time::timeout(this.options.timeout, rx).await {
                 Err(_) => Err(BackendError::Timeout(this.name.clone())),
                 Ok(Err(_)) => Err(BackendError::Connection(this.name.clone())),
-                Ok(Ok(r)) => r.map_err(|_| BackendError::Connection(this.name.clone())),
+                Ok(Ok(r)) => r,
             };
             match &result {
                 Ok(_) => this.health.failures.store(0, Ordering::Relaxed),
@@ -286,8 +406,14 @@ async fn probe(backend: Arc<Backend>) {
         tokio::time::sleep(pause).await;
         let options = &backend.options;
         let alive = tokio::time::timeout(options.timeout, async {
-            let (mut rd, mut wr) =
-                connect(backend.addr, options.tls.as_ref(), options.timeout).await?;
+            let (mut rd, mut wr) = connect(
+                backend.addr,
+                options.tls.as_ref(),
+                options.auth.as_ref(),
+                options.timeout,
+            )
+            .await
+            .ok()?;
             wr.write_all(b"version\r\n").await.ok()?;
             wr.flush().await.ok()?;
             let mut buf = [0u8; 128];
@@ -310,8 +436,7 @@ async fn probe(backend: Arc<Backend>) {
 async fn connection(
     addr: SocketAddr,
     mut jobs: mpsc::UnboundedReceiver<Job>,
-    timeout: Duration,
-    tls: Option<BackendTls>,
+    options: BackendOptions,
 ) {
     let mut waiting: VecDeque<(ReplyKind, ReplyTo)> = VecDeque::new();
     let mut batch = Vec::new();
@@ -326,11 +451,19 @@ async fn connection(
         let Some(first) = jobs.recv().await else {
             return;
         };
-        let Some((mut rd, mut wr)) = connect(addr, tls.as_ref(), timeout).await else {
-            let _ = first
-                .reply
-                .send(Err(BackendError::Connection(addr.to_string())));
-            continue 'connect;
+        let (mut rd, mut wr) = match connect(
+            addr,
+            options.tls.as_ref(),
+            options.auth.as_ref(),
+            options.timeout,
+        )
+        .await
+        {
+            Ok(halves) => halves,
+            Err(e) => {
+                let _ = first.reply.send(Err(e.to_backend(addr)));
+                continue 'connect;
+            }
         };
         inbuf.clear();
         let mut pending = Some(first);

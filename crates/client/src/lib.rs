@@ -40,7 +40,7 @@ mod topology;
 pub mod udp;
 pub mod window;
 
-pub use backend::{Backend, BackendError, BackendOptions};
+pub use backend::{Backend, BackendAuth, BackendError, BackendOptions};
 pub use client::{CasOutcome, Client, ClientOptions, Error, Lease, UdpGet, Value, FLAG_COMPRESSED};
 pub use route::{Class, Ctx, Form, Op, Reply, ReplyFuture, Route, RouteCounters};
 pub use topology::{Pool, Topology};

@@ -1,13 +1,14 @@
 //! A configuration built: pools with their servers' connections, routes over them, the
 //! delete spool and the route counters. A reload builds a new `Topology` from the previous
 //! one, which keeps the connections (and health) of servers that stay, the spool and the
-//! counters of routes that keep their names.
+//! counters of routes that keep their names. TLS files and authentication passwords are read
+//! once per build: a reload rereads them.
 
-use crate::backend::{Backend, BackendOptions, BackendTls};
+use crate::backend::{Backend, BackendAuth, BackendOptions, BackendTls};
 use crate::route::{self, Route, RouteCounters};
 use crate::spool::{Queue, Spooler};
 use anyhow::Context;
-use memfleet_routing::{PoolConfig, Ring, RouterConfig};
+use memfleet_routing::{PasswordSource, PoolAuth, PoolConfig, Ring, RouterConfig};
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -44,6 +45,12 @@ impl Pool {
             },
             retry: Duration::from_millis(config.server_retry_timeout_ms.max(10)),
             tls: None,
+            auth: config
+                .auth
+                .as_ref()
+                .map(login)
+                .transpose()
+                .with_context(|| format!("pool {}: authentication", config.name))?,
         };
         // The pool's TLS configuration, read once: a file that does not load fails the
         // build (and so refuses a reload).
@@ -160,6 +167,27 @@ impl Pool {
         }
         out
     }
+}
+
+/// The pool's login, its password read now (a file that cannot be read fails the build,
+/// and so refuses a reload; a reload that finds a new password makes new connections).
+fn login(auth: &PoolAuth) -> anyhow::Result<BackendAuth> {
+    let password = match &auth.password {
+        PasswordSource::Inline(p) => p.clone().into_bytes(),
+        PasswordSource::File(path) => {
+            let mut text =
+                std::fs::read(path).with_context(|| format!("reading the password file {path}"))?;
+            // An editor's final line break is not part of the password.
+            if text.ends_with(b"\n") {
+                text.pop();
+                if text.ends_with(b"\r") {
+                    text.pop();
+                }
+            }
+            text
+        }
+    };
+    Ok(BackendAuth::new(&auth.user, &password)?)
 }
 
 /// Every pool and route of a configuration, ready to run.

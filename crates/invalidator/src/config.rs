@@ -30,6 +30,10 @@
 //! servers = ["10.0.1.1:5000"]
 //! [pools.cluster_b]
 //! servers = ["10.0.2.1:5000"]
+//! # Destinations that require memcached's ASCII auth (`memfleet router -Y`, `memfleet
+//! # server -Y`, memcached -Y): every connection logs in first, as the router's pools do.
+//! auth_user = "invalidator"
+//! auth_password_file = "/etc/memfleet/invalidator-password"
 //!
 //! [routes.everywhere]
 //! type = "broadcast"
@@ -211,6 +215,8 @@ mod tests {
             servers = ["127.0.0.1:5000"]
             [pools.b]
             servers = ["127.0.0.1:6000"]
+            auth_user = "invalidator"
+            auth_password_file = "/etc/memfleet/invalidator-password"
             [routes.everywhere]
             type = "broadcast"
             to = ["a", "b"]
@@ -225,6 +231,11 @@ mod tests {
             (512, Duration::from_millis(2))
         );
         assert_eq!(c.destinations.pools.len(), 2);
+        let b = &c.destinations.pools[1];
+        assert_eq!(
+            b.auth.as_ref().map(|a| a.user.as_str()),
+            Some("invalidator")
+        );
         let err = |t: &str| format!("{:#}", Config::parse(t).unwrap_err());
         assert!(
             err(&text.replace("route = \"everywhere\"", "route = \"nowhere\"")).contains("nowhere")

@@ -11,6 +11,8 @@
 //!   `noreply` silences it, how many bytes to discard (a refused data block is swallowed) and
 //!   whether memcached would close the connection.
 //! - [`reply`] finds where a server's reply ends, for the router and clients.
+//! - [`auth`] is memcached's ASCII authentication (`-Y`): the auth file, the check, and
+//!   the request a client sends.
 //! - [`udp`] is memcached's UDP frame header: parse, cut a reply into datagrams, rebuild it.
 //! - [`response`] appends replies (`VALUE`, `STORED`, meta `VA`/`HD`/`EN`, `STAT`, ...) to a
 //!   `Vec<u8>`; [`Request::encode`] writes a request back out (for the router and clients).
@@ -36,6 +38,7 @@
 //! assert_eq!(out, b"VALUE greeting 0 5\r\nhello\r\nEND\r\n");
 //! ```
 
+pub mod auth;
 pub mod base64;
 pub mod binary;
 mod encode;

@@ -16,11 +16,12 @@ mod proxy;
 
 use anyhow::Context;
 use memfleet_client::{Route, Topology};
+use memfleet_protocol::auth::Credentials;
 use memfleet_routing::RouterConfig;
 use memfleet_tls::ServerTls;
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -56,6 +57,13 @@ pub struct RouterArgs {
     /// Refuse TLS clients without a valid certificate signed by --tls-ca.
     #[arg(long = "tls-verify-client")]
     pub tls_verify_client: bool,
+    /// Require memcached's ASCII authentication from clients, as `memfleet server -Y` and
+    /// memcached's `-Y` do: a file of `user:password` lines; until a connection sends `set
+    /// <any key> 0 0 <len>` whose data is `<user> <password>`, every command gets
+    /// `CLIENT_ERROR unauthenticated`. Reloaded on SIGHUP and when it changes. Servers'
+    /// own authentication is a pool setting (`auth_user`) [default: off].
+    #[arg(short = 'Y', long = "auth-file", value_name = "FILE")]
+    pub auth_file: Option<PathBuf>,
 }
 
 impl RouterArgs {
@@ -93,6 +101,16 @@ pub(crate) type RouteSlot = Arc<arc_swap::ArcSwap<Route>>;
 
 /// What a router serves now: read by `stats`, `/metrics` and the next reload.
 pub type Served = Arc<arc_swap::ArcSwap<Topology>>;
+
+/// Who may use the listeners (`--auth-file`), as loaded now: a reload swaps it; `None`:
+/// no authentication.
+pub type ClientAuth = Arc<arc_swap::ArcSwapOption<Credentials>>;
+
+/// Reads an auth file (`user:password` lines, memcached's `-Y` format).
+pub fn load_auth(path: &Path) -> anyhow::Result<Credentials> {
+    let text = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+    Credentials::parse(&text).with_context(|| format!("in {}", path.display()))
+}
 
 /// (listen address, pool or route name, what it serves) of every listener `config` asks
 /// for, in configuration order.
@@ -137,6 +155,7 @@ pub struct Bound {
     admin: Option<tokio::net::TcpListener>,
     served: Served,
     tls: Option<Arc<ServerTls>>,
+    auth: ClientAuth,
 }
 
 /// A listener: TCP (`host:port`) or a Unix socket (a path starting with `/`, as twemproxy
@@ -206,6 +225,7 @@ pub async fn bind(config: RouterConfig, admin: Option<&str>) -> anyhow::Result<B
         admin,
         served: Arc::new(arc_swap::ArcSwap::from_pointee(topology)),
         tls: None,
+        auth: ClientAuth::default(),
     })
 }
 
@@ -214,6 +234,12 @@ impl Bound {
     /// at each handshake: reloading it changes what new clients get.
     pub fn with_tls(mut self, tls: Arc<ServerTls>) -> Bound {
         self.tls = Some(tls);
+        self
+    }
+
+    /// Requires clients to authenticate against what `auth` holds (swapped on reload).
+    pub fn with_auth(mut self, auth: ClientAuth) -> Bound {
+        self.auth = auth;
         self
     }
 
@@ -228,6 +254,7 @@ impl Bound {
             listeners: HashMap::new(),
             served: self.served,
             tls: self.tls,
+            auth: self.auth,
         };
         for (listen, slot, listener) in self.listeners {
             serving.accept(listen, slot, listener);
@@ -256,6 +283,7 @@ pub struct Serving {
     listeners: HashMap<String, (RouteSlot, tokio::task::JoinHandle<()>)>,
     served: Served,
     tls: Option<Arc<ServerTls>>,
+    auth: ClientAuth,
 }
 
 impl Serving {
@@ -263,19 +291,21 @@ impl Serving {
         let accepting = slot.clone();
         let served = self.served.clone();
         let tls = self.tls.clone();
+        let auth = self.auth.clone();
         let task = tokio::spawn(async move {
             let mut lane = 0usize;
             loop {
                 lane = lane.wrapping_add(1);
                 let accepted = match &listener {
                     Listener::Tcp(l) => l.accept().await.map(|(stream, _)| {
-                        let (slot, served) = (accepting.clone(), served.clone());
+                        let (slot, served, auth) =
+                            (accepting.clone(), served.clone(), auth.clone());
                         match tls.clone() {
-                            None => tokio::spawn(proxy::serve(slot, served, stream, lane)),
+                            None => tokio::spawn(proxy::serve(slot, served, auth, stream, lane)),
                             Some(tls) => tokio::spawn(async move {
                                 match tls.accept(stream).await {
                                     Ok(session) => {
-                                        proxy::serve_tls(slot, served, session, lane).await
+                                        proxy::serve_tls(slot, served, auth, session, lane).await
                                     }
                                     Err(e) => tracing::debug!(error = %e, "TLS handshake failed"),
                                 }
@@ -283,8 +313,9 @@ impl Serving {
                         };
                     }),
                     Listener::Unix(l) => l.accept().await.map(|(stream, _)| {
-                        let (slot, served) = (accepting.clone(), served.clone());
-                        tokio::spawn(proxy::serve_unix(slot, served, stream, lane));
+                        let (slot, served, auth) =
+                            (accepting.clone(), served.clone(), auth.clone());
+                        tokio::spawn(proxy::serve_unix(slot, served, auth, stream, lane));
                     }),
                 };
                 if let Err(e) = accepted {
@@ -441,12 +472,14 @@ impl Drop for Running {
 /// size and modification time, which an editor's rename-over also changes). A file that
 /// does not parse is logged and ignored; the next change is tried again. The TLS
 /// certificate, key and CA files are reloaded the same way (on SIGHUP, or when one of them
-/// changes); one that does not load leaves the certificate in service.
+/// changes); one that does not load leaves the certificate in service. The auth file
+/// (`--auth-file`) too: one that does not load leaves the users in service.
 async fn watch_config(
     args: RouterArgs,
     mut hup: tokio::signal::unix::Signal,
     reloads: tokio::sync::mpsc::UnboundedSender<RouterConfig>,
     tls: Option<Arc<ServerTls>>,
+    auth: ClientAuth,
 ) {
     let path = args.config.clone().or_else(|| args.twemproxy.clone());
     let stamp = |p: &Option<PathBuf>| {
@@ -461,10 +494,28 @@ async fn watch_config(
     let tls_stamps = || tls_paths.iter().map(stamp).collect::<Vec<_>>();
     let mut seen = stamp(&path);
     let mut tls_seen = tls_stamps();
+    let mut auth_seen = stamp(&args.auth_file);
+    let reload_auth = || {
+        let Some(file) = &args.auth_file else {
+            return;
+        };
+        match load_auth(file) {
+            Ok(credentials) => {
+                tracing::info!(file = %file.display(), "auth file reloaded");
+                auth.store(Some(Arc::new(credentials)));
+            }
+            Err(e) => tracing::error!(
+                error = %format!("{e:#}"),
+                "auth file refused; the users loaded before keep their access"
+            ),
+        }
+    };
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     loop {
         let why = tokio::select! {
             _ = hup.recv() => {
+                auth_seen = stamp(&args.auth_file);
+                reload_auth();
                 if let Some(tls) = &tls {
                     tls_seen = tls_stamps();
                     // A failure is logged and counted; the certificate in service stays.
@@ -473,6 +524,11 @@ async fn watch_config(
                 "SIGHUP"
             }
             _ = tick.tick() => {
+                let now = stamp(&args.auth_file);
+                if now != auth_seen {
+                    auth_seen = now;
+                    reload_auth();
+                }
                 if let Some(tls) = &tls {
                     let now = tls_stamps();
                     if now != tls_seen {
@@ -526,6 +582,10 @@ pub fn run(args: &RouterArgs) -> anyhow::Result<()> {
         .transpose()
         .context("TLS")?
         .map(Arc::new);
+    let auth = ClientAuth::default();
+    if let Some(file) = &args.auth_file {
+        auth.store(Some(Arc::new(load_auth(file).context("--auth-file")?)));
+    }
     let threads = args
         .threads
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
@@ -544,8 +604,16 @@ pub fn run(args: &RouterArgs) -> anyhow::Result<()> {
             }
         };
         let (reload_tx, reload_rx) = tokio::sync::mpsc::unbounded_channel();
-        tokio::spawn(watch_config(args.clone(), hup, reload_tx, tls.clone()));
-        let bound = bind(config, args.admin_listen.as_deref()).await?;
+        tokio::spawn(watch_config(
+            args.clone(),
+            hup,
+            reload_tx,
+            tls.clone(),
+            auth.clone(),
+        ));
+        let bound = bind(config, args.admin_listen.as_deref())
+            .await?
+            .with_auth(auth);
         let bound = match tls {
             Some(tls) => bound.with_tls(tls),
             None => bound,

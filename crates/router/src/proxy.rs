@@ -8,12 +8,17 @@
 //! sent to each in parallel and reassembled in the client's key order; a failed server's
 //! keys are misses, not an error for the whole request.
 //!
+//! With `--auth-file`, a connection first passes memcached's ASCII authentication
+//! (`memfleet_protocol::auth`, the server's `-Y` rules and replies): until a `set` carries a
+//! known `user password`, every request is refused and nothing reaches a server.
+//!
 //! What is forwarded is always a request that gets a reply (`noreply` and meta `q` are
 //! stripped going out and applied coming back), so every connection to a server keeps
 //! one reply per request and never loses its place.
 
-use crate::{RouteSlot, Served};
+use crate::{ClientAuth, RouteSlot, Served};
 use memfleet_client::{BackendError, Class, Ctx, Form, Op, Pool, Route};
+use memfleet_protocol::auth::Attempt;
 use memfleet_protocol::reply::ReplyKind;
 use memfleet_protocol::{parse, response, GetKind, ParseError, ParserConfig, Request};
 use std::future::Future;
@@ -49,12 +54,18 @@ const KEEP_CAPACITY: usize = 32 * 1024;
 
 /// Serves one client until it closes. `lane` picks the connection to each server this
 /// client's requests use (always the same one, which keeps them in order).
-pub async fn serve(slot: RouteSlot, served: Served, stream: TcpStream, lane: usize) {
+pub async fn serve(
+    slot: RouteSlot,
+    served: Served,
+    auth: ClientAuth,
+    stream: TcpStream,
+    lane: usize,
+) {
     let _ = stream.set_nodelay(true);
     // Replicated reads pick a replica per client host, as the paper's clients do.
     let client = stream.peer_addr().map_or(0, |a| client_hash(a.ip()));
     let (rd, wr) = stream.into_split();
-    serve_halves(slot, served, rd, wr, Ctx { lane, client }).await;
+    serve_halves(slot, served, auth, rd, wr, Ctx { lane, client }).await;
 }
 
 /// Which replica a client host's replicated reads go to.
@@ -69,6 +80,7 @@ fn client_hash(ip: std::net::IpAddr) -> u64 {
 pub async fn serve_tls(
     slot: RouteSlot,
     served: Served,
+    auth: ClientAuth,
     stream: memfleet_tls::tokio_rustls::server::TlsStream<TcpStream>,
     lane: usize,
 ) {
@@ -76,23 +88,25 @@ pub async fn serve_tls(
     let _ = socket.set_nodelay(true);
     let client = socket.peer_addr().map_or(0, |a| client_hash(a.ip()));
     let (rd, wr) = tokio::io::split(stream);
-    serve_halves(slot, served, rd, wr, Ctx { lane, client }).await;
+    serve_halves(slot, served, auth, rd, wr, Ctx { lane, client }).await;
 }
 
 /// [`serve`] for a Unix-socket client (twemproxy's `listen: /path`).
 pub async fn serve_unix(
     slot: RouteSlot,
     served: Served,
+    auth: ClientAuth,
     stream: tokio::net::UnixStream,
     lane: usize,
 ) {
     let (rd, wr) = stream.into_split();
-    serve_halves(slot, served, rd, wr, Ctx { lane, client: 0 }).await;
+    serve_halves(slot, served, auth, rd, wr, Ctx { lane, client: 0 }).await;
 }
 
 async fn serve_halves(
     slot: RouteSlot,
     served: Served,
+    auth: ClientAuth,
     mut rd: impl tokio::io::AsyncRead + Unpin + Send + 'static,
     mut wr: impl tokio::io::AsyncWrite + Unpin + Send + 'static,
     ctx: Ctx,
@@ -125,6 +139,8 @@ async fn serve_halves(
     let cfg = ParserConfig::default();
     let mut buf: Vec<u8> = Vec::with_capacity(16 * 1024);
     let mut swallow = 0usize;
+    // Nothing to pass when the router does not require authentication.
+    let mut authenticated = auth.load().is_none();
     'read: loop {
         buf.reserve(16 * 1024);
         match rd.read_buf(&mut buf).await {
@@ -139,6 +155,25 @@ async fn serve_halves(
         }
         while at < buf.len() {
             match parse(&buf[at..], &cfg) {
+                Ok((request, used)) if !authenticated && !matches!(request, Request::Quit) => {
+                    // Judged by the auth file as loaded now (a reload applies to the next
+                    // attempt; connections already in stay in, as with memcached).
+                    let reply = match &*auth.load() {
+                        Some(credentials) => {
+                            let attempt = credentials.attempt(&request);
+                            authenticated = attempt == Attempt::Accepted;
+                            attempt.reply()
+                        }
+                        None => {
+                            authenticated = true;
+                            continue;
+                        }
+                    };
+                    at += used;
+                    if tx.send(local(reply.to_vec())).await.is_err() {
+                        break 'read;
+                    }
+                }
                 Ok((request, used)) => {
                     // The route as configured now (a reload applies from the next request).
                     let root = slot.load_full();
@@ -164,7 +199,12 @@ async fn serve_halves(
                 }
                 Err(ParseError::Incomplete) => break,
                 Err(ParseError::Invalid(rejection)) => {
-                    let reply = rejection.reply().to_vec();
+                    let reply = if authenticated {
+                        rejection.reply()
+                    } else {
+                        memfleet_protocol::auth::rejection_reply(rejection.kind)
+                    }
+                    .to_vec();
                     let close = rejection.close();
                     if !reply.is_empty() {
                         let _ = tx.send(Plan::Reply(Box::pin(async move { reply }))).await;

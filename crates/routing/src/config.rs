@@ -58,6 +58,41 @@ pub struct PoolConfig {
     pub spool_deletes: bool,
     /// TLS to the servers; `None`: plain TCP.
     pub tls: Option<PoolTls>,
+    /// memcached's ASCII authentication towards the servers (their `-Y` file); `None`:
+    /// connections start with requests.
+    pub auth: Option<PoolAuth>,
+}
+
+/// How a pool's connections authenticate to its servers (`auth_user` and one of
+/// `auth_password_file` or `auth_password` in a TOML pool): memcached's ASCII auth, a
+/// `set` carrying `<user> <password>` right after connecting (after the TLS handshake).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PoolAuth {
+    /// The user name (no spaces: memcached splits at the first one).
+    pub user: String,
+    /// Where the password comes from.
+    pub password: PasswordSource,
+}
+
+/// Where a pool's authentication password comes from.
+#[derive(Clone, PartialEq, Eq)]
+pub enum PasswordSource {
+    /// A file holding it (its content, without a final line break), read when the pool is
+    /// built (at start and at each reload), so the secret stays out of the configuration.
+    File(String),
+    /// Written in the configuration itself (`auth_password`): for tests and throwaway
+    /// setups; anyone who can read the configuration can read it.
+    Inline(String),
+}
+
+/// Passwords stay out of logs and `--print-config`.
+impl std::fmt::Debug for PasswordSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PasswordSource::File(path) => f.debug_tuple("File").field(path).finish(),
+            PasswordSource::Inline(_) => f.write_str("Inline(<hidden>)"),
+        }
+    }
 }
 
 /// TLS on a pool's server connections (`tls = true` and the `tls_*` keys of a TOML pool).
@@ -242,6 +277,44 @@ struct TomlPool {
     tls_server_name: Option<String>,
     tls_cert: Option<String>,
     tls_key: Option<String>,
+    auth_user: Option<String>,
+    auth_password_file: Option<String>,
+    auth_password: Option<String>,
+}
+
+/// A TOML pool's authentication keys, checked: `auth_user` needs exactly one of
+/// `auth_password_file` and `auth_password`, and they need it.
+fn toml_auth(pool: &str, p: &TomlPool) -> Result<Option<PoolAuth>, ConfigError> {
+    let password = match (&p.auth_password_file, &p.auth_password) {
+        (Some(_), Some(_)) => {
+            return Err(pool_error(
+                pool,
+                "auth_password_file and auth_password are alternatives: give one",
+            ))
+        }
+        (Some(file), None) => Some(PasswordSource::File(file.clone())),
+        (None, Some(inline)) => Some(PasswordSource::Inline(inline.clone())),
+        (None, None) => None,
+    };
+    match (&p.auth_user, password) {
+        (None, None) => Ok(None),
+        (None, Some(_)) => Err(pool_error(pool, "auth_password* keys need auth_user")),
+        (Some(_), None) => Err(pool_error(
+            pool,
+            "auth_user needs auth_password_file (or auth_password)",
+        )),
+        (Some(user), Some(_)) if user.is_empty() || user.contains([' ', '\r', '\n']) => Err(
+            pool_error(pool, "auth_user must be non-empty and without spaces"),
+        ),
+        (Some(_), Some(PasswordSource::Inline(p))) if p.contains(['\r', '\n']) => Err(pool_error(
+            pool,
+            "auth_password cannot contain a line break",
+        )),
+        (Some(user), Some(password)) => Ok(Some(PoolAuth {
+            user: user.clone(),
+            password,
+        })),
+    }
 }
 
 /// A TOML pool's TLS keys, checked: `tls = true` needs `tls_ca`; the other keys need
@@ -338,8 +411,10 @@ fn toml_pools(pools: BTreeMap<String, TomlPool>) -> Result<Vec<PoolConfig>, Conf
                 }
             };
             let tls = toml_tls(&name, &p)?;
+            let auth = toml_auth(&name, &p)?;
             let pool = PoolConfig {
                 tls,
+                auth,
                 hash: parse_hash(&name, p.hash, KeyHash::Md5)?,
                 hash_tag: parse_hash_tag(&name, p.hash_tag)?,
                 servers: servers(&name, &p.servers)?,
@@ -421,6 +496,8 @@ pub fn from_twemproxy_yaml(text: &str) -> Result<Vec<PoolConfig>, ConfigError> {
             twemproxy_order(&mut servers);
             let pool = PoolConfig {
                 tls: None,
+                // twemproxy has no memcached authentication (`redis_auth` is Redis's).
+                auth: None,
                 hash: parse_hash(&name, p.hash, KeyHash::Fnv1a64)?,
                 hash_tag: parse_hash_tag(&name, p.hash_tag)?,
                 listen: p.listen,
@@ -577,6 +654,51 @@ omega:
             "tls = true\ntls_ca = \"/ca.pem\"\ntls_cert = \"/c.pem\"\n",
         ] {
             assert!(from_toml(&pool(refused)).is_err(), "{refused}");
+        }
+    }
+
+    #[test]
+    fn toml_pool_auth() {
+        let pool = |keys: &str| format!("[pools.a]\nservers = [\"10.0.0.1:11211\"]\n{keys}");
+        let config =
+            from_toml(&pool("auth_user = \"app\"\nauth_password_file = \"/pw\"\n")).unwrap();
+        assert_eq!(
+            config.pools[0].auth,
+            Some(PoolAuth {
+                user: "app".into(),
+                password: PasswordSource::File("/pw".into()),
+            })
+        );
+        let inline = from_toml(&pool("auth_user = \"app\"\nauth_password = \"hush\"\n")).unwrap();
+        assert_eq!(
+            inline.pools[0].auth.as_ref().unwrap().password,
+            PasswordSource::Inline("hush".into())
+        );
+        assert!(!format!("{inline:?}").contains("hush"), "{inline:?}");
+        assert_eq!(from_toml(&pool("")).unwrap().pools[0].auth, None);
+        for (refused, why) in [
+            ("auth_user = \"app\"\n", "auth_user needs"),
+            ("auth_password = \"x\"\n", "need auth_user"),
+            ("auth_password_file = \"/pw\"\n", "need auth_user"),
+            (
+                "auth_user = \"app\"\nauth_password = \"x\"\nauth_password_file = \"/pw\"\n",
+                "alternatives",
+            ),
+            (
+                "auth_user = \"a b\"\nauth_password = \"x\"\n",
+                "without spaces",
+            ),
+            (
+                "auth_user = \"\"\nauth_password = \"x\"\n",
+                "without spaces",
+            ),
+            (
+                "auth_user = \"a\"\nauth_password = \"x\\ny\"\n",
+                "line break",
+            ),
+        ] {
+            let err = from_toml(&pool(refused)).unwrap_err().to_string();
+            assert!(err.contains(why), "{refused}: {err}");
         }
     }
 

@@ -29,7 +29,10 @@ pub mod hash;
 pub mod ring;
 pub mod routes;
 
-pub use config::{from_toml, from_twemproxy_yaml, ConfigError, PoolConfig, PoolTls, RouterConfig};
+pub use config::{
+    from_toml, from_twemproxy_yaml, ConfigError, PasswordSource, PoolAuth, PoolConfig, PoolTls,
+    RouterConfig,
+};
 pub use hash::KeyHash;
 pub use ring::{twemproxy_order, Distribution, KetamaDialect, Node, Ring, RingError};
 pub use routes::{BroadcastMode, RouteConfig, RouteKind};

@@ -15,6 +15,7 @@
 use crate::execute::{Executor, Next};
 use crate::transport::Transport;
 use crate::worker::WorkerContext;
+use memfleet_protocol::auth::Attempt;
 use memfleet_protocol::binary::{self, BinError};
 use memfleet_protocol::{parse, ErrorKind, KeyBytes, MetaKey, ParseError, ParserConfig, Request};
 use std::io;
@@ -166,10 +167,10 @@ pub fn process(
                 // way, and a `set` whose data block is not followed by `\r\n` with its own
                 // words (the request is still skipped or the connection closed as usual).
                 let locked = exec.shared.auth.is_some() && !state.authenticated;
-                out.extend_from_slice(match (locked, rejection.kind) {
-                    (false, _) => rejection.reply(),
-                    (true, ErrorKind::BadDataChunk) => crate::auth::BAD_TERMINATION,
-                    (true, _) => crate::auth::UNAUTHENTICATED,
+                out.extend_from_slice(if locked {
+                    memfleet_protocol::auth::rejection_reply(rejection.kind)
+                } else {
+                    rejection.reply()
                 });
                 match skip_rejected(input.len(), pos, rejection.skip, rejection.close(), state) {
                     Ok(next) => pos = next,
@@ -189,19 +190,16 @@ fn authenticate(
     state: &mut ParseState,
     out: &mut Vec<u8>,
 ) {
-    match request {
-        Request::Store(s) if s.command == memfleet_protocol::StoreCommand::Set => {
-            exec.counters.auth_cmds.incr();
-            if credentials.accepts(s.data) {
-                state.authenticated = true;
-                out.extend_from_slice(b"STORED\r\n");
-            } else {
-                exec.counters.auth_errors.incr();
-                out.extend_from_slice(crate::auth::FAILURE);
-            }
-        }
-        _ => out.extend_from_slice(crate::auth::UNAUTHENTICATED),
+    let attempt = credentials.attempt(request);
+    match attempt {
+        Attempt::Accepted => state.authenticated = true,
+        Attempt::Refused => exec.counters.auth_errors.incr(),
+        Attempt::NotAnAttempt => {}
     }
+    if attempt != Attempt::NotAnAttempt {
+        exec.counters.auth_cmds.incr();
+    }
+    out.extend_from_slice(attempt.reply());
 }
 
 /// After a rejected request at `pos`: where parsing goes on (its `skip` bytes discarded;

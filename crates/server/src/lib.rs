@@ -116,11 +116,7 @@ impl Server {
             None => None,
         };
         let admin_addr = admin.as_ref().map(|l| l.local_addr()).transpose()?;
-        let auth = settings
-            .auth_file
-            .as_deref()
-            .map(auth::Credentials::load)
-            .transpose()?;
+        let auth = settings.auth_file.as_deref().map(auth::load).transpose()?;
         if settings.udp_port.is_some() && auth.is_some() {
             anyhow::bail!(
                 "authentication and UDP cannot be combined: a datagram cannot authenticate"
