@@ -221,3 +221,61 @@ fn the_router_presents_the_pools_client_certificate() {
         String::from_utf8_lossy(&reply)
     );
 }
+
+/// The client library with UDP on and a pool that speaks TLS to its servers: gets stay on
+/// the encrypted connection (a datagram would carry the key and value in the clear), and
+/// the server also listening on UDP sees none.
+#[test]
+fn a_tls_pool_never_sends_gets_over_udp() {
+    use memfleet_client::{Client, ClientOptions, UdpGet};
+    use std::sync::atomic::Ordering;
+
+    let mut pki = TestPki::new("client-tls-udp");
+    let issued = pki.server("backend");
+    let udp_port = free_port();
+    let (_server, port) = memfleet_server(&[
+        "-t",
+        "1",
+        "-m",
+        "16",
+        "-U",
+        &udp_port.to_string(),
+        "--tls-cert",
+        issued.cert.to_str().unwrap(),
+        "--tls-key",
+        issued.key.to_str().unwrap(),
+    ]);
+    // Listening once a plain TCP connection is accepted (the handshake is not needed).
+    drop(support::connect(port, TIMEOUT));
+    let config = memfleet_routing::from_toml(&format!(
+        "[pools.main]\nservers = [\"127.0.0.1:{port}\"]\ntimeout_ms = 5000\n{}",
+        pool_tls(&pki)
+    ))
+    .unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let cache = Client::new(
+            &config,
+            "main",
+            ClientOptions {
+                udp: Some(Duration::from_millis(200)),
+                compress_above: None,
+                ..ClientOptions::default()
+            },
+        )
+        .unwrap();
+        cache.set("secret", b"value", 0).await.unwrap();
+        let UdpGet::Hit(v) = cache.get_udp("secret").await.unwrap() else {
+            panic!("not a hit over the TLS connection");
+        };
+        assert_eq!(v.data, b"value");
+        assert_eq!(
+            cache.udp_counters().unwrap().sent.load(Ordering::Relaxed),
+            0,
+            "a get went out as a datagram"
+        );
+    });
+}

@@ -664,8 +664,11 @@ impl Route {
     /// decide).
     pub fn get_target(&self, key: &[u8], ctx: Ctx) -> Option<std::net::SocketAddr> {
         match self {
-            // A datagram cannot authenticate: an authenticating pool's gets stay on TCP.
-            Route::Pool(pool) if pool.config().auth.is_some() => None,
+            // A datagram can neither authenticate nor be encrypted: the gets of a pool that
+            // logs in or speaks TLS to its servers stay on that connection.
+            Route::Pool(pool) if pool.config().auth.is_some() || pool.config().tls.is_some() => {
+                None
+            }
             Route::Pool(pool) => {
                 let backend = pool.backend_for(key);
                 (!backend.health().down.load(Ordering::Acquire)).then(|| backend.addr())
