@@ -60,15 +60,7 @@ pub fn bench(args: &LoadArgs) -> Result<()> {
     if args.repeat == 0 || args.duration.is_zero() || args.conns == 0 {
         bail!("--repeat, --duration and --conns must be positive");
     }
-    let workload = Rc::new(
-        Workload::new(
-            args.keys,
-            1.0,
-            args.fixed_value_size("--scenario client")?,
-            args.zipf,
-        )
-        .map_err(anyhow::Error::msg)?,
-    );
+    let workload = Rc::new(args.gets_workload("--scenario client", args.zipf)?);
     println!(
         "memfleet bench --scenario client: {} tasks of one application, one get at a time \
          each, {} keys, {}-byte values, {:?} per run, {} repeat(s)",

@@ -86,15 +86,7 @@ pub fn bench(args: &LoadArgs) -> Result<()> {
     if fail_at >= args.duration {
         bail!("--gutter-fail-at must come before the end of --duration");
     }
-    let workload = Rc::new(
-        Workload::new(
-            args.keys,
-            1.0,
-            args.fixed_value_size("--scenario gutter")?,
-            args.zipf,
-        )
-        .map_err(anyhow::Error::msg)?,
-    );
+    let workload = Rc::new(args.gets_workload("--scenario gutter", args.zipf)?);
     println!(
         "memfleet bench --scenario gutter: {} servers behind a router, {} look-aside clients, \
          {} keys{}, database queries take {:?}; one server killed at {:?} of {:?}",

@@ -553,6 +553,14 @@ impl LoadArgs {
         self.value_size.fixed(what).map_err(anyhow::Error::msg)
     }
 
+    /// The workload of a scenario that only reads: gets of `--keys` keys with `popularity`
+    /// (uniform when `None`) and one fixed `--value-size` (`scenario` names the scenario in
+    /// the error when a size distribution was given).
+    pub fn gets_workload(&self, scenario: &str, popularity: Option<f64>) -> Result<Workload> {
+        Workload::new(self.keys, 1.0, self.fixed_value_size(scenario)?, popularity)
+            .map_err(anyhow::Error::msg)
+    }
+
     /// The requests of the load scenario: `--workload`, or the mix, sizes, TTLs and
     /// protocol given one by one.
     pub fn workload_spec(&self) -> Result<WorkloadSpec, String> {

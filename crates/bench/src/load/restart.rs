@@ -184,13 +184,7 @@ impl RestartReport {
 /// `--scenario restart`: see `restart.rs`. Uses --memfleet-bin, --server-memory, --keys and
 /// --value-size; the memory file goes to /dev/shm (or the temporary directory).
 pub fn bench(args: &LoadArgs) -> Result<()> {
-    let workload = Workload::new(
-        args.keys,
-        1.0,
-        args.fixed_value_size("--scenario restart")?,
-        None,
-    )
-    .map_err(anyhow::Error::msg)?;
+    let workload = args.gets_workload("--scenario restart", None)?;
     let command = command_line();
     println!("memfleet bench --scenario restart");
     println!("load average at start: {}", load_average());

@@ -220,15 +220,7 @@ pub fn bench(args: &LoadArgs) -> Result<()> {
     if args.repeat == 0 || args.duration.is_zero() || args.conns == 0 {
         bail!("--repeat, --duration and --conns must be positive");
     }
-    let workload = Rc::new(
-        Workload::new(
-            args.keys,
-            1.0,
-            args.fixed_value_size("--scenario udp")?,
-            args.zipf,
-        )
-        .map_err(anyhow::Error::msg)?,
-    );
+    let workload = Rc::new(args.gets_workload("--scenario udp", args.zipf)?);
     let command = command_line();
     let load_at_start = load_average();
     println!(

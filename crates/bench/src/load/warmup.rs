@@ -168,15 +168,7 @@ pub fn bench(args: &LoadArgs) -> Result<()> {
         );
     }
     let zipf = args.zipf.unwrap_or(DEFAULT_ZIPF);
-    let workload = Rc::new(
-        Workload::new(
-            args.keys,
-            1.0,
-            args.fixed_value_size("--scenario warmup")?,
-            Some(zipf),
-        )
-        .map_err(anyhow::Error::msg)?,
-    );
+    let workload = Rc::new(args.gets_workload("--scenario warmup", Some(zipf))?);
     let command = command_line();
     let load_at_start = load_average();
     println!(
