@@ -1,7 +1,10 @@
 //! The experiment scenarios of `memfleet bench`, end to end in their short form: each starts
 //! what it needs on loopback from this build and must show its paper's direction.
 
+mod support;
+
 use std::process::Command;
+use support::results::{assert_figure, out_dir};
 
 /// The row of a table whose first words are `label`, as the numbers after it (`-` and
 /// words that are not numbers are skipped; `12s` counts as 12).
@@ -18,23 +21,6 @@ fn row(stdout: &str, label: &str) -> Vec<f64> {
         .split_whitespace()
         .map(|w| w.trim_end_matches('s').parse().unwrap_or(f64::NAN))
         .collect()
-}
-
-/// Asserts `dir/name` is a PNG image of some substance.
-fn assert_figure(dir: &std::path::Path, name: &str) {
-    let bytes = std::fs::read(dir.join(name)).unwrap_or_else(|e| panic!("{name}: {e}"));
-    assert!(
-        bytes.starts_with(b"\x89PNG\r\n\x1a\n"),
-        "{name} is not a PNG"
-    );
-    assert!(bytes.len() > 5_000, "{name} is only {} bytes", bytes.len());
-}
-
-/// A fresh directory for one test's `--out`.
-fn out_dir(test: &str) -> std::path::PathBuf {
-    let dir = std::env::temp_dir().join(format!("memfleet-{test}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    dir
 }
 
 /// Warm-up: with the route, a cold cluster's misses are filled from the warm cluster, so the

@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 pub mod certs;
+pub mod results;
 
 use std::net::{TcpListener, TcpStream};
 use std::process::Child;
