@@ -233,8 +233,19 @@ fn print(server: &str, rows: &[Row]) {
     }
 }
 
+/// The tests of this file, one at a time: each picks free ports and starts servers on them,
+/// and `memfleet server` listens with SO_REUSEPORT, so a port picked by both tests at once
+/// would be shared silently (one test's connection served by the other's server, reset when
+/// that test ends) — and RSS peaks are clearer without a neighbour.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 #[test]
 fn resident_memory_stays_within_the_limit_plus_the_documented_overhead() {
+    let _serial = one_at_a_time();
     let (server, port) = support::memfleet_server(&["-t", "2", "-m", &LIMIT_MB.to_string()]);
     drop(support::connect(port, Duration::from_secs(10)));
     let pid = server.0.id();
@@ -273,6 +284,7 @@ fn resident_memory_stays_within_the_limit_plus_the_documented_overhead() {
 /// twice that) they carried. (Before the router shrank its buffers: 88 MiB.)
 #[test]
 fn idle_router_connections_do_not_pin_their_largest_request() {
+    let _serial = one_at_a_time();
     let (_server, server_port) = support::memfleet_server(&["-t", "1", "-m", "64"]);
     drop(support::connect(server_port, Duration::from_secs(10)));
     let dir = std::env::temp_dir().join(format!("memfleet-pin-{}", std::process::id()));
