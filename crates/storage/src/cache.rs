@@ -1,6 +1,7 @@
 //! The cache as a whole: configuration, the shared state every handle points to, and the
 //! segment-level operations (open, read an item, retire) that the other modules build on.
 
+use crate::active::ActiveSegments;
 use crate::chains::{Chains, FreePool};
 use crate::clock::Clock;
 use crate::handle::{Handle, HandleCounters};
@@ -224,6 +225,8 @@ pub const MIN_SEGMENTS: usize = 8;
 /// State shared by every handle.
 pub(crate) struct Shared {
     pub heap: Heap,
+    /// Where writers append (shared by handles, see `active.rs`).
+    pub active: ActiveSegments,
     pub headers: Box<[SegmentHeader]>,
     pub table: HashTable,
     pub chains: Chains,
@@ -471,6 +474,7 @@ impl Cache {
 
     fn build(config: Config, g: Geometry, heap: Heap) -> Cache {
         let shared = Shared {
+            active: ActiveSegments::new(g.segments),
             heap,
             headers: (0..g.segments).map(|_| SegmentHeader::new()).collect(),
             table: HashTable::new(g.power, g.max_power.max(g.power)),

@@ -124,9 +124,13 @@ fn evict_oldest(shared: &Shared) -> Result<(), NoVictim> {
     }
 }
 
+/// Most segments one merge may consume (pelikan's `max`): a merge goes on to the next
+/// source while its destination is below the stop mark, so sources that are mostly dead
+/// are compacted together rather than each costing live items.
+pub(crate) const MAX_MERGE: usize = 8;
+
 /// One merge eviction; false when no bucket has two mergeable segments in a row.
 fn merge_once(shared: &Shared, st: &mut EvictorState) -> bool {
-    let n = shared.config.merge_segments;
     let now = shared.clock.now();
     let generation = shared.current_generation(now);
     // Merge pressure in proportion to each bucket's size (smooth weighted round-robin), so a
@@ -141,7 +145,7 @@ fn merge_once(shared: &Shared, st: &mut EvictorState) -> bool {
     let mut order: Vec<usize> = (0..N_BUCKETS).filter(|&b| weights[b] >= 2).collect();
     order.sort_by_key(|&b| std::cmp::Reverse(st.credit[b]));
     for bucket in order {
-        let mut run = Vec::with_capacity(n);
+        let mut run = Vec::with_capacity(MAX_MERGE);
         {
             let mut chain = shared.chains.lock(bucket);
             if chain.segments < 2 {
@@ -150,9 +154,10 @@ fn merge_once(shared: &Shared, st: &mut EvictorState) -> bool {
             for start in [chain.merge_cursor, chain.head] {
                 run.clear();
                 let mut at = if start == NONE { chain.head } else { start };
-                while at != NONE && run.len() < n {
+                while at != NONE && run.len() < MAX_MERGE {
                     let h = &shared.headers[at as usize];
                     let mergeable = h.state.load(Ordering::Acquire) == state::SEALED
+                        && h.is_settled()
                         && !h.is_dead(now, generation);
                     if mergeable {
                         run.push(at);
@@ -184,17 +189,29 @@ fn merge_once(shared: &Shared, st: &mut EvictorState) -> bool {
     false
 }
 
-/// Merges `run` (consecutive segments of `bucket`, claimed MERGING) into one new segment.
+/// Merges a prefix of `run` (consecutive segments of `bucket`, claimed MERGING) into one new
+/// segment, as pelikan's merge eviction does: each source gives up at most what exceeds its
+/// share of the destination (1/N of a segment), dropping its least valuable items first, and
+/// the merge takes further sources while the destination is below the stop mark. Sources
+/// whose live bytes fit their share lose nothing: a merge over mostly dead segments is a
+/// compaction. At least two sources are consumed, so a merge always frees a segment. Sources
+/// not consumed go back to SEALED.
 fn merge(shared: &Shared, st: &mut EvictorState, bucket: usize, run: &[u32]) {
     let seg_size = shared.heap.segment_size();
     let Some(dst) = shared.free.take_reserved() else {
-        // No destination: fall back to freeing the sources whole.
+        // No destination: fall back to freeing the first two sources whole.
+        let (whole, rest) = run.split_at(2);
         let mut chain = shared.chains.lock(bucket);
-        for &seg in run {
+        for &seg in whole {
             chain.unlink(&shared.headers, seg);
         }
+        for &seg in rest {
+            shared.headers[seg as usize]
+                .state
+                .store(state::SEALED, Ordering::Release);
+        }
         drop(chain);
-        for &seg in run {
+        for &seg in whole {
             let dropped = shared.retire(seg);
             shared
                 .counters
@@ -215,42 +232,40 @@ fn merge(shared: &Shared, st: &mut EvictorState, bucket: usize, run: &[u32]) {
         first.generation.load(Ordering::Relaxed),
         state::MERGING,
     );
-    for &seg in run {
-        let h = &shared.headers[seg as usize];
-        d.include_deadline(h.min_deadline.load(Ordering::Acquire));
-        d.max_deadline
-            .fetch_max(h.max_deadline.load(Ordering::Acquire), Ordering::AcqRel);
-    }
 
+    let n = shared.config.merge_segments;
+    // Each source keeps at most its share of the destination; the merge stops taking
+    // sources once the destination is this full (pelikan: (N-1)/N + 5%).
+    let share = seg_size / n.min(run.len());
+    let stop = seg_size * (n - 1) / n + seg_size / 20;
     let mut dst_used = 0usize;
     let mut evicted = 0u64;
     let mut retained = 0u64;
-    let mut cutoff = (1.0 + st.cutoff) / 2.0;
+    let mut cutoff = st.cutoff;
+    let mut consumed = 0;
     let mut table = shared.table.load();
-    for (i, &src) in run.iter().enumerate() {
+    for &src in run {
+        if consumed >= 2 && dst_used >= stop {
+            break;
+        }
+        consumed += 1;
         let h = &shared.headers[src as usize];
+        d.include_deadlines(h.min_deadline(), h.max_deadline());
         let used = h.used();
         let live_items = h.live_items.load(Ordering::Relaxed).max(1);
-        let live_bytes = h.live_bytes.load(Ordering::Relaxed).max(1);
-        let mean_size = f64::from(live_bytes) / f64::from(live_items);
-        // Aim to keep an equal share of the room left from each remaining source.
-        let share = (seg_size - dst_used) as f64 / (run.len() - i) as f64;
-        let target_ratio = (share / used.max(1) as f64).min(1.0);
+        let live_bytes = h.live_bytes.load(Ordering::Relaxed) as usize;
+        let mean_size = live_bytes.max(1) as f64 / f64::from(live_items);
+        let to_drop = live_bytes.saturating_sub(share);
+        // The cutoff adapts so that about `share` of the live bytes scanned are kept.
+        let target_ratio = (share as f64 / live_bytes.max(1) as f64).min(1.0);
         let check_every = (seg_size / 10).max(1);
-        let (mut scanned, mut copied, mut next_check) = (0usize, 0usize, check_every);
+        cutoff = (1.0 + cutoff) / 2.0;
+        let (mut scanned, mut copied, mut dropped, mut next_check) =
+            (0usize, 0usize, 0usize, check_every);
         let mut offset = 0;
         while offset < used {
             let header = shared.header_at(src, offset);
             let size = shared.aligned(header.len());
-            scanned += size;
-            if scanned >= next_check {
-                next_check += check_every;
-                let ratio = copied as f64 / scanned as f64;
-                let t = (ratio - target_ratio) / target_ratio;
-                if !(-0.5..=0.5).contains(&t) {
-                    cutoff *= 1.0 + t;
-                }
-            }
             let key = shared.key_at(src, offset, &header);
             let hash = crate::handle::hash(key);
             let units = shared.units(offset);
@@ -259,10 +274,19 @@ fn merge(shared: &Shared, st: &mut EvictorState, bucket: usize, run: &[u32]) {
                     (s.seg() == src && s.offset_units() == units).then_some((slot, s))
                 });
                 let Some((slot, s)) = found else {
-                    return;
+                    return; // dead: overwritten or deleted
                 };
+                scanned += size;
+                if scanned >= next_check {
+                    next_check += check_every;
+                    let t = (copied as f64 / scanned as f64 - target_ratio) / target_ratio;
+                    if !(-0.5..=0.5).contains(&t) {
+                        cutoff *= (1.0 + t).max(0.25);
+                    }
+                }
                 let score = f64::from(s.freq()) / (size as f64 / mean_size);
-                if score > cutoff && dst_used + size <= seg_size {
+                let drop = dropped < to_drop && score <= cutoff;
+                if !drop && dst_used + size <= seg_size {
                     // SAFETY: `src` bytes below `used` are complete and immutable (sealed,
                     // MERGING, reachable through the locked slot); [dst_used, +len) in `dst`
                     // is owned by this merge and not yet published.
@@ -271,7 +295,8 @@ fn merge(shared: &Shared, st: &mut EvictorState, bucket: usize, run: &[u32]) {
                             .heap
                             .copy((src, offset), (dst, dst_used), header.len());
                     }
-                    chain.replace(slot, Slot::new(dst, shared.units(dst_used), 0, s.tag()));
+                    let kept = Slot::new(dst, shared.units(dst_used), kept_freq(s.freq()), s.tag());
+                    chain.replace(slot, kept);
                     d.add_live(size);
                     dst_used += size;
                     d.write_offset.store(dst_used as u32, Ordering::Release);
@@ -280,6 +305,7 @@ fn merge(shared: &Shared, st: &mut EvictorState, bucket: usize, run: &[u32]) {
                 } else {
                     chain.remove(slot);
                     chain.bump_cas();
+                    dropped += size;
                     evicted += 1;
                 }
                 h.remove_live(size);
@@ -288,27 +314,42 @@ fn merge(shared: &Shared, st: &mut EvictorState, bucket: usize, run: &[u32]) {
         }
     }
     st.cutoff = cutoff;
+    let (done, rest) = run.split_at(consumed);
     d.write_offset
         .store(dst_used as u32 | SEALED, Ordering::Release);
     {
         let mut chain = shared.chains.lock(bucket);
-        let resume = chain.merge_cursor;
         chain.insert_before(&shared.headers, dst, run[0]);
-        for &seg in run {
+        for &seg in done {
             chain.unlink(&shared.headers, seg);
         }
-        chain.merge_cursor = resume;
+        for &seg in rest {
+            shared.headers[seg as usize]
+                .state
+                .store(state::SEALED, Ordering::Release);
+        }
+        // The next merge in this bucket starts after what this one consumed.
+        chain.merge_cursor = rest
+            .first()
+            .copied()
+            .unwrap_or_else(|| shared.headers[dst as usize].next.load(Ordering::Relaxed));
         d.state.store(state::SEALED, Ordering::Release);
     }
-    for &seg in run {
+    for &seg in done {
         // Every live item was moved or dropped above; only readers need draining.
         shared.retire_emptied(seg);
     }
     let c = &shared.counters;
     c.merges.fetch_add(1, Ordering::Relaxed);
     c.evicted_segments
-        .fetch_add(run.len() as u64, Ordering::Relaxed);
+        .fetch_add(done.len() as u64, Ordering::Relaxed);
     c.evicted_items.fetch_add(evicted, Ordering::Relaxed);
     c.merge_retained_items
         .fetch_add(retained, Ordering::Relaxed);
+}
+
+/// The frequency an item keeps when a merge moves it: halved, so past popularity fades
+/// (a window) without forgetting that the item was read.
+fn kept_freq(freq: u8) -> u8 {
+    freq / 2
 }

@@ -7,9 +7,10 @@
 //!
 //! The memcached operations themselves are in `ops.rs`.
 
+use crate::active::{self, Active};
 use crate::cache::Shared;
 use crate::clock::NEVER;
-use crate::hashtable::{tag_of, ChainGuard, Moved, Slot, Table};
+use crate::hashtable::{tag_of, ChainGuard, Moved, Slot, Table, MAX_FREQ};
 use crate::item::{self, Extras, Header, Lease};
 use crate::lease::Visibility;
 use crate::segment::{state, SEALED};
@@ -71,11 +72,8 @@ pub(crate) fn client_cas(bucket_cas: u32, h: u64) -> u64 {
 /// One thread's way into the cache. `Send`, not `Sync`: give each thread its own.
 pub struct Handle {
     pub(crate) shared: Arc<Shared>,
-    /// Active segments (id, epoch) per TTL bucket. A few per bucket, because items whose
-    /// TTLs differ within one bucket (say 20 s and 23 s, alternating) cannot share a segment
-    /// once their deadlines spread beyond the bucket's tolerance: with one active segment each
-    /// such write sealed a fresh segment, wasting nearly all of it.
-    active: Box<[ActiveSlots]>,
+    /// Which shard of the shared active segments this handle appends to (`active.rs`).
+    shard: usize,
     pub(crate) counters: Arc<HandleCounters>,
     rng: Cell<u64>,
     /// The hash table as of version `.0` (see `HashTable::version`).
@@ -163,12 +161,6 @@ impl std::fmt::Debug for ItemRef<'_> {
     }
 }
 
-/// Segments a handle may keep open per TTL bucket.
-const ACTIVE_PER_BUCKET: usize = 4;
-
-/// One bucket's active segments: (segment id, epoch when opened).
-type ActiveSlots = [Option<(u32, u32)>; ACTIVE_PER_BUCKET];
-
 /// What [`Handle::try_reserve`] found.
 enum Reservation {
     /// Room reserved at this offset.
@@ -208,9 +200,9 @@ impl Handle {
         let seed = hash(&nth.to_le_bytes()) | 1;
         let table = RefCell::new((shared.table.version(), shared.table.load()));
         Handle {
+            shard: shared.active.shard_of(nth),
             table,
             shared,
-            active: vec![[None; ACTIVE_PER_BUCKET]; ttl::N_BUCKETS].into_boxed_slice(),
             counters,
             rng: Cell::new(seed),
             grow_hint: Cell::new(None),
@@ -348,7 +340,7 @@ impl Handle {
                 header.release();
                 return None;
             }
-            let seg_deadline = header.min_deadline.load(Ordering::Acquire);
+            let seg_deadline = header.min_deadline();
             let deadline = item_header
                 .own_deadline
                 .map_or(seg_deadline, |d| d.min(seg_deadline));
@@ -357,13 +349,20 @@ impl Handle {
                 HandleCounters::bump(&self.counters.expired_on_access, 1);
                 return Some(Probe::Found(None));
             }
-            if count_access && table.touch_timestamp(head, now) {
-                let freq = current.freq();
-                let next = self.next_frequency(freq);
-                if next != freq {
+            if count_access {
+                // At most one counted access per item per second (the paper's smoothing):
+                // the chain's shared second decides whether this item's mark is current.
+                let new_second = table.touch_timestamp(head, now);
+                if new_second {
+                    table.start_second(head);
+                }
+                // Reload: `start_second` may just have cleared this slot's mark.
+                let now_slot = Slot(slot.load(Ordering::Relaxed));
+                if now_slot.same_location(current) && !now_slot.counted() {
+                    let next = now_slot.with_counted_freq(self.next_frequency(now_slot.freq()));
                     let _ = slot.compare_exchange(
-                        current.0,
-                        current.with_freq(next).0,
+                        now_slot.0,
+                        next.0,
                         Ordering::Relaxed,
                         Ordering::Relaxed,
                     );
@@ -383,13 +382,13 @@ impl Handle {
     }
 
     /// Segcache's approximate smoothed frequency counter: +1 per counted access below 16,
-    /// then +1 with probability 1/freq (a Morris counter), saturating at 255.
+    /// then +1 with probability 1/freq (a Morris counter), saturating at [`MAX_FREQ`].
     fn next_frequency(&self, freq: u8) -> u8 {
         if freq < 16 {
             return freq + 1;
         }
-        if freq == u8::MAX {
-            return freq;
+        if freq >= MAX_FREQ {
+            return MAX_FREQ;
         }
         let mut x = self.rng.get();
         x ^= x << 13;
@@ -476,7 +475,6 @@ impl Handle {
                 at += part.len();
             }
         }
-        shared.headers[seg as usize].include_deadline(deadline);
         HandleCounters::bump(&self.counters.bytes_written, size as u64);
         Ok(Written {
             seg,
@@ -485,8 +483,9 @@ impl Handle {
         })
     }
 
-    /// Reserves `size` bytes in one of the active segments of `bucket`, opening a new one
-    /// when none is usable and fits the deadline (sealing the oldest if all slots are taken).
+    /// Reserves `size` bytes in one of the active segments of `bucket` (shared with the
+    /// other handles of this handle's shard, see `active.rs`), opening a new one when none is
+    /// usable and fits the deadline (sealing the oldest if all places are taken).
     fn reserve(
         &mut self,
         bucket: usize,
@@ -496,104 +495,133 @@ impl Handle {
     ) -> Result<(u32, usize), StoreError> {
         let tolerance = ttl::tolerance_with(bucket, self.shared.config.expiry_precision_shift);
         let generation = self.shared.current_generation(now);
+        let want = Want {
+            size,
+            deadline,
+            tolerance,
+            now,
+            generation,
+        };
         loop {
-            let mut free_slot = None;
-            let mut oldest: Option<(usize, u32)> = None;
-            for i in 0..ACTIVE_PER_BUCKET {
-                let Some((seg, epoch)) = self.active[bucket][i] else {
-                    free_slot.get_or_insert(i);
-                    continue;
-                };
-                match self.try_reserve(seg, epoch, size, deadline, tolerance, now, generation) {
-                    Reservation::At(offset) => return Ok((seg, offset)),
-                    Reservation::Mismatch => {
-                        let created = self.shared.headers[seg as usize]
-                            .create_at
-                            .load(Ordering::Relaxed);
-                        if oldest.is_none_or(|(_, c)| created < c) {
-                            oldest = Some((i, created));
-                        }
-                    }
-                    Reservation::Unusable => {
-                        self.seal_active(bucket, i);
-                        free_slot.get_or_insert(i);
-                    }
-                }
+            if let Found::Room(at) = self.reserve_in_active(bucket, &want) {
+                return Ok(at);
             }
-            let slot = match (free_slot, oldest) {
-                (Some(i), _) => i,
-                (None, Some((i, _))) => {
-                    self.seal_active(bucket, i);
+            let shared = &*self.shared;
+            let _opening = shared.active.open_lock(self.shard, bucket);
+            // Another writer may have opened one while this one waited for the lock.
+            let place = match self.reserve_in_active(bucket, &want) {
+                Found::Room(at) => return Ok(at),
+                Found::Empty(i) => i,
+                Found::Oldest(i, active) => {
+                    self.seal_active(bucket, i, active);
                     i
                 }
-                (None, None) => unreachable!("every slot is either free or holds a segment"),
             };
-            self.open_segment(bucket, slot, now, generation)?;
+            self.open_segment(bucket, place, now, generation)?;
         }
     }
 
-    /// Reserves room in `seg` if it is still this handle's, live, and fits the item.
-    #[allow(clippy::too_many_arguments)]
-    fn try_reserve(
-        &self,
-        seg: u32,
-        epoch: u32,
-        size: usize,
-        deadline: u32,
-        tolerance: u32,
-        now: u32,
-        generation: u32,
-    ) -> Reservation {
-        let h = &self.shared.headers[seg as usize];
-        if h.epoch.load(Ordering::Acquire) != epoch || !h.acquire() {
+    /// Tries every active segment of `bucket`, dropping the unusable ones.
+    fn reserve_in_active(&self, bucket: usize, want: &Want) -> Found {
+        let active = &self.shared.active;
+        let mut empty = None;
+        let mut oldest: Option<(usize, Active, u32)> = None;
+        for i in 0..active::PER_BUCKET {
+            let Some(a) = active.get(self.shard, bucket, i) else {
+                empty.get_or_insert(i);
+                continue;
+            };
+            match self.try_reserve(a, want) {
+                Reservation::At(offset) => return Found::Room((a.seg, offset)),
+                Reservation::Mismatch => {
+                    let created = self.shared.headers[a.seg as usize]
+                        .create_at
+                        .load(Ordering::Relaxed);
+                    if oldest.is_none_or(|(_, _, c)| created < c) {
+                        oldest = Some((i, a, created));
+                    }
+                }
+                Reservation::Unusable => {
+                    self.seal_active(bucket, i, a);
+                    empty.get_or_insert(i);
+                }
+            }
+        }
+        match (empty, oldest) {
+            (Some(i), _) => Found::Empty(i),
+            (None, Some((i, a, _))) => Found::Oldest(i, a),
+            (None, None) => unreachable!("every place is either empty or holds a segment"),
+        }
+    }
+
+    /// Reserves room in `active` if it is still live and fits the item (its deadline within
+    /// the segment's tolerance, which then includes it).
+    fn try_reserve(&self, active: Active, want: &Want) -> Reservation {
+        let h = &self.shared.headers[active.seg as usize];
+        if h.epoch.load(Ordering::Acquire) != active.epoch || !h.acquire() {
             return Reservation::Unusable;
         }
-        if h.is_dead(now, generation) {
+        if h.epoch.load(Ordering::Acquire) != active.epoch
+            || h.state.load(Ordering::Acquire) != state::ACTIVE
+            || h.is_dead(want.now, want.generation)
+        {
             h.release();
             return Reservation::Unusable;
         }
-        let lo = h.min_deadline.load(Ordering::Acquire).min(deadline);
-        let hi = h.max_deadline.load(Ordering::Acquire).max(deadline);
-        if hi - lo > tolerance {
+        if h.used() + want.size > self.shared.heap.segment_size() {
+            h.release();
+            return Reservation::Unusable;
+        }
+        // Before reserving, so that an item is never in a segment whose range excludes it.
+        if !h.try_include_deadline(want.deadline, want.tolerance) {
             h.release();
             return Reservation::Mismatch;
         }
-        let mut cur = h.write_offset.load(Ordering::Acquire);
-        while cur & SEALED == 0 && cur as usize + size <= self.shared.heap.segment_size() {
+        // Counted before reserving (see `SegmentHeader::writers`): whoever sees the SEALED
+        // bit and no writer knows no reservation is outstanding.
+        h.writers.fetch_add(1, Ordering::SeqCst);
+        let mut cur = h.write_offset.load(Ordering::SeqCst);
+        while cur & SEALED == 0 && cur as usize + want.size <= self.shared.heap.segment_size() {
             match h.write_offset.compare_exchange_weak(
                 cur,
-                cur + size as u32,
-                Ordering::AcqRel,
-                Ordering::Acquire,
+                cur + want.size as u32,
+                Ordering::SeqCst,
+                Ordering::SeqCst,
             ) {
                 Ok(_) => return Reservation::At(cur as usize),
                 Err(actual) => cur = actual,
             }
         }
+        h.writers.fetch_sub(1, Ordering::Release);
         h.release();
         Reservation::Unusable
     }
 
-    /// Stops writing to an active segment of `bucket` (it stays in its chain).
-    fn seal_active(&mut self, bucket: usize, slot: usize) {
-        if let Some((seg, epoch)) = self.active[bucket][slot].take() {
-            let h = &self.shared.headers[seg as usize];
-            if h.epoch.load(Ordering::Acquire) == epoch {
-                let _ = h.state.compare_exchange(
-                    state::ACTIVE,
-                    state::SEALED,
-                    Ordering::AcqRel,
-                    Ordering::Acquire,
-                );
-                h.seal();
-            }
+    /// Stops writing to an active segment of `bucket` (it stays in its chain), if it is
+    /// still in place `i`.
+    fn seal_active(&self, bucket: usize, i: usize, active: Active) {
+        if !self.shared.active.remove(self.shard, bucket, i, active) {
+            return; // another writer replaced it already
+        }
+        let h = &self.shared.headers[active.seg as usize];
+        if h.epoch.load(Ordering::Acquire) == active.epoch {
+            // The bit first: a merge takes SEALED segments and must find no new reservations.
+            h.seal();
+            let _ = h.state.compare_exchange(
+                state::ACTIVE,
+                state::SEALED,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            );
         }
     }
 
+    /// Opens a free segment (evicting if there is none) into the empty place `i`; the caller
+    /// holds the place's open lock.
     fn open_segment(
-        &mut self,
+        &self,
         bucket: usize,
-        slot: usize,
+        i: usize,
         now: u32,
         generation: u32,
     ) -> Result<(), StoreError> {
@@ -613,18 +641,41 @@ impl Handle {
         let h = &shared.headers[seg as usize];
         h.open(now, bucket, generation, state::ACTIVE);
         shared.chains.lock(bucket).push_back(&shared.headers, seg);
-        self.active[bucket][slot] = Some((seg, h.epoch.load(Ordering::Acquire)));
+        shared.active.install(
+            self.shard,
+            bucket,
+            i,
+            Active {
+                seg,
+                epoch: h.epoch.load(Ordering::Acquire),
+            },
+        );
         Ok(())
     }
 }
 
+/// What an append needs of a segment.
+struct Want {
+    size: usize,
+    deadline: u32,
+    tolerance: u32,
+    now: u32,
+    generation: u32,
+}
+
+/// What [`Handle::reserve_in_active`] found.
+enum Found {
+    /// Room reserved: (segment, offset).
+    Room((u32, usize)),
+    /// No room; place `.0` is empty.
+    Empty(usize),
+    /// No room and no empty place; this is the oldest segment whose range did not fit.
+    Oldest(usize, Active),
+}
+
 impl Drop for Handle {
     fn drop(&mut self) {
-        for bucket in 0..self.active.len() {
-            for slot in 0..ACTIVE_PER_BUCKET {
-                self.seal_active(bucket, slot);
-            }
-        }
+        // The active segments are shared with other handles and stay open.
         let mut registry = self
             .shared
             .handles

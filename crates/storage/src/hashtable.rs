@@ -5,7 +5,7 @@
 //!
 //! ```text
 //! info:  [cas:32][last access:16][item count:8][lock byte:8]
-//! item:  [segment:24][offset:20][frequency:8][tag:12]
+//! item:  [segment:24][offset:20][counted:1][frequency:7][tag:12]
 //! next:  [bucket index:52][tag = 0:12]
 //! ```
 //!
@@ -45,6 +45,14 @@ const OFFSET_SHIFT: u32 = 20;
 const OFFSET_BITS: u32 = 20;
 const SEG_SHIFT: u32 = 40;
 
+/// The largest frequency: the slot's frequency byte is 7 bits of count and the
+/// [`COUNTED`] mark.
+pub const MAX_FREQ: u8 = 0x7f;
+/// Set in a slot's frequency byte once an access was counted in the chain's current second
+/// (the paper's smoothing: "incremented at most once per second" per object, with the last
+/// access second shared by the bucket). Cleared for the whole chain when its second changes.
+pub const COUNTED: u8 = 0x80;
+
 /// Largest segment id a slot can hold.
 pub const MAX_SEGMENTS: usize = 1 << 24;
 /// Largest offset (in alignment units) a slot can hold.
@@ -74,17 +82,30 @@ impl Slot {
     pub fn offset_units(self) -> u32 {
         ((self.0 >> OFFSET_SHIFT) & ((1 << OFFSET_BITS) - 1)) as u32
     }
+    /// The item's access frequency (Segcache's ASFC, 0..=[`MAX_FREQ`]).
     #[inline]
     pub fn freq(self) -> u8 {
-        ((self.0 & FREQ_MASK) >> FREQ_SHIFT) as u8
+        ((self.0 & FREQ_MASK) >> FREQ_SHIFT) as u8 & MAX_FREQ
+    }
+    /// Whether an access was already counted in the chain's current second.
+    #[inline]
+    pub fn counted(self) -> bool {
+        ((self.0 & FREQ_MASK) >> FREQ_SHIFT) as u8 & COUNTED != 0
     }
     #[inline]
     pub fn tag(self) -> u16 {
         (self.0 & TAG_MASK) as u16
     }
+    /// The same slot with frequency `freq` and no [`COUNTED`] mark.
     #[inline]
     pub fn with_freq(self, freq: u8) -> Slot {
+        debug_assert!(freq <= MAX_FREQ);
         Slot((self.0 & !FREQ_MASK) | (u64::from(freq) << FREQ_SHIFT))
+    }
+    /// The same slot with frequency `freq`, marked [`COUNTED`] for this second.
+    #[inline]
+    pub fn with_counted_freq(self, freq: u8) -> Slot {
+        Slot(self.with_freq(freq).0 | (u64::from(COUNTED) << FREQ_SHIFT))
     }
     /// Same item location (ignores the frequency).
     #[inline]
@@ -258,8 +279,9 @@ impl Table {
         }
     }
 
-    /// Updates the chain's last-access second; true when this call moved it (the caller may
-    /// then count one access towards an item's frequency).
+    /// Updates the chain's last-access second; true when this call moved it: a new second
+    /// began for the chain, and the caller clears its items' [`COUNTED`] marks with
+    /// [`Table::start_second`].
     #[inline]
     pub fn touch_timestamp(&self, head: usize, now: u32) -> bool {
         let info = self.info(head);
@@ -275,6 +297,23 @@ impl Table {
             Ordering::Relaxed,
         )
         .is_ok()
+    }
+
+    /// Clears the [`COUNTED`] mark of every item of chain `head` (a new second began for it,
+    /// so each item may count one more access). Lock-free: a slot that changed meanwhile
+    /// (replaced, removed, or turned into a chain pointer) is left alone.
+    pub fn start_second(&self, head: usize) {
+        self.scan(head, |slot, s| {
+            if s.counted() {
+                let _ = slot.compare_exchange(
+                    s.0,
+                    s.with_freq(s.freq()).0,
+                    Ordering::Relaxed,
+                    Ordering::Relaxed,
+                );
+            }
+            None::<()>
+        });
     }
 
     /// Locks chain `head` for writing.
@@ -596,13 +635,39 @@ mod tests {
 
     #[test]
     fn slot_roundtrip() {
-        let s = Slot::new(0xabcdef, 0xfffff, 200, 0xfff);
+        let s = Slot::new(0xabcdef, 0xfffff, MAX_FREQ, 0xfff);
         assert_eq!(s.seg(), 0xabcdef);
         assert_eq!(s.offset_units(), 0xfffff);
-        assert_eq!(s.freq(), 200);
+        assert_eq!(s.freq(), MAX_FREQ);
+        assert!(!s.counted());
         assert_eq!(s.tag(), 0xfff);
         assert!(!is_pointer(s.0));
         assert!(s.same_location(s.with_freq(3)));
+        let c = s.with_counted_freq(9);
+        assert!(c.counted() && c.same_location(s));
+        assert_eq!((c.freq(), c.seg(), c.tag()), (9, 0xabcdef, 0xfff));
+        assert!(!c.with_freq(9).counted());
+    }
+
+    #[test]
+    fn a_new_second_clears_counted_marks() {
+        let table = Table::new(1);
+        let chain = table.lock(0).unwrap();
+        for i in 1..=10u16 {
+            chain
+                .insert(Slot::new(u32::from(i), 0, 0, i).with_counted_freq(5))
+                .unwrap();
+        }
+        drop(chain);
+        table.start_second(0);
+        let mut seen = 0;
+        table.scan(0, |_, s| {
+            assert!(!s.counted());
+            assert_eq!(s.freq(), 5);
+            seen += 1;
+            None::<()>
+        });
+        assert_eq!(seen, 10);
     }
 
     #[test]

@@ -53,6 +53,7 @@
 //! for a few slot updates. Segment chains change under a per-bucket mutex held for a few
 //! pointer updates. Eviction and expiration work a whole segment at a time.
 
+mod active;
 mod chains;
 mod clock;
 mod evict;

@@ -220,7 +220,10 @@ impl Handle {
         bump_cas: bool,
     ) -> Result<(), TableFull> {
         let shared = &*self.shared;
-        let slot = Slot::new(written.seg, shared.units(written.offset), 0, tag);
+        // A rewrite keeps the key's access frequency: popularity belongs to the key, and an
+        // overwritten hot key must not look cold to the next merge.
+        let freq = old.map_or(0, |e| e.slot_value.freq());
+        let slot = Slot::new(written.seg, shared.units(written.offset), freq, tag);
         match old {
             Some(e) => {
                 chain.replace(e.slot, slot);
@@ -250,9 +253,12 @@ impl Handle {
         chain.bump_cas();
     }
 
+    /// Ends a write: the item is published or abandoned.
     pub(crate) fn finish(&self, written: Option<Written>) {
         if let Some(w) = written {
-            self.shared.headers[w.seg as usize].release();
+            let h = &self.shared.headers[w.seg as usize];
+            h.writers.fetch_sub(1, Ordering::Release);
+            h.release();
         }
     }
 

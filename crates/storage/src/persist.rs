@@ -222,8 +222,8 @@ impl Cache {
                 h.write_offset.load(Ordering::Acquire) | crate::segment::SEALED,
                 h.ttl_bucket.load(Ordering::Acquire),
                 h.create_at.load(Ordering::Acquire),
-                h.min_deadline.load(Ordering::Acquire),
-                h.max_deadline.load(Ordering::Acquire),
+                h.min_deadline(),
+                h.max_deadline(),
                 h.generation.load(Ordering::Acquire),
                 h.epoch.load(Ordering::Acquire),
                 h.prev.load(Ordering::Acquire),
@@ -303,12 +303,12 @@ impl Cache {
             }
             h.state.store(st, Ordering::Relaxed);
             h.accessible.store(r.u8()? != 0, Ordering::Relaxed);
+            for f in [&h.write_offset, &h.ttl_bucket, &h.create_at] {
+                f.store(r.u32()?, Ordering::Relaxed);
+            }
+            let (min, max) = (r.u32()?, r.u32()?);
+            h.set_deadlines(min, max);
             let fields = [
-                &h.write_offset,
-                &h.ttl_bucket,
-                &h.create_at,
-                &h.min_deadline,
-                &h.max_deadline,
                 &h.generation,
                 &h.epoch,
                 &h.prev,
@@ -402,6 +402,7 @@ impl Cache {
         }
         let clock = config.clock.resumed(start_unix, saved_now);
         let shared = Shared {
+            active: crate::active::ActiveSegments::new(geometry.segments),
             heap,
             headers,
             table: HashTable::from_table(table, geometry.max_power),

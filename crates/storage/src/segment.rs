@@ -20,10 +20,13 @@
 //!   every hash entry pointing into it was removed; `epoch` then changes, so a writer that
 //!   still remembers it as its active segment notices.
 
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering};
 
 /// No segment (chain ends).
 pub const NONE: u32 = u32::MAX;
+
+/// The deadline range of an empty segment: min `u32::MAX`, max 0.
+const EMPTY_RANGE: u64 = u32::MAX as u64;
 
 /// Set in `write_offset` when the segment takes no more writes.
 pub const SEALED: u32 = 1 << 31;
@@ -45,6 +48,10 @@ pub struct SegmentHeader {
     pub write_offset: AtomicU32,
     /// Readers (and the writer) currently touching the segment's bytes.
     pub refcount: AtomicU32,
+    /// Writers that may hold a reserved, unpublished range (active segments are shared by
+    /// handles, so a segment can be sealed while another handle is still writing into it).
+    /// Once the SEALED bit is set and this is 0, every reserved item is published.
+    pub writers: AtomicU32,
     /// Readers may use the segment only while this is true.
     pub accessible: AtomicBool,
     /// One of [`state`].
@@ -53,10 +60,10 @@ pub struct SegmentHeader {
     pub ttl_bucket: AtomicU32,
     /// When the segment was opened (merges inherit the oldest source's time).
     pub create_at: AtomicU32,
-    /// The earliest deadline of any item in it: the segment's expiry.
-    pub min_deadline: AtomicU32,
-    /// The latest deadline of any item in it (bounds the spread, see `ttl.rs`).
-    pub max_deadline: AtomicU32,
+    /// The earliest deadline of any item in it (the segment's expiry) in the low half, the
+    /// latest in the high half (the spread is bounded, see `ttl.rs`). One word, so that
+    /// writers sharing an active segment widen the range only as far as the tolerance allows.
+    deadlines: AtomicU64,
     /// The flush generation the segment was opened in; older generations are flushed.
     pub generation: AtomicU32,
     /// Changes every time the segment is freed.
@@ -74,12 +81,12 @@ impl SegmentHeader {
         SegmentHeader {
             write_offset: AtomicU32::new(0),
             refcount: AtomicU32::new(0),
+            writers: AtomicU32::new(0),
             accessible: AtomicBool::new(false),
             state: AtomicU8::new(state::FREE),
             ttl_bucket: AtomicU32::new(0),
             create_at: AtomicU32::new(0),
-            min_deadline: AtomicU32::new(u32::MAX),
-            max_deadline: AtomicU32::new(0),
+            deadlines: AtomicU64::new(EMPTY_RANGE),
             generation: AtomicU32::new(0),
             epoch: AtomicU32::new(0),
             prev: AtomicU32::new(NONE),
@@ -106,8 +113,7 @@ impl SegmentHeader {
         self.write_offset.store(0, Ordering::Relaxed);
         self.ttl_bucket.store(bucket as u32, Ordering::Relaxed);
         self.create_at.store(now, Ordering::Relaxed);
-        self.min_deadline.store(u32::MAX, Ordering::Relaxed);
-        self.max_deadline.store(0, Ordering::Relaxed);
+        self.deadlines.store(EMPTY_RANGE, Ordering::Relaxed);
         self.generation.store(generation, Ordering::Relaxed);
         self.prev.store(NONE, Ordering::Relaxed);
         self.next.store(NONE, Ordering::Relaxed);
@@ -120,8 +126,7 @@ impl SegmentHeader {
     /// Is every item in this segment past its deadline (or flushed)?
     #[inline]
     pub fn is_dead(&self, now: u32, generation: u32) -> bool {
-        self.min_deadline.load(Ordering::Acquire) <= now
-            || self.generation.load(Ordering::Acquire) != generation
+        self.min_deadline() <= now || self.generation.load(Ordering::Acquire) != generation
     }
 
     /// Takes a reader reference; fails when the segment is being retired.
@@ -147,6 +152,14 @@ impl SegmentHeader {
         (self.write_offset.fetch_or(SEALED, Ordering::SeqCst) & !SEALED) as usize
     }
 
+    /// Sealed, and every item reserved in it published: its bytes below `used()` are final,
+    /// so a merge may read them while readers go on reading.
+    #[inline]
+    pub fn is_settled(&self) -> bool {
+        self.write_offset.load(Ordering::SeqCst) & SEALED != 0
+            && self.writers.load(Ordering::SeqCst) == 0
+    }
+
     /// Makes the segment inaccessible and waits until no reader or writer is inside.
     pub fn drain(&self) {
         self.accessible.store(false, Ordering::SeqCst);
@@ -161,11 +174,60 @@ impl SegmentHeader {
         }
     }
 
-    /// Lowers/raises the deadline range to include `deadline`.
+    /// The earliest deadline of any item: the segment's expiry (`u32::MAX` when empty).
     #[inline]
-    pub fn include_deadline(&self, deadline: u32) {
-        self.min_deadline.fetch_min(deadline, Ordering::AcqRel);
-        self.max_deadline.fetch_max(deadline, Ordering::AcqRel);
+    pub fn min_deadline(&self) -> u32 {
+        self.deadlines.load(Ordering::Acquire) as u32
+    }
+
+    /// The latest deadline of any item (0 when empty).
+    #[inline]
+    pub fn max_deadline(&self) -> u32 {
+        (self.deadlines.load(Ordering::Acquire) >> 32) as u32
+    }
+
+    /// Sets the deadline range (a restored segment).
+    pub fn set_deadlines(&self, min: u32, max: u32) {
+        self.deadlines
+            .store(u64::from(min) | (u64::from(max) << 32), Ordering::Release);
+    }
+
+    /// Widens the deadline range to include `lo..=hi`.
+    #[inline]
+    pub fn include_deadlines(&self, lo: u32, hi: u32) {
+        let _ = self.try_include_deadlines(lo, hi, u32::MAX);
+    }
+
+    /// Widens the deadline range to include `deadline` if the range's spread then stays
+    /// within `tolerance`; false (nothing changed) otherwise. Atomic with respect to other
+    /// writers of the same segment, so concurrent writers never widen it beyond `tolerance`.
+    #[inline]
+    pub fn try_include_deadline(&self, deadline: u32, tolerance: u32) -> bool {
+        self.try_include_deadlines(deadline, deadline, tolerance)
+    }
+
+    fn try_include_deadlines(&self, lo: u32, hi: u32, tolerance: u32) -> bool {
+        let mut cur = self.deadlines.load(Ordering::Acquire);
+        loop {
+            let min = (cur as u32).min(lo);
+            let max = ((cur >> 32) as u32).max(hi);
+            if max.saturating_sub(min) > tolerance {
+                return false;
+            }
+            let new = u64::from(min) | (u64::from(max) << 32);
+            if new == cur {
+                return true;
+            }
+            match self.deadlines.compare_exchange_weak(
+                cur,
+                new,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => return true,
+                Err(actual) => cur = actual,
+            }
+        }
     }
 
     /// Records a newly published item.
