@@ -75,7 +75,10 @@ pub struct SimArgs {
     /// Synthetic: key sizes, e.g. 24 or 16-32 (always drawn once per key).
     #[arg(long)]
     pub key_size: Option<SizeSpec>,
-    /// Synthetic: value sizes: 100 (fixed), 50-150 (per request) or key:50-150 (per key).
+    /// Synthetic: value sizes: 100 (fixed), 50-150 (uniform), lognormal:MEAN:SIGMA:MIN-MAX
+    /// (log-normal with MEAN the unclamped mean, SIGMA the deviation of ln size, clamped to
+    /// MIN..=MAX), drawn per request, or per key behind key: (key:50-150,
+    /// key:lognormal:243:1:16-4096).
     #[arg(long)]
     pub value_size: Option<SizeSpec>,
     /// Cache memory sizes in MiB, comma-separated.
