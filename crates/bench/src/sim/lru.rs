@@ -272,6 +272,10 @@ impl SimCache for LruCache {
     fn memory_used(&self) -> Option<u64> {
         Some(self.used)
     }
+
+    fn items(&self) -> Option<u64> {
+        Some(self.len() as u64)
+    }
 }
 
 #[cfg(test)]
@@ -296,6 +300,7 @@ mod tests {
         );
         c.set(b"de", 0, 0);
         assert_eq!(c.memory_used(), Some(3 + 10 + 56 + 2 + 56));
+        assert_eq!(c.items(), Some(2));
         c.delete(b"abc");
         assert_eq!(c.used_bytes(), 2 + 56);
         assert_eq!(c.len(), 1);

@@ -1,6 +1,7 @@
 //! `memfleet sim`: an in-process cache simulator. It replays one workload (a
 //! trace file or a seeded synthetic workload) through each selected cache model
-//! at each memory size and prints a miss-ratio-vs-memory table.
+//! at each memory size and prints a miss-ratio-vs-memory table, with the items
+//! and bytes each cache held at the end.
 //!
 //! The LRU baseline is built here; the Segcache adapter is supplied by the
 //! caller (this crate does not depend on the storage engine). Pure Rust, no
@@ -29,6 +30,7 @@ use anyhow::{bail, Context, Result};
 
 use self::lru::LruCache;
 use self::replay::{try_replay, ReplayConfig, Report, SimCache};
+use self::report::or_dash;
 use self::synthetic::{Synthetic, SyntheticConfig};
 use self::trace::{open_trace, Request, RequestStream, TraceError, TraceFormat};
 use self::workload::{SizeSpec, Workload};
@@ -316,6 +318,9 @@ pub fn run_to(
             };
             let report = try_replay(requests, cache.as_mut(), &config)?;
             writeln!(out, "# {mib} MiB {}", report.summary_line())?;
+            for remark in cache.remarks() {
+                writeln!(out, "# {mib} MiB {}: {remark}", report.cache)?;
+            }
             if let Some(dir) = &args.window_csv {
                 let path = dir.join(format!("{}-{mib}MiB.csv", report.cache));
                 let mut file = BufWriter::new(
@@ -332,28 +337,7 @@ pub fn run_to(
         }
     }
 
-    write!(out, "{:>12}", "memory_MiB")?;
-    for &kind in &args.caches {
-        let name = results
-            .iter()
-            .find(|r| r.kind == kind)
-            .map_or("?", |r| r.report.cache.as_str());
-        write!(out, " {name:>12}")?;
-    }
-    writeln!(out)?;
-    for &mib in &args.memory {
-        write!(out, "{mib:>12}")?;
-        for &kind in &args.caches {
-            let cell = results
-                .iter()
-                .find(|r| r.kind == kind && r.memory_mib == mib);
-            match cell {
-                Some(r) => write!(out, " {:>12.4}", r.report.miss_ratio())?,
-                None => write!(out, " {:>12}", "-")?,
-            }
-        }
-        writeln!(out)?;
-    }
+    write_table(out, &args.memory, &args.caches, &results)?;
     if let Some(dir) = &args.out {
         for path in output::write(dir, &source.describe(), &results)? {
             writeln!(out, "# wrote {}", path.display())?;
@@ -361,6 +345,61 @@ pub fn run_to(
     }
     out.flush()?;
     Ok(results)
+}
+
+/// The comparison table: a row per memory size, with each cache's miss ratio, then the
+/// items (`<cache>_items`) and bytes (`<cache>_bytes`) each held at the end, `-` where a
+/// cache does not report them.
+fn write_table(
+    out: &mut dyn Write,
+    memory: &[f64],
+    caches: &[CacheKind],
+    results: &[RunResult],
+) -> io::Result<()> {
+    let names: Vec<&str> = caches
+        .iter()
+        .map(|&kind| {
+            results
+                .iter()
+                .find(|r| r.kind == kind)
+                .map_or("?", |r| r.report.cache.as_str())
+        })
+        .collect();
+    let mut header = vec!["memory_MiB".to_string()];
+    header.extend(names.iter().map(|n| n.to_string()));
+    header.extend(names.iter().map(|n| format!("{n}_items")));
+    header.extend(names.iter().map(|n| format!("{n}_bytes")));
+    let widths: Vec<usize> = header.iter().map(|h| h.len().max(12)).collect();
+    let line = |cells: &[String]| {
+        cells
+            .iter()
+            .zip(&widths)
+            .map(|(c, &w)| format!("{c:>w$}"))
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    writeln!(out, "{}", line(&header))?;
+    for &mib in memory {
+        let cells: Vec<Option<&Report>> = caches
+            .iter()
+            .map(|&kind| {
+                results
+                    .iter()
+                    .find(|r| r.kind == kind && r.memory_mib == mib)
+                    .map(|r| &r.report)
+            })
+            .collect();
+        let mut row = vec![mib.to_string()];
+        row.extend(
+            cells
+                .iter()
+                .map(|c| c.map_or("-".to_string(), |r| format!("{:.4}", r.miss_ratio()))),
+        );
+        row.extend(cells.iter().map(|c| or_dash(c.and_then(|r| r.items))));
+        row.extend(cells.iter().map(|c| or_dash(c.and_then(|r| r.memory_used))));
+        writeln!(out, "{}", line(&row))?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -28,6 +28,7 @@ struct Cell<'a> {
     other: u64,
     sim_secs: u32,
     memory_used: Option<u64>,
+    items: Option<u64>,
     wall_secs: f64,
     window_secs: u32,
     /// `(window start in trace seconds, gets, misses, miss ratio)`.
@@ -59,6 +60,7 @@ pub fn write(dir: &Path, workload: &str, results: &[RunResult]) -> Result<Vec<Pa
             other: r.report.other,
             sim_secs: r.report.sim_secs,
             memory_used: r.report.memory_used,
+            items: r.report.items,
             wall_secs: r.report.elapsed.as_secs_f64(),
             window_secs: r.report.window_secs,
             windows: r

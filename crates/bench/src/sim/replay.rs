@@ -28,6 +28,12 @@ pub trait SimCache {
     fn get(&mut self, key: &[u8]) -> bool;
     /// Stores `key` with a value of `value_len` bytes; `ttl` 0 = never expires.
     fn set(&mut self, key: &[u8], value_len: usize, ttl: u32);
+    /// The look-aside fill after a get of `key` missed: a [`set`](SimCache::set) by the
+    /// same client as that get (a cache with several handles writes it through the handle
+    /// that served the get).
+    fn fill(&mut self, key: &[u8], value_len: usize, ttl: u32) {
+        self.set(key, value_len, ttl);
+    }
     /// Removes `key` if present.
     fn delete(&mut self, key: &[u8]);
     /// Periodic housekeeping hook (the Segcache engine runs proactive expiration here); called once per simulated second.
@@ -35,6 +41,16 @@ pub trait SimCache {
     /// Bytes of memory the model currently uses for live+dead items, for reporting (optional).
     fn memory_used(&self) -> Option<u64> {
         None
+    }
+    /// Items the model currently holds, by the same accounting as
+    /// [`memory_used`](SimCache::memory_used) (optional).
+    fn items(&self) -> Option<u64> {
+        None
+    }
+    /// Remarks for the report after a run (configuration, refused writes, clock lag), one
+    /// line each; none by default.
+    fn remarks(&self) -> Vec<String> {
+        Vec::new()
     }
 }
 
@@ -126,7 +142,7 @@ where
                         } else {
                             req.ttl
                         };
-                        cache.set(&key, req.value_size as usize, ttl);
+                        cache.fill(&key, req.value_size as usize, ttl);
                         report.fills += 1;
                     }
                 }
@@ -144,6 +160,7 @@ where
     }
     report.sim_secs = clock;
     report.memory_used = cache.memory_used();
+    report.items = cache.items();
     report.elapsed = started.elapsed();
     Ok(report)
 }

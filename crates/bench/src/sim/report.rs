@@ -24,6 +24,11 @@ impl WindowStats {
     }
 }
 
+/// `n`, or `-` for a figure the cache does not report.
+pub(crate) fn or_dash(n: Option<u64>) -> String {
+    n.map_or_else(|| "-".to_string(), |n| n.to_string())
+}
+
 fn ratio(part: u64, whole: u64) -> f64 {
     if whole == 0 {
         0.0
@@ -65,6 +70,8 @@ pub struct Report {
     pub windows: Vec<WindowStats>,
     /// The cache's own memory figure at the end, if it reports one.
     pub memory_used: Option<u64>,
+    /// Items the cache held at the end, if it reports them.
+    pub items: Option<u64>,
     /// Wall-clock time the replay took.
     pub elapsed: Duration,
 }
@@ -96,10 +103,11 @@ impl Report {
         Ok(())
     }
 
-    /// One line: name, gets, misses, ratios, writes and wall time.
+    /// One line: name, gets, misses, ratios, writes, wall time, and the items and bytes held
+    /// at the end (`-` where the cache does not report them).
     pub fn summary_line(&self) -> String {
         format!(
-            "{}: requests={} gets={} misses={} miss_ratio={:.4} byte_miss_ratio={:.4} sets={} fills={} deletes={} other={} sim_secs={} wall={:.2}s",
+            "{}: requests={} gets={} misses={} miss_ratio={:.4} byte_miss_ratio={:.4} sets={} fills={} deletes={} other={} sim_secs={} wall={:.2}s items={} bytes={}",
             self.cache,
             self.requests,
             self.gets,
@@ -112,6 +120,8 @@ impl Report {
             self.other,
             self.sim_secs,
             self.elapsed.as_secs_f64(),
+            or_dash(self.items),
+            or_dash(self.memory_used),
         )
     }
 }
@@ -139,6 +149,9 @@ impl fmt::Display for Report {
         writeln!(f, "  {:<16}{:>14}", "other", self.other)?;
         if let Some(m) = self.memory_used {
             writeln!(f, "  {:<16}{:>14}", "memory used (B)", m)?;
+        }
+        if let Some(n) = self.items {
+            writeln!(f, "  {:<16}{:>14}", "items held", n)?;
         }
         writeln!(
             f,
@@ -190,7 +203,9 @@ mod tests {
             .miss_ratio(),
             0.75
         );
+        assert!(r.summary_line().ends_with(" items=- bytes=-"));
         r.memory_used = Some(4096);
+        r.items = Some(12);
         let table = r.to_string();
         assert!(
             table
@@ -198,5 +213,12 @@ mod tests {
                 .any(|l| l.split_whitespace().eq(["memory", "used", "(B)", "4096"])),
             "{table}"
         );
+        assert!(
+            table
+                .lines()
+                .any(|l| l.split_whitespace().eq(["items", "held", "12"])),
+            "{table}"
+        );
+        assert!(r.summary_line().ends_with(" items=12 bytes=4096"));
     }
 }

@@ -123,7 +123,15 @@ fn synthetic_run_prints_a_miss_ratio_table() {
         .unwrap();
     assert_eq!(
         header.split_whitespace().collect::<Vec<_>>(),
-        ["memory_MiB", "fake-seg", "lru"]
+        [
+            "memory_MiB",
+            "fake-seg",
+            "lru",
+            "fake-seg_items",
+            "lru_items",
+            "fake-seg_bytes",
+            "lru_bytes"
+        ]
     );
     let lru: Vec<f64> = results
         .iter()
@@ -149,6 +157,17 @@ fn synthetic_run_prints_a_miss_ratio_table() {
     assert_eq!(
         last.split_whitespace().nth(2).unwrap(),
         format!("{:.4}", lru[2])
+    );
+    // The stand-in reports neither items nor bytes; the LRU reports both.
+    let lru_report = &results[5].report;
+    assert_eq!(
+        last.split_whitespace().skip(3).collect::<Vec<_>>(),
+        [
+            "-".to_string(),
+            lru_report.items.unwrap().to_string(),
+            "-".to_string(),
+            lru_report.memory_used.unwrap().to_string()
+        ]
     );
 }
 
