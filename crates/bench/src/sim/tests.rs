@@ -61,6 +61,9 @@ fn defaults_match_the_documented_command() {
     assert_eq!(a.memory, vec![32.0, 64.0]);
     assert_eq!(a.segment_size, 0);
     assert_eq!(a.caches, vec![CacheKind::Segcache, CacheKind::Lru]);
+    assert_eq!(a.engine.workers, 1);
+    assert_eq!(args(&["--workers", "4"]).engine.workers, 4);
+    assert!(Cli::try_parse_from(["sim", "--workers", "0"]).is_err());
     assert!(!a.no_fill && a.trace.is_none() && a.format.is_none());
 
     let a = args(&[
