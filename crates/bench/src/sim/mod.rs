@@ -3,15 +3,42 @@
 //! at each memory size and prints a miss-ratio-vs-memory table, with the items
 //! and bytes each cache held at the end.
 //!
-//! The LRU baseline is built here; the Segcache adapter is supplied by the
-//! caller (this crate does not depend on the storage engine). Pure Rust, no
+//! The models: `segcache`, memfleet's engine (the adapter, [`segcache`], is supplied by
+//! the caller through [`run`]); `pelikan`, pelikan's Segcache engine from crates.io
+//! ([`pelikan`], built here; see its docs for its clock, which is the wall clock, paced to
+//! simulated time by default); `lru`, an exact LRU with memcached's per-item overhead
+//! ([`lru`], built here). Each cache at each memory size replays the same requests. No
 //! networking, no threads. Not here: the models and readers themselves (see the
 //! submodules).
+//!
+//! # The workload of issue 16
+//!
+//! 1,000,000 keys of 20–40 bytes (uniform, per key) with Zipf 0.9 popularity; values
+//! log-normal per key with a mean of 243 B before clamping to 16 B–4 KiB and sigma 1
+//! (median 147 B, clamped mean 242.4 B: 1.3% of values are raised to 16 B, 0.04% cut to
+//! 4 KiB); Segcache's `mix` TTL classes scaled by 1/60 (30 d → 43,200 s 14%, 14 d →
+//! 20,160 s 11%, 24 h → 1,440 s 23%, 12 h → 720 s 40% (mix's 38% plus the 2% remainder
+//! it gets), 2 min → 2 s 12%); 7% of requests are sets and every get that misses is
+//! filled; 60,000 requests per simulated second for 90 s (5.4M requests). The flags
+//! express all of it:
+//!
+//! ```sh
+//! memfleet sim --keys 1000000 --alpha 0.9 --key-size 20-40 \
+//!     --value-size key:lognormal:243:1:16-4096 \
+//!     --workload 43200:0.14,20160:0.11,1440:0.23,720:0.40,2:0.12 \
+//!     --write-ratio 0.07 --rate 60000 --requests 5400000 \
+//!     --memory 64 --caches segcache,pelikan,lru --segment-size 1048576
+//! ```
+//!
+//! Add `--workers N` to spread memfleet's requests over N handles as a server's worker
+//! threads would. The `pelikan` column takes 90 s of wall-clock time per memory size
+//! (`--pelikan-clock paced`).
 
 pub mod binary;
 pub mod keys;
 pub mod lru;
 pub mod output;
+pub mod pelikan;
 pub mod replay;
 pub mod report;
 pub mod request;
@@ -29,6 +56,7 @@ use std::path::PathBuf;
 use anyhow::{bail, Context, Result};
 
 use self::lru::LruCache;
+use self::pelikan::{PelikanClock, PelikanSim};
 use self::replay::{try_replay, ReplayConfig, Report, SimCache};
 use self::report::or_dash;
 use self::synthetic::{Synthetic, SyntheticConfig};
@@ -38,8 +66,10 @@ use self::workload::{SizeSpec, Workload};
 /// The cache models `memfleet sim` can compare.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum CacheKind {
-    /// The Segcache engine (adapter supplied by the caller).
+    /// memfleet's Segcache engine (adapter supplied by the caller).
     Segcache,
+    /// Pelikan's Segcache engine (the `segcache` crate 0.4.4), configured as pelikan ships it.
+    Pelikan,
     /// The exact LRU model with memcached's per-item overhead.
     Lru,
 }
@@ -86,8 +116,9 @@ pub struct SimArgs {
     /// Cache memory sizes in MiB, comma-separated.
     #[arg(long, value_delimiter = ',', default_value = "32,64")]
     pub memory: Vec<f64>,
-    /// Segcache segment size in bytes; 0 picks about 512 segments per cache, between 64 KiB
-    /// and 1 MiB (the engine's default for servers is 1 MiB).
+    /// Segment size in bytes of both Segcache engines (memfleet's and pelikan's); 0 picks
+    /// about 512 segments per cache, between 64 KiB and 1 MiB (both engines' default for
+    /// servers is 1 MiB).
     #[arg(long, default_value_t = 0)]
     pub segment_size: usize,
     /// Reporting window in seconds of trace time.
@@ -104,6 +135,11 @@ pub struct SimArgs {
     /// Segcache engine settings.
     #[command(flatten)]
     pub engine: segcache::EngineArgs,
+    /// Pelikan's clock, which cannot be set: paced (replay pelikan in real time, one second
+    /// per simulated second, so its TTLs follow simulated time) or wall (full speed; its
+    /// TTLs then last longer in simulated time than the other caches').
+    #[arg(long, value_enum, default_value_t = PelikanClock::Paced)]
+    pub pelikan_clock: PelikanClock,
     /// Do not fill the cache after a get miss (by default gets are look-aside).
     #[arg(long)]
     pub no_fill: bool,
@@ -258,7 +294,7 @@ pub fn run_to(
         );
     }
     if args.caches.is_empty() {
-        bail!("--caches needs at least one of segcache, lru");
+        bail!("--caches needs at least one of segcache, pelikan, lru");
     }
     if args.window == 0 {
         bail!("--window must be positive");
@@ -314,6 +350,13 @@ pub fn run_to(
             let requests = source.open(limit)?;
             let mut cache: Box<dyn SimCache> = match kind {
                 CacheKind::Segcache => make_segcache(bytes, args.segment_size),
+                CacheKind::Pelikan => {
+                    let segment_size = match args.segment_size {
+                        0 => segcache::auto_segment_size(bytes),
+                        n => n,
+                    };
+                    Box::new(PelikanSim::new(bytes, segment_size, args.pelikan_clock)?)
+                }
                 CacheKind::Lru => Box::new(LruCache::new(bytes)),
             };
             let report = try_replay(requests, cache.as_mut(), &config)?;

@@ -61,6 +61,7 @@ fn defaults_match_the_documented_command() {
     assert_eq!(a.memory, vec![32.0, 64.0]);
     assert_eq!(a.segment_size, 0);
     assert_eq!(a.caches, vec![CacheKind::Segcache, CacheKind::Lru]);
+    assert_eq!(a.pelikan_clock, PelikanClock::Paced);
     assert_eq!(a.engine.workers, 1);
     assert_eq!(args(&["--workers", "4"]).engine.workers, 4);
     assert!(Cli::try_parse_from(["sim", "--workers", "0"]).is_err());
@@ -172,6 +173,53 @@ fn synthetic_run_prints_a_miss_ratio_table() {
             lru_report.memory_used.unwrap().to_string()
         ]
     );
+}
+
+#[test]
+fn pelikan_runs_beside_the_others_on_the_same_requests() {
+    let a = args(&[
+        "--keys",
+        "5000",
+        "--requests",
+        "20000",
+        "--memory",
+        "1",
+        "--segment-size",
+        "65536",
+        "--caches",
+        "segcache,pelikan,lru",
+        "--pelikan-clock",
+        "wall",
+        "--value-size",
+        "key:lognormal:100:1:16-1000",
+        "--write-ratio",
+        "0.1",
+    ]);
+    assert_eq!(a.pelikan_clock, PelikanClock::Wall);
+    let mut out = Vec::new();
+    let results = run_to(&a, &fake_segcache, &mut out).unwrap();
+    let text = String::from_utf8(out).unwrap();
+    assert!(
+        text.contains("value_size=key:lognormal:100:1:16-1000"),
+        "{text}"
+    );
+    let pelikan = &results[1].report;
+    assert_eq!(pelikan.cache, "pelikan");
+    assert_eq!(pelikan.gets, results[2].report.gets);
+    assert!(pelikan.hits > 0 && pelikan.misses > 0);
+    assert!(pelikan.items.unwrap() > 0);
+    assert!(pelikan.memory_used.unwrap() <= 1 << 20);
+    assert!(
+        text.lines()
+            .any(|l| l
+                .starts_with("# 1 MiB pelikan: segcache 0.4.4 heap=1048576 segment_size=65536")),
+        "{text}"
+    );
+    let header = text
+        .lines()
+        .find(|l| l.trim_start().starts_with("memory_MiB"))
+        .unwrap();
+    assert!(header.contains(" pelikan ") && header.contains(" pelikan_items "));
 }
 
 #[test]
