@@ -3,8 +3,14 @@
 //!
 //! Where memcached's notion does not exist in Segcache, the nearest honest figure is given
 //! and documented here:
-//! - `evictions` counts items removed by merge or FIFO eviction; `evicted_unfetched` is 0
-//!   (the engine does not track whether an item was ever read).
+//! - `evictions` counts items removed by merge or FIFO eviction; `evicted_unfetched` those
+//!   of them whose access frequency was 0 (never read since written, or since a merge last
+//!   kept them; FIFO eviction does not look at items and counts none).
+//! - `bytes` is live items' bytes (header, key, value); `segcache_dead_bytes` is what old
+//!   copies left by overwrites and deletes still occupy until their segment is merged or
+//!   expires, and `segcache_unwritten_bytes` the room in active and free segments, so
+//!   `bytes + segcache_dead_bytes + segcache_unwritten_bytes = limit_maxbytes` (rounded
+//!   down to whole segments).
 //! - `expired_unfetched` counts items reclaimed by proactive expiration (read or not).
 //! - `stats slabs`/`stats items` describe one pseudo slab class `1` whose pages are
 //!   segments, so tools that walk classes find something consistent.
@@ -55,6 +61,7 @@ impl<'s> StatsReport<'s> {
             total_connections: conns.total.load(Ordering::Relaxed),
             rejected_connections: conns.rejected.load(Ordering::Relaxed),
             evicted_items: engine.evicted_items,
+            evicted_unfetched: engine.evicted_unfetched,
             expired_items: engine.expired_items,
             flushed_items: engine.flushed_items,
         };
@@ -133,7 +140,12 @@ impl<'s> StatsReport<'s> {
                 "expired_unfetched",
                 Int(e.expired_items.saturating_sub(self.base.expired_items)),
             ),
-            ("evicted_unfetched", Int(0)),
+            (
+                "evicted_unfetched",
+                Int(e
+                    .evicted_unfetched
+                    .saturating_sub(self.base.evicted_unfetched)),
+            ),
             (
                 "evictions",
                 Int(e.evicted_items.saturating_sub(self.base.evicted_items)),
@@ -162,6 +174,9 @@ impl<'s> StatsReport<'s> {
             ("segcache_evicted_segments", Int(e.evicted_segments)),
             ("segcache_merges", Int(e.merges)),
             ("segcache_merge_retained_items", Int(e.merge_retained_items)),
+            ("segcache_compactions", Int(e.compactions)),
+            ("segcache_dead_bytes", Int(e.dead_bytes)),
+            ("segcache_unwritten_bytes", Int(e.unwritten_bytes)),
             ("segcache_expired_segments", Int(e.expired_segments)),
             ("segcache_flushed_items", Int(e.flushed_items)),
             ("segcache_out_of_memory", Int(e.out_of_memory)),
@@ -281,11 +296,14 @@ impl<'s> StatsReport<'s> {
             ("items:1:number", e.items),
             ("items:1:age", 0),
             ("items:1:evicted", e.evicted_items),
-            ("items:1:evicted_nonzero", 0),
+            (
+                "items:1:evicted_nonzero",
+                e.evicted_items.saturating_sub(e.evicted_unfetched),
+            ),
             ("items:1:outofmemory", e.out_of_memory),
             ("items:1:reclaimed", e.expired_items),
             ("items:1:expired_unfetched", e.expired_items),
-            ("items:1:evicted_unfetched", 0),
+            ("items:1:evicted_unfetched", e.evicted_unfetched),
         ]
         .iter()
         .map(|(n, v)| (n.to_string(), v.to_string()))

@@ -64,6 +64,8 @@ pub struct Baseline {
     pub rejected_connections: u64,
     /// `evictions`.
     pub evicted_items: u64,
+    /// `evicted_unfetched`.
+    pub evicted_unfetched: u64,
     /// `expired_unfetched` (and part of `reclaimed`).
     pub expired_items: u64,
     /// The rest of `reclaimed`.

@@ -16,6 +16,8 @@ pub(crate) struct EngineCounters {
     pub evicted_segments: AtomicU64,
     pub merges: AtomicU64,
     pub merge_retained_items: AtomicU64,
+    pub evicted_unfetched: AtomicU64,
+    pub compactions: AtomicU64,
     pub expired_items: AtomicU64,
     pub expired_segments: AtomicU64,
     pub flushed_items: AtomicU64,
@@ -59,6 +61,12 @@ pub struct Stats {
     pub items: u64,
     /// Bytes those items occupy in segments, headers included.
     pub bytes: u64,
+    /// Bytes written to segments in use that no item owns any more: old copies left by
+    /// overwrites and deletes, reclaimed when their segment is merged or expires.
+    pub dead_bytes: u64,
+    /// Bytes not yet written in the active segments (what the heap holds in reserve for
+    /// writes), plus the free segments' bytes.
+    pub unwritten_bytes: u64,
     /// The heap size (the memory limit).
     pub heap_bytes: u64,
     /// Bytes per segment.
@@ -77,6 +85,12 @@ pub struct Stats {
     pub merges: u64,
     /// Items kept by merges.
     pub merge_retained_items: u64,
+    /// Evicted items that were never read after they were written (or since the last
+    /// merge kept them): memcached's `evicted_unfetched`.
+    pub evicted_unfetched: u64,
+    /// Compactions: merges of consecutive segments whose live items all fit in one, made
+    /// before evicting anything (not counted in `merges` or `evicted_segments`).
+    pub compactions: u64,
     /// Items whose memory proactive expiration reclaimed.
     pub expired_items: u64,
     /// Segments proactive expiration freed.
@@ -105,13 +119,19 @@ pub(crate) fn collect(shared: &Shared) -> Stats {
     let mut items = 0u64;
     let mut bytes = 0u64;
     let mut active = 0u64;
+    let mut used = 0u64;
     for h in shared.headers.iter() {
+        let live = u64::from(h.live_bytes.load(Ordering::Relaxed));
         items += u64::from(h.live_items.load(Ordering::Relaxed));
-        bytes += u64::from(h.live_bytes.load(Ordering::Relaxed));
-        if h.state.load(Ordering::Relaxed) == state::ACTIVE {
-            active += 1;
+        bytes += live;
+        match h.state.load(Ordering::Relaxed) {
+            state::FREE => continue,
+            state::ACTIVE => active += 1,
+            _ => {}
         }
+        used += (h.used() as u64).max(live);
     }
+    let heap_bytes = (shared.heap.segments() * shared.heap.segment_size()) as u64;
     let table = shared.table.load();
     let c = &shared.counters;
     let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
@@ -126,7 +146,9 @@ pub(crate) fn collect(shared: &Shared) -> Stats {
     Stats {
         items,
         bytes,
-        heap_bytes: (shared.heap.segments() * shared.heap.segment_size()) as u64,
+        dead_bytes: used - bytes,
+        unwritten_bytes: heap_bytes.saturating_sub(used),
+        heap_bytes,
         segment_size: shared.heap.segment_size() as u64,
         segments: shared.heap.segments() as u64,
         segments_free: shared.free.len() as u64,
@@ -135,6 +157,8 @@ pub(crate) fn collect(shared: &Shared) -> Stats {
         evicted_segments: get(&c.evicted_segments),
         merges: get(&c.merges),
         merge_retained_items: get(&c.merge_retained_items),
+        evicted_unfetched: get(&c.evicted_unfetched),
+        compactions: get(&c.compactions),
         expired_items: get(&c.expired_items),
         expired_segments: get(&c.expired_segments),
         flushed_items: get(&c.flushed_items),
