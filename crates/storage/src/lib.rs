@@ -17,8 +17,9 @@
 //! | `ttl`         | the 1024 TTL buckets and the early-expiry tolerance |
 //! | `hashtable`   | the bulk-chained table: cache-line buckets, shared CAS, growth |
 //! | `chains`      | per-TTL-bucket segment chains and the free pool |
-//! | `handle`      | a thread's view: active segments and every memcached operation |
-//! | `evict`       | merge-based (and FIFO) segment eviction |
+//! | `active`      | the active segments writers append to, shared by handles |
+//! | `handle`      | a thread's view: lookups, the append path and every memcached operation |
+//! | `evict`       | compaction, merge-based (and FIFO) segment eviction |
 //! | `expire`      | proactive expiration and flush_all |
 //! | `numeric`     | memcached's incr/decr number rules |
 //! | `stats`       | counters, aggregated on demand |
@@ -49,7 +50,7 @@
 //!
 //! [`Cache`] is `Send + Sync` and cheap to clone; each thread takes its own [`Handle`]. Reads
 //! take no lock: a hash lookup, a reader reference on the segment, a key compare. Writes append
-//! to the handle's own active segment for the item's TTL bucket and then lock one hash chain
+//! to an active segment of the item's TTL bucket (shared by handles) and then lock one hash chain
 //! for a few slot updates. Segment chains change under a per-bucket mutex held for a few
 //! pointer updates. Eviction and expiration work a whole segment at a time.
 

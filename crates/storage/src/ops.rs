@@ -1,7 +1,7 @@
 //! memcached's operations on top of the handle's read and append paths.
 //!
 //! Every write follows one pattern: check what it can without a lock (so a doomed `add` or
-//! `cas` wastes no segment space), append the new item to the handle's active segment, then
+//! `cas` wastes no segment space), append the new item to an active segment, then
 //! lock the key's hash chain, re-check the condition against what is there now, and publish.
 //! Read-modify-write operations (append, prepend, incr, decr, touch) remember which item they
 //! read and publish only if it is still the current one, retrying otherwise; a lost race
