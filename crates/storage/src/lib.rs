@@ -18,7 +18,8 @@
 //! | `hashtable`   | the bulk-chained table: cache-line buckets, shared CAS, growth |
 //! | `chains`      | per-TTL-bucket segment chains and the free pool |
 //! | `active`      | the active segments writers append to, shared by handles |
-//! | `handle`      | a thread's view: lookups, the append path and every memcached operation |
+//! | `handle`      | a thread's view: lock-free lookups, the frequency counter |
+//! | `append`      | the append path: room in an active segment, the item's bytes |
 //! | `evict`       | compaction, merge-based (and FIFO) segment eviction |
 //! | `expire`      | proactive expiration and flush_all |
 //! | `numeric`     | memcached's incr/decr number rules |
@@ -55,6 +56,7 @@
 //! pointer updates. Eviction and expiration work a whole segment at a time.
 
 mod active;
+mod append;
 mod chains;
 mod clock;
 mod evict;
