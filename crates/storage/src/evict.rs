@@ -1,8 +1,8 @@
 //! Making room when no segment is free (Segcache §3.6).
 //!
-//! **Compaction** first: consecutive sealed segments of one chain whose live items fit one
-//! segment are merged without dropping anything (overwrites and deletes leave dead copies
-//! that would otherwise wait for the round-robin merge to come by).
+//! **Compaction** first (`compact.rs`): consecutive sealed segments of one chain whose live
+//! items fit in fewer segments are rewritten without dropping anything (overwrites and
+//! deletes leave dead copies that would otherwise wait for the round-robin merge).
 //!
 //! **Merge** (the default): pick a TTL bucket by smooth weighted round-robin, weighted by the
 //! number of segments in each chain (the paper says round-robin; with a few TTL classes of
@@ -73,7 +73,7 @@ pub(crate) fn make_room(shared: &Shared) -> Result<(), NoVictim> {
         EvictionPolicy::None => Err(NoVictim),
         EvictionPolicy::Fifo => evict_oldest(shared),
         EvictionPolicy::Merge => {
-            if compact_once(shared, &mut st) || merge_once(shared, &mut st) {
+            if crate::compact::compact_once(shared) || merge_once(shared, &mut st) {
                 Ok(())
             } else {
                 evict_oldest(shared)
@@ -192,108 +192,10 @@ fn merge_once(shared: &Shared, st: &mut EvictorState) -> bool {
             }
         }
         st.credit[bucket] -= total;
-        merge(shared, st, bucket, &run, Merge::Evict);
+        merge(shared, st, bucket, &run);
         return true;
     }
     false
-}
-
-/// Compaction: when some consecutive sealed segments of one chain hold, together, no more
-/// live bytes than one segment, merging them frees all but one without evicting anything.
-/// Overwrites and deletes leave dead copies behind in segments that a merge may not reach
-/// for a long while (a 30%-overwrite stream left a quarter of the heap dead); the best such
-/// run in the heap (the most segments freed, then the fewest bytes copied) is compacted
-/// before any live item is evicted. False when there is none.
-fn compact_once(shared: &Shared, st: &mut EvictorState) -> bool {
-    let now = shared.clock.now();
-    let generation = shared.current_generation(now);
-    let seg_size = shared.heap.segment_size();
-    // (bucket, first segment, segments, live bytes)
-    let mut best: Option<(usize, u32, usize, usize)> = None;
-    let mut window: std::collections::VecDeque<(u32, usize)> = Default::default();
-    for bucket in 0..N_BUCKETS {
-        let chain = shared.chains.lock(bucket);
-        if chain.segments < 2 {
-            continue;
-        }
-        window.clear();
-        let mut sum = 0usize;
-        let mut at = chain.head;
-        while at != NONE {
-            let h = &shared.headers[at as usize];
-            let mergeable = h.state.load(Ordering::Acquire) == state::SEALED
-                && h.is_settled()
-                && !h.is_dead(now, generation);
-            if !mergeable {
-                window.clear();
-                sum = 0;
-            } else {
-                let live = h.live_bytes.load(Ordering::Relaxed) as usize;
-                window.push_back((at, live));
-                sum += live;
-                while sum > seg_size || window.len() > COMPACT_MAX {
-                    let (_, l) = window.pop_front().expect("non-empty window");
-                    sum -= l;
-                }
-                let better = best.is_none_or(|(_, _, n, bytes)| {
-                    window.len() > n || (window.len() == n && sum < bytes)
-                });
-                if window.len() >= 2 && better {
-                    best = Some((bucket, window[0].0, window.len(), sum));
-                }
-            }
-            at = h.next.load(Ordering::Relaxed);
-        }
-    }
-    let Some((bucket, first, len, _)) = best else {
-        return false;
-    };
-    // Claim the run again under its chain's lock: it may have changed since the scan.
-    let mut run = Vec::with_capacity(len);
-    {
-        let chain = shared.chains.lock(bucket);
-        let mut at = first;
-        let mut sum = 0usize;
-        while at != NONE && run.len() < len {
-            let h = &shared.headers[at as usize];
-            if h.state.load(Ordering::Acquire) != state::SEALED
-                || !h.is_settled()
-                || h.is_dead(now, generation)
-                || h.ttl_bucket.load(Ordering::Relaxed) as usize != bucket
-            {
-                break;
-            }
-            sum += h.live_bytes.load(Ordering::Relaxed) as usize;
-            if sum > seg_size {
-                break;
-            }
-            run.push(at);
-            at = h.next.load(Ordering::Relaxed);
-        }
-        if run.len() < 2 {
-            return false;
-        }
-        for &seg in &run {
-            shared.headers[seg as usize]
-                .state
-                .store(state::MERGING, Ordering::Release);
-        }
-        drop(chain);
-    }
-    merge(shared, st, bucket, &run, Merge::Compact);
-    true
-}
-
-/// Most segments one compaction may consume.
-const COMPACT_MAX: usize = 16;
-
-/// What a merge may do with its sources' live items.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Merge {
-    /// Evict the least valuable beyond each source's share.
-    Evict,
-    /// Keep every live item (the sources' live bytes fit one segment).
-    Compact,
 }
 
 /// Merges a prefix of `run` (consecutive segments of `bucket`, claimed MERGING) into one new
@@ -303,7 +205,7 @@ enum Merge {
 /// whose live bytes fit their share lose nothing: a merge over mostly dead segments is a
 /// compaction. At least two sources are consumed, so a merge always frees a segment. Sources
 /// not consumed go back to SEALED.
-fn merge(shared: &Shared, st: &mut EvictorState, bucket: usize, run: &[u32], mode: Merge) {
+fn merge(shared: &Shared, st: &mut EvictorState, bucket: usize, run: &[u32]) {
     let seg_size = shared.heap.segment_size();
     let Some(dst) = shared.free.take_reserved() else {
         // No destination: fall back to freeing the first two sources whole.
@@ -343,10 +245,7 @@ fn merge(shared: &Shared, st: &mut EvictorState, bucket: usize, run: &[u32], mod
     let n = shared.config.merge_segments;
     // Each source keeps at most its share of the destination; the merge stops taking
     // sources once the destination is this full (pelikan: (N-1)/N + 5%).
-    let share = match mode {
-        Merge::Evict => seg_size / n.min(run.len()),
-        Merge::Compact => seg_size,
-    };
+    let share = seg_size / n.min(run.len());
     let stop = seg_size * (n - 1) / n + seg_size / 20;
     let mut dst_used = 0usize;
     let mut evicted = 0u64;
@@ -356,7 +255,7 @@ fn merge(shared: &Shared, st: &mut EvictorState, bucket: usize, run: &[u32], mod
     let mut consumed = 0;
     let mut table = shared.table.load();
     for &src in run {
-        if mode == Merge::Evict && consumed >= 2 && dst_used >= stop {
+        if consumed >= 2 && dst_used >= stop {
             break;
         }
         consumed += 1;
@@ -452,16 +351,9 @@ fn merge(shared: &Shared, st: &mut EvictorState, bucket: usize, run: &[u32], mod
         shared.retire_emptied(seg);
     }
     let c = &shared.counters;
-    match mode {
-        Merge::Evict => {
-            c.merges.fetch_add(1, Ordering::Relaxed);
-            c.evicted_segments
-                .fetch_add(done.len() as u64, Ordering::Relaxed);
-        }
-        Merge::Compact => {
-            c.compactions.fetch_add(1, Ordering::Relaxed);
-        }
-    }
+    c.merges.fetch_add(1, Ordering::Relaxed);
+    c.evicted_segments
+        .fetch_add(done.len() as u64, Ordering::Relaxed);
     c.evicted_unfetched.fetch_add(unfetched, Ordering::Relaxed);
     c.evicted_items.fetch_add(evicted, Ordering::Relaxed);
     c.merge_retained_items

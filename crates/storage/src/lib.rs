@@ -20,7 +20,8 @@
 //! | `active`      | the active segments writers append to, shared by handles |
 //! | `handle`      | a thread's view: lock-free lookups, the frequency counter |
 //! | `append`      | the append path: room in an active segment, the item's bytes |
-//! | `evict`       | compaction, merge-based (and FIFO) segment eviction |
+//! | `compact`     | compaction: segments rewritten without their dead copies |
+//! | `evict`       | merge-based (and FIFO) segment eviction |
 //! | `expire`      | proactive expiration and flush_all |
 //! | `numeric`     | memcached's incr/decr number rules |
 //! | `stats`       | counters, aggregated on demand |
@@ -59,6 +60,7 @@ mod active;
 mod append;
 mod chains;
 mod clock;
+mod compact;
 mod evict;
 mod expire;
 mod handle;

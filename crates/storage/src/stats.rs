@@ -18,6 +18,7 @@ pub(crate) struct EngineCounters {
     pub merge_retained_items: AtomicU64,
     pub evicted_unfetched: AtomicU64,
     pub compactions: AtomicU64,
+    pub compacted_items: AtomicU64,
     pub expired_items: AtomicU64,
     pub expired_segments: AtomicU64,
     pub flushed_items: AtomicU64,
@@ -88,9 +89,11 @@ pub struct Stats {
     /// Evicted items that were never read after they were written (or since the last
     /// merge kept them): memcached's `evicted_unfetched`.
     pub evicted_unfetched: u64,
-    /// Compactions: merges of consecutive segments whose live items all fit in one, made
+    /// Compactions: rewrites of consecutive segments whose live items fit in fewer, made
     /// before evicting anything (not counted in `merges` or `evicted_segments`).
     pub compactions: u64,
+    /// Items compactions moved.
+    pub compacted_items: u64,
     /// Items whose memory proactive expiration reclaimed.
     pub expired_items: u64,
     /// Segments proactive expiration freed.
@@ -159,6 +162,7 @@ pub(crate) fn collect(shared: &Shared) -> Stats {
         merge_retained_items: get(&c.merge_retained_items),
         evicted_unfetched: get(&c.evicted_unfetched),
         compactions: get(&c.compactions),
+        compacted_items: get(&c.compacted_items),
         expired_items: get(&c.expired_items),
         expired_segments: get(&c.expired_segments),
         flushed_items: get(&c.flushed_items),
