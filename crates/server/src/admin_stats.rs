@@ -175,6 +175,7 @@ impl<'s> StatsReport<'s> {
             ("segcache_merges", Int(e.merges)),
             ("segcache_merge_retained_items", Int(e.merge_retained_items)),
             ("segcache_compactions", Int(e.compactions)),
+            ("segcache_compacted_items", Int(e.compacted_items)),
             ("segcache_dead_bytes", Int(e.dead_bytes)),
             ("segcache_unwritten_bytes", Int(e.unwritten_bytes)),
             ("segcache_expired_segments", Int(e.expired_segments)),
