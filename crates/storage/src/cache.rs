@@ -344,6 +344,57 @@ impl Shared {
         }
     }
 
+    /// Runs `f` with the chain of the item at (`seg`, `offset`) locked and the hash slot that
+    /// points at the item, or `None` when no slot does (the item is dead: overwritten,
+    /// deleted, or already moved). For work that walks a segment's items (eviction,
+    /// compaction, retirement); the segment must be kept from reuse by the caller.
+    pub fn with_item_slot<T>(
+        &self,
+        table: &mut Arc<Table>,
+        seg: u32,
+        offset: usize,
+        header: &Header,
+        f: impl FnOnce(&ChainGuard<'_>, Option<(&AtomicU64, Slot)>) -> T,
+    ) -> T {
+        let key = self.key_at(seg, offset, header);
+        let hash = crate::handle::hash(key);
+        let units = self.units(offset);
+        self.with_chain(table, hash, |chain| {
+            let found = chain
+                .scan(|slot, s| (s.seg() == seg && s.offset_units() == units).then_some((slot, s)));
+            f(chain, found)
+        })
+    }
+
+    /// Moves a live item from `from` to `to` (segment, offset): copies its `header.len()`
+    /// bytes, points its slot (`slot`, now holding `current`) there with frequency `freq`,
+    /// and moves its live accounting. Call inside [`Shared::with_item_slot`].
+    ///
+    /// # Safety
+    /// `from`'s segment is sealed, settled and claimed by the caller (MERGING), so its bytes
+    /// are final; `[to.1, to.1 + aligned len)` of `to`'s segment is the caller's, unpublished.
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn move_item(
+        &self,
+        chain: &ChainGuard<'_>,
+        slot: &AtomicU64,
+        current: Slot,
+        from: (u32, usize),
+        to: (u32, usize),
+        header: &Header,
+        freq: u8,
+    ) {
+        let size = self.aligned(header.len());
+        // SAFETY: per this function's contract.
+        unsafe { self.heap.copy(from, to, header.len()) };
+        chain.replace(slot, Slot::new(to.0, self.units(to.1), freq, current.tag()));
+        let dst = &self.headers[to.0 as usize];
+        dst.add_live(size);
+        dst.write_offset
+            .store((to.1 + size) as u32, Ordering::Release);
+        self.headers[from.0 as usize].remove_live(size);
+    }
+
     /// Removes the hash entry that points at (`seg`, `offset`) if there is one, for an item
     /// leaving through eviction, expiration or retirement. Returns true if it was live.
     pub fn unlink_item(
@@ -353,18 +404,14 @@ impl Shared {
         offset: usize,
         header: &Header,
     ) -> bool {
-        let key = self.key_at(seg, offset, header);
-        let hash = crate::handle::hash(key);
-        let units = self.units(offset);
-        self.with_chain(table, hash, |chain| {
-            let found =
-                chain.scan(|slot, s| (s.seg() == seg && s.offset_units() == units).then_some(slot));
-            if let Some(slot) = found {
-                chain.remove(slot);
-                chain.bump_cas();
-                self.headers[seg as usize].remove_live(self.aligned(header.len()));
-            }
-            found.is_some()
+        self.with_item_slot(table, seg, offset, header, |chain, found| {
+            let Some((slot, _)) = found else {
+                return false;
+            };
+            chain.remove(slot);
+            chain.bump_cas();
+            self.headers[seg as usize].remove_live(self.aligned(header.len()));
+            true
         })
     }
 

@@ -17,7 +17,6 @@
 //! goes back to SEALED with those items dead in it.
 
 use crate::cache::Shared;
-use crate::hashtable::Slot;
 use crate::segment::{state, NONE, SEALED};
 use crate::ttl::N_BUCKETS;
 use std::sync::atomic::Ordering;
@@ -181,33 +180,25 @@ fn compact(shared: &Shared, bucket: usize, run: &[u32]) -> usize {
                 dst = Some(Destination { seg, used: 0 });
             }
             let d = dst.as_mut().expect("a destination with room");
-            let key = shared.key_at(src, offset, &header);
-            let hash = crate::handle::hash(key);
-            let units = shared.units(offset);
-            shared.with_chain(&mut table, hash, |chain| {
-                let found = chain.scan(|slot, s| {
-                    (s.seg() == src && s.offset_units() == units).then_some((slot, s))
-                });
+            shared.with_item_slot(&mut table, src, offset, &header, |chain, found| {
                 let Some((slot, s)) = found else {
                     return; // dead
                 };
-                // SAFETY: `src` bytes below `used` are complete and immutable (sealed and
-                // settled, MERGING, reachable through the locked slot); [d.used, +len) in
-                // `d.seg` is owned by this compaction and not yet published.
+                // SAFETY: `src` is sealed, settled and MERGING (claimed by this compaction),
+                // so its bytes are final; [d.used, +size) in `d.seg` is this compaction's and
+                // not yet published.
                 unsafe {
-                    shared
-                        .heap
-                        .copy((src, offset), (d.seg, d.used), header.len());
+                    shared.move_item(
+                        chain,
+                        slot,
+                        s,
+                        (src, offset),
+                        (d.seg, d.used),
+                        &header,
+                        s.freq(),
+                    );
                 }
-                let dh = &shared.headers[d.seg as usize];
-                chain.replace(
-                    slot,
-                    Slot::new(d.seg, shared.units(d.used), s.freq(), s.tag()),
-                );
-                dh.add_live(size);
                 d.used += size;
-                dh.write_offset.store(d.used as u32, Ordering::Release);
-                h.remove_live(size);
                 moved += 1;
             });
             offset += size;

@@ -28,7 +28,6 @@
 //! it usually find a free segment when they get the lock).
 
 use crate::cache::{EvictionPolicy, Shared};
-use crate::hashtable::Slot;
 use crate::segment::{state, NONE, SEALED};
 use crate::ttl::N_BUCKETS;
 use std::sync::atomic::Ordering;
@@ -276,13 +275,7 @@ fn merge(shared: &Shared, st: &mut EvictorState, bucket: usize, run: &[u32]) {
         while offset < used {
             let header = shared.header_at(src, offset);
             let size = shared.aligned(header.len());
-            let key = shared.key_at(src, offset, &header);
-            let hash = crate::handle::hash(key);
-            let units = shared.units(offset);
-            shared.with_chain(&mut table, hash, |chain| {
-                let found = chain.scan(|slot, s| {
-                    (s.seg() == src && s.offset_units() == units).then_some((slot, s))
-                });
+            shared.with_item_slot(&mut table, src, offset, &header, |chain, found| {
                 let Some((slot, s)) = found else {
                     return; // dead: overwritten or deleted
                 };
@@ -297,29 +290,31 @@ fn merge(shared: &Shared, st: &mut EvictorState, bucket: usize, run: &[u32]) {
                 let score = f64::from(s.freq()) / (size as f64 / mean_size);
                 let drop = dropped < to_drop && score <= cutoff;
                 if !drop && dst_used + size <= seg_size {
-                    // SAFETY: `src` bytes below `used` are complete and immutable (sealed,
-                    // MERGING, reachable through the locked slot); [dst_used, +len) in `dst`
-                    // is owned by this merge and not yet published.
+                    // SAFETY: `src` is sealed, settled and MERGING (claimed by this merge),
+                    // so its bytes are final; [dst_used, +size) in `dst` is this merge's and
+                    // not yet published.
                     unsafe {
-                        shared
-                            .heap
-                            .copy((src, offset), (dst, dst_used), header.len());
+                        shared.move_item(
+                            chain,
+                            slot,
+                            s,
+                            (src, offset),
+                            (dst, dst_used),
+                            &header,
+                            kept_freq(s.freq()),
+                        );
                     }
-                    let kept = Slot::new(dst, shared.units(dst_used), kept_freq(s.freq()), s.tag());
-                    chain.replace(slot, kept);
-                    d.add_live(size);
                     dst_used += size;
-                    d.write_offset.store(dst_used as u32, Ordering::Release);
                     copied += size;
                     retained += 1;
                 } else {
                     chain.remove(slot);
                     chain.bump_cas();
+                    h.remove_live(size);
                     dropped += size;
                     evicted += 1;
                     unfetched += u64::from(s.freq() == 0);
                 }
-                h.remove_live(size);
             });
             offset += size;
         }
