@@ -334,16 +334,18 @@ impl Handle {
                 if new_second {
                     table.start_second(head);
                 }
-                // Reload: `start_second` may just have cleared this slot's mark.
-                let now_slot = Slot(slot.load(Ordering::Relaxed));
-                if now_slot.same_location(current) && !now_slot.counted() {
-                    let next = now_slot.with_counted_freq(self.next_frequency(now_slot.freq()));
-                    let _ = slot.compare_exchange(
-                        now_slot.0,
-                        next.0,
-                        Ordering::Relaxed,
-                        Ordering::Relaxed,
-                    );
+                // After `start_second` the slot's mark may just have been cleared: reload it
+                // then; otherwise the value read above is current enough (a hit already
+                // counted this second, the common case, costs no further access).
+                let seen = if new_second {
+                    Slot(slot.load(Ordering::Relaxed))
+                } else {
+                    current
+                };
+                if seen.same_location(current) && !seen.counted() {
+                    let next = seen.with_counted_freq(self.next_frequency(seen.freq()));
+                    let _ =
+                        slot.compare_exchange(seen.0, next.0, Ordering::Relaxed, Ordering::Relaxed);
                 }
             }
             Some(Probe::Found(Some(ItemRef {
