@@ -177,6 +177,7 @@ impl<'s> StatsReport<'s> {
             ("segcache_compactions", Int(e.compactions)),
             ("segcache_compacted_items", Int(e.compacted_items)),
             ("segcache_dead_bytes", Int(e.dead_bytes)),
+            ("segcache_ghost_bytes", Int(e.ghost_bytes)),
             ("segcache_unwritten_bytes", Int(e.unwritten_bytes)),
             ("segcache_expired_segments", Int(e.expired_segments)),
             ("segcache_flushed_items", Int(e.flushed_items)),

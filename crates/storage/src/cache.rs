@@ -4,6 +4,7 @@
 use crate::active::ActiveSegments;
 use crate::chains::{Chains, FreePool};
 use crate::clock::Clock;
+use crate::ghost::Ghosts;
 use crate::handle::{Handle, HandleCounters};
 use crate::hashtable::{ChainGuard, HashTable, Slot, Table, MAX_OFFSET_UNITS, MAX_SEGMENTS};
 use crate::heap::Heap;
@@ -36,7 +37,8 @@ pub struct Config {
     pub segment_size: usize,
     /// log2 of the initial number of hash buckets; derived from the memory size if unset.
     pub hash_power: Option<u32>,
-    /// Segments merged per eviction (Segcache's N, default 4).
+    /// Segments' worth of live items ranked per merge eviction (Segcache's N, default 2; see
+    /// `evict.rs`).
     pub merge_segments: usize,
     /// What to do when memory is full.
     pub eviction: EvictionPolicy,
@@ -61,7 +63,7 @@ impl Config {
             memory_bytes,
             segment_size: 1 << 20,
             hash_power: None,
-            merge_segments: 4,
+            merge_segments: 2,
             eviction: EvictionPolicy::Merge,
             expiry_precision_shift: crate::ttl::DEFAULT_PRECISION_SHIFT,
             clock: Clock::system(),
@@ -244,6 +246,8 @@ pub(crate) struct Shared {
     pub counters: EngineCounters,
     pub handles: Mutex<HandleRegistry>,
     pub evictor: Mutex<crate::evict::EvictorState>,
+    /// What is remembered of evicted keys (see `ghost.rs`).
+    pub ghosts: Ghosts,
     /// The next lease token (see `lease.rs`).
     pub next_token: AtomicU64,
 }
@@ -347,14 +351,15 @@ impl Shared {
     /// Runs `f` with the chain of the item at (`seg`, `offset`) locked and the hash slot that
     /// points at the item, or `None` when no slot does (the item is dead: overwritten,
     /// deleted, or already moved). For work that walks a segment's items (eviction,
-    /// compaction, retirement); the segment must be kept from reuse by the caller.
+    /// compaction, retirement); the segment must be kept from reuse by the caller. `f` also
+    /// gets the key's hash.
     pub fn with_item_slot<T>(
         &self,
         table: &mut Arc<Table>,
         seg: u32,
         offset: usize,
         header: &Header,
-        f: impl FnOnce(&ChainGuard<'_>, Option<(&AtomicU64, Slot)>) -> T,
+        f: impl FnOnce(&ChainGuard<'_>, Option<(&AtomicU64, Slot)>, u64) -> T,
     ) -> T {
         let key = self.key_at(seg, offset, header);
         let hash = crate::handle::hash(key);
@@ -362,7 +367,7 @@ impl Shared {
         self.with_chain(table, hash, |chain| {
             let found = chain
                 .scan(|slot, s| (s.seg() == seg && s.offset_units() == units).then_some((slot, s)));
-            f(chain, found)
+            f(chain, found, hash)
         })
     }
 
@@ -404,7 +409,7 @@ impl Shared {
         offset: usize,
         header: &Header,
     ) -> bool {
-        self.with_item_slot(table, seg, offset, header, |chain, found| {
+        self.with_item_slot(table, seg, offset, header, |chain, found, _| {
             let Some((slot, _)) = found else {
                 return false;
             };
@@ -535,6 +540,7 @@ impl Cache {
             counters: EngineCounters::default(),
             handles: Mutex::new(HandleRegistry::default()),
             evictor: Mutex::new(crate::evict::EvictorState::default()),
+            ghosts: Ghosts::for_heap(g.segments * config.segment_size),
             next_token: AtomicU64::new(crate::lease::first_token()),
             config,
         };

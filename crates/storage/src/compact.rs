@@ -180,7 +180,7 @@ fn compact(shared: &Shared, bucket: usize, run: &[u32]) -> usize {
                 dst = Some(Destination { seg, used: 0 });
             }
             let d = dst.as_mut().expect("a destination with room");
-            shared.with_item_slot(&mut table, src, offset, &header, |chain, found| {
+            shared.with_item_slot(&mut table, src, offset, &header, |chain, found, _| {
                 let Some((slot, s)) = found else {
                     return; // dead
                 };

@@ -344,8 +344,12 @@ impl Handle {
                 };
                 if seen.same_location(current) && !seen.counted() {
                     let next = seen.with_counted_freq(self.next_frequency(seen.freq()));
-                    let _ =
-                        slot.compare_exchange(seen.0, next.0, Ordering::Relaxed, Ordering::Relaxed);
+                    let counted = slot
+                        .compare_exchange(seen.0, next.0, Ordering::Relaxed, Ordering::Relaxed)
+                        .is_ok();
+                    if counted {
+                        header.reads.fetch_add(1, Ordering::Relaxed);
+                    }
                 }
             }
             Some(Probe::Found(Some(ItemRef {

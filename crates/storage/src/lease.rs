@@ -222,7 +222,7 @@ impl Handle {
                             // Someone stored or vivified the key meanwhile: read theirs.
                             return Outcome::Done(());
                         }
-                        match this.publish(table, chain, old.as_ref(), &written, tag, false) {
+                        match this.publish(table, chain, old.as_ref(), &written, h, false) {
                             Ok(()) => Outcome::Done(()),
                             Err(_) => Outcome::Grow(table.power()),
                         }
@@ -401,7 +401,7 @@ impl Handle {
                 }
                 let old = old.expect("checked above");
                 match &written {
-                    Some(w) => match this.publish(table, chain, Some(&old), w, tag, bump_cas) {
+                    Some(w) => match this.publish(table, chain, Some(&old), w, h, bump_cas) {
                         Ok(()) => Outcome::Done(()),
                         Err(_) => Outcome::Grow(table.power()),
                     },

@@ -63,6 +63,7 @@ mod clock;
 mod compact;
 mod evict;
 mod expire;
+mod ghost;
 mod handle;
 mod hashtable;
 mod heap;

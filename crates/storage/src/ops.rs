@@ -216,14 +216,20 @@ impl Handle {
         chain: &ChainGuard<'_>,
         old: Option<&Existing<'_>>,
         written: &Written,
-        tag: u16,
+        hash: u64,
         bump_cas: bool,
     ) -> Result<(), TableFull> {
         let shared = &*self.shared;
         // A rewrite keeps the key's access frequency: popularity belongs to the key, and an
-        // overwritten hot key must not look cold to the next merge.
-        let freq = old.map_or(0, |e| e.slot_value.freq());
-        let slot = Slot::new(written.seg, shared.units(written.offset), freq, tag);
+        // overwritten hot key must not look cold to the next merge. A new key starts with
+        // what the ghosts remember of it (`ghost.rs`).
+        let freq = old.map_or_else(|| shared.ghosts.recall(hash), |e| e.slot_value.freq());
+        let slot = Slot::new(
+            written.seg,
+            shared.units(written.offset),
+            freq,
+            tag_of(hash),
+        );
         match old {
             Some(e) => {
                 chain.replace(e.slot, slot);
@@ -326,7 +332,7 @@ impl Handle {
                 return Outcome::Done(status);
             }
             match &written {
-                Some(w) => match this.publish(table, chain, old.as_ref(), w, tag, true) {
+                Some(w) => match this.publish(table, chain, old.as_ref(), w, h, true) {
                     Ok(()) => Outcome::Done(StoreStatus::Stored),
                     Err(TableFull) => Outcome::Grow(table.power()),
                 },
@@ -445,7 +451,7 @@ impl Handle {
                     _ => return Outcome::Retry,
                 }
                 match &written {
-                    Some(w) => match this.publish(table, chain, old.as_ref(), w, tag, bump_cas) {
+                    Some(w) => match this.publish(table, chain, old.as_ref(), w, h, bump_cas) {
                         Ok(()) => Outcome::Done(()),
                         Err(TableFull) => Outcome::Grow(table.power()),
                     },
@@ -608,7 +614,7 @@ impl Handle {
         };
         let removed = self.locked(h, |this, table, chain| {
             let old = existing(&this.shared, chain, key, tag, now);
-            match this.publish(table, chain, old.as_ref(), &written, tag, true) {
+            match this.publish(table, chain, old.as_ref(), &written, h, true) {
                 Ok(()) => Outcome::Done(old.as_ref().is_some_and(Existing::has_value)),
                 Err(TableFull) => Outcome::Grow(table.power()),
             }

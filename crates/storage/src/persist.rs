@@ -416,6 +416,8 @@ impl Cache {
             counters: Default::default(),
             handles: Default::default(),
             evictor: Default::default(),
+            // Ghosts are hints, not state: a restart forgets them.
+            ghosts: crate::ghost::Ghosts::for_heap(geometry.segments * config.segment_size),
             next_token: std::sync::atomic::AtomicU64::new(
                 next_token.max(crate::lease::first_token()),
             ),

@@ -74,6 +74,9 @@ pub struct SegmentHeader {
     /// Items (and their bytes) that the hash table still points to.
     pub live_items: AtomicU32,
     pub live_bytes: AtomicU32,
+    /// Counted reads of its items (at most one per item per second) since it was opened or
+    /// last passed over by a merge (see `evict.rs`).
+    pub reads: AtomicU32,
 }
 
 impl SegmentHeader {
@@ -93,6 +96,7 @@ impl SegmentHeader {
             next: AtomicU32::new(NONE),
             live_items: AtomicU32::new(0),
             live_bytes: AtomicU32::new(0),
+            reads: AtomicU32::new(0),
         }
     }
 
@@ -119,6 +123,7 @@ impl SegmentHeader {
         self.next.store(NONE, Ordering::Relaxed);
         self.live_items.store(0, Ordering::Relaxed);
         self.live_bytes.store(0, Ordering::Relaxed);
+        self.reads.store(0, Ordering::Relaxed);
         self.state.store(next_state, Ordering::Release);
         self.accessible.store(true, Ordering::SeqCst);
     }

@@ -112,6 +112,8 @@ pub struct Stats {
     pub hash_bytes: u64,
     /// Times the table doubled.
     pub hash_growths: u64,
+    /// Bytes of the ghost table (fingerprints of evicted keys, outside the heap).
+    pub ghost_bytes: u64,
     /// Items per primary-bucket slot (0..=1 before overflow).
     pub hash_load: f64,
     /// Per-handle counters, summed.
@@ -172,6 +174,7 @@ pub(crate) fn collect(shared: &Shared) -> Stats {
         hash_overflow_capacity: table.overflow_capacity() as u64,
         hash_bytes: table.bytes() as u64,
         hash_growths: get(&c.hash_growths),
+        ghost_bytes: shared.ghosts.bytes() as u64,
         hash_load: items as f64 / (table.primary_buckets() as f64 * 7.0),
         handles: totals,
     }

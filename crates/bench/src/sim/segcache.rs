@@ -20,8 +20,8 @@ pub struct EngineArgs {
     /// Eviction policy of the Segcache engine.
     #[arg(long, default_value = "merge", value_parser = ["merge", "fifo"])]
     pub eviction: String,
-    /// Segments merged per eviction (Segcache's N).
-    #[arg(long, default_value_t = 4)]
+    /// Segments' worth of live items ranked per merge eviction (Segcache's N).
+    #[arg(long, default_value_t = 2)]
     pub merge_segments: usize,
     /// Early-expiry tolerance as 1/2^shift of a TTL bucket's lower bound.
     #[arg(long, default_value_t = 3)]
@@ -36,7 +36,7 @@ impl Default for EngineArgs {
     fn default() -> Self {
         EngineArgs {
             eviction: "merge".into(),
-            merge_segments: 4,
+            merge_segments: 2,
             expiry_precision_shift: 3,
             workers: 1,
         }
