@@ -54,8 +54,9 @@ use crate::sim::workload::TtlMix;
 pub struct LoadArgs {
     /// Start this server for the run, on a free port: memcached, memfleet, floor (a server
     /// that only reads and writes its socket, not a cache: the cost of socket I/O alone), or
-    /// NAME='COMMAND ... {port} ...'. Repeatable; spawned servers come before --target ones,
-    /// and the first target is the anchor of the ratio columns.
+    /// NAME='COMMAND ... {port} ...' ({memory} and {threads} become --server-memory, or each
+    /// --memory-sizes entry, and --server-threads). Repeatable; spawned servers come before
+    /// --target ones, and the first target is the anchor of the ratio columns.
     #[arg(long, value_parser = target::parse_spawn)]
     pub spawn: Vec<SpawnSpec>,
     /// A running server: NAME=HOST:PORT[,pid=PID] (the PID gives its CPU time). Repeatable.

@@ -186,7 +186,15 @@ impl SpawnSpec {
             .map(String::from)
             .to_vec(),
             SpawnSpec::Custom { argv, .. } => {
-                argv.iter().map(|a| a.replace("{port}", &p)).collect()
+                // {memory} and {threads} let one command follow --memory-sizes (replay) and
+                // --server-threads like the built-in servers do.
+                argv.iter()
+                    .map(|a| {
+                        a.replace("{port}", &p)
+                            .replace("{memory}", &m)
+                            .replace("{threads}", &t)
+                    })
+                    .collect()
             }
         }
     }
@@ -422,6 +430,8 @@ mod tests {
         let c = parse_spawn("old=/opt/mc -p {port} -t 2").unwrap();
         assert_eq!(c.name(), "old");
         assert_eq!(c.argv(9, &s).join(" "), "/opt/mc -p 9 -t 2");
+        let c = parse_spawn("new=/opt/mc -p {port} -m {memory} -t {threads}").unwrap();
+        assert_eq!(c.argv(9, &s).join(" "), "/opt/mc -p 9 -m 1024 -t 1");
         assert!(parse_spawn("nginx").is_err());
         assert!(parse_spawn("x=/bin/true").is_err());
         assert!(parse_spawn("=a {port}").is_err());
