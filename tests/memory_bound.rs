@@ -253,7 +253,8 @@ fn resident_memory_stays_within_the_limit_plus_the_documented_overhead() {
     // grows, by doubling, to a maximum set by -m; the old table is freed after a doubling,
     // so at the peak both were live: half the current size more).
     let bound = |hash: u64, conns: usize| {
-        Some(LIMIT_MB * MIB + hash + hash / 2 + conns as u64 * PER_CONNECTION + RUNTIME)
+        let ghosts = LIMIT_MB * MIB / 64;
+        Some(LIMIT_MB * MIB + hash + hash / 2 + ghosts + conns as u64 * PER_CONNECTION + RUNTIME)
     };
     let rows = run(pid, port, bound);
     print("memfleet server", &rows);

@@ -265,10 +265,11 @@ fn merge(shared: &Shared, bucket: usize, run: &[u32]) {
             .load(Ordering::Relaxed) as usize;
     }
     let sources = &run[..consumed];
-    // Pass 1: the live items of the sources and what each is worth.
+    // Pass 1: how many live bytes of each worth class the sources hold (a histogram, so a
+    // merge needs no memory per item, whatever the item count).
     let mut table = shared.table.load();
-    let mut candidates: Vec<Candidate> = Vec::new();
-    for (i, &src) in sources.iter().enumerate() {
+    let mut bytes_of_class = [0usize; WORTH_CLASSES];
+    for &src in sources {
         let h = &shared.headers[src as usize];
         d.include_deadlines(h.min_deadline(), h.max_deadline());
         let used = h.used();
@@ -280,72 +281,73 @@ fn merge(shared: &Shared, bucket: usize, run: &[u32]) {
                 found.map(|(_, s)| s.freq())
             });
             if let Some(freq) = freq {
-                candidates.push(Candidate {
-                    source: i as u8,
-                    offset: offset as u32,
-                    size: size as u32,
-                    worth: worth(freq, size),
-                    keep: false,
-                });
+                bytes_of_class[worth_class(freq, size)] += size;
             }
             offset += size;
         }
     }
-    // The most valuable items that fill one segment stay; among equals, the younger.
-    let mut order: Vec<u32> = (0..candidates.len() as u32).collect();
-    order.sort_unstable_by(|&a, &b| {
-        let (x, y) = (&candidates[a as usize], &candidates[b as usize]);
-        y.worth.total_cmp(&x.worth).then(b.cmp(&a))
-    });
-    let mut kept_bytes = 0usize;
-    for i in order {
-        let c = &mut candidates[i as usize];
-        if kept_bytes + c.size as usize <= seg_size {
-            kept_bytes += c.size as usize;
-            c.keep = true;
+    // The most valuable classes that fill one segment stay; the cutoff class keeps what fits
+    // of it, in chain order.
+    let mut cutoff = 0;
+    let mut cutoff_room = 0;
+    let mut above = 0usize;
+    for class in (0..WORTH_CLASSES).rev() {
+        if above + bytes_of_class[class] > seg_size {
+            cutoff = class;
+            cutoff_room = seg_size - above;
+            break;
         }
+        above += bytes_of_class[class];
     }
     // Pass 2: move the kept, drop the rest (items that died since pass 1 are skipped).
     let mut dst_used = 0usize;
     let mut evicted = 0u64;
     let mut retained = 0u64;
     let mut unfetched = 0u64;
-    for c in &candidates {
-        let src = sources[c.source as usize];
+    for &src in sources {
         let h = &shared.headers[src as usize];
-        let offset = c.offset as usize;
-        let size = c.size as usize;
-        let header = shared.header_at(src, offset);
-        shared.with_item_slot(&mut table, src, offset, &header, |chain, found, hash| {
-            let Some((slot, s)) = found else {
-                return; // died since pass 1
-            };
-            if c.keep && dst_used + size <= seg_size {
-                // SAFETY: `src` is sealed, settled and MERGING (claimed by this merge), so
-                // its bytes are final; [dst_used, +size) in `dst` is this merge's and not
-                // yet published.
-                unsafe {
-                    shared.move_item(
-                        chain,
-                        slot,
-                        s,
-                        (src, offset),
-                        (dst, dst_used),
-                        &header,
-                        kept_freq(s.freq()),
-                    );
+        let used = h.used();
+        let mut offset = 0;
+        while offset < used {
+            let header = shared.header_at(src, offset);
+            let size = shared.aligned(header.len());
+            shared.with_item_slot(&mut table, src, offset, &header, |chain, found, hash| {
+                let Some((slot, s)) = found else {
+                    return; // dead: overwritten or deleted
+                };
+                let class = worth_class(s.freq(), size);
+                let keep = class > cutoff || (class == cutoff && size <= cutoff_room);
+                if keep && class == cutoff {
+                    cutoff_room -= size;
                 }
-                dst_used += size;
-                retained += 1;
-            } else {
-                chain.remove(slot);
-                chain.bump_cas();
-                h.remove_live(size);
-                shared.ghosts.remember(hash, s.freq());
-                evicted += 1;
-                unfetched += u64::from(s.freq() == 0);
-            }
-        });
+                if keep && dst_used + size <= seg_size {
+                    // SAFETY: `src` is sealed, settled and MERGING (claimed by this merge),
+                    // so its bytes are final; [dst_used, +size) in `dst` is this merge's and
+                    // not yet published.
+                    unsafe {
+                        shared.move_item(
+                            chain,
+                            slot,
+                            s,
+                            (src, offset),
+                            (dst, dst_used),
+                            &header,
+                            kept_freq(s.freq()),
+                        );
+                    }
+                    dst_used += size;
+                    retained += 1;
+                } else {
+                    chain.remove(slot);
+                    chain.bump_cas();
+                    h.remove_live(size);
+                    shared.ghosts.remember(hash, s.freq());
+                    evicted += 1;
+                    unfetched += u64::from(s.freq() == 0);
+                }
+            });
+            offset += size;
+        }
     }
     let (done, rest) = run.split_at(consumed);
     d.write_offset
@@ -397,23 +399,19 @@ fn second_chance(h: &crate::segment::SegmentHeader) -> bool {
     hot
 }
 
-/// A live item of a merge's sources.
-struct Candidate {
-    /// Index into the merge's sources.
-    source: u8,
-    offset: u32,
-    size: u32,
-    worth: f64,
-    keep: bool,
-}
+/// Worth classes: eighths of an octave of (frequency + 1) per byte, from 2^-31 (a one-GiB
+/// item never read) to 2^7 (a one-byte item read every second for two minutes).
+const WORTH_CLASSES: usize = 38 * 8;
 
-/// What an item is worth keeping: its reads, plus one for the write that brought it, per byte
-/// it takes. Per byte, because a small item costs less room for the hits it brings (the miss
-/// ratio counts objects); the plus one ranks unread items by size too, so that a small new
-/// item outlasts a large one. (On the look-aside workload of BENCHMARKS.md at 64 MiB:
-/// frequency alone missed 0.2617, plus one 0.2578.)
-fn worth(freq: u8, size: usize) -> f64 {
-    (f64::from(freq) + 1.0) / size as f64
+/// The class of what an item is worth keeping: its reads, plus one for the write that
+/// brought it, per byte it takes. Per byte, because a small item costs less room for the hits
+/// it brings (the miss ratio counts objects); the plus one ranks unread items by size too, so
+/// that a small new item outlasts a large one. (On the look-aside workload of BENCHMARKS.md at
+/// 64 MiB: frequency alone missed 0.2617, plus one 0.2578.)
+fn worth_class(freq: u8, size: usize) -> usize {
+    let worth = (f64::from(freq) + 1.0) / size.max(1) as f64;
+    let class = (worth.log2() * 8.0).floor() as i64 + 31 * 8;
+    class.clamp(0, WORTH_CLASSES as i64 - 1) as usize
 }
 
 /// The frequency an item keeps when a merge moves it: halved, so past popularity fades
