@@ -348,6 +348,28 @@ impl Shared {
         }
     }
 
+    /// The items written in `seg`, in order: (offset, header, aligned size). Stops at a
+    /// reserved range whose writer never wrote it (key length 0) rather than walk garbage.
+    /// For merges, compaction and retirement, which keep the segment's bytes final (sealed
+    /// and settled or drained) while they walk it.
+    pub fn items_in(&self, seg: u32) -> impl Iterator<Item = (usize, Header, usize)> + '_ {
+        let used = self.headers[seg as usize].used();
+        let mut offset = 0;
+        std::iter::from_fn(move || {
+            if offset >= used {
+                return None;
+            }
+            let header = self.header_at(seg, offset);
+            if header.key_len == 0 {
+                return None;
+            }
+            let at = offset;
+            let size = self.aligned(header.len());
+            offset += size;
+            Some((at, header, size))
+        })
+    }
+
     /// Runs `f` with the chain of the item at (`seg`, `offset`) locked and the hash slot that
     /// points at the item, or `None` when no slot does (the item is dead: overwritten,
     /// deleted, or already moved). For work that walks a segment's items (eviction,
@@ -444,23 +466,16 @@ impl Shared {
         h.state.store(state::RETIRING, Ordering::Release);
         h.seal();
         h.drain();
-        let used = h.used();
-        let mut offset = 0;
         let mut dropped = 0;
         let mut table = self.table.load();
         // Every item is looked up, whatever the live count says: a slot left pointing into
         // a reused segment would be read as garbage.
-        while unlink && offset < used {
-            let header = self.header_at(seg, offset);
-            if header.key_len == 0 {
-                // A reserved range whose writer gave up before writing (cannot happen after
-                // drain, but never loop on garbage).
-                break;
+        if unlink {
+            for (offset, header, _) in self.items_in(seg) {
+                if self.unlink_item(&mut table, seg, offset, &header) {
+                    dropped += 1;
+                }
             }
-            if self.unlink_item(&mut table, seg, offset, &header) {
-                dropped += 1;
-            }
-            offset += self.aligned(header.len());
         }
         self.free_segment(seg);
         dropped

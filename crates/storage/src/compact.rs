@@ -157,11 +157,7 @@ fn compact(shared: &Shared, bucket: usize, run: &[u32]) -> usize {
         if let Some(d) = &dst {
             shared.headers[d.seg as usize].include_deadlines(lo, hi);
         }
-        let used = h.used();
-        let mut offset = 0;
-        while offset < used {
-            let header = shared.header_at(src, offset);
-            let size = shared.aligned(header.len());
+        for (offset, header, size) in shared.items_in(src) {
             if dst.as_ref().is_none_or(|d| d.used + size > seg_size) {
                 if let Some(full) = dst.take() {
                     seal(shared, full);
@@ -201,7 +197,6 @@ fn compact(shared: &Shared, bucket: usize, run: &[u32]) -> usize {
                 d.used += size;
                 moved += 1;
             });
-            offset += size;
         }
         // Every live item of `src` moved: free it now, so it can be the next destination.
         shared.chains.lock(bucket).unlink(&shared.headers, src);

@@ -272,18 +272,13 @@ fn merge(shared: &Shared, bucket: usize, run: &[u32]) {
     for &src in sources {
         let h = &shared.headers[src as usize];
         d.include_deadlines(h.min_deadline(), h.max_deadline());
-        let used = h.used();
-        let mut offset = 0;
-        while offset < used {
-            let header = shared.header_at(src, offset);
-            let size = shared.aligned(header.len());
+        for (offset, header, size) in shared.items_in(src) {
             let freq = shared.with_item_slot(&mut table, src, offset, &header, |_, found, _| {
                 found.map(|(_, s)| s.freq())
             });
             if let Some(freq) = freq {
                 bytes_of_class[worth_class(freq, size)] += size;
             }
-            offset += size;
         }
     }
     // The most valuable classes that fill one segment stay; the cutoff class keeps what fits
@@ -306,11 +301,7 @@ fn merge(shared: &Shared, bucket: usize, run: &[u32]) {
     let mut unfetched = 0u64;
     for &src in sources {
         let h = &shared.headers[src as usize];
-        let used = h.used();
-        let mut offset = 0;
-        while offset < used {
-            let header = shared.header_at(src, offset);
-            let size = shared.aligned(header.len());
+        for (offset, header, size) in shared.items_in(src) {
             shared.with_item_slot(&mut table, src, offset, &header, |chain, found, hash| {
                 let Some((slot, s)) = found else {
                     return; // dead: overwritten or deleted
@@ -346,7 +337,6 @@ fn merge(shared: &Shared, bucket: usize, run: &[u32]) {
                     unfetched += u64::from(s.freq() == 0);
                 }
             });
-            offset += size;
         }
     }
     let (done, rest) = run.split_at(consumed);
