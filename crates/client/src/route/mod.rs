@@ -10,15 +10,26 @@
 //! connection); a server's own error line is a reply. The proxy turns `Err` into a miss for
 //! gets and `SERVER_ERROR` otherwise.
 
+mod build;
+mod combine;
+mod counters;
+mod pool;
+mod warmup;
+
+pub(crate) use build::build;
+use combine::all_sync;
+pub use counters::{RouteCounters, COUNTERS};
+use pool::pool_call;
+use warmup::warm_get;
+
 use crate::backend::BackendError;
 use crate::Pool;
 use memfleet_protocol::reply::ReplyKind;
 use memfleet_protocol::{Request, Store, StoreCommand};
-use memfleet_routing::{BroadcastMode, RouteConfig, RouteKind};
-use std::collections::HashMap;
+use memfleet_routing::BroadcastMode;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 /// A server's reply, or why there is none.
@@ -202,85 +213,6 @@ pub struct Ctx {
     pub client: u64,
 }
 
-/// Counters of the routes that have something to count; kept across reloads by route name.
-#[derive(Default, Debug)]
-pub struct RouteCounters {
-    /// gutter: requests the main route failed and the gutter took.
-    pub gutter_requests: AtomicU64,
-    /// gutter: gets the gutter took.
-    pub gutter_gets: AtomicU64,
-    /// gutter: gets the gutter answered with a value.
-    pub gutter_hits: AtomicU64,
-    /// warmup: gets the cold cluster answered with a value.
-    pub cold_hits: AtomicU64,
-    /// warmup: gets the cold cluster missed.
-    pub cold_misses: AtomicU64,
-    /// warmup: misses filled from the warm cluster (add accepted).
-    pub warm_fills: AtomicU64,
-    /// warmup: fills the cold cluster refused (a racing delete's hold-off, or a racing fill).
-    pub fills_refused: AtomicU64,
-    /// replicated: reads that failed over to another replica.
-    pub replica_failovers: AtomicU64,
-    /// The counters the route's type uses (set when it is built).
-    shown: std::sync::Mutex<&'static [&'static str]>,
-}
-
-/// Every [`RouteCounters`] field: (name, what it counts), for `stats` and `/metrics`.
-pub const COUNTERS: [(&str, &str); 8] = [
-    (
-        "gutter_requests",
-        "requests the main route failed and the gutter took",
-    ),
-    (
-        "gutter_gets",
-        "gets the main route failed and the gutter took",
-    ),
-    ("gutter_hits", "gets the gutter answered with a value"),
-    (
-        "cold_hits",
-        "warm-up gets the cold cluster answered with a value",
-    ),
-    ("cold_misses", "warm-up gets the cold cluster missed"),
-    (
-        "warm_fills",
-        "cold-cluster misses filled from the warm cluster",
-    ),
-    (
-        "fills_refused",
-        "warm fills the cold cluster refused (hold-off or a racing fill)",
-    ),
-    (
-        "replica_failovers",
-        "replicated reads that failed over to another replica",
-    ),
-];
-
-impl RouteCounters {
-    /// (name, help) of the counters its route's type uses.
-    pub fn shown(&self) -> Vec<(&'static str, &'static str)> {
-        let shown = *self.shown.lock().unwrap_or_else(|e| e.into_inner());
-        COUNTERS
-            .into_iter()
-            .filter(|(n, _)| shown.contains(n))
-            .collect()
-    }
-
-    /// The counter called `name` (one of [`COUNTERS`]).
-    pub fn get(&self, name: &str) -> u64 {
-        let c = match name {
-            "gutter_requests" => &self.gutter_requests,
-            "gutter_gets" => &self.gutter_gets,
-            "gutter_hits" => &self.gutter_hits,
-            "cold_hits" => &self.cold_hits,
-            "cold_misses" => &self.cold_misses,
-            "warm_fills" => &self.warm_fills,
-            "fills_refused" => &self.fills_refused,
-            _ => &self.replica_failovers,
-        };
-        c.load(Ordering::Relaxed)
-    }
-}
-
 /// A route, ready to run.
 pub enum Route {
     /// A pool: the key's server.
@@ -349,142 +281,12 @@ pub enum Route {
 
 /// Builds every route of `configs` over `pools`; `counters` carries the counters of the
 /// routes of the previous configuration (by name) and receives this one's.
-pub(crate) fn build(
-    configs: &[RouteConfig],
-    pools: &HashMap<String, Arc<Pool>>,
-    counters: &mut HashMap<String, Arc<RouteCounters>>,
-) -> HashMap<String, Arc<Route>> {
-    let by_name: HashMap<&str, &RouteConfig> =
-        configs.iter().map(|r| (r.name.as_str(), r)).collect();
-    let mut built: HashMap<String, Arc<Route>> = HashMap::new();
-    let mut kept = HashMap::new();
-    for r in configs {
-        resolve(&r.name, &by_name, pools, counters, &mut kept, &mut built);
-    }
-    *counters = kept;
-    built
-}
-
-/// The route called `name` (a pool or a route), building what it needs first. The
-/// configuration was checked (names exist, no loops) by `memfleet_routing`.
-fn resolve(
-    name: &str,
-    by_name: &HashMap<&str, &RouteConfig>,
-    pools: &HashMap<String, Arc<Pool>>,
-    old: &HashMap<String, Arc<RouteCounters>>,
-    kept: &mut HashMap<String, Arc<RouteCounters>>,
-    built: &mut HashMap<String, Arc<Route>>,
-) -> Arc<Route> {
-    if let Some(r) = built.get(name) {
-        return r.clone();
-    }
-    let Some(config) = by_name.get(name) else {
-        let pool = pools
-            .get(name)
-            .expect("checked: every name is a pool or a route");
-        return Arc::new(Route::Pool(pool.clone()));
-    };
-    let mut go = |n: &str| resolve(n, by_name, pools, old, kept, built);
-    let counters = old.get(name).cloned().unwrap_or_default();
-    let route = match &config.kind {
-        RouteKind::Prefix {
-            prefixes,
-            default,
-            strip,
-        } => Route::Prefix {
-            prefixes: prefixes
-                .iter()
-                .map(|(p, r)| (p.as_bytes().to_vec(), go(r)))
-                .collect(),
-            default: go(default),
-            strip: *strip,
-        },
-        RouteKind::Operation {
-            get,
-            set,
-            delete,
-            default,
-        } => {
-            let other = go(default);
-            let mut or_default = |r: &Option<String>| match r {
-                Some(r) => go(r),
-                None => other.clone(),
-            };
-            Route::Operation {
-                get: or_default(get),
-                set: or_default(set),
-                delete: or_default(delete),
-                other: other.clone(),
-            }
-        }
-        RouteKind::Replicated {
-            replicas,
-            client_id,
-        } => Route::Replicated {
-            replicas: replicas.iter().map(|r| go(r)).collect(),
-            client_id: client_id
-                .as_ref()
-                .map(|id| xxhash_rust::xxh3::xxh3_64(id.as_bytes())),
-            counters: counters.clone(),
-        },
-        RouteKind::Gutter { main, gutter, ttl } => Route::Gutter {
-            main: go(main),
-            gutter: go(gutter),
-            ttl: *ttl,
-            counters: counters.clone(),
-        },
-        RouteKind::Broadcast { to, mode } => Route::Broadcast {
-            to: to.iter().map(|r| go(r)).collect(),
-            mode: *mode,
-        },
-        RouteKind::WarmUp {
-            cold,
-            warm,
-            holdoff,
-            enabled,
-        } => Route::WarmUp {
-            cold: go(cold),
-            warm: go(warm),
-            holdoff: *holdoff,
-            enabled: *enabled,
-            counters: counters.clone(),
-        },
-    };
-    let shown: &'static [&'static str] = match route {
-        Route::Replicated { .. } => &["replica_failovers"],
-        Route::Gutter { .. } => &["gutter_requests", "gutter_gets", "gutter_hits"],
-        Route::WarmUp { .. } => &["cold_hits", "cold_misses", "warm_fills", "fills_refused"],
-        _ => &[],
-    };
-    if !shown.is_empty() {
-        *counters.shown.lock().unwrap_or_else(|e| e.into_inner()) = shown;
-        kept.insert(name.to_string(), counters);
-    }
-    let route = Arc::new(route);
-    built.insert(name.to_string(), route.clone());
-    route
-}
 
 fn ready(reply: Reply) -> ReplyFuture {
     Box::pin(std::future::ready(reply))
 }
 
 /// How bad a reply is, for answering the worst of several: a failure, then a server error,
-/// then a refusal (not found, not stored, exists), then success.
-fn badness(reply: &Reply) -> u8 {
-    let Ok(r) = reply else {
-        return 4;
-    };
-    let starts = |p: &[&[u8]]| p.iter().any(|p| r.starts_with(p));
-    if starts(&[b"SERVER_ERROR", b"CLIENT_ERROR", b"ERROR"]) {
-        3
-    } else if starts(&[b"NOT_FOUND", b"NOT_STORED", b"EXISTS", b"NF", b"NS", b"EX"]) {
-        2
-    } else {
-        1
-    }
-}
-
 /// Whether a retrieval reply carries a value.
 fn is_hit(reply: &[u8]) -> bool {
     reply.starts_with(b"VALUE ") || reply.starts_with(b"VA ")
@@ -733,6 +535,7 @@ impl Route {
 }
 
 /// A one-key retrieval reply with `key` in its `VALUE` (or `LVALUE`) line.
+/// A one-key retrieval reply with `key` in its `VALUE` (or `LVALUE`) line.
 fn rekey(reply: Vec<u8>, key: &[u8]) -> Vec<u8> {
     let skip = if reply.starts_with(b"VALUE ") {
         6
@@ -749,148 +552,6 @@ fn rekey(reply: Vec<u8>, key: &[u8]) -> Vec<u8> {
     out.extend_from_slice(key);
     out.extend_from_slice(&reply[skip + end..]);
     out
-}
-
-/// Waits for every call; answers the worst reply (the first of equally bad ones).
-fn all_sync(calls: Vec<ReplyFuture>) -> ReplyFuture {
-    Box::pin(async move {
-        let mut worst: Option<Reply> = None;
-        for c in calls {
-            let r = c.await;
-            if worst.as_ref().is_none_or(|w| badness(&r) > badness(w)) {
-                worst = Some(r);
-            }
-        }
-        worst.expect("a route has at least one destination")
-    })
-}
-
-/// A get through a warm-up route: the cold cluster's answer, or on a miss the warm
-/// cluster's value `add`ed into the cold one (paper §4.3). A refused add (the key was
-/// deleted with a hold-off since, or another fill won) answers a miss, so the client
-/// reads the database again rather than trust what it read from warm.
-fn warm_get(
-    cold: &Arc<Route>,
-    warm: &Arc<Route>,
-    counters: &Arc<RouteCounters>,
-    op: Op,
-    ctx: Ctx,
-) -> ReplyFuture {
-    let call = cold.call(op.clone(), ctx);
-    let (cold, warm, counters) = (cold.clone(), warm.clone(), counters.clone());
-    Box::pin(async move {
-        let reply = call.await?;
-        if is_hit(&reply) || reply != b"END\r\n" {
-            // A hit, an LVALUE (lease-get) or an error line: the cold cluster's answer.
-            if is_hit(&reply) {
-                counters.cold_hits.fetch_add(1, Ordering::Relaxed);
-            }
-            return Ok(reply);
-        }
-        counters.cold_misses.fetch_add(1, Ordering::Relaxed);
-        let fetch = Op::raw(
-            Class::Get,
-            &op.key,
-            b"mg ",
-            b" v f t\r\n".to_vec(),
-            ReplyKind::Meta,
-        );
-        let Ok(found) = warm.call(fetch, ctx).await else {
-            return Ok(reply);
-        };
-        let Some((flags, ttl, data)) = parse_mg_value(&found) else {
-            return Ok(reply);
-        };
-        let add = Op {
-            class: Class::Set,
-            key: op.key.clone(),
-            form: Form::Store {
-                command: StoreCommand::Add,
-                flags,
-                exptime: ttl,
-                cas: 0,
-                data: data.clone().into(),
-            },
-        };
-        match cold.call(add, ctx).await {
-            Ok(r) if r == b"STORED\r\n" => {
-                counters.warm_fills.fetch_add(1, Ordering::Relaxed);
-            }
-            _ => {
-                counters.fills_refused.fetch_add(1, Ordering::Relaxed);
-                return Ok(reply);
-            }
-        }
-        if matches!(&op.form, Form::Get { head } if head == b"get") {
-            let mut out = Vec::with_capacity(data.len() + op.key.len() + 32);
-            memfleet_protocol::response::value(&mut out, &op.key, flags, &data, None);
-            memfleet_protocol::response::end(&mut out);
-            Ok(out)
-        } else {
-            // gets, gat, lease-get: the cold cluster's own answer (its CAS, its touch).
-            cold.call(op, ctx).await
-        }
-    })
-}
-
-/// `VA <len> f<flags> t<ttl>\r\n<data>\r\n` into (flags, exptime for an add, data); a
-/// remaining TTL of -1 (none) is exptime 0.
-fn parse_mg_value(reply: &[u8]) -> Option<(u32, i64, Vec<u8>)> {
-    let nl = reply.iter().position(|&b| b == b'\n')?;
-    let line = reply[..nl].strip_suffix(b"\r")?;
-    let mut words = line.split(|&b| b == b' ');
-    if words.next()? != b"VA" {
-        return None;
-    }
-    let len: usize = std::str::from_utf8(words.next()?).ok()?.parse().ok()?;
-    let (mut flags, mut ttl) = (0u32, 0i64);
-    for w in words {
-        let value = std::str::from_utf8(w.get(1..)?).ok()?;
-        match w.first()? {
-            b'f' => flags = value.parse().ok()?,
-            b't' => ttl = value.parse::<i64>().ok()?.max(0),
-            _ => {}
-        }
-    }
-    let data = reply.get(nl + 1..nl + 1 + len)?.to_vec();
-    Some((flags, ttl, data))
-}
-
-/// A pool leaf: the key's server; a delete it cannot deliver waits in the spool.
-fn pool_call(pool: &Arc<Pool>, op: Op, ctx: Ctx) -> ReplyFuture {
-    let (backend, queue) = pool.server_for(&op.key);
-    let bytes = op.bytes();
-    let Some(queue) = queue.filter(|_| op.class == Class::Delete) else {
-        return Box::pin(backend.call(ctx.lane, bytes, op.reply_kind()));
-    };
-    let spooled_reply: &'static [u8] = match op.form {
-        Form::Raw { .. } => b"NF\r\n",
-        _ => b"NOT_FOUND\r\n",
-    };
-    if queue.depth() > 0 {
-        // Deletes already waiting for this server go first: keep the order.
-        return Box::pin(async move {
-            queue.append(bytes).await.map_err(|e| {
-                tracing::error!(error = %e, "cannot spool a delete");
-                BackendError::Connection(backend.name().to_string())
-            })?;
-            Ok(spooled_reply.to_vec())
-        });
-    }
-    let call = backend.call(ctx.lane, bytes.clone(), op.reply_kind());
-    Box::pin(async move {
-        match call.await {
-            Ok(r) => Ok(r),
-            Err(failure) => match queue.append(bytes).await {
-                // mcrouter's asynclog answers a spooled delete with "not found" too.
-                Ok(()) => Ok(spooled_reply.to_vec()),
-                Err(e) => {
-                    tracing::error!(error = %e, "cannot spool a delete");
-                    Err(failure)
-                }
-            },
-        }
-    })
 }
 
 #[cfg(test)]
@@ -955,30 +616,5 @@ mod tests {
             b"LVALUE /r/c/k 1 0 0\r\n\r\nEND\r\n"
         );
         assert_eq!(rekey(b"END\r\n".to_vec(), b"x"), b"END\r\n");
-    }
-
-    #[test]
-    fn the_worst_reply_wins() {
-        let ok: Reply = Ok(b"DELETED\r\n".to_vec());
-        let nf: Reply = Ok(b"NOT_FOUND\r\n".to_vec());
-        let se: Reply = Ok(b"SERVER_ERROR out of memory\r\n".to_vec());
-        let down: Reply = Err(BackendError::Down("x".into()));
-        assert!(badness(&ok) < badness(&nf));
-        assert!(badness(&nf) < badness(&se));
-        assert!(badness(&se) < badness(&down));
-    }
-
-    #[test]
-    fn warm_values_parse() {
-        assert_eq!(
-            parse_mg_value(b"VA 3 f7 t-1\r\nabc\r\n"),
-            Some((7, 0, b"abc".to_vec()))
-        );
-        assert_eq!(
-            parse_mg_value(b"VA 2 t30 f0\r\nhi\r\n"),
-            Some((0, 30, b"hi".to_vec()))
-        );
-        assert_eq!(parse_mg_value(b"EN\r\n"), None);
-        assert_eq!(parse_mg_value(b"VA 9 f0 t1\r\nshort\r\n"), None);
     }
 }

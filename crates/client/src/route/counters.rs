@@ -1,0 +1,83 @@
+//! The counters of routes that have something to count (gutter, warm-up, replicated),
+//! kept across reloads by route name.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Counters of the routes that have something to count; kept across reloads by route name.
+#[derive(Default, Debug)]
+pub struct RouteCounters {
+    /// gutter: requests the main route failed and the gutter took.
+    pub gutter_requests: AtomicU64,
+    /// gutter: gets the gutter took.
+    pub gutter_gets: AtomicU64,
+    /// gutter: gets the gutter answered with a value.
+    pub gutter_hits: AtomicU64,
+    /// warmup: gets the cold cluster answered with a value.
+    pub cold_hits: AtomicU64,
+    /// warmup: gets the cold cluster missed.
+    pub cold_misses: AtomicU64,
+    /// warmup: misses filled from the warm cluster (add accepted).
+    pub warm_fills: AtomicU64,
+    /// warmup: fills the cold cluster refused (a racing delete's hold-off, or a racing fill).
+    pub fills_refused: AtomicU64,
+    /// replicated: reads that failed over to another replica.
+    pub replica_failovers: AtomicU64,
+    /// The counters the route's type uses (set when it is built).
+    pub(super) shown: std::sync::Mutex<&'static [&'static str]>,
+}
+
+/// Every [`RouteCounters`] field: (name, what it counts), for `stats` and `/metrics`.
+pub const COUNTERS: [(&str, &str); 8] = [
+    (
+        "gutter_requests",
+        "requests the main route failed and the gutter took",
+    ),
+    (
+        "gutter_gets",
+        "gets the main route failed and the gutter took",
+    ),
+    ("gutter_hits", "gets the gutter answered with a value"),
+    (
+        "cold_hits",
+        "warm-up gets the cold cluster answered with a value",
+    ),
+    ("cold_misses", "warm-up gets the cold cluster missed"),
+    (
+        "warm_fills",
+        "cold-cluster misses filled from the warm cluster",
+    ),
+    (
+        "fills_refused",
+        "warm fills the cold cluster refused (hold-off or a racing fill)",
+    ),
+    (
+        "replica_failovers",
+        "replicated reads that failed over to another replica",
+    ),
+];
+
+impl RouteCounters {
+    /// (name, help) of the counters its route's type uses.
+    pub fn shown(&self) -> Vec<(&'static str, &'static str)> {
+        let shown = *self.shown.lock().unwrap_or_else(|e| e.into_inner());
+        COUNTERS
+            .into_iter()
+            .filter(|(n, _)| shown.contains(n))
+            .collect()
+    }
+
+    /// The counter called `name` (one of [`COUNTERS`]).
+    pub fn get(&self, name: &str) -> u64 {
+        let c = match name {
+            "gutter_requests" => &self.gutter_requests,
+            "gutter_gets" => &self.gutter_gets,
+            "gutter_hits" => &self.gutter_hits,
+            "cold_hits" => &self.cold_hits,
+            "cold_misses" => &self.cold_misses,
+            "warm_fills" => &self.warm_fills,
+            "fills_refused" => &self.fills_refused,
+            _ => &self.replica_failovers,
+        };
+        c.load(Ordering::Relaxed)
+    }
+}
