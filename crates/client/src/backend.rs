@@ -48,6 +48,10 @@ pub enum BackendError {
     /// The connection failed or the server sent garbage.
     #[error("connection to {0} failed")]
     Connection(String),
+    /// The server has spooled deletes to take before it serves reads again (the read
+    /// was not sent).
+    #[error("server {0} is replaying spooled deletes")]
+    Replaying(String),
     /// No reply within the pool's timeout.
     #[error("server {0} timed out")]
     Timeout(String),
@@ -404,10 +408,24 @@ async fn probe(backend: Arc<Backend>) {
     let mut pause = backend.options.retry;
     loop {
         tokio::time::sleep(pause).await;
-        let options = &backend.options;
+        if backend.probe_once().await {
+            return;
+        }
+        pause = (pause * 2).min(Duration::from_secs(60));
+    }
+}
+
+impl Backend {
+    /// One probe of a down server: asks for its version (on a new connection, with the
+    /// pool's TLS and login) and marks the server up if it answers. True when it is up.
+    pub async fn probe_once(self: &Arc<Self>) -> bool {
+        if !self.health.down.load(Ordering::Acquire) {
+            return true;
+        }
+        let options = &self.options;
         let alive = tokio::time::timeout(options.timeout, async {
             let (mut rd, mut wr) = connect(
-                backend.addr,
+                self.addr,
                 options.tls.as_ref(),
                 options.auth.as_ref(),
                 options.timeout,
@@ -421,13 +439,14 @@ async fn probe(backend: Arc<Backend>) {
             buf[..n].starts_with(b"VERSION ").then_some(())
         })
         .await;
-        if matches!(alive, Ok(Some(()))) {
-            backend.health.failures.store(0, Ordering::Relaxed);
-            backend.health.down.store(false, Ordering::Release);
-            tracing::info!(server = %backend.name, "server back up");
-            return;
+        if !matches!(alive, Ok(Some(()))) {
+            return false;
         }
-        pause = (pause * 2).min(Duration::from_secs(60));
+        self.health.failures.store(0, Ordering::Relaxed);
+        if self.health.down.swap(false, Ordering::AcqRel) {
+            tracing::info!(server = %self.name, "server back up");
+        }
+        true
     }
 }
 

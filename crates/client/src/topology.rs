@@ -6,7 +6,7 @@
 
 use crate::backend::{Backend, BackendAuth, BackendOptions, BackendTls};
 use crate::route::{self, Route, RouteCounters};
-use crate::spool::{Queue, Spooler};
+use crate::spool::{Queue, QueueStats, Spooler};
 use anyhow::Context;
 use memfleet_routing::{PasswordSource, PoolAuth, PoolConfig, Ring, RouterConfig};
 use std::collections::HashMap;
@@ -21,6 +21,8 @@ pub struct Pool {
     backends: Vec<Arc<Backend>>,
     /// Each backend's delete spool queue, in ring order; empty when the pool does not spool.
     spool_queues: Vec<Arc<Queue>>,
+    /// The spooler of those queues.
+    spooler: Option<Arc<Spooler>>,
 }
 
 impl Pool {
@@ -93,7 +95,8 @@ impl Pool {
                 })
             })
             .collect::<anyhow::Result<Vec<_>>>()?;
-        let spool_queues = match spooler.filter(|_| config.spool_deletes) {
+        let spooler = spooler.filter(|_| config.spool_deletes).cloned();
+        let spool_queues = match &spooler {
             Some(spooler) => backends
                 .iter()
                 .map(|b| spooler.queue(&config.name, b))
@@ -105,6 +108,7 @@ impl Pool {
             ring,
             backends,
             spool_queues,
+            spooler,
         })
     }
 
@@ -121,6 +125,12 @@ impl Pool {
     /// Whether deletes its servers cannot take wait in a spool.
     pub fn spools_deletes(&self) -> bool {
         !self.spool_queues.is_empty()
+    }
+
+    /// Whether some spool queue may hold deletes: then reads must check their server's
+    /// queue ([`Queue::holds_reads`]) before going to it. One load.
+    pub fn replaying(&self) -> bool {
+        self.spooler.as_ref().is_some_and(|s| s.busy())
     }
 
     /// The server that holds `key`, and its delete spool queue if the pool spools.
@@ -205,15 +215,20 @@ impl Topology {
     pub fn build(config: &RouterConfig, previous: Option<&Topology>) -> anyhow::Result<Topology> {
         let empty = Topology::default();
         let previous = previous.unwrap_or(&empty);
-        let spooler = match &config.spool_dir {
-            None => None,
-            Some(dir) => match &previous.spooler {
-                Some(s) if s.dir() == std::path::Path::new(dir) => Some(s.clone()),
-                _ => Some(
+        // Deletes a server cannot take wait in a spool unless every pool turned it off:
+        // in the configured directory, or in a slot of the state directory.
+        let spooler = if !config.pools.iter().any(|p| p.spool_deletes) {
+            None
+        } else {
+            match (&config.spool_dir, &previous.spooler) {
+                (Some(dir), Some(s)) if s.dir() == std::path::Path::new(dir) => Some(s.clone()),
+                (None, Some(s)) if s.is_default_location() => Some(s.clone()),
+                (Some(dir), _) => Some(
                     Spooler::new(std::path::Path::new(dir))
                         .with_context(|| format!("spool directory {dir}"))?,
                 ),
-            },
+                (None, _) => Some(Spooler::in_state_dir().context("the delete spool")?),
+            }
         };
         let old_backends: Vec<Arc<Backend>> = previous
             .pools
@@ -263,12 +278,14 @@ impl Topology {
         named
     }
 
-    /// Every spool queue's depth.
-    pub fn spool_depths(&self) -> Vec<(String, u64)> {
-        self.spooler
-            .as_ref()
-            .map(|s| s.depths())
-            .unwrap_or_default()
+    /// Every spool queue's state, sorted by name.
+    pub fn spool_stats(&self) -> Vec<QueueStats> {
+        self.spooler.as_ref().map(|s| s.stats()).unwrap_or_default()
+    }
+
+    /// The spool directory, when deletes are spooled.
+    pub fn spool_dir(&self) -> Option<&std::path::Path> {
+        self.spooler.as_ref().map(|s| s.dir())
     }
 
     /// `STAT` lines of the route counters and spool depths.
@@ -280,8 +297,14 @@ impl Topology {
                 out.extend_from_slice(format!("STAT route:{route}:{name} {v}\r\n").as_bytes());
             }
         }
-        for (queue, depth) in self.spool_depths() {
-            out.extend_from_slice(format!("STAT spool:{queue} {depth}\r\n").as_bytes());
+        for q in self.spool_stats() {
+            let name = &q.name;
+            out.extend_from_slice(format!("STAT spool:{name} {}\r\n", q.depth).as_bytes());
+            let age = q.oldest.map_or(0, |a| a.as_millis());
+            out.extend_from_slice(format!("STAT spool_oldest_ms:{name} {age}\r\n").as_bytes());
+            out.extend_from_slice(
+                format!("STAT spool_delivered:{name} {}\r\n", q.delivered).as_bytes(),
+            );
         }
         out
     }

@@ -102,16 +102,6 @@ fn metrics(served: &Served) -> String {
             );
         }
     }
-    let _ = writeln!(
-        text,
-        "# HELP memfleet_router_spool_depth deletes waiting in the spool for a server"
-    );
-    let _ = writeln!(text, "# TYPE memfleet_router_spool_depth gauge");
-    for (queue, depth) in snapshot.spool_depths() {
-        let _ = writeln!(
-            text,
-            "memfleet_router_spool_depth{{queue=\"{queue}\"}} {depth}"
-        );
-    }
+    memfleet_client::spool::prometheus("memfleet_router", &snapshot.spool_stats(), &mut text);
     text
 }

@@ -179,13 +179,15 @@ async fn serve_halves(
                     let root = slot.load_full();
                     let raw = &buf[at..at + used];
                     let plan = match &*root {
-                        // A spooling pool's deletes take the route path, which spools.
+                        // A spooling pool's deletes take the route path, which spools; so does
+                        // everything while a server replays spooled deletes (reads wait).
                         Route::Pool(pool)
-                            if !pool.spools_deletes()
-                                || !matches!(
-                                    request,
-                                    Request::Delete { .. } | Request::MetaDelete(_)
-                                ) =>
+                            if !pool.replaying()
+                                && (!pool.spools_deletes()
+                                    || !matches!(
+                                        request,
+                                        Request::Delete { .. } | Request::MetaDelete(_)
+                                    )) =>
                         {
                             route(pool, &served, ctx.lane, &request, raw)
                         }

@@ -53,8 +53,9 @@ pub struct PoolConfig {
     pub server_retry_timeout_ms: u64,
     /// The servers, in the order the distribution indexes them.
     pub servers: Vec<Node>,
-    /// A delete that cannot be delivered to a server waits in the router's spool (when it
-    /// has a `spool_dir`) and is replayed when the server is back.
+    /// A delete that cannot be delivered to a server waits in the spool and is replayed,
+    /// before the server serves reads again, when it is back (default: on). Off, such a
+    /// delete is answered with an error.
     pub spool_deletes: bool,
     /// TLS to the servers; `None`: plain TCP.
     pub tls: Option<PoolTls>,
@@ -116,7 +117,8 @@ pub struct RouterConfig {
     pub pools: Vec<PoolConfig>,
     /// The routes (none for a twemproxy file).
     pub routes: Vec<RouteConfig>,
-    /// Where undeliverable deletes are kept (none: they fail like any other request).
+    /// Where undeliverable deletes are kept (none: a slot of the state directory, see
+    /// `memfleet_client::spool`); pools with `spool_deletes = false` do not use it.
     pub spool_dir: Option<String>,
 }
 
@@ -455,6 +457,8 @@ struct YamlPool {
     server_retry_timeout: Option<u64>,
     server_failure_limit: Option<u32>,
     servers: Option<Vec<String>>,
+    /// memfleet's own key (twemproxy has no spool): `false` turns the delete spool off.
+    spool_deletes: Option<bool>,
 }
 
 /// Reads a twemproxy (nutcracker) YAML file as twemproxy does: its defaults (fnv1a_64,
@@ -508,7 +512,9 @@ pub fn from_twemproxy_yaml(text: &str) -> Result<Vec<PoolConfig>, ConfigError> {
                 auto_eject_hosts: p.auto_eject_hosts.unwrap_or(false),
                 server_failure_limit: p.server_failure_limit.unwrap_or(2).max(1),
                 server_retry_timeout_ms: p.server_retry_timeout.unwrap_or(30_000),
-                spool_deletes: false,
+                // twemproxy forgets a delete it cannot deliver; memfleet spools it unless
+                // told not to.
+                spool_deletes: p.spool_deletes.unwrap_or(true),
                 servers,
                 name,
             };

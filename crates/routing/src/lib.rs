@@ -35,4 +35,4 @@ pub use config::{
 };
 pub use hash::KeyHash;
 pub use ring::{twemproxy_order, Distribution, KetamaDialect, Node, Ring, RingError};
-pub use routes::{BroadcastMode, RouteConfig, RouteKind};
+pub use routes::{BroadcastMode, RouteConfig, RouteKind, WritePolicy};

@@ -6,9 +6,9 @@
 //! |------|--------------|
 //! | `prefix` | the longest matching key prefix picks the route; `default` takes the rest (§3.2.2). With `strip = true` the prefix is removed from the key (mcrouter-style routing prefixes such as `/region/cluster/`, §4.2) |
 //! | `operation` | gets, sets and deletes can go different ways (`get`, `set`, `delete`, `default`) |
-//! | `replicated` | reads go to one replica, chosen stably per client, failing over to the others; writes go to every replica (§3.2.3) |
+//! | `replicated` | reads go to one replica, chosen stably per client, failing over to the others; writes go to every replica (§3.2.3) and are answered by the `write` policy: `any` (default), `majority` or `all` replicas must store; a delete is answered `DELETED` only when every replica took it (or spooled it for later) |
 //! | `gutter` | when `main` fails (server down, timeout), the request goes to `gutter`; sets there get at most `gutter_ttl` seconds (§3.3) |
-//! | `broadcast` | every request goes to every destination; `all-sync` waits and answers the worst reply, `all-async` answers at once (§4.1) |
+//! | `broadcast` | every request goes to every destination; `all-sync` waits: a delete is `DELETED` if any destination deleted the key (an error if any could neither take nor spool it), other writes get the worst reply; `all-async` answers at once without claiming success (`NOT_FOUND` for a delete), each destination spooling what it cannot take (§4.1) |
 //! | `warmup` | a miss in `cold` is filled from `warm` (`add`ed into cold, so a racing delete's hold-off wins); deletes reach cold with a `holdoff`-second hold-off (§4.3) |
 //!
 //! In TOML, routes are named tables beside the pools, and a name refers to a pool or a route:
@@ -49,13 +49,27 @@ pub struct RouteConfig {
     pub kind: RouteKind,
 }
 
+/// What a replicated write needs before it answers success.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum WritePolicy {
+    /// One replica stored it (the default: a replica that missed a set only misses, and
+    /// its deletes are spooled, so nothing it serves is staler than without the set).
+    #[default]
+    Any,
+    /// More than half the replicas stored it.
+    Majority,
+    /// Every replica stored it.
+    All,
+}
+
 /// How `broadcast` answers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum BroadcastMode {
     /// Wait for every destination; answer the worst reply.
     AllSync,
-    /// Answer at once as if every destination succeeded; failures are the destinations'
-    /// business (a spooling pool keeps its deletes).
+    /// Answer at once without waiting: `NOT_FOUND` for a delete (nothing is known yet),
+    /// `STORED` for other writes; failures are the destinations' business (a spooling pool
+    /// keeps its deletes).
     AllAsync,
 }
 
@@ -89,6 +103,8 @@ pub enum RouteKind {
         /// Choose the read replica by this id instead of the client's address (a router
         /// running beside one application host).
         client_id: Option<String>,
+        /// What a write needs to answer success.
+        write: WritePolicy,
     },
     /// Failover to a gutter.
     Gutter {
@@ -165,6 +181,7 @@ pub(crate) struct TomlRoute {
     delete: Option<String>,
     replicas: Option<Vec<String>>,
     client_id: Option<String>,
+    write: Option<String>,
     main: Option<String>,
     gutter: Option<String>,
     gutter_ttl: Option<u32>,
@@ -187,6 +204,7 @@ pub(crate) fn parse(name: &str, t: TomlRoute) -> Result<RouteConfig, String> {
         ("delete", t.delete.is_some()),
         ("replicas", t.replicas.is_some()),
         ("client_id", t.client_id.is_some()),
+        ("write", t.write.is_some()),
         ("main", t.main.is_some()),
         ("gutter", t.gutter.is_some()),
         ("gutter_ttl", t.gutter_ttl.is_some()),
@@ -203,7 +221,7 @@ pub(crate) fn parse(name: &str, t: TomlRoute) -> Result<RouteConfig, String> {
     let allowed: &[&str] = match t.kind.as_str() {
         "prefix" => &["prefixes", "default", "strip"],
         "operation" => &["get", "set", "delete", "default"],
-        "replicated" => &["replicas", "client_id"],
+        "replicated" => &["replicas", "client_id", "write"],
         "gutter" => &["main", "gutter", "gutter_ttl"],
         "broadcast" => &["to", "mode"],
         "warmup" => &["cold", "warm", "holdoff", "enabled"],
@@ -246,9 +264,16 @@ pub(crate) fn parse(name: &str, t: TomlRoute) -> Result<RouteConfig, String> {
             if replicas.is_empty() {
                 return Err("a replicated route needs \"replicas\"".into());
             }
+            let write = match t.write.as_deref().unwrap_or("any") {
+                "any" => WritePolicy::Any,
+                "majority" => WritePolicy::Majority,
+                "all" => WritePolicy::All,
+                w => return Err(format!("unknown write policy {w:?} (any, majority, all)")),
+            };
             RouteKind::Replicated {
                 replicas,
                 client_id: t.client_id,
+                write,
             }
         }
         "gutter" => RouteKind::Gutter {

@@ -6,6 +6,8 @@ use memfleet_routing::{RouteConfig, RouteKind};
 use std::collections::HashMap;
 use std::sync::Arc;
 
+/// Builds every route of `configs` over `pools`; `counters` carries the counters of the
+/// routes of the previous configuration (by name) and receives this one's.
 pub(crate) fn build(
     configs: &[RouteConfig],
     pools: &HashMap<String, Arc<Pool>>,
@@ -77,7 +79,9 @@ fn resolve(
         RouteKind::Replicated {
             replicas,
             client_id,
+            write,
         } => Route::Replicated {
+            write: *write,
             replicas: replicas.iter().map(|r| go(r)).collect(),
             client_id: client_id
                 .as_ref()

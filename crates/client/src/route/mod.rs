@@ -17,16 +17,16 @@ mod pool;
 mod warmup;
 
 pub(crate) use build::build;
-use combine::all_sync;
+use combine::{all_deleted, all_sync, by_policy};
 pub use counters::{RouteCounters, COUNTERS};
 use pool::pool_call;
-use warmup::warm_get;
+use warmup::warm_call;
 
 use crate::backend::BackendError;
 use crate::Pool;
 use memfleet_protocol::reply::ReplyKind;
 use memfleet_protocol::{Request, Store, StoreCommand};
-use memfleet_routing::BroadcastMode;
+use memfleet_routing::{BroadcastMode, WritePolicy};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::Ordering;
@@ -192,11 +192,13 @@ impl Op {
         op
     }
 
-    /// The reply a quiet success looks like, for routes that answer without a server.
-    fn success(&self) -> &'static [u8] {
+    /// What a route answers when it does not wait for servers (`all-async`): nothing that
+    /// claims a delete happened.
+    fn unconfirmed(&self) -> &'static [u8] {
         match (&self.form, self.class) {
+            (Form::Raw { .. }, Class::Delete) => b"NF\r\n",
             (Form::Raw { .. }, _) => b"HD\r\n",
-            (_, Class::Delete) => b"DELETED\r\n",
+            (_, Class::Delete) => b"NOT_FOUND\r\n",
             (_, Class::Get) => b"END\r\n",
             _ => b"STORED\r\n",
         }
@@ -243,6 +245,8 @@ pub enum Route {
         replicas: Vec<Arc<Route>>,
         /// A fixed identity for replica choice, instead of the caller's.
         client_id: Option<u64>,
+        /// What a write needs to answer success.
+        write: WritePolicy,
         /// Failovers.
         counters: Arc<RouteCounters>,
     },
@@ -279,14 +283,11 @@ pub enum Route {
     },
 }
 
-/// Builds every route of `configs` over `pools`; `counters` carries the counters of the
-/// routes of the previous configuration (by name) and receives this one's.
-
+/// A reply that is already there.
 fn ready(reply: Reply) -> ReplyFuture {
     Box::pin(std::future::ready(reply))
 }
 
-/// How bad a reply is, for answering the worst of several: a failure, then a server error,
 /// Whether a retrieval reply carries a value.
 fn is_hit(reply: &[u8]) -> bool {
     reply.starts_with(b"VALUE ") || reply.starts_with(b"VA ")
@@ -355,10 +356,17 @@ impl Route {
             Route::Replicated {
                 replicas,
                 client_id,
+                write,
                 counters,
             } => {
                 if op.class != Class::Get {
-                    return all_sync(replicas.iter().map(|r| r.call(op.clone(), ctx)).collect());
+                    let calls = replicas.iter().map(|r| r.call(op.clone(), ctx)).collect();
+                    return match op.class {
+                        // Each replica spools the delete it cannot take now.
+                        Class::Delete => all_deleted(calls),
+                        Class::Set => by_policy(calls, *write),
+                        _ => all_sync(calls),
+                    };
                 }
                 // Reads: one replica per client, the others in order after it on failure.
                 let n = replicas.len();
@@ -384,6 +392,17 @@ impl Route {
                 ttl,
                 counters,
             } => {
+                if op.class == Class::Delete {
+                    // Deletes go to both: a value set into the gutter while main failed must
+                    // not outlive its invalidation. The answer is main's (spooled there, or
+                    // an error: the gutter taking it does not make it delivered).
+                    let main_call = main.call(op.clone(), ctx);
+                    let gutter_call = gutter.call(op, ctx);
+                    return Box::pin(async move {
+                        let (reply, _) = futures_util::future::join(main_call, gutter_call).await;
+                        reply
+                    });
+                }
                 let call = main.call(op.clone(), ctx);
                 let gutter = gutter.clone();
                 let (ttl, counters) = (*ttl, counters.clone());
@@ -392,9 +411,9 @@ impl Route {
                         Ok(r) => return Ok(r),
                         Err(e) => e,
                     };
-                    // Only what can be made to expire goes to the gutter: gets, deletes and
-                    // storage commands (with the TTL capped). A meta set or an increment
-                    // could leave an entry without the cap: those fail as they would.
+                    // Only what can be made to expire goes to the gutter: gets and storage
+                    // commands (with the TTL capped). A meta set or an increment could
+                    // leave an entry without the cap: those fail as they would.
                     let op = match (&op.form, op.class) {
                         (Form::Store { .. }, _) => {
                             let mut op = op;
@@ -403,7 +422,7 @@ impl Route {
                             }
                             op
                         }
-                        (_, Class::Get | Class::Delete) => op,
+                        (_, Class::Get) => op,
                         _ => return Err(failure),
                     };
                     counters.gutter_requests.fetch_add(1, Ordering::Relaxed);
@@ -424,14 +443,11 @@ impl Route {
                 }
                 let calls: Vec<ReplyFuture> = to.iter().map(|r| r.call(op.clone(), ctx)).collect();
                 match mode {
+                    BroadcastMode::AllSync if op.class == Class::Delete => all_deleted(calls),
                     BroadcastMode::AllSync => all_sync(calls),
                     BroadcastMode::AllAsync => {
-                        tokio::spawn(async move {
-                            for c in calls {
-                                let _ = c.await;
-                            }
-                        });
-                        ready(Ok(op.success().to_vec()))
+                        tokio::spawn(futures_util::future::join_all(calls));
+                        ready(Ok(op.unconfirmed().to_vec()))
                     }
                 }
             }
@@ -445,17 +461,7 @@ impl Route {
                 if !enabled {
                     return cold.call(op, ctx);
                 }
-                match (&op.form, op.class) {
-                    (Form::Delete { holdoff: h }, _) if *h == 0 => {
-                        // A delete leaves the key closed to adds for a while, so that a fill
-                        // racing it (read from warm before the delete reached warm) fails.
-                        let mut op = op;
-                        op.form = Form::Delete { holdoff: *holdoff };
-                        cold.call(op, ctx)
-                    }
-                    (Form::Get { .. }, _) => warm_get(cold, warm, counters, op, ctx),
-                    _ => cold.call(op, ctx),
-                }
+                warm_call(cold, warm, *holdoff, counters, op, ctx)
             }
         }
     }
@@ -472,8 +478,9 @@ impl Route {
                 None
             }
             Route::Pool(pool) => {
-                let backend = pool.backend_for(key);
-                (!backend.health().down.load(Ordering::Acquire)).then(|| backend.addr())
+                let (backend, queue) = pool.server_for(key);
+                let held = queue.is_some_and(|q| q.holds_reads());
+                (!held && !backend.health().down.load(Ordering::Acquire)).then(|| backend.addr())
             }
             Route::Prefix {
                 prefixes,
@@ -534,7 +541,6 @@ impl Route {
     }
 }
 
-/// A one-key retrieval reply with `key` in its `VALUE` (or `LVALUE`) line.
 /// A one-key retrieval reply with `key` in its `VALUE` (or `LVALUE`) line.
 fn rekey(reply: Vec<u8>, key: &[u8]) -> Vec<u8> {
     let skip = if reply.starts_with(b"VALUE ") {

@@ -9,9 +9,18 @@ use std::sync::Arc;
 pub(super) fn pool_call(pool: &Arc<Pool>, op: Op, ctx: Ctx) -> ReplyFuture {
     let (backend, queue) = pool.server_for(&op.key);
     let bytes = op.bytes();
-    let Some(queue) = queue.filter(|_| op.class == Class::Delete) else {
+    let Some(queue) = queue else {
         return Box::pin(backend.call(ctx.lane, bytes, op.reply_kind()));
     };
+    if op.class != Class::Delete {
+        if op.class == Class::Get && queue.holds_reads() {
+            // Replay first, serve second: what it holds may be what the spool deletes.
+            // Failing (not missing) lets a gutter or another replica answer instead.
+            let name = backend.name().to_string();
+            return Box::pin(async move { Err(BackendError::Replaying(name)) });
+        }
+        return Box::pin(backend.call(ctx.lane, bytes, op.reply_kind()));
+    }
     let spooled_reply: &'static [u8] = match op.form {
         Form::Raw { .. } => b"NF\r\n",
         _ => b"NOT_FOUND\r\n",

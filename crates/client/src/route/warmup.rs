@@ -6,8 +6,127 @@ use memfleet_protocol::StoreCommand;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-/// reads the database again rather than trust what it read from warm.
-pub(super) fn warm_get(
+/// A request through an enabled warm-up route: deletes reach cold with the hold-off,
+/// reads that miss in cold are filled from warm, the rest goes to cold.
+pub(super) fn warm_call(
+    cold: &Arc<Route>,
+    warm: &Arc<Route>,
+    holdoff: u32,
+    counters: &Arc<RouteCounters>,
+    op: Op,
+    ctx: Ctx,
+) -> ReplyFuture {
+    match (&op.form, op.class) {
+        (Form::Delete { holdoff: 0 }, _) => {
+            // A delete leaves the key closed to adds for a while, so that a fill racing
+            // it (read from warm before the delete reached warm) fails.
+            let mut op = op;
+            op.form = Form::Delete { holdoff };
+            cold.call(op, ctx)
+        }
+        (Form::Raw { .. }, Class::Delete) => meta_delete(cold, holdoff, op, ctx),
+        (Form::Get { .. }, _) | (Form::Raw { .. }, Class::Get) => {
+            warm_get(cold, warm, counters, op, ctx)
+        }
+        _ => cold.call(op, ctx),
+    }
+}
+
+/// Whether `key` can be written in a text command (the fills and the hold-off are text).
+fn text_key(key: &[u8]) -> bool {
+    !key.is_empty() && key.len() <= 250 && key.iter().all(|&b| b > b' ' && b != 0x7f)
+}
+
+/// The flags of a meta request (`tail` after its key) or reply line, as words.
+fn meta_flags(line: &[u8]) -> impl Iterator<Item = &[u8]> {
+    let line = line.split(|&b| b == b'\n').next().unwrap_or_default();
+    line.split(|&b| matches!(b, b' ' | b'\r'))
+        .filter(|w| !w.is_empty())
+}
+
+/// `md` through warm-up: memcached's meta delete has no hold-off, so the route follows it
+/// with `delete <key> <holdoff>` (which leaves the hold-off whether or not the key was
+/// there). Both go out at once, in order, unless the `md` is conditional (`C`) or keeps the
+/// item (`I`, `x`): then the hold-off follows its reply — after a deletion that happened
+/// for `C`, and for `I`/`x` only where no item was left to refuse a fill. The client gets
+/// the `md`'s own reply.
+fn meta_delete(cold: &Arc<Route>, holdoff: u32, op: Op, ctx: Ctx) -> ReplyFuture {
+    let call = cold.call(op.clone(), ctx);
+    if holdoff == 0 || !text_key(&op.key) {
+        return call;
+    }
+    let Form::Raw { tail, .. } = &op.form else {
+        return call;
+    };
+    let flag = |c: u8| meta_flags(tail).any(|w| w.first() == Some(&c));
+    let (conditional, keeps_item) = (flag(b'C'), flag(b'I') || flag(b'x'));
+    let hold = Op {
+        class: Class::Delete,
+        key: op.key.clone(),
+        form: Form::Delete { holdoff },
+    };
+    if !conditional && !keeps_item {
+        let hold_call = cold.call(hold, ctx);
+        return Box::pin(async move {
+            let (reply, _) = futures_util::future::join(call, hold_call).await;
+            reply
+        });
+    }
+    let cold = cold.clone();
+    Box::pin(async move {
+        let reply = call.await?;
+        let deleted = reply.starts_with(b"HD");
+        // A kept (stale) item already refuses adds; a refused conditional deleted nothing.
+        if deleted != keeps_item {
+            let _ = cold.call(hold, ctx).await;
+        }
+        Ok(reply)
+    })
+}
+
+/// What a cold cluster's answer to a read says.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum ColdAnswer {
+    /// A value (or an error line, a hot miss, a stale value): the client's answer.
+    Final,
+    /// A plain miss (`END`, `EN`): fill with `add`.
+    Miss,
+    /// A lease-get miss that won the lease with this token: fill with `lease-set`.
+    Lease(u64),
+    /// An `mg` miss that won the right to fill (`W`): fill with `ms C<cas>`.
+    Won,
+}
+
+fn cold_answer(op: &Op, reply: &[u8]) -> ColdAnswer {
+    match &op.form {
+        Form::Get { head } if head == b"lease-get" => {
+            // LVALUE <key> <token> <flags> <bytes>: token 1 is a hot miss.
+            let Some(line) = reply.strip_prefix(b"LVALUE ") else {
+                return ColdAnswer::Final;
+            };
+            let token = line
+                .split(|&b| matches!(b, b' ' | b'\r'))
+                .nth(1)
+                .and_then(|t| std::str::from_utf8(t).ok()?.parse::<u64>().ok());
+            match token {
+                Some(t) if t > 1 => ColdAnswer::Lease(t),
+                _ => ColdAnswer::Final,
+            }
+        }
+        Form::Get { .. } if reply == b"END\r\n" => ColdAnswer::Miss,
+        Form::Raw { .. } if reply.starts_with(b"EN") => ColdAnswer::Miss,
+        Form::Raw { .. } if meta_flags(reply).any(|w| w == b"W") => ColdAnswer::Won,
+        _ => ColdAnswer::Final,
+    }
+}
+
+/// A read through a warm-up route: the cold cluster's answer, or on a miss the warm
+/// cluster's value put into the cold one (paper §4.3), in the way the miss allows: `add`
+/// for a plain miss, `lease-set` with the token a lease-get won, `ms C<cas>` for an `mg`
+/// that won (`W`). A refused fill (the key was deleted with a hold-off since, another
+/// fill won, the lease was voided) answers the cold cluster's miss, so the client reads
+/// the database again rather than trust what it read from warm.
+fn warm_get(
     cold: &Arc<Route>,
     warm: &Arc<Route>,
     counters: &Arc<RouteCounters>,
@@ -18,8 +137,8 @@ pub(super) fn warm_get(
     let (cold, warm, counters) = (cold.clone(), warm.clone(), counters.clone());
     Box::pin(async move {
         let reply = call.await?;
-        if is_hit(&reply) || reply != b"END\r\n" {
-            // A hit, an LVALUE (lease-get) or an error line: the cold cluster's answer.
+        let answer = cold_answer(&op, &reply);
+        if answer == ColdAnswer::Final || !text_key(&op.key) {
             if is_hit(&reply) {
                 counters.cold_hits.fetch_add(1, Ordering::Relaxed);
             }
@@ -39,40 +158,79 @@ pub(super) fn warm_get(
         let Some((flags, ttl, data)) = parse_mg_value(&found) else {
             return Ok(reply);
         };
-        let add = Op {
-            class: Class::Set,
-            key: op.key.clone(),
-            form: Form::Store {
-                command: StoreCommand::Add,
-                flags,
-                exptime: ttl,
-                cas: 0,
-                data: data.clone().into(),
-            },
+        let filled = match answer {
+            ColdAnswer::Miss | ColdAnswer::Lease(_) => {
+                let (command, cas) = match answer {
+                    ColdAnswer::Lease(token) => (StoreCommand::LeaseSet, token),
+                    _ => (StoreCommand::Add, 0),
+                };
+                let store = Op {
+                    class: Class::Set,
+                    key: op.key.clone(),
+                    form: Form::Store {
+                        command,
+                        flags,
+                        exptime: ttl,
+                        cas,
+                        data: data.clone().into(),
+                    },
+                };
+                matches!(cold.call(store, ctx).await, Ok(r) if r == b"STORED\r\n")
+            }
+            _ => fill_won(&cold, &op.key, flags, ttl, &data, ctx).await,
         };
-        match cold.call(add, ctx).await {
-            Ok(r) if r == b"STORED\r\n" => {
-                counters.warm_fills.fetch_add(1, Ordering::Relaxed);
-            }
-            _ => {
-                counters.fills_refused.fetch_add(1, Ordering::Relaxed);
-                return Ok(reply);
-            }
+        if !filled {
+            counters.fills_refused.fetch_add(1, Ordering::Relaxed);
+            return Ok(reply);
         }
-        if matches!(&op.form, Form::Get { head } if head == b"get") {
-            let mut out = Vec::with_capacity(data.len() + op.key.len() + 32);
-            memfleet_protocol::response::value(&mut out, &op.key, flags, &data, None);
-            memfleet_protocol::response::end(&mut out);
-            Ok(out)
-        } else {
-            // gets, gat, lease-get: the cold cluster's own answer (its CAS, its touch).
-            cold.call(op, ctx).await
+        counters.warm_fills.fetch_add(1, Ordering::Relaxed);
+        match &op.form {
+            Form::Get { head } if head == b"get" || head == b"lease-get" => {
+                // A lease-get that is answered with a value answers as a get does.
+                let mut out = Vec::with_capacity(data.len() + op.key.len() + 32);
+                memfleet_protocol::response::value(&mut out, &op.key, flags, &data, None);
+                memfleet_protocol::response::end(&mut out);
+                Ok(out)
+            }
+            // gets, gat, gats, mg: the cold cluster's own answer (its CAS, its touch, the
+            // flags the client asked for).
+            _ => cold.call(op, ctx).await,
         }
     })
 }
 
+/// Fills the placeholder an `mg N` left for its winner: reads its CAS, then stores the
+/// warm value with `ms <key> <len> C<cas> F<flags> T<ttl>` (a lease-set: the CAS is the
+/// winner's token). True when cold took it.
+async fn fill_won(
+    cold: &Arc<Route>,
+    key: &[u8],
+    flags: u32,
+    ttl: i64,
+    data: &[u8],
+    ctx: Ctx,
+) -> bool {
+    let ask = Op::raw(Class::Get, key, b"mg ", b" c\r\n".to_vec(), ReplyKind::Meta);
+    let Ok(placeholder) = cold.call(ask, ctx).await else {
+        return false;
+    };
+    let Some(cas) = meta_flags(&placeholder).skip(1).find_map(|w| {
+        std::str::from_utf8(w.strip_prefix(b"c")?)
+            .ok()?
+            .parse::<u64>()
+            .ok()
+    }) else {
+        return false;
+    };
+    let mut tail = format!(" {} C{cas} F{flags} T{ttl}\r\n", data.len()).into_bytes();
+    tail.extend_from_slice(data);
+    tail.extend_from_slice(b"\r\n");
+    let store = Op::raw(Class::Set, key, b"ms ", tail, ReplyKind::Meta);
+    matches!(cold.call(store, ctx).await, Ok(r) if r.starts_with(b"HD"))
+}
+
 /// `VA <len> f<flags> t<ttl>\r\n<data>\r\n` into (flags, exptime for an add, data); a
-/// remaining TTL of -1 (none) is exptime 0.
+/// remaining TTL of -1 (none) is exptime 0; a stale value (`X`) is none.
 fn parse_mg_value(reply: &[u8]) -> Option<(u32, i64, Vec<u8>)> {
     let nl = reply.iter().position(|&b| b == b'\n')?;
     let line = reply[..nl].strip_suffix(b"\r")?;
@@ -83,6 +241,10 @@ fn parse_mg_value(reply: &[u8]) -> Option<(u32, i64, Vec<u8>)> {
     let len: usize = std::str::from_utf8(words.next()?).ok()?.parse().ok()?;
     let (mut flags, mut ttl) = (0u32, 0i64);
     for w in words {
+        if w == b"X" {
+            // Stale in warm (invalidated there): not a value to spread.
+            return None;
+        }
         let value = std::str::from_utf8(w.get(1..)?).ok()?;
         match w.first()? {
             b'f' => flags = value.parse().ok()?,
@@ -98,6 +260,48 @@ fn parse_mg_value(reply: &[u8]) -> Option<(u32, i64, Vec<u8>)> {
 mod tests {
     use super::*;
 
+    fn op(form: Form) -> Op {
+        Op {
+            class: Class::Get,
+            key: b"k".to_vec(),
+            form,
+        }
+    }
+
+    #[test]
+    fn cold_misses_are_told_apart() {
+        let get = op(Form::Get {
+            head: b"get".to_vec(),
+        });
+        let lease = op(Form::Get {
+            head: b"lease-get".to_vec(),
+        });
+        let mg = Op::raw(
+            Class::Get,
+            b"k",
+            b"mg ",
+            b" v\r\n".to_vec(),
+            ReplyKind::Meta,
+        );
+        assert_eq!(cold_answer(&get, b"END\r\n"), ColdAnswer::Miss);
+        assert_eq!(
+            cold_answer(&get, b"VALUE k 0 1\r\nv\r\nEND\r\n"),
+            ColdAnswer::Final
+        );
+        assert_eq!(
+            cold_answer(&lease, b"LVALUE k 77 0 0\r\n\r\nEND\r\n"),
+            ColdAnswer::Lease(77)
+        );
+        assert_eq!(
+            cold_answer(&lease, b"LVALUE k 1 0 0\r\n\r\nEND\r\n"),
+            ColdAnswer::Final
+        );
+        assert_eq!(cold_answer(&mg, b"EN\r\n"), ColdAnswer::Miss);
+        assert_eq!(cold_answer(&mg, b"VA 0 W\r\n\r\n"), ColdAnswer::Won);
+        assert_eq!(cold_answer(&mg, b"VA 0 Z\r\n\r\n"), ColdAnswer::Final);
+        assert_eq!(cold_answer(&mg, b"VA 1 Wx\r\nW\r\n"), ColdAnswer::Final);
+    }
+
     #[test]
     fn warm_values_parse() {
         assert_eq!(
@@ -109,6 +313,7 @@ mod tests {
             Some((0, 30, b"hi".to_vec()))
         );
         assert_eq!(parse_mg_value(b"EN\r\n"), None);
+        assert_eq!(parse_mg_value(b"VA 2 f0 t9 X\r\nhi\r\n"), None);
         assert_eq!(parse_mg_value(b"VA 9 f0 t1\r\nshort\r\n"), None);
     }
 }
