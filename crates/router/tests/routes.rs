@@ -8,92 +8,11 @@ use memfleet_routing::from_toml;
 mod support;
 
 use memfleet_server::Server;
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::io::{BufRead, BufReader, Write};
+use std::net::TcpListener;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
-use support::backend;
 
-fn addr(port: u16) -> SocketAddr {
-    SocketAddr::from(([127, 0, 0, 1], port))
-}
-
-struct Client(BufReader<TcpStream>);
-
-impl Client {
-    fn connect(addr: SocketAddr) -> Client {
-        let s = TcpStream::connect(addr).unwrap();
-        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-        Client(BufReader::new(s))
-    }
-
-    fn direct(port: u16) -> Client {
-        Client::connect(addr(port))
-    }
-
-    /// Sends and reads exactly `want.len()` bytes, which must be `want`.
-    fn check(&mut self, request: &str, want: &str) {
-        self.0.get_mut().write_all(request.as_bytes()).unwrap();
-        let mut got = vec![0; want.len()];
-        self.0.read_exact(&mut got).unwrap();
-        assert_eq!(String::from_utf8_lossy(&got), want, "request {request:?}");
-    }
-
-    /// Sends one request and reads one line.
-    fn line(&mut self, request: &str) -> String {
-        self.0.get_mut().write_all(request.as_bytes()).unwrap();
-        let mut l = String::new();
-        self.0.read_line(&mut l).unwrap();
-        l
-    }
-
-    /// A get's value, if any (one key).
-    fn get(&mut self, key: &str) -> Option<String> {
-        let first = self.line(&format!("get {key}\r\n"));
-        if first == "END\r\n" {
-            return None;
-        }
-        assert!(first.starts_with("VALUE "), "get {key}: {first}");
-        let mut value = String::new();
-        self.0.read_line(&mut value).unwrap();
-        let mut end = String::new();
-        self.0.read_line(&mut end).unwrap();
-        assert_eq!(end, "END\r\n");
-        Some(value.trim_end().to_string())
-    }
-
-    /// The `stats` line `STAT <name> <value>`'s value.
-    fn stat(&mut self, name: &str) -> Option<String> {
-        self.0.get_mut().write_all(b"stats\r\n").unwrap();
-        let mut found = None;
-        loop {
-            let mut l = String::new();
-            self.0.read_line(&mut l).unwrap();
-            if l == "END\r\n" || l.is_empty() {
-                return found;
-            }
-            if let Some(v) = l.strip_prefix(&format!("STAT {name} ")) {
-                found = Some(v.trim_end().to_string());
-            }
-        }
-    }
-}
-
-fn list(ports: &[u16]) -> String {
-    ports
-        .iter()
-        .map(|p| format!("\"127.0.0.1:{p}\""))
-        .collect::<Vec<_>>()
-        .join(", ")
-}
-
-fn eventually(what: &str, mut ok: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(15);
-    while !ok() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
+use support::{addr, backend, eventually, list, Client};
 
 #[test]
 fn prefixes_and_operations_pick_pools_and_deletes_reach_every_cluster() {
