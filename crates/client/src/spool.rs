@@ -152,7 +152,10 @@ impl Spooler {
         let lock = take_lock(dir)?.ok_or_else(|| {
             std::io::Error::new(
                 std::io::ErrorKind::AddrInUse,
-                format!("{} is in use by another process", dir.display()),
+                format!(
+                    "{} is in use (by another process, or another client or router in this one)",
+                    dir.display()
+                ),
             )
         })?;
         Ok(Spooler::holding(dir, lock, false))

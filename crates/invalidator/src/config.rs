@@ -21,10 +21,11 @@
 //! batch_keys = 512
 //! batch_wait_ms = 2
 //! check_one_in = 1000        # look every 1000th deleted key up everywhere (paper §7.3)
-//! report_every_s = 60        # log counts and commit-to-deleted latency percentiles
+//! report_every_s = 60        # log counts, commit-to-delivered latency, spool depth and age
+//! metrics_listen = "127.0.0.1:9151"   # optional: Prometheus metrics at /metrics
 //!
 //! [router]
-//! spool_dir = "/var/spool/memfleet-invalidator"
+//! spool_dir = "/var/spool/memfleet-invalidator"   # default: a slot of the state directory
 //!
 //! [pools.cluster_a]
 //! servers = ["10.0.1.1:5000"]
@@ -113,6 +114,7 @@ struct Invalidator {
     check_one_in: u64,
     #[serde(default = "default_report_every_s")]
     report_every_s: u64,
+    metrics_listen: Option<String>,
 }
 
 fn default_check_one_in() -> u64 {
@@ -148,6 +150,8 @@ pub struct Config {
     pub check_one_in: u64,
     /// How often the counters and latency percentiles are logged.
     pub report_every: Duration,
+    /// Where Prometheus metrics are served (`GET /metrics`), if anywhere.
+    pub metrics_listen: Option<String>,
 }
 
 impl Config {
@@ -192,6 +196,7 @@ impl Config {
             batch_wait: Duration::from_millis(inv.batch_wait_ms),
             check_one_in: inv.check_one_in,
             report_every: Duration::from_secs(inv.report_every_s.max(1)),
+            metrics_listen: inv.metrics_listen,
         })
     }
 }

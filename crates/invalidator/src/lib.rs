@@ -11,20 +11,29 @@
 //! | `source` | the commit log behind a small trait; PostgreSQL's logical replication (pgoutput) |
 //! | `setup` | checks (`wal_level`, slot, credentials) with errors that say what to do |
 //! | `scratch` | a throwaway PostgreSQL (initdb in a temp dir) for tests and benchmarks |
+//! | `delivery` | when spooled deletes were replayed: commit-to-delivered latency |
+//! | `metrics` | Prometheus metrics (`metrics_listen`): counters, latency, spool depth and age |
 //! | (this file) | the loop: batch, delete everywhere, acknowledge |
 //!
 //! **Nothing is lost.** The slot's position is acknowledged only after every key of every
 //! transaction up to it was deleted in every destination, or durably spooled for one that is
 //! down (the client library's delete spool). A crash of the invalidator before that replays
 //! the unacknowledged transactions: deletes arrive at least once.
+//!
+//! **Delivery is what is reported.** The commit-to-delivered latency of a transaction whose
+//! deletes were spooled is measured when the spool replayed them (`delivery`), and every
+//! destination's spool depth and oldest waiting delete are in the log and the metrics.
 
 pub mod config;
+pub mod delivery;
+pub mod metrics;
 pub mod scratch;
 pub mod setup;
 pub mod source;
 
 pub use config::Config;
 use hdrhistogram::Histogram;
+use memfleet_client::spool::QueueStats;
 use memfleet_client::{Client, ClientOptions};
 use source::{CommitLog, Committed};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -56,9 +65,15 @@ pub struct Counters {
     pub checked: AtomicU64,
     /// Sampled keys some destination still held after their delete.
     pub check_failures: AtomicU64,
-    /// Commit-to-deleted-everywhere latency per transaction, µs (the database's commit
-    /// timestamp to the last destination's reply).
+    /// Batches some of whose deletes went to a spool (delivered later, by its replay).
+    pub spooled_batches: AtomicU64,
+    /// Batches acknowledged (spooled) whose spooled deletes are not delivered yet.
+    pub undelivered_batches: AtomicU64,
+    /// Commit-to-delivered latency per transaction, µs: the database's commit timestamp
+    /// to the last destination's reply, or to the replay of its last spooled delete.
     pub latency_us: Mutex<Histogram<u64>>,
+    /// The spool queues as last seen (refreshed every 250 ms).
+    pub spool: Mutex<Vec<QueueStats>>,
 }
 
 impl Default for Counters {
@@ -71,6 +86,9 @@ impl Default for Counters {
             acked: AtomicU64::new(0),
             checked: AtomicU64::new(0),
             check_failures: AtomicU64::new(0),
+            spooled_batches: AtomicU64::new(0),
+            undelivered_batches: AtomicU64::new(0),
+            spool: Mutex::new(Vec::new()),
             latency_us: Mutex::new(
                 Histogram::new_with_bounds(1, 3_600_000_000, 3).expect("valid histogram bounds"),
             ),
@@ -93,16 +111,25 @@ impl Counters {
     /// One line for the log.
     pub fn summary(&self) -> String {
         let (p50, p99, p999, max) = self.latency();
-        format!(
-            "{} transactions, {} keys in {} batches; commit-to-deleted p50 {p50} µs, p99 {p99} \
-             µs, p99.9 {p999} µs, max {max} µs; {} of {} sampled keys still cached after \
-             their delete",
+        let mut line = format!(
+            "{} transactions, {} keys in {} batches; commit-to-delivered p50 {p50} µs, p99 \
+             {p99} µs, p99.9 {p999} µs, max {max} µs; {} of {} sampled keys still cached \
+             after their delete; {} batches spooled, {} not yet delivered",
             self.transactions.load(Ordering::Relaxed),
             self.keys.load(Ordering::Relaxed),
             self.batches.load(Ordering::Relaxed),
             self.check_failures.load(Ordering::Relaxed),
             self.checked.load(Ordering::Relaxed),
-        )
+            self.spooled_batches.load(Ordering::Relaxed),
+            self.undelivered_batches.load(Ordering::Relaxed),
+        );
+        for q in self.spool.lock().unwrap_or_else(|e| e.into_inner()).iter() {
+            if q.depth > 0 {
+                let age = q.oldest.unwrap_or_default().as_millis();
+                line += &format!("; spool {}: {} waiting, oldest {age} ms", q.name, q.depth);
+            }
+        }
+        line
     }
 }
 
@@ -121,7 +148,12 @@ pub async fn run(
         ..ClientOptions::default()
     };
     let cache = Client::new(&config.destinations, &config.route, options())?;
-    // One client per destination pool, to check sampled keys are gone from each.
+    // One client per destination pool, to check sampled keys are gone from each. They
+    // only read: no spool of their own (the delivering client holds the spool directory).
+    let mut lookups = config.destinations.clone();
+    for p in &mut lookups.pools {
+        p.spool_deletes = false;
+    }
     let checkers: Arc<Vec<(String, Client)>> = Arc::new(
         cache
             .topology()
@@ -130,7 +162,7 @@ pub async fn run(
             .map(|p| {
                 Ok((
                     p.name().to_string(),
-                    Client::new(&config.destinations, p.name(), options())?,
+                    Client::new(&lookups, p.name(), options())?,
                 ))
             })
             .collect::<anyhow::Result<Vec<_>>>()?,
@@ -140,6 +172,9 @@ pub async fn run(
     let mut upto: Option<u64> = None;
     let mut report = tokio::time::interval(config.report_every);
     report.tick().await;
+    // Spool state for the log and metrics, and the batches waiting for replays.
+    let mut look = tokio::time::interval(Duration::from_millis(250));
+    let mut deliveries = delivery::Deliveries::default();
     // When the batch being gathered must go, at the latest.
     let mut batch_due: Option<tokio::time::Instant> = None;
     loop {
@@ -149,6 +184,23 @@ pub async fn run(
             biased;
             _ = report.tick() => {
                 tracing::info!("{}", counters.summary());
+                continue;
+            }
+            _ = look.tick() => {
+                let spool = cache.topology().spool_stats();
+                if deliveries.waiting() {
+                    deliveries.poll(&spool, &counters);
+                    if !deliveries.waiting() {
+                        tracing::info!("spooled deletes delivered; {}", counters.summary());
+                    }
+                }
+                *counters.spool.lock().unwrap_or_else(|e| e.into_inner()) = spool;
+                // Checked often while replays are owed, so the latency is the replay's.
+                let every = if deliveries.waiting() { 20 } else { 250 };
+                if look.period() != Duration::from_millis(every) {
+                    look = tokio::time::interval(Duration::from_millis(every));
+                    look.tick().await;
+                }
                 continue;
             }
             next = async {
@@ -195,16 +247,8 @@ pub async fn run(
             continue;
         };
         deliver(&cache, &keys, &counters).await;
-        let now = unix_micros();
-        {
-            let mut h = counters
-                .latency_us
-                .lock()
-                .unwrap_or_else(|e| e.into_inner());
-            for at in commits.drain(..) {
-                let _ = h.record((now - at).max(1) as u64);
-            }
-        }
+        let spool = cache.topology().spool_stats();
+        deliveries.settle(std::mem::take(&mut commits), &spool, &counters);
         let before = counters
             .keys
             .fetch_add(keys.len() as u64, Ordering::Relaxed);
@@ -296,6 +340,16 @@ pub fn run_cli(args: &InvalidatorArgs) -> anyhow::Result<()> {
         // A database that is not set up is an operator's mistake: say so and stop.
         setup::prepare(&config.database).await?;
         let counters = Arc::new(Counters::default());
+        let _metrics = match &config.metrics_listen {
+            Some(addr) => {
+                let listener = tokio::net::TcpListener::bind(addr)
+                    .await
+                    .map_err(|e| anyhow::anyhow!("metrics_listen {addr}: {e}"))?;
+                tracing::info!(%addr, "metrics at /metrics");
+                Some(AbortOnDrop(tokio::spawn(metrics::serve(listener, counters.clone()))))
+            }
+            None => None,
+        };
         let stream = async {
             // Once running, a lost stream (PostgreSQL restarting, a network blip, the slot
             // still held by a killed predecessor) is retried; what was not acknowledged is
@@ -327,4 +381,13 @@ pub fn run_cli(args: &InvalidatorArgs) -> anyhow::Result<()> {
             _ = term.recv() => Ok(()),
         }
     })
+}
+
+/// A task stopped when its handle goes.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }

@@ -102,9 +102,13 @@ async fn restart_router(toml: &str) -> memfleet_router::Running {
 
 /// A router on a free port in front of the server on `pb`, and the invalidator's
 /// destinations for it: pool `a` (the server on `pa`), pool `b` (that router, quick to be
-/// marked down), a broadcast route `everywhere` to both. Returns the running router, its
-/// configuration (to start it again) and the destinations' TOML.
-async fn behind_a_router(pa: u16, pb: u16) -> (memfleet_router::Running, String, String) {
+/// marked down; `spool_deletes` as given), a broadcast route `everywhere` to both. Returns
+/// the running router, its configuration (to start it again) and the destinations' TOML.
+async fn behind_a_router(
+    pa: u16,
+    pb: u16,
+    spool_deletes: bool,
+) -> (memfleet_router::Running, String, String) {
     let router_port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -117,7 +121,7 @@ async fn behind_a_router(pa: u16, pb: u16) -> (memfleet_router::Running, String,
     let destinations = format!(
         "[pools.a]\nservers = [\"127.0.0.1:{pa}\"]\n\
          [pools.b]\nservers = [\"127.0.0.1:{router_port}\"]\ntimeout_ms = 200\n\
-         server_failure_limit = 1\nserver_retry_timeout_ms = 100\n\
+         server_failure_limit = 1\nserver_retry_timeout_ms = 100\nspool_deletes = {spool_deletes}\n\
          [routes.everywhere]\ntype = \"broadcast\"\nto = [\"a\", \"b\"]\n"
     );
     (router, router_toml, destinations)
@@ -214,7 +218,7 @@ async fn a_router_that_is_down_holds_the_slot_and_gets_every_delete_when_back() 
     let b = server(0);
     let (pa, pb) = (a.local_addr().port(), b.local_addr().port());
     // Cluster b is reached through its router, which goes away for a while.
-    let (router, router_toml, destinations) = behind_a_router(pa, pb).await;
+    let (router, router_toml, destinations) = behind_a_router(pa, pb, false).await;
     let config = config(pg.port, &destinations);
     let (task, counters) = start(&config, &db).await;
     for p in [pa, pb] {
@@ -225,7 +229,7 @@ async fn a_router_that_is_down_holds_the_slot_and_gets_every_delete_when_back() 
         .await
         .unwrap();
     let (_, commit) = slot_position(&db).await;
-    // Cluster a gets it; b cannot (no spool configured): the slot stays before the commit.
+    // Cluster a gets it; b cannot (its spool turned off): the slot stays before the commit.
     eventually("held deleted in a", || !has(pa, "held")).await;
     tokio::time::sleep(Duration::from_millis(800)).await;
     assert!(has(pb, "held"));
@@ -295,14 +299,20 @@ async fn the_documented_sql_helpers_invalidate_through_the_invalidator() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn with_a_spool_the_slot_moves_on_and_the_spooled_delete_arrives_later() {
+async fn with_a_spool_the_slot_moves_on_and_delivery_is_reported_when_the_replay_lands() {
     let pg = Postgres::start().unwrap();
     let db = pg.connect().await.unwrap();
     let (a, b) = (server(0), server(0));
     let (pa, pb) = (a.local_addr().port(), b.local_addr().port());
     let spool = std::env::temp_dir().join(format!("memfleet-inv-spool-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&spool);
-    let (router, router_toml, destinations) = behind_a_router(pa, pb).await;
+    let (router, router_toml, destinations) = behind_a_router(pa, pb, true).await;
+    let router_port = destinations
+        .split("127.0.0.1:")
+        .nth(2)
+        .and_then(|rest| rest.split('"').next())
+        .unwrap()
+        .to_string();
     let config = config(
         pg.port,
         &format!(
@@ -310,7 +320,7 @@ async fn with_a_spool_the_slot_moves_on_and_the_spooled_delete_arrives_later() {
             spool.display()
         ),
     );
-    let (task, _) = start(&config, &db).await;
+    let (task, counters) = start(&config, &db).await;
     for p in [pa, pb] {
         assert_eq!(ask(p, "set spooled 0 0 1\r\nv\r\n"), "STORED\r\n");
     }
@@ -323,9 +333,45 @@ async fn with_a_spool_the_slot_moves_on_and_the_spooled_delete_arrives_later() {
     eventually_async_slot(&db, commit).await;
     assert!(!has(pa, "spooled"));
     assert!(has(pb, "spooled"));
-    // b's router is back: the spooled delete is replayed.
+    // Spooled is not delivered: no latency yet, one batch owed, the queue in the metrics.
+    eventually("the batch to be owed", || {
+        counters.undelivered_batches.load(Ordering::Relaxed) == 1
+    })
+    .await;
+    assert_eq!(counters.latency_us.lock().unwrap().len(), 0);
+    let queue = format!("b--127.0.0.1-{router_port}");
+    eventually("the spool in the metrics", || {
+        memfleet_invalidator::metrics::render(&counters).contains(&format!(
+            "memfleet_invalidator_spool_depth{{queue=\"{queue}\"}} 1"
+        ))
+    })
+    .await;
+    let outage = Duration::from_millis(1500);
+    tokio::time::sleep(outage).await;
+    let text = memfleet_invalidator::metrics::render(&counters);
+    let oldest = text
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix(&format!(
+                "memfleet_invalidator_spool_oldest_seconds{{queue=\"{queue}\"}} "
+            ))
+        })
+        .and_then(|v| v.parse::<f64>().ok())
+        .expect("the oldest queued age is a metric");
+    assert!(oldest >= outage.as_secs_f64(), "oldest {oldest} s: {text}");
+    // b's router is back: the spooled delete is replayed, and only now delivered.
     let _router = restart_router(&router_toml).await;
     eventually("the spooled delete in b", || !has(pb, "spooled")).await;
+    eventually("the delivery to be counted", || {
+        counters.undelivered_batches.load(Ordering::Relaxed) == 0
+    })
+    .await;
+    let (_, _, _, max) = counters.latency();
+    assert!(
+        max >= outage.as_micros() as u64,
+        "commit-to-delivered {max} µs does not include the {outage:?} outage"
+    );
+    assert_eq!(counters.spooled_batches.load(Ordering::Relaxed), 1);
     task.abort();
     let _ = std::fs::remove_dir_all(&spool);
 }
