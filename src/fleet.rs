@@ -4,10 +4,11 @@
 //! `up` starts, as background processes of this same executable:
 //! - two frontend clusters (`c1`, `c2`) of `--servers` memfleet servers each,
 //! - a gutter pool (one server) and a regional pool (one server),
-//! - one router per cluster, in front of its own cluster, whose route (see `fleet.toml`
-//!   in the directory) sends gets and sets to the local cluster with the gutter behind it,
-//!   keys under `/regional/` to the regional pool, and deletes to both clusters and the
-//!   regional pool (broadcast, spooled when a server is down),
+//! - one router per cluster, in front of its own cluster, whose route (see
+//!   `router-c1.toml` in the directory) sends keys under `/regional/` to the regional pool
+//!   with the prefix stripped (every operation, deletes included), and other keys' gets and
+//!   sets to the local cluster with the gutter behind it and their deletes to both
+//!   clusters (broadcast, spooled when a server is down),
 //!
 //! writes every process id to `<dir>/pids`, waits until every port answers and prints how
 //! to reach them. `down` stops what `pids` lists. Ports are `--base-port` + a fixed
@@ -116,15 +117,19 @@ fn layout(up: &UpArgs) -> (Vec<Member>, String, String) {
                 list(ports)
             );
         }
+        // The prefix route comes first, for every operation: a `/regional/` key's delete
+        // must reach the regional pool with the prefix stripped, as its set did (a delete
+        // broadcast placed before the prefix route would carry the prefix and find nothing).
         let _ = writeln!(
             t,
-            "[routes.front]\nlisten = \"127.0.0.1:{listen}\"\ntype = \"operation\"\n\
-             delete = \"invalidate\"\ndefault = \"by_prefix\"\n\n\
-             [routes.by_prefix]\ntype = \"prefix\"\nprefixes = {{ \"/regional/\" = \"regional\" }}\n\
-             strip = true\ndefault = \"cache\"\n\n\
+            "[routes.front]\nlisten = \"127.0.0.1:{listen}\"\ntype = \"prefix\"\n\
+             prefixes = {{ \"/regional/\" = \"regional\" }}\nstrip = true\n\
+             default = \"by_operation\"\n\n\
+             [routes.by_operation]\ntype = \"operation\"\ndelete = \"invalidate\"\n\
+             default = \"cache\"\n\n\
              [routes.cache]\ntype = \"gutter\"\nmain = \"local\"\ngutter = \"gutter\"\ngutter_ttl = 10\n\n\
              [routes.invalidate]\ntype = \"broadcast\"\nmode = \"all-sync\"\n\
-             to = [\"local\", \"other\", \"regional\"]"
+             to = [\"local\", \"other\"]"
         );
         t
     };
@@ -223,7 +228,8 @@ fn up(up: &UpArgs) -> anyhow::Result<()> {
     println!(
         "\nClients talk to a cluster's router, e.g.\n  \
          printf 'set k 0 0 2\\r\\nhi\\r\\nget k\\r\\n' | nc -q1 127.0.0.1 {}\n\
-         Keys under /regional/ live in the regional pool; deletes reach both clusters.\n\
+         Keys under /regional/ live in the regional pool; other keys' deletes reach both \
+         clusters.\n\
          Routes: {}/router-c1.toml. Stop with: memfleet fleet down --dir {}",
         base + 100,
         dir.display(),
