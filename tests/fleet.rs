@@ -270,3 +270,75 @@ fn a_regional_delete_through_either_router_removes_the_key_everywhere() {
     assert_eq!(r1.get("c"), None);
     assert_eq!(r1.get("/regional/c").as_deref(), Some("r"));
 }
+
+#[test]
+fn fleet_up_fails_loudly_and_stops_everything_when_a_process_cannot_listen() {
+    let _one = one_fleet();
+    let base = free_base();
+    let hold = |offsets: &[u16]| -> Vec<TcpListener> {
+        offsets
+            .iter()
+            .map(|o| TcpListener::bind(("127.0.0.1", base + o)).unwrap())
+            .collect()
+    };
+    let up = |name: &str| {
+        let dir =
+            std::env::temp_dir().join(format!("memfleet-fleet-test-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let out = Command::new(EXE)
+            .args([
+                "fleet",
+                "up",
+                "--memory",
+                "16",
+                "--base-port",
+                &base.to_string(),
+            ])
+            .arg("--dir")
+            .arg(&dir)
+            .output()
+            .unwrap();
+        (Fleet { dir, base }, out)
+    };
+
+    // Every port is taken by someone else: every process fails to bind.
+    let taken = hold(&OFFSETS);
+    let (fleet, out) = up("taken");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "fleet up succeeded:\n{stderr}");
+    assert!(
+        !String::from_utf8_lossy(&out.stdout).contains("127.0.0.1"),
+        "addresses printed for a fleet that is not up"
+    );
+    assert!(stderr.contains("10 of 10 processes failed"), "{stderr}");
+    for name in ["c1-server1", "gutter", "regional", "router-c2"] {
+        assert!(stderr.contains(name), "{name} not named:\n{stderr}");
+    }
+    // Each with the end of its log: why it failed.
+    assert!(stderr.contains("Address already in use"), "{stderr}");
+    assert!(!fleet.dir.join("pids").exists());
+    drop(fleet);
+    drop(taken);
+
+    // One server's port is taken: the fleet fails, naming it, and the nine processes
+    // that did start are stopped (their ports are free again).
+    let taken = hold(&[12]);
+    let (fleet, out) = up("one-taken");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "fleet up succeeded:\n{stderr}");
+    assert!(stderr.contains("1 of 10 processes failed"), "{stderr}");
+    assert!(
+        stderr.contains(&format!("c2-server2 (127.0.0.1:{})", base + 12)),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("c2-server1"), "{stderr}");
+    assert!(!fleet.dir.join("pids").exists());
+    for o in OFFSETS.iter().filter(|&&o| o != 12) {
+        assert!(
+            TcpListener::bind(("127.0.0.1", base + o)).is_ok(),
+            "port {} still taken after a failed fleet up",
+            base + o
+        );
+    }
+    drop(taken);
+}
