@@ -4,13 +4,16 @@
 //! `up` starts, as background processes of this same executable:
 //! - two frontend clusters (`c1`, `c2`) of `--servers` memfleet servers each,
 //! - a gutter pool (one server) and a regional pool (one server),
-//! - one router per cluster, in front of its own cluster, whose route (see `fleet.toml`
-//!   in the directory) sends gets and sets to the local cluster with the gutter behind it,
-//!   keys under `/regional/` to the regional pool, and deletes to both clusters and the
-//!   regional pool (broadcast, spooled when a server is down),
+//! - one router per cluster, in front of its own cluster, whose route (see
+//!   `router-c1.toml` in the directory) sends keys under `/regional/` to the regional pool
+//!   with the prefix stripped (every operation, deletes included), and other keys' gets and
+//!   sets to the local cluster with the gutter behind it and their deletes to both
+//!   clusters (broadcast, spooled when a server is down),
 //!
-//! writes every process id to `<dir>/pids`, waits until every port answers and prints how
-//! to reach them. `down` stops what `pids` lists. Ports are `--base-port` + a fixed
+//! writes every process id to `<dir>/pids`, waits until every process listens on its port
+//! (its own socket: a port another process holds does not count) and prints how to reach
+//! them. If one exits or does not listen in time, `up` fails with its log's last lines and
+//! stops the others (no pids file is left). `down` stops what `pids` lists. Ports are `--base-port` + a fixed
 //! offset, so a fleet's addresses are predictable.
 
 use anyhow::{bail, Context};
@@ -18,7 +21,7 @@ use std::fmt::Write as _;
 use std::net::TcpStream;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// `memfleet fleet` subcommands.
@@ -116,15 +119,19 @@ fn layout(up: &UpArgs) -> (Vec<Member>, String, String) {
                 list(ports)
             );
         }
+        // The prefix route comes first, for every operation: a `/regional/` key's delete
+        // must reach the regional pool with the prefix stripped, as its set did (a delete
+        // broadcast placed before the prefix route would carry the prefix and find nothing).
         let _ = writeln!(
             t,
-            "[routes.front]\nlisten = \"127.0.0.1:{listen}\"\ntype = \"operation\"\n\
-             delete = \"invalidate\"\ndefault = \"by_prefix\"\n\n\
-             [routes.by_prefix]\ntype = \"prefix\"\nprefixes = {{ \"/regional/\" = \"regional\" }}\n\
-             strip = true\ndefault = \"cache\"\n\n\
+            "[routes.front]\nlisten = \"127.0.0.1:{listen}\"\ntype = \"prefix\"\n\
+             prefixes = {{ \"/regional/\" = \"regional\" }}\nstrip = true\n\
+             default = \"by_operation\"\n\n\
+             [routes.by_operation]\ntype = \"operation\"\ndelete = \"invalidate\"\n\
+             default = \"cache\"\n\n\
              [routes.cache]\ntype = \"gutter\"\nmain = \"local\"\ngutter = \"gutter\"\ngutter_ttl = 10\n\n\
              [routes.invalidate]\ntype = \"broadcast\"\nmode = \"all-sync\"\n\
-             to = [\"local\", \"other\", \"regional\"]"
+             to = [\"local\", \"other\"]"
         );
         t
     };
@@ -183,37 +190,62 @@ fn up(up: &UpArgs) -> anyhow::Result<()> {
     std::fs::write(dir.join("router-c2.toml"), r2)?;
     let exe = std::env::current_exe().context("finding the memfleet executable")?;
     let mut pids = String::new();
+    let mut started: Vec<(&Member, Child)> = Vec::new();
     for m in &members {
-        let log = std::fs::File::create(dir.join(format!("{}.log", m.name)))?;
-        let child = Command::new(&exe)
-            .args(&m.args)
-            .stdin(Stdio::null())
-            .stdout(log.try_clone()?)
-            .stderr(log)
-            // Its own process group: the fleet outlives this command and a terminal's ^C.
-            .process_group(0)
-            .spawn()
-            .with_context(|| format!("starting {}", m.name))?;
-        let _ = writeln!(pids, "{} {} {}", child.id(), m.name, m.port);
-        // Written as we go, so that `down` can stop a fleet that failed half-way.
-        std::fs::write(dir.join("pids"), &pids)?;
-    }
-    let deadline = Instant::now() + Duration::from_secs(20);
-    for m in &members {
-        while TcpStream::connect(("127.0.0.1", m.port)).is_err() {
-            if Instant::now() > deadline {
-                bail!(
-                    "{} did not start on port {} (see {}/{}.log; stop the rest with \
-                     memfleet fleet down --dir {})",
-                    m.name,
-                    m.port,
-                    dir.display(),
-                    m.name,
-                    dir.display()
-                );
+        let spawned = std::fs::File::create(dir.join(format!("{}.log", m.name)))
+            .and_then(|log| Ok((log.try_clone()?, log)))
+            .and_then(|(out, err)| {
+                Command::new(&exe)
+                    .args(&m.args)
+                    .stdin(Stdio::null())
+                    .stdout(out)
+                    .stderr(err)
+                    // Its own process group: the fleet outlives this command and a
+                    // terminal's ^C.
+                    .process_group(0)
+                    .spawn()
+            });
+        let child = match spawned {
+            Ok(child) => child,
+            Err(e) => {
+                stop(&mut started);
+                let _ = std::fs::remove_file(dir.join("pids"));
+                return Err(e).with_context(|| format!("starting {}", m.name));
             }
-            std::thread::sleep(Duration::from_millis(20));
+        };
+        let _ = writeln!(pids, "{} {} {}", child.id(), m.name, m.port);
+        started.push((m, child));
+        // Written as we go, so that `down` can stop a fleet this command could not.
+        if let Err(e) = std::fs::write(dir.join("pids"), &pids) {
+            stop(&mut started);
+            let _ = std::fs::remove_file(dir.join("pids"));
+            return Err(e).context("writing the pids file");
         }
+    }
+    if let Err(failed) = wait_listening(&mut started) {
+        stop(&mut started);
+        let _ = std::fs::remove_file(dir.join("pids"));
+        let mut report = String::new();
+        for (m, why) in &failed {
+            let log = dir.join(format!("{}.log", m.name));
+            let _ = writeln!(
+                report,
+                "{} (127.0.0.1:{}) {why}; the end of {}:",
+                m.name,
+                m.port,
+                log.display()
+            );
+            for line in log_tail(&log, 10) {
+                let _ = writeln!(report, "{}", format!("    {line}").trim_end());
+            }
+        }
+        bail!(
+            "the fleet did not start: {} of {} processes failed; stopped the other {}\n{}",
+            failed.len(),
+            started.len(),
+            started.len() - failed.len(),
+            report.trim_end()
+        );
     }
     let base = up.base_port;
     println!("memfleet fleet up in {}:", dir.display());
@@ -223,13 +255,136 @@ fn up(up: &UpArgs) -> anyhow::Result<()> {
     println!(
         "\nClients talk to a cluster's router, e.g.\n  \
          printf 'set k 0 0 2\\r\\nhi\\r\\nget k\\r\\n' | nc -q1 127.0.0.1 {}\n\
-         Keys under /regional/ live in the regional pool; deletes reach both clusters.\n\
+         Keys under /regional/ live in the regional pool; other keys' deletes reach both \
+         clusters.\n\
          Routes: {}/router-c1.toml. Stop with: memfleet fleet down --dir {}",
         base + 100,
         dir.display(),
         dir.display()
     );
     Ok(())
+}
+
+/// How long `up` waits for every process to listen.
+const START_DEADLINE: Duration = Duration::from_secs(20);
+
+/// Waits until every started process listens on its own port, or has exited, or the
+/// deadline passes. A port that answers is not enough: another process may hold it (this
+/// one then fails to bind and exits). `Err`: every process that exited or did not listen
+/// in time, and why (all of them, when all their ports were taken).
+fn wait_listening<'a>(
+    started: &mut [(&'a Member, Child)],
+) -> Result<(), Vec<(&'a Member, String)>> {
+    let deadline = Instant::now() + START_DEADLINE;
+    let mut waiting: Vec<usize> = (0..started.len()).collect();
+    let mut failed = Vec::new();
+    while !waiting.is_empty() {
+        if Instant::now() > deadline {
+            let why = format!("did not listen within {}s", START_DEADLINE.as_secs());
+            failed.extend(waiting.iter().map(|&i| (started[i].0, why.clone())));
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+        waiting.retain(|&i| {
+            let (m, child) = &mut started[i];
+            match child.try_wait() {
+                Ok(Some(status)) => {
+                    failed.push((*m, format!("exited ({status})")));
+                    false
+                }
+                Err(e) => {
+                    failed.push((*m, format!("cannot be watched ({e})")));
+                    false
+                }
+                Ok(None) => !listens(child.id(), m.port),
+            }
+        });
+    }
+    if failed.is_empty() {
+        Ok(())
+    } else {
+        // In the fleet's order.
+        failed.sort_by_key(|(m, _)| started.iter().position(|(s, _)| std::ptr::eq(*s, *m)));
+        Err(failed)
+    }
+}
+
+/// Whether 127.0.0.1:`port` accepts connections and the listening socket is process
+/// `pid`'s (found through `/proc`: the socket's inode among the process's descriptors).
+/// Without a readable `/proc/net/tcp`, a connection that succeeds is taken as enough.
+fn listens(pid: u32, port: u16) -> bool {
+    let mut inodes = Vec::new();
+    let mut readable = false;
+    for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
+        let Ok(text) = std::fs::read_to_string(table) else {
+            continue;
+        };
+        readable = true;
+        // "sl local_address rem_address st ... uid timeout inode": the local port is the
+        // hex after the colon, st 0A is LISTEN, the inode is the tenth field.
+        for line in text.lines().skip(1) {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            let local_port = f
+                .get(1)
+                .and_then(|a| a.rsplit_once(':'))
+                .and_then(|(_, p)| u16::from_str_radix(p, 16).ok());
+            if local_port == Some(port) && f.get(3) == Some(&"0A") {
+                if let Some(inode) = f.get(9) {
+                    inodes.push(format!("socket:[{inode}]"));
+                }
+            }
+        }
+    }
+    let owned = !readable
+        || std::fs::read_dir(format!("/proc/{pid}/fd")).is_ok_and(|mut fds| {
+            fds.any(|fd| {
+                fd.and_then(|fd| std::fs::read_link(fd.path()))
+                    .is_ok_and(|target| inodes.iter().any(|i| target.as_os_str() == i.as_str()))
+            })
+        });
+    owned && TcpStream::connect(("127.0.0.1", port)).is_ok()
+}
+
+/// The last `n` lines of a log file before any stack backtrace (none when it cannot be
+/// read): with `RUST_BACKTRACE` set, the error a process exited with comes before one.
+fn log_tail(path: &Path, n: usize) -> Vec<String> {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let mut lines: Vec<&str> = text.lines().collect();
+    if let Some(at) = lines
+        .iter()
+        .rposition(|l| l.trim().eq_ignore_ascii_case("stack backtrace:"))
+    {
+        lines.truncate(at);
+    }
+    while lines.last().is_some_and(|l| l.trim().is_empty()) {
+        lines.pop();
+    }
+    lines[lines.len().saturating_sub(n)..]
+        .iter()
+        .map(|l| l.to_string())
+        .collect()
+}
+
+/// Stops processes this command started (SIGTERM, then SIGKILL after a while) and reaps
+/// them.
+fn stop(started: &mut [(&Member, Child)]) {
+    for (_, child) in started.iter_mut() {
+        // Only a child not yet reaped: a reaped one's pid may belong to another process.
+        if matches!(child.try_wait(), Ok(None)) {
+            signal(child.id() as i32, libc::SIGTERM);
+        }
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    for (_, child) in started.iter_mut() {
+        while matches!(child.try_wait(), Ok(None)) {
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
 }
 
 /// (pid, name, port) of every process `pids` lists.

@@ -8,6 +8,7 @@ use std::io::{BufRead, BufReader, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
 const EXE: &str = env!("CARGO_BIN_EXE_memfleet");
@@ -109,9 +110,19 @@ impl Conn {
     }
 }
 
-#[test]
-fn a_local_fleet_routes_invalidates_and_covers_a_dead_server() {
-    let dir = std::env::temp_dir().join(format!("memfleet-fleet-test-{}", std::process::id()));
+/// Held by each test while it runs a fleet: the tests of this file run one at a time, so
+/// that two fleets never pick the same free ports.
+static ONE_FLEET: Mutex<()> = Mutex::new(());
+
+fn one_fleet() -> MutexGuard<'static, ()> {
+    ONE_FLEET.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// `memfleet fleet up` with `extra` flags in a fresh directory on a free base port; the
+/// fleet is taken down when the returned value drops.
+fn fleet_up(name: &str, extra: &[&str]) -> (Fleet, std::process::Output) {
+    let dir =
+        std::env::temp_dir().join(format!("memfleet-fleet-test-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     let base = free_base();
     let up = Command::new(EXE)
@@ -122,12 +133,20 @@ fn a_local_fleet_routes_invalidates_and_covers_a_dead_server() {
             "16",
             "--base-port",
             &base.to_string(),
-            "--dir",
         ])
+        .args(extra)
+        .arg("--dir")
         .arg(&dir)
         .output()
         .unwrap();
-    let fleet = Fleet { dir, base };
+    (Fleet { dir, base }, up)
+}
+
+#[test]
+fn a_local_fleet_routes_invalidates_and_covers_a_dead_server() {
+    let _one = one_fleet();
+    let (fleet, up) = fleet_up("main", &[]);
+    let base = fleet.base;
     assert!(
         up.status.success(),
         "fleet up: {}",
@@ -150,7 +169,7 @@ fn a_local_fleet_routes_invalidates_and_covers_a_dead_server() {
     // Cluster 2 has its own cache: the keys are not there.
     assert_eq!(r2.get("k1"), None);
     r2.lines("set k1 0 0 2\r\nw1\r\n", 1);
-    // A delete through cluster 2's router reaches cluster 1 too (and the regional pool).
+    // A delete through cluster 2's router reaches cluster 1 too.
     r2.lines("delete k1\r\n", 1);
     assert_eq!(r1.get("k1"), None);
     assert_eq!(r2.get("k1"), None);
@@ -203,4 +222,123 @@ fn a_local_fleet_routes_invalidates_and_covers_a_dead_server() {
         String::from_utf8_lossy(&down.stderr)
     );
     assert!(!fleet.dir.join("pids").exists());
+}
+
+#[test]
+fn a_regional_delete_through_either_router_removes_the_key_everywhere() {
+    let _one = one_fleet();
+    let (fleet, up) = fleet_up("regional", &["--servers", "1"]);
+    assert!(
+        up.status.success(),
+        "fleet up: {}",
+        String::from_utf8_lossy(&up.stderr)
+    );
+    let mut r1 = Conn::new(fleet.base + 100);
+    let mut r2 = Conn::new(fleet.base + 200);
+    let mut regional = Conn::new(fleet.base + 51);
+    for (key, deleter) in [("/regional/a", 1), ("/regional/b", 2)] {
+        assert_eq!(
+            r1.lines(&format!("set {key} 0 0 1\r\nr\r\n"), 1),
+            ["STORED"]
+        );
+        assert_eq!(r2.get(key).as_deref(), Some("r"), "{key}");
+        // Stored in the regional pool without its routing prefix.
+        let stripped = key.strip_prefix("/regional/").unwrap();
+        assert_eq!(regional.get(stripped).as_deref(), Some("r"));
+        let router = if deleter == 1 { &mut r1 } else { &mut r2 };
+        assert_eq!(
+            router.lines(&format!("delete {key}\r\n"), 1),
+            ["DELETED"],
+            "delete {key} through router {deleter}"
+        );
+        assert_eq!(r1.get(key), None, "{key} through router 1");
+        assert_eq!(r2.get(key), None, "{key} through router 2");
+        assert_eq!(
+            regional.get(stripped),
+            None,
+            "{stripped} in the regional pool"
+        );
+        // A second delete finds nothing.
+        assert_eq!(r1.lines(&format!("delete {key}\r\n"), 1), ["NOT_FOUND"]);
+    }
+    // A plain key's delete stays out of the regional pool: "/regional/c" and "c" are
+    // different keys.
+    assert_eq!(r1.lines("set /regional/c 0 0 1\r\nr\r\n", 1), ["STORED"]);
+    assert_eq!(r1.lines("set c 0 0 1\r\nl\r\n", 1), ["STORED"]);
+    // (NOT_FOUND: an all-sync broadcast answers the worst reply, and cluster 2 never had it.)
+    assert_eq!(r2.lines("delete c\r\n", 1), ["NOT_FOUND"]);
+    assert_eq!(r1.get("c"), None);
+    assert_eq!(r1.get("/regional/c").as_deref(), Some("r"));
+}
+
+#[test]
+fn fleet_up_fails_loudly_and_stops_everything_when_a_process_cannot_listen() {
+    let _one = one_fleet();
+    let base = free_base();
+    let hold = |offsets: &[u16]| -> Vec<TcpListener> {
+        offsets
+            .iter()
+            .map(|o| TcpListener::bind(("127.0.0.1", base + o)).unwrap())
+            .collect()
+    };
+    let up = |name: &str| {
+        let dir =
+            std::env::temp_dir().join(format!("memfleet-fleet-test-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let out = Command::new(EXE)
+            .args([
+                "fleet",
+                "up",
+                "--memory",
+                "16",
+                "--base-port",
+                &base.to_string(),
+            ])
+            .arg("--dir")
+            .arg(&dir)
+            .output()
+            .unwrap();
+        (Fleet { dir, base }, out)
+    };
+
+    // Every port is taken by someone else: every process fails to bind.
+    let taken = hold(&OFFSETS);
+    let (fleet, out) = up("taken");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "fleet up succeeded:\n{stderr}");
+    assert!(
+        !String::from_utf8_lossy(&out.stdout).contains("127.0.0.1"),
+        "addresses printed for a fleet that is not up"
+    );
+    assert!(stderr.contains("10 of 10 processes failed"), "{stderr}");
+    for name in ["c1-server1", "gutter", "regional", "router-c2"] {
+        assert!(stderr.contains(name), "{name} not named:\n{stderr}");
+    }
+    // Each with the end of its log: why it failed.
+    assert!(stderr.contains("Address already in use"), "{stderr}");
+    assert!(!fleet.dir.join("pids").exists());
+    drop(fleet);
+    drop(taken);
+
+    // One server's port is taken: the fleet fails, naming it, and the nine processes
+    // that did start are stopped (their ports are free again).
+    let taken = hold(&[12]);
+    let (fleet, out) = up("one-taken");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "fleet up succeeded:\n{stderr}");
+    assert!(stderr.contains("1 of 10 processes failed"), "{stderr}");
+    assert!(
+        stderr.contains(&format!("c2-server2 (127.0.0.1:{})", base + 12)),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("c2-server1"), "{stderr}");
+    assert!(!fleet.dir.join("pids").exists());
+    for o in OFFSETS.iter().filter(|&&o| o != 12) {
+        assert!(
+            TcpListener::bind(("127.0.0.1", base + o)).is_ok(),
+            "port {} still taken after a failed fleet up",
+            base + o
+        );
+    }
+    drop(taken);
 }

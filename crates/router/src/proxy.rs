@@ -430,6 +430,19 @@ fn tree(root: &Arc<Route>, served: &Served, ctx: Ctx, request: &Request<'_>, raw
     };
     match request {
         Request::Get(g) => {
+            // The first key says whether to look (no copy of the keys for a plain get).
+            let first = { g.keys }.next();
+            if g.kind == GetKind::Get && first.is_some_and(|k| k.starts_with(ROUTE_PREFIX)) {
+                let keys: Vec<Vec<u8>> = g.keys.map(<[u8]>::to_vec).collect();
+                let servers = |key: &[u8]| {
+                    let mut out = Vec::new();
+                    root.servers_for(key, ctx, &mut out);
+                    out
+                };
+                if let Some(reply) = route_lookup(&keys, servers) {
+                    return local(reply);
+                }
+            }
             let head: Vec<u8> = match g.kind {
                 GetKind::Gat | GetKind::Gats => {
                     format!("{} {}", String::from_utf8_lossy(g.kind.name()), g.exptime).into_bytes()
@@ -623,19 +636,22 @@ fn forward(
 }
 
 /// The admin key that asks where a key goes: `get __memfleet__.route(KEY)` answers with
-/// the server's `host:port` as the value (mcrouter has `__mcrouter__.route(...)`).
+/// the server's `host:port` as the value (mcrouter has `__mcrouter__.route(...)`); through
+/// a route tree, with every server an operation on KEY can reach, space-separated, the one
+/// a get goes to first.
 const ROUTE_PREFIX: &[u8] = b"__memfleet__.route(";
 
-/// Answers admin route keys locally; `None` when the get has other keys.
-fn route_lookup(pool: &Pool, keys: &[Vec<u8>]) -> Option<Vec<u8>> {
+/// Answers admin route keys locally, each with the servers `servers` names for the key
+/// inside it; `None` when the get has other keys.
+fn route_lookup(keys: &[Vec<u8>], servers: impl Fn(&[u8]) -> Vec<String>) -> Option<Vec<u8>> {
     let asked: Vec<&[u8]> = keys
         .iter()
         .map(|k| k.strip_prefix(ROUTE_PREFIX)?.strip_suffix(b")"))
         .collect::<Option<_>>()?;
     let mut out = Vec::new();
     for (admin, key) in keys.iter().zip(asked) {
-        let server = pool.ring().nodes()[pool.ring().pick(key)].addr();
-        response::value(&mut out, admin, 0, server.as_bytes(), None);
+        let servers = servers(key).join(" ");
+        response::value(&mut out, admin, 0, servers.as_bytes(), None);
     }
     response::end(&mut out);
     Some(out)
@@ -645,7 +661,8 @@ fn route_lookup(pool: &Pool, keys: &[Vec<u8>]) -> Option<Vec<u8>> {
 fn get(pool: &Arc<Pool>, lane: usize, g: &memfleet_protocol::Get<'_>, raw: &[u8]) -> Plan {
     let keys: Vec<Vec<u8>> = g.keys.map(<[u8]>::to_vec).collect();
     if g.kind == GetKind::Get {
-        if let Some(reply) = route_lookup(pool, &keys) {
+        let server = |key: &[u8]| vec![pool.ring().nodes()[pool.ring().pick(key)].addr()];
+        if let Some(reply) = route_lookup(&keys, server) {
             return local(reply);
         }
     }

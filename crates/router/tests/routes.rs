@@ -377,3 +377,80 @@ fn an_all_async_broadcast_answers_at_once_and_still_reaches_everyone() {
     Client::direct(pa).check("set r 0 0 1\r\na\r\n", "STORED\r\n");
     c.check("get r\r\n", "VALUE r 0 1\r\na\r\nEND\r\n");
 }
+
+#[test]
+fn the_route_admin_key_names_every_server_a_key_reaches_through_a_route_tree() {
+    let (_a1, pa1) = backend();
+    let (_a2, pa2) = backend();
+    let (_b, pb) = backend();
+    let (_g, pg) = backend();
+    let (_r1, pr1) = backend();
+    let (_r2, pr2) = backend();
+    let config = from_toml(&format!(
+        "[pools.a]\nservers = [{}]\n[pools.b]\nservers = [{}]\n\
+         [pools.gutter]\nservers = [{}]\n[pools.regional]\nservers = [{}]\n\
+         [routes.front]\nlisten = \"127.0.0.1:0\"\ntype = \"prefix\"\nstrip = true\n\
+         prefixes = {{ \"/r/\" = \"regional\" }}\ndefault = \"ops\"\n\
+         [routes.ops]\ntype = \"operation\"\ndelete = \"everywhere\"\ndefault = \"cache\"\n\
+         [routes.cache]\ntype = \"gutter\"\nmain = \"a\"\ngutter = \"gutter\"\n\
+         [routes.everywhere]\ntype = \"broadcast\"\nto = [\"a\", \"b\"]\n",
+        list(&[pa1, pa2]),
+        list(&[pb]),
+        list(&[pg]),
+        list(&[pr1, pr2])
+    ))
+    .unwrap();
+    let router = Running::start(config, 1, None).unwrap();
+    let mut c = Client::connect(router.addrs[0]);
+    // Where the keys really go: set through the router, found on one server.
+    let holder = |ports: &[u16], key: &str| {
+        let found: Vec<u16> = ports
+            .iter()
+            .copied()
+            .filter(|&p| Client::direct(p).get(key).is_some())
+            .collect();
+        assert_eq!(found.len(), 1, "{key} on {found:?}");
+        found[0]
+    };
+    let value = |admin: &str, servers: &[u16]| {
+        let v = servers
+            .iter()
+            .map(|p| format!("127.0.0.1:{p}"))
+            .collect::<Vec<_>>()
+            .join(" ");
+        format!("VALUE {admin} 0 {}\r\n{v}\r\n", v.len())
+    };
+    let mut plain = Vec::new();
+    for i in 0..8 {
+        c.check(&format!("set k{i} 0 0 1\r\nv\r\n"), "STORED\r\n");
+        c.check(&format!("set /r/x{i} 0 0 1\r\nv\r\n"), "STORED\r\n");
+        plain.push(holder(&[pa1, pa2], &format!("k{i}")));
+        // The regional pool sees the key without its routing prefix, and so does the answer.
+        let regional = holder(&[pr1, pr2], &format!("x{i}"));
+        // A plain key: its server in `a` (gets and sets), the gutter behind it, and `b`
+        // (its deletes go to both clusters), the get's server first.
+        let admin = format!("__memfleet__.route(k{i})");
+        c.check(
+            &format!("get {admin}\r\n"),
+            &format!("{}END\r\n", value(&admin, &[plain[i], pg, pb])),
+        );
+        let admin = format!("__memfleet__.route(/r/x{i})");
+        c.check(
+            &format!("get {admin}\r\n"),
+            &format!("{}END\r\n", value(&admin, &[regional])),
+        );
+    }
+    assert!(
+        plain.contains(&pa1) && plain.contains(&pa2),
+        "eight keys all on one of two servers: {plain:?}"
+    );
+    // Several admin keys in one get, in the client's order.
+    c.check(
+        "get __memfleet__.route(k0) __memfleet__.route(k1)\r\n",
+        &format!(
+            "{}{}END\r\n",
+            value("__memfleet__.route(k0)", &[plain[0], pg, pb]),
+            value("__memfleet__.route(k1)", &[plain[1], pg, pb])
+        ),
+    );
+}

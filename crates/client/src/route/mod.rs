@@ -539,6 +539,60 @@ impl Route {
             Route::WarmUp { cold, warm, .. } => [cold, warm].into_iter().for_each(add),
         }
     }
+
+    /// Every server (`host:port`) an operation on `key` can reach through this route, once
+    /// each: where a get goes first (for `ctx`'s client), then where other operations,
+    /// failover (replicas, gutter) and fills can take it. A prefix route's destination sees
+    /// the key as it is sent, stripped or not. Read-only: for the router's admin key.
+    pub fn servers_for(&self, key: &[u8], ctx: Ctx, out: &mut Vec<String>) {
+        match self {
+            Route::Pool(pool) => {
+                let server = pool.ring().nodes()[pool.ring().pick(key)].addr();
+                if !out.contains(&server) {
+                    out.push(server);
+                }
+            }
+            Route::Prefix {
+                prefixes,
+                default,
+                strip,
+            } => match prefixes.iter().find(|(p, _)| key.starts_with(p)) {
+                Some((p, route)) if *strip => route.servers_for(&key[p.len()..], ctx, out),
+                Some((_, route)) => route.servers_for(key, ctx, out),
+                None => default.servers_for(key, ctx, out),
+            },
+            Route::Operation {
+                get,
+                set,
+                delete,
+                other,
+            } => {
+                for r in [get, set, delete, other] {
+                    r.servers_for(key, ctx, out);
+                }
+            }
+            Route::Replicated {
+                replicas,
+                client_id,
+                ..
+            } => {
+                let n = replicas.len();
+                let first = (client_id.unwrap_or(ctx.client) % n as u64) as usize;
+                for i in 0..n {
+                    replicas[(first + i) % n].servers_for(key, ctx, out);
+                }
+            }
+            Route::Gutter { main, gutter, .. } => {
+                main.servers_for(key, ctx, out);
+                gutter.servers_for(key, ctx, out);
+            }
+            Route::Broadcast { to, .. } => to.iter().for_each(|r| r.servers_for(key, ctx, out)),
+            Route::WarmUp { cold, warm, .. } => {
+                cold.servers_for(key, ctx, out);
+                warm.servers_for(key, ctx, out);
+            }
+        }
+    }
 }
 
 /// A one-key retrieval reply with `key` in its `VALUE` (or `LVALUE`) line.
