@@ -213,6 +213,8 @@ impl Router {
         let child = Command::new(env!("CARGO_BIN_EXE_memfleet"))
             .args(["router", "-t", "1", "--config"])
             .arg(&self.config)
+            // The default spool (no spool_dir) lives in the router's directory.
+            .env("MEMFLEET_STATE_DIR", self.dir.join("state"))
             .stderr(log)
             .spawn()
             .expect("memfleet router starts");
