@@ -64,8 +64,11 @@ pub struct Queue {
     name: String,
     path: PathBuf,
     done_path: PathBuf,
-    /// Serializes appends and the final truncation.
+    /// Serializes writes to the file and the final truncation.
     file: tokio::sync::Mutex<()>,
+    /// Appends waiting for the next write and flush (group commit: the appends that arrive
+    /// while one flush runs share the next).
+    incoming: Mutex<Vec<(Vec<u8>, tokio::sync::oneshot::Sender<Result<(), String>>)>>,
     /// Deletes put in this queue by this process (plus those found at start).
     appended: AtomicU64,
     /// Deletes delivered from it.
@@ -243,6 +246,7 @@ impl Spooler {
             path,
             done_path,
             file: tokio::sync::Mutex::new(()),
+            incoming: Mutex::new(Vec::new()),
             replaying: AtomicBool::new(false),
             backend: Mutex::new(backend.clone()),
             busy: self.busy.clone(),
@@ -346,33 +350,57 @@ impl Queue {
         }
     }
 
-    /// Appends one request and flushes it to disk; starts the replay.
+    /// Appends one request and flushes it to disk; starts the replay. Appends made while
+    /// a flush runs are written and flushed together next, in the order they came.
     pub async fn append(self: &Arc<Self>, request: Vec<u8>) -> std::io::Result<()> {
-        let guard = self.file.lock().await;
-        let path = self.path.clone();
-        tokio::task::spawn_blocking(move || {
-            let mut f = std::fs::OpenOptions::new()
-                .create(true)
-                .append(true)
-                .mode(0o600)
-                .open(&path)?;
-            f.write_all(&request)?;
-            f.sync_data()
-        })
-        .await
-        .map_err(std::io::Error::other)??;
-        let before = self.appended.load(Ordering::Acquire);
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        self.incoming
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push((request, tx));
         {
-            let mut marks = self.marks.lock().unwrap_or_else(|e| e.into_inner());
-            if marks
-                .back()
-                .is_none_or(|(_, at)| at.elapsed() >= MARK_EVERY)
-            {
-                marks.push_back((before, Instant::now()));
+            // Whoever gets the file next writes everything waiting, this request or not.
+            let _guard = self.file.lock().await;
+            let batch =
+                std::mem::take(&mut *self.incoming.lock().unwrap_or_else(|e| e.into_inner()));
+            if !batch.is_empty() {
+                let mut bytes = Vec::with_capacity(batch.iter().map(|(r, _)| r.len()).sum());
+                batch.iter().for_each(|(r, _)| bytes.extend_from_slice(r));
+                let path = self.path.clone();
+                let written = tokio::task::spawn_blocking(move || {
+                    let mut f = std::fs::OpenOptions::new()
+                        .create(true)
+                        .append(true)
+                        .mode(0o600)
+                        .open(&path)?;
+                    f.write_all(&bytes)?;
+                    f.sync_data()
+                })
+                .await
+                .map_err(std::io::Error::other)
+                .and_then(|r| r)
+                .map_err(|e| e.to_string());
+                if written.is_ok() {
+                    let before = self.appended.load(Ordering::Acquire);
+                    let mut marks = self.marks.lock().unwrap_or_else(|e| e.into_inner());
+                    if marks
+                        .back()
+                        .is_none_or(|(_, at)| at.elapsed() >= MARK_EVERY)
+                    {
+                        marks.push_back((before, Instant::now()));
+                    }
+                    drop(marks);
+                    self.appended
+                        .fetch_add(batch.len() as u64, Ordering::AcqRel);
+                }
+                for (_, tx) in batch {
+                    let _ = tx.send(written.clone());
+                }
             }
         }
-        self.appended.fetch_add(1, Ordering::AcqRel);
-        drop(guard);
+        rx.await
+            .map_err(std::io::Error::other)?
+            .map_err(std::io::Error::other)?;
         self.start_replay();
         Ok(())
     }

@@ -136,3 +136,47 @@ async fn the_default_spool_is_a_private_slot_each_topology_holds_alone() {
     assert_eq!(Topology::build(&off, None).unwrap().spool_dir(), None);
     let _ = std::fs::remove_dir_all(&state);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_appends_share_flushes_and_keep_every_delete() {
+    use memfleet_client::spool::Spooler;
+    use memfleet_client::{Backend, BackendOptions};
+    let dir = scratch("spool-group");
+    let spooler = Spooler::new(&dir).unwrap();
+    // Nothing listens there: every delete stays queued.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let backend = Backend::new(
+        ([127, 0, 0, 1], port).into(),
+        format!("127.0.0.1:{port}"),
+        BackendOptions {
+            connections: 1,
+            timeout: Duration::from_millis(100),
+            failure_limit: 1,
+            retry: Duration::from_secs(30),
+            tls: None,
+            auth: None,
+        },
+    );
+    let queue = spooler.queue("main", &backend);
+    let appends: Vec<_> = (0..500)
+        .map(|i| {
+            let q = queue.clone();
+            tokio::spawn(async move { q.append(format!("delete k{i}\r\n").into_bytes()).await })
+        })
+        .collect();
+    for a in appends {
+        a.await.unwrap().expect("appended and flushed");
+    }
+    assert_eq!(queue.depth(), 500);
+    let text = std::fs::read_to_string(dir.join(format!("main--127.0.0.1-{port}.spool"))).unwrap();
+    let mut lines: Vec<&str> = text.lines().collect();
+    lines.sort_unstable();
+    let mut want: Vec<String> = (0..500).map(|i| format!("delete k{i}")).collect();
+    want.sort_unstable();
+    assert_eq!(lines, want);
+    let _ = std::fs::remove_dir_all(&dir);
+}
