@@ -47,6 +47,10 @@ const SLOTS: usize = 1024;
 /// from); finer is not worth the memory.
 const MARK_EVERY: Duration = Duration::from_millis(10);
 
+/// Where an append hears whether its flush succeeded (the error as text: every append
+/// of a group gets it).
+type Flushed = tokio::sync::oneshot::Sender<Result<(), String>>;
+
 /// The spools of one process, by (pool, server).
 pub struct Spooler {
     dir: PathBuf,
@@ -68,7 +72,7 @@ pub struct Queue {
     file: tokio::sync::Mutex<()>,
     /// Appends waiting for the next write and flush (group commit: the appends that arrive
     /// while one flush runs share the next).
-    incoming: Mutex<Vec<(Vec<u8>, tokio::sync::oneshot::Sender<Result<(), String>>)>>,
+    incoming: Mutex<Vec<(Vec<u8>, Flushed)>>,
     /// Deletes put in this queue by this process (plus those found at start).
     appended: AtomicU64,
     /// Deletes delivered from it.
