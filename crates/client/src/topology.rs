@@ -38,11 +38,9 @@ impl Pool {
         let options = BackendOptions {
             connections: config.server_connections as usize,
             timeout: Duration::from_millis(config.timeout_ms.max(1)),
-            failure_limit: if config.auto_eject_hosts {
-                config.server_failure_limit
-            } else {
-                u32::MAX
-            },
+            // Down after this many failures in every pool (fail fast, probed back); only an
+            // ejecting pool moves the keys meanwhile.
+            failure_limit: config.server_failure_limit,
             retry: Duration::from_millis(config.server_retry_timeout_ms.max(10)),
             tls: None,
             auth: config
