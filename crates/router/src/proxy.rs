@@ -632,7 +632,7 @@ fn route_lookup(pool: &Pool, keys: &[Vec<u8>]) -> Option<Vec<u8>> {
         .collect::<Option<_>>()?;
     let mut out = Vec::new();
     for (admin, key) in keys.iter().zip(asked) {
-        let server = pool.ring().nodes()[pool.ring().pick(key)].addr();
+        let server = pool.ring().nodes()[pool.pick(key)].addr();
         response::value(&mut out, admin, 0, server.as_bytes(), None);
     }
     response::end(&mut out);
@@ -651,7 +651,7 @@ fn get(pool: &Arc<Pool>, lane: usize, g: &memfleet_protocol::Get<'_>, raw: &[u8]
         // `gat <exptime>` with no keys: memcached answers END.
         return local(b"END\r\n".to_vec());
     }
-    let servers: Vec<usize> = keys.iter().map(|k| pool.ring().pick(k)).collect();
+    let servers: Vec<usize> = keys.iter().map(|k| pool.pick(k)).collect();
     if servers.iter().all(|s| *s == servers[0]) {
         // One server: the request as it came.
         let call = pool.backends()[servers[0]].call(lane, raw.to_vec(), ReplyKind::Retrieval);
