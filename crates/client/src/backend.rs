@@ -11,7 +11,10 @@
 //! connection failure counts; `failure_limit` in a row mark the server down, and requests
 //! then fail at once instead of waiting for timeouts. While down, a probe sends `version`
 //! with a growing pause (the retry timeout, doubling up to a minute); its first success
-//! brings the server back.
+//! brings the server back. A pool that ejects down servers (`auto_eject_hosts`, see
+//! `Pool::pick`) routes their keys elsewhere meanwhile, and its probes keep the retry
+//! timeout as their pause, as twemproxy retries an ejected server every
+//! `server_retry_timeout`. Every down and up is counted in [`health_epoch`].
 //!
 //! TLS (a pool's `tls = true`): each connection, and each probe, runs a TLS handshake after
 //! connecting, within the pool's timeout; the connection is then used as a plain one.
@@ -87,6 +90,9 @@ pub struct BackendOptions {
     pub failure_limit: u32,
     /// First pause before probing a down server.
     pub retry: Duration,
+    /// The pool rehashes the server's keys while it is down (`auto_eject_hosts`): probe it
+    /// every `retry` instead of backing off.
+    pub eject: bool,
     /// TLS to the server; `None`: plain TCP.
     pub tls: Option<BackendTls>,
     /// memcached's ASCII authentication after connecting; `None`: none.
@@ -277,6 +283,16 @@ async fn login(
     }
 }
 
+/// Downs and ups of every backend of the process so far: what a pool that ejects down
+/// servers compares, with one load per key, to the count its live ring was built at.
+static HEALTH_EPOCH: AtomicU64 = AtomicU64::new(0);
+
+/// How many times, so far, any backend of this process was marked down or came back up.
+/// Read after it, each backend's [`Health::down`] is at least as new.
+pub fn health_epoch() -> u64 {
+    HEALTH_EPOCH.load(Ordering::Acquire)
+}
+
 /// A backend server shared by every client of the router.
 pub struct Backend {
     addr: SocketAddr,
@@ -397,8 +413,20 @@ impl Backend {
         let n = self.health.failures.fetch_add(1, Ordering::AcqRel) + 1;
         if n >= self.options.failure_limit && !self.health.down.swap(true, Ordering::AcqRel) {
             self.health.knockouts.fetch_add(1, Ordering::Relaxed);
+            HEALTH_EPOCH.fetch_add(1, Ordering::Release);
             tracing::warn!(server = %self.name, failures = n, "server marked down");
             tokio::spawn(probe(self.clone()));
+        }
+    }
+
+    /// The pause before the next probe of this down server: `backed_off`, or the retry
+    /// timeout itself when its pool ejects it (twemproxy retries an ejected server every
+    /// `server_retry_timeout`).
+    fn retry_pause(&self, backed_off: Duration) -> Duration {
+        if self.options.eject {
+            self.options.retry
+        } else {
+            backed_off
         }
     }
 }
@@ -407,7 +435,7 @@ impl Backend {
 async fn probe(backend: Arc<Backend>) {
     let mut pause = backend.options.retry;
     loop {
-        tokio::time::sleep(pause).await;
+        tokio::time::sleep(backend.retry_pause(pause)).await;
         if backend.probe_once().await {
             return;
         }
@@ -444,6 +472,7 @@ impl Backend {
         }
         self.health.failures.store(0, Ordering::Relaxed);
         if self.health.down.swap(false, Ordering::AcqRel) {
+            HEALTH_EPOCH.fetch_add(1, Ordering::Release);
             tracing::info!(server = %self.name, "server back up");
         }
         true

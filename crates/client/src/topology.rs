@@ -3,15 +3,20 @@
 //! one, which keeps the connections (and health) of servers that stay, the spool and the
 //! counters of routes that keep their names. TLS files and authentication passwords are read
 //! once per build: a reload rereads them.
+//!
+//! A pool with `auto_eject_hosts` routes by a live ring, its ring [`Ring::without`] the
+//! servers marked down, rebuilt at the first key after a server goes down or comes back
+//! (twemproxy rebuilds its continuum so); other pools keep every key on its server, which
+//! fails fast while down.
 
-use crate::backend::{Backend, BackendAuth, BackendOptions, BackendTls};
+use crate::backend::{health_epoch, Backend, BackendAuth, BackendOptions, BackendTls};
 use crate::route::{self, Route, RouteCounters};
 use crate::spool::{Queue, QueueStats, Spooler};
 use anyhow::Context;
 use memfleet_routing::{PasswordSource, PoolAuth, PoolConfig, Ring, RouterConfig};
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// A pool: its ring and its servers' connections.
@@ -23,6 +28,88 @@ pub struct Pool {
     spool_queues: Vec<Arc<Queue>>,
     /// The spooler of those queues.
     spooler: Option<Arc<Spooler>>,
+    /// With `auto_eject_hosts`: the ring without the servers marked down.
+    live: Option<LiveRing>,
+}
+
+/// An ejecting pool's live ring, current as of a [`health_epoch`].
+struct LiveRing {
+    current: arc_swap::ArcSwap<Live>,
+    /// Held while rebuilding (one rebuild per change, not one per thread).
+    rebuild: Mutex<()>,
+}
+
+/// The servers down at one [`health_epoch`], and the ring without them.
+struct Live {
+    epoch: u64,
+    /// Indexes of the ejected servers, ascending.
+    ejected: Vec<usize>,
+    /// `None`: the pool's full ring (no server down, or every one: then all fail fast).
+    ring: Option<Ring>,
+}
+
+impl LiveRing {
+    fn new(ring: &Ring, backends: &[Arc<Backend>], name: &str) -> LiveRing {
+        let live = LiveRing {
+            current: arc_swap::ArcSwap::from_pointee(Live {
+                epoch: u64::MAX,
+                ejected: Vec::new(),
+                ring: None,
+            }),
+            rebuild: Mutex::new(()),
+        };
+        live.refresh(ring, backends, name);
+        live
+    }
+
+    /// The live ring, rebuilt first if a server went down or came back since it was built.
+    fn current(
+        &self,
+        ring: &Ring,
+        backends: &[Arc<Backend>],
+        name: &str,
+    ) -> arc_swap::Guard<Arc<Live>> {
+        let live = self.current.load();
+        if live.epoch == health_epoch() {
+            return live;
+        }
+        drop(live);
+        self.refresh(ring, backends, name);
+        self.current.load()
+    }
+
+    fn refresh(&self, ring: &Ring, backends: &[Arc<Backend>], name: &str) {
+        let _one = self.rebuild.lock().unwrap_or_else(|e| e.into_inner());
+        // Read before the down flags: a change after this read rebuilds again.
+        let epoch = health_epoch();
+        let old = self.current.load();
+        if old.epoch == epoch {
+            return; // another thread rebuilt it meanwhile
+        }
+        let ejected: Vec<usize> = (0..backends.len())
+            .filter(|&i| backends[i].health().down.load(Ordering::Acquire))
+            .collect();
+        let ring = if ejected == old.ejected {
+            old.ring.clone()
+        } else {
+            tracing::info!(
+                pool = name,
+                ejected = ejected.len(),
+                servers = backends.len(),
+                "servers ejected or back: keys rehashed over the live ones"
+            );
+            if ejected.is_empty() {
+                None
+            } else {
+                ring.without(&ejected)
+            }
+        };
+        self.current.store(Arc::new(Live {
+            epoch,
+            ejected,
+            ring,
+        }));
+    }
 }
 
 impl Pool {
@@ -40,12 +127,11 @@ impl Pool {
         let options = BackendOptions {
             connections: config.server_connections as usize,
             timeout: Duration::from_millis(config.timeout_ms.max(1)),
-            failure_limit: if config.auto_eject_hosts {
-                config.server_failure_limit
-            } else {
-                u32::MAX
-            },
+            // Down after this many failures in every pool (fail fast, probed back); only an
+            // ejecting pool moves the keys meanwhile.
+            failure_limit: config.server_failure_limit,
             retry: Duration::from_millis(config.server_retry_timeout_ms.max(10)),
+            eject: config.auto_eject_hosts,
             tls: None,
             auth: config
                 .auth
@@ -103,12 +189,16 @@ impl Pool {
                 .collect(),
             None => Vec::new(),
         };
+        let live = config
+            .auto_eject_hosts
+            .then(|| LiveRing::new(&ring, &backends, &config.name));
         Ok(Pool {
             config,
             ring,
             backends,
             spool_queues,
             spooler,
+            live,
         })
     }
 
@@ -117,9 +207,22 @@ impl Pool {
         &self.config
     }
 
-    /// Its ring.
+    /// Its ring, every server in it (where keys go while every server is up).
     pub fn ring(&self) -> &Ring {
         &self.ring
+    }
+
+    /// The index (in [`Pool::backends`] and the ring's nodes) of the server that holds
+    /// `key` now: its ring's pick, or with `auto_eject_hosts` the live ring's, which leaves
+    /// out the servers marked down. One atomic load more than the ring's pick when ejecting.
+    pub fn pick(&self, key: &[u8]) -> usize {
+        match &self.live {
+            None => self.ring.pick(key),
+            Some(live) => {
+                let live = live.current(&self.ring, &self.backends, &self.config.name);
+                live.ring.as_ref().unwrap_or(&self.ring).pick(key)
+            }
+        }
     }
 
     /// Whether deletes its servers cannot take wait in a spool.
@@ -135,13 +238,26 @@ impl Pool {
 
     /// The server that holds `key`, and its delete spool queue if the pool spools.
     pub fn server_for(&self, key: &[u8]) -> (Arc<Backend>, Option<Arc<Queue>>) {
-        let i = self.ring.pick(key);
+        let i = self.pick(key);
         (self.backends[i].clone(), self.spool_queues.get(i).cloned())
+    }
+
+    /// The spool queue of `key`'s own server when `auto_eject_hosts` has taken that server
+    /// out of the ring (it may still hold the key when it comes back); `None` otherwise.
+    pub fn ejected_home_queue(&self, key: &[u8]) -> Option<Arc<Queue>> {
+        self.live.as_ref()?;
+        let home = self.ring.pick(key);
+        self.backends[home]
+            .health()
+            .down
+            .load(Ordering::Acquire)
+            .then(|| self.spool_queues.get(home).cloned())
+            .flatten()
     }
 
     /// The server that holds `key`.
     pub fn backend_for(&self, key: &[u8]) -> Arc<Backend> {
-        self.backends[self.ring.pick(key)].clone()
+        self.backends[self.pick(key)].clone()
     }
 
     /// The pool's name.

@@ -276,11 +276,12 @@ fn black_hole() -> u16 {
 async fn the_window_shrinks_when_requests_time_out_and_grows_back() {
     let (_s, good) = server();
     let hole = black_hole();
-    // Timeouts but no knockout: every request to the hole times out.
+    // Timeouts but no knockout (a failure limit never reached): every request to the hole
+    // times out.
     let config = from_toml(&format!(
         "{}{}\n[routes.r]\ntype = \"prefix\"\nprefixes = {{ \"slow:\" = \"hole\" }}\ndefault = \"good\"\n",
         pool("good", &[good], ""),
-        pool("hole", &[hole], "timeout_ms = 50\nauto_eject_hosts = false"),
+        pool("hole", &[hole], "timeout_ms = 50\nserver_failure_limit = 1000"),
     ))
     .unwrap();
     let cache = Client::new(

@@ -661,7 +661,7 @@ fn route_lookup(keys: &[Vec<u8>], servers: impl Fn(&[u8]) -> Vec<String>) -> Opt
 fn get(pool: &Arc<Pool>, lane: usize, g: &memfleet_protocol::Get<'_>, raw: &[u8]) -> Plan {
     let keys: Vec<Vec<u8>> = g.keys.map(<[u8]>::to_vec).collect();
     if g.kind == GetKind::Get {
-        let server = |key: &[u8]| vec![pool.ring().nodes()[pool.ring().pick(key)].addr()];
+        let server = |key: &[u8]| vec![pool.ring().nodes()[pool.pick(key)].addr()];
         if let Some(reply) = route_lookup(&keys, server) {
             return local(reply);
         }
@@ -670,7 +670,7 @@ fn get(pool: &Arc<Pool>, lane: usize, g: &memfleet_protocol::Get<'_>, raw: &[u8]
         // `gat <exptime>` with no keys: memcached answers END.
         return local(b"END\r\n".to_vec());
     }
-    let servers: Vec<usize> = keys.iter().map(|k| pool.ring().pick(k)).collect();
+    let servers: Vec<usize> = keys.iter().map(|k| pool.pick(k)).collect();
     if servers.iter().all(|s| *s == servers[0]) {
         // One server: the request as it came.
         let call = pool.backends()[servers[0]].call(lane, raw.to_vec(), ReplyKind::Retrieval);

@@ -237,7 +237,7 @@ fn a_hung_server_costs_one_timeout() {
     // Accepts connections and never answers, like a stopped process.
     let hung = TcpListener::bind("127.0.0.1:0").unwrap();
     let hung_port = hung.local_addr().unwrap().port();
-    let extra = "timeout_ms = 300\nauto_eject_hosts = true\nserver_failure_limit = 1\n";
+    let extra = "timeout_ms = 300\nserver_failure_limit = 1\n";
     let pools = from_toml(&pool_toml(0, &[live, hung_port], extra)).unwrap();
     let ring = pools.pools[0].ring().unwrap();
     let router = Running::start(pools, 2, None).unwrap();

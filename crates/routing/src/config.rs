@@ -12,8 +12,16 @@
 //! hash = "md5"                   # any twemproxy hash name
 //! hash_tag = "{}"                # optional: hash only what is between the two characters
 //! timeout_ms = 400
+//! server_failure_limit = 2       # failures in a row that mark a server down
+//! server_retry_timeout_ms = 30000
+//! auto_eject_hosts = false       # true: rehash a down server's keys (twemproxy's)
 //! servers = ["10.0.0.1:11211:1", "10.0.0.2:11211:1 cache-b"]
 //! ```
+//!
+//! A server marked down fails its keys fast until a probe finds it back (the paper's and
+//! mcrouter's behaviour: no key moves, so no stale copy is left behind when it returns);
+//! `auto_eject_hosts = true` rehashes them over the live servers instead, as twemproxy's
+//! YAML key of that name does (and means the same in both formats).
 //!
 //! Routes across pools (prefix routing, replication, gutter, broadcast, warm-up) are
 //! `[routes.NAME]` tables beside the pools: see [`crate::routes`]. A `[router]` table holds
@@ -45,11 +53,18 @@ pub struct PoolConfig {
     pub timeout_ms: u64,
     /// Connections to each server.
     pub server_connections: u32,
-    /// Take a failing server out of the ring (twemproxy's `auto_eject_hosts`).
+    /// Rehash a down server's keys over the live servers (twemproxy's `auto_eject_hosts`):
+    /// while a server is marked down the pool routes by a ring without it, and its keys go
+    /// back to it when it is up again. Off (the default in both formats), a down server's
+    /// keys fail fast until it is back; a gutter route is the other way to keep them served.
     pub auto_eject_hosts: bool,
-    /// Consecutive failures before a server is marked down.
+    /// Consecutive failures before a server is marked down (in every pool: requests to it
+    /// then fail fast, or are rehashed with `auto_eject_hosts`).
     pub server_failure_limit: u32,
-    /// How long a down server stays down before it is tried again, ms.
+    /// How long a down server stays down before it is tried again, ms (a `version` probe;
+    /// its success brings the server back). With `auto_eject_hosts` it is tried every
+    /// `server_retry_timeout_ms`, as twemproxy does; without, the pause doubles up to a
+    /// minute.
     pub server_retry_timeout_ms: u64,
     /// The servers, in the order the distribution indexes them.
     pub servers: Vec<Node>,
@@ -424,7 +439,9 @@ fn toml_pools(pools: BTreeMap<String, TomlPool>) -> Result<Vec<PoolConfig>, Conf
                 distribution,
                 timeout_ms: p.timeout_ms.unwrap_or(400),
                 server_connections: p.server_connections.unwrap_or(1).max(1),
-                auto_eject_hosts: p.auto_eject_hosts.unwrap_or(true),
+                // The paper's default: a down server's keys do not move (a gutter route
+                // serves them); `auto_eject_hosts = true` rehashes them as twemproxy does.
+                auto_eject_hosts: p.auto_eject_hosts.unwrap_or(false),
                 server_failure_limit: p.server_failure_limit.unwrap_or(2).max(1),
                 server_retry_timeout_ms: p.server_retry_timeout_ms.unwrap_or(30_000),
                 spool_deletes: p.spool_deletes.unwrap_or(true),
@@ -571,6 +588,18 @@ mod tests {
         );
         assert_eq!((main.hash, main.hash_tag), (KeyHash::Md5, Some(*b"{}")));
         assert_eq!(main.servers[1].name.as_deref(), Some("b"));
+        // No rehash unless asked for; servers are marked down after 2 failures either way.
+        assert!(!main.auto_eject_hosts);
+        assert_eq!(
+            (main.server_failure_limit, main.server_retry_timeout_ms),
+            (2, 30_000)
+        );
+        let ejecting = from_toml(
+            "[pools.e]\nauto_eject_hosts = true\nserver_retry_timeout_ms = 500\n\
+             servers = [\"10.0.0.1:11211\"]\n",
+        )
+        .unwrap();
+        assert!(ejecting.pools[0].auto_eject_hosts);
         let err = |text: &str| from_toml(text).unwrap_err().to_string();
         assert!(err("[pools.x]\nservers = []\n").contains("no servers"));
         assert!(err("[pools.x]\nhash = \"sha1\"\nservers = [\"a:1\"]\n").contains("unknown hash"));
@@ -611,6 +640,7 @@ omega:
         assert_eq!((gamma.timeout_ms, gamma.server_failure_limit), (400, 3));
         assert!(gamma.auto_eject_hosts);
         let omega = &pools[1];
+        assert!(!omega.auto_eject_hosts);
         assert_eq!(
             (omega.hash, omega.distribution),
             (KeyHash::Hsieh, Distribution::Modula)

@@ -19,6 +19,13 @@
 //! * **Random** (twemproxy's `random`): any server, uniformly, weights ignored, for each
 //!   request anew. Only useful for pools where any copy will do (twemproxy users have them
 //!   for read-mostly replicas kept in sync elsewhere); a key has no home.
+//!
+//! A pool that ejects failing servers (twemproxy's `auto_eject_hosts`) routes by a *live*
+//! ring, [`Ring::without`] its ejected servers, built as twemproxy rebuilds its continuum:
+//! ketama's points and modula's slots come from the live servers alone (weight shares
+//! recomputed over them), random draws among them. Rendezvous and jump (not twemproxy's)
+//! move only the ejected servers' keys: rendezvous takes the best live score, jump rehashes
+//! a key whose server is out over the live ones.
 
 use crate::hash::{md5_u32, murmur3_32, KeyHash};
 
@@ -98,6 +105,9 @@ pub struct Ring {
     points: Vec<(u32, u32)>,
     /// twemproxy's `hash_tag`.
     hash_tag: Option<[u8; 2]>,
+    /// The servers [`Ring::pick`] may return, ascending: all of them, or those a live ring
+    /// ([`Ring::without`]) keeps.
+    live: Vec<u32>,
 }
 
 /// Ketama points per server in libmemcached's weighted formula (40 digests of 4 points).
@@ -118,22 +128,40 @@ impl Ring {
         if let Some(n) = nodes.iter().find(|n| n.weight == 0) {
             return Err(RingError::ZeroWeight(n.addr()));
         }
-        let points = match distribution {
-            Distribution::Ketama(dialect) => ketama_points(&nodes, dialect),
-            Distribution::Modula => nodes
-                .iter()
-                .enumerate()
-                .flat_map(|(i, n)| std::iter::repeat_n((0, i as u32), n.weight as usize))
-                .collect(),
-            Distribution::Rendezvous | Distribution::Jump | Distribution::Random => Vec::new(),
-        };
+        let live: Vec<u32> = (0..nodes.len() as u32).collect();
+        let points = arrange(&nodes, &live, distribution);
         Ok(Ring {
             distribution,
             key_hash,
             nodes,
             points,
             hash_tag: None,
+            live,
         })
+    }
+
+    /// The live ring of a pool whose servers `ejected` (indexes, in any order) are out:
+    /// the same servers and indexes, but [`Ring::pick`] never returns an ejected one (see
+    /// the module's description for how each distribution rehashes). `None` when every
+    /// server is ejected.
+    pub fn without(&self, ejected: &[usize]) -> Option<Ring> {
+        let live: Vec<u32> = (0..self.nodes.len() as u32)
+            .filter(|i| !ejected.contains(&(*i as usize)))
+            .collect();
+        if live.is_empty() {
+            return None;
+        }
+        Some(Ring {
+            points: arrange(&self.nodes, &live, self.distribution),
+            live,
+            ..self.clone()
+        })
+    }
+
+    /// Whether [`Ring::pick`] may return server `index` (false for an ejected server of a
+    /// live ring).
+    pub fn is_live(&self, index: usize) -> bool {
+        self.live.binary_search(&(index as u32)).is_ok()
     }
 
     /// Hashes only the part of a key between the two tag characters when the key has both
@@ -166,7 +194,7 @@ impl Ring {
     pub fn pick(&self, key: &[u8]) -> usize {
         let key = self.hashed_part(key);
         match self.distribution {
-            Distribution::Random => random_below(self.nodes.len()),
+            Distribution::Random => self.live[random_below(self.live.len())] as usize,
             Distribution::Ketama(_) => {
                 let h = self.key_hash.hash(key);
                 let at = self.points.partition_point(|&(p, _)| p < h);
@@ -179,7 +207,8 @@ impl Ring {
             }
             Distribution::Rendezvous => {
                 let mut best: Option<(u32, usize)> = None;
-                for (i, n) in self.nodes.iter().enumerate() {
+                for &i in &self.live {
+                    let (i, n) = (i as usize, &self.nodes[i as usize]);
                     let mut text = n.addr().into_bytes();
                     text.push(b'-');
                     text.extend_from_slice(key);
@@ -198,9 +227,27 @@ impl Ring {
                 best.expect("a ring has servers").1
             }
             Distribution::Jump => {
-                jump(xxhash_rust::xxh3::xxh3_64(key), self.nodes.len() as u32) as usize
+                let server = jump(xxhash_rust::xxh3::xxh3_64(key), self.nodes.len() as u32);
+                if self.live.len() == self.nodes.len() || self.is_live(server as usize) {
+                    return server as usize;
+                }
+                // Out: another hash of the key, over the live servers.
+                let again = xxhash_rust::xxh3::xxh3_64_with_seed(key, u64::from(server) + 1);
+                self.live[jump(again, self.live.len() as u32) as usize] as usize
             }
         }
+    }
+}
+
+/// Ketama points or modula slots of the servers `live` (indexes into `nodes`, ascending).
+fn arrange(nodes: &[Node], live: &[u32], distribution: Distribution) -> Vec<(u32, u32)> {
+    match distribution {
+        Distribution::Ketama(dialect) => ketama_points(nodes, live, dialect),
+        Distribution::Modula => live
+            .iter()
+            .flat_map(|&i| std::iter::repeat_n((0, i), nodes[i as usize].weight as usize))
+            .collect(),
+        Distribution::Rendezvous | Distribution::Jump | Distribution::Random => Vec::new(),
     }
 }
 
@@ -226,11 +273,18 @@ fn node_string(node: &Node, dialect: KetamaDialect) -> String {
     }
 }
 
-fn ketama_points(nodes: &[Node], dialect: KetamaDialect) -> Vec<(u32, u32)> {
-    let total: u64 = nodes.iter().map(|n| u64::from(n.weight)).sum();
-    let count = nodes.len() as f32;
+/// The ketama points of the servers `live` (all of them, or those twemproxy's
+/// `auto_eject_hosts` has not ejected: weight shares and the server count are the live
+/// servers', as twemproxy computes them when it rebuilds its continuum).
+fn ketama_points(nodes: &[Node], live: &[u32], dialect: KetamaDialect) -> Vec<(u32, u32)> {
+    let total: u64 = live
+        .iter()
+        .map(|&i| u64::from(nodes[i as usize].weight))
+        .sum();
+    let count = live.len() as f32;
     let mut points = Vec::new();
-    for (i, node) in nodes.iter().enumerate() {
+    for &i in live {
+        let node = &nodes[i as usize];
         let per_server = match dialect {
             KetamaDialect::Spymemcached => 160,
             KetamaDialect::Libmemcached => {
@@ -245,7 +299,7 @@ fn ketama_points(nodes: &[Node], dialect: KetamaDialect) -> Vec<(u32, u32)> {
         for digest in 0..per_server / 4 {
             let text = format!("{name}-{digest}");
             for word in 0..4 {
-                points.push((md5_u32(text.as_bytes(), word), i as u32));
+                points.push((md5_u32(text.as_bytes(), word), i));
             }
         }
     }
@@ -413,6 +467,105 @@ mod tests {
             Ring::new(nodes, Distribution::Modula, KeyHash::Md5),
             Err(RingError::ZeroWeight(_))
         ));
+    }
+
+    fn keys() -> Vec<String> {
+        (0..5_000).map(|i| format!("key:{i}")).collect()
+    }
+
+    #[test]
+    fn a_ketama_live_ring_moves_only_the_ejected_servers_keys() {
+        let ring = Ring::new(
+            four(),
+            Distribution::Ketama(KetamaDialect::Libmemcached),
+            KeyHash::Fnv1a64,
+        )
+        .unwrap();
+        let live = ring.without(&[2]).unwrap();
+        // Equal weights: the same points, less the ejected server's (twemproxy's rebuild).
+        let kept: Vec<_> = ring.points.iter().filter(|p| p.1 != 2).copied().collect();
+        assert_eq!(live.points, kept);
+        assert!(!live.is_live(2) && live.is_live(3));
+        let mut moved = [0usize; 4];
+        for k in keys() {
+            let (before, after) = (ring.pick(k.as_bytes()), live.pick(k.as_bytes()));
+            assert_ne!(after, 2, "{k} still goes to the ejected server");
+            if before == 2 {
+                moved[after] += 1;
+            } else {
+                assert_eq!(before, after, "{k} moved off a live server");
+            }
+        }
+        // The ejected server's quarter spreads over the three others.
+        let total: usize = moved.iter().sum();
+        assert!((900..1600).contains(&total), "{moved:?}");
+        assert!(
+            moved.iter().enumerate().all(|(i, m)| i == 2 || *m > 100),
+            "{moved:?}"
+        );
+    }
+
+    #[test]
+    fn ketama_and_modula_live_rings_are_rings_of_the_live_servers_alone() {
+        // As twemproxy rebuilds its continuum: weight shares over the live servers.
+        let mut nodes = four();
+        for (n, w) in nodes.iter_mut().zip([3, 1, 2, 5]) {
+            n.weight = w;
+        }
+        for distribution in [
+            Distribution::Ketama(KetamaDialect::Libmemcached),
+            Distribution::Ketama(KetamaDialect::Spymemcached),
+            Distribution::Modula,
+        ] {
+            let ring = Ring::new(nodes.clone(), distribution, KeyHash::Md5).unwrap();
+            let live = ring.without(&[3, 1]).unwrap();
+            let alone = Ring::new(
+                vec![nodes[0].clone(), nodes[2].clone()],
+                distribution,
+                KeyHash::Md5,
+            )
+            .unwrap();
+            for k in keys() {
+                let server = &ring.nodes()[live.pick(k.as_bytes())];
+                assert_eq!(server, &alone.nodes()[alone.pick(k.as_bytes())], "{k}");
+            }
+            // Back to full: the original placement.
+            let all = ring.without(&[]).unwrap();
+            assert!(keys()
+                .iter()
+                .all(|k| all.pick(k.as_bytes()) == ring.pick(k.as_bytes())));
+        }
+    }
+
+    #[test]
+    fn rendezvous_jump_and_random_live_rings_avoid_the_ejected_server() {
+        for distribution in [
+            Distribution::Rendezvous,
+            Distribution::Jump,
+            Distribution::Random,
+        ] {
+            let ring = Ring::new(four(), distribution, KeyHash::Md5).unwrap();
+            let live = ring.without(&[1]).unwrap();
+            let mut landed = [0usize; 4];
+            for k in keys() {
+                let after = live.pick(k.as_bytes());
+                landed[after] += 1;
+                if distribution != Distribution::Random {
+                    let before = ring.pick(k.as_bytes());
+                    assert!(
+                        before == 1 || before == after,
+                        "{distribution:?}: {k} moved"
+                    );
+                }
+            }
+            assert_eq!(landed[1], 0, "{distribution:?}");
+            assert!(
+                [0, 2, 3].iter().all(|&i| landed[i] > 1_200),
+                "{distribution:?}: {landed:?}"
+            );
+        }
+        let ring = Ring::new(four(), Distribution::Jump, KeyHash::Md5).unwrap();
+        assert!(ring.without(&[0, 1, 2, 3]).is_none());
     }
 
     #[test]

@@ -547,7 +547,7 @@ impl Route {
     pub fn servers_for(&self, key: &[u8], ctx: Ctx, out: &mut Vec<String>) {
         match self {
             Route::Pool(pool) => {
-                let server = pool.ring().nodes()[pool.ring().pick(key)].addr();
+                let server = pool.ring().nodes()[pool.pick(key)].addr();
                 if !out.contains(&server) {
                     out.push(server);
                 }

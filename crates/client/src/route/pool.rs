@@ -1,11 +1,14 @@
 //! A pool leaf: the key's server, and the delete spool for what it cannot take.
 
 use super::{Class, Ctx, Form, Op, ReplyFuture};
-use crate::backend::BackendError;
+use crate::backend::{Backend, BackendError};
+use crate::spool::Queue;
 use crate::Pool;
+use memfleet_protocol::reply::ReplyKind;
 use std::sync::Arc;
 
-/// A pool leaf: the key's server; a delete it cannot deliver waits in the spool.
+/// A pool leaf: the key's server; a delete it cannot deliver waits in the spool, and so
+/// does a copy for the key's own server while `auto_eject_hosts` has it out of the ring.
 pub(super) fn pool_call(pool: &Arc<Pool>, op: Op, ctx: Ctx) -> ReplyFuture {
     let (backend, queue) = pool.server_for(&op.key);
     let bytes = op.bytes();
@@ -25,6 +28,43 @@ pub(super) fn pool_call(pool: &Arc<Pool>, op: Op, ctx: Ctx) -> ReplyFuture {
         Form::Raw { .. } => b"NF\r\n",
         _ => b"NOT_FOUND\r\n",
     };
+    let home = pool
+        .ejected_home_queue(&op.key)
+        .filter(|home| !Arc::ptr_eq(home, &queue));
+    let copy = home.as_ref().map(|_| bytes.clone());
+    let delivery = deliver(
+        backend,
+        queue,
+        bytes,
+        op.reply_kind(),
+        spooled_reply,
+        ctx.lane,
+    );
+    let (Some(home), Some(copy)) = (home, copy) else {
+        return delivery;
+    };
+    // An ejected server still holds what it had when it went: its copy of the delete
+    // waits for it, so it cannot serve the old value when it is back.
+    Box::pin(async move {
+        let reply = delivery.await;
+        home.append(copy).await.map_err(|e| {
+            tracing::error!(error = %e, "cannot spool a delete");
+            BackendError::Connection("spool".to_string())
+        })?;
+        reply
+    })
+}
+
+/// A delete to `backend`, or into its `queue` when the queue already holds deletes (they
+/// go first) or the server does not answer.
+fn deliver(
+    backend: Arc<Backend>,
+    queue: Arc<Queue>,
+    bytes: Vec<u8>,
+    kind: ReplyKind,
+    spooled_reply: &'static [u8],
+    lane: usize,
+) -> ReplyFuture {
     if queue.depth() > 0 {
         // Deletes already waiting for this server go first: keep the order.
         return Box::pin(async move {
@@ -35,7 +75,7 @@ pub(super) fn pool_call(pool: &Arc<Pool>, op: Op, ctx: Ctx) -> ReplyFuture {
             Ok(spooled_reply.to_vec())
         });
     }
-    let call = backend.call(ctx.lane, bytes.clone(), op.reply_kind());
+    let call = backend.call(lane, bytes.clone(), kind);
     Box::pin(async move {
         match call.await {
             Ok(r) => Ok(r),
