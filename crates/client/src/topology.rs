@@ -214,7 +214,8 @@ impl Pool {
 
     /// The index (in [`Pool::backends`] and the ring's nodes) of the server that holds
     /// `key` now: its ring's pick, or with `auto_eject_hosts` the live ring's, which leaves
-    /// out the servers marked down. One atomic load more than the ring's pick when ejecting.
+    /// out the servers marked down (an atomic load and an `ArcSwap` load more than the
+    /// ring's pick, until a server goes down or comes back and the live ring is rebuilt).
     pub fn pick(&self, key: &[u8]) -> usize {
         match &self.live {
             None => self.ring.pick(key),
