@@ -104,7 +104,7 @@ fn read_until_drained(
 /// The hung-server scenario, with or without a router restart while the server is away.
 fn hung_server_gets_every_delete_before_serving(restart_router: bool) {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let (mut servers, ports, names) = three_servers();
+    let (servers, ports, names) = three_servers();
     let gutter_port = free_port();
     let _gutter = server(gutter_port);
     let (listen, safe) = (free_port(), free_port());

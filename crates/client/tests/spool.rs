@@ -159,6 +159,7 @@ async fn concurrent_appends_share_flushes_and_keep_every_delete() {
             retry: Duration::from_secs(30),
             tls: None,
             auth: None,
+            eject: false,
         },
     );
     let queue = spooler.queue("main", &backend);
