@@ -265,8 +265,9 @@ fn a_regional_delete_through_either_router_removes_the_key_everywhere() {
     // different keys.
     assert_eq!(r1.lines("set /regional/c 0 0 1\r\nr\r\n", 1), ["STORED"]);
     assert_eq!(r1.lines("set c 0 0 1\r\nl\r\n", 1), ["STORED"]);
-    // (NOT_FOUND: an all-sync broadcast answers the worst reply, and cluster 2 never had it.)
-    assert_eq!(r2.lines("delete c\r\n", 1), ["NOT_FOUND"]);
+    // DELETED: cluster 1 had it (an all-sync broadcast delete is DELETED when any
+    // destination deleted the key, though cluster 2 never had it).
+    assert_eq!(r2.lines("delete c\r\n", 1), ["DELETED"]);
     assert_eq!(r1.get("c"), None);
     assert_eq!(r1.get("/regional/c").as_deref(), Some("r"));
 }
