@@ -34,6 +34,7 @@
 
 pub mod backend;
 mod client;
+pub mod metrics_http;
 pub mod route;
 pub mod spool;
 mod topology;

@@ -1,49 +1,16 @@
 //! Prometheus metrics at `metrics_listen` (`GET /metrics`): what was invalidated, how long
 //! from commit to delivery, and every destination's spool (depth, oldest waiting delete,
-//! deliveries), with the wire format from `memfleet_protocol::http`.
+//! deliveries), served by `memfleet_client::metrics_http`.
 
 use crate::Counters;
-use memfleet_protocol::http;
 use std::fmt::Write as _;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::Duration;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpListener;
 
 /// Serves `/metrics` until aborted.
 pub async fn serve(listener: TcpListener, counters: Arc<Counters>) {
-    loop {
-        let Ok((stream, _)) = listener.accept().await else {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-            continue;
-        };
-        let counters = counters.clone();
-        tokio::spawn(async move {
-            let _ = tokio::time::timeout(Duration::from_secs(10), answer(stream, &counters)).await;
-        });
-    }
-}
-
-async fn answer(mut stream: TcpStream, counters: &Counters) -> std::io::Result<()> {
-    let mut request = Vec::with_capacity(512);
-    let mut chunk = [0u8; 1024];
-    let reply = loop {
-        match http::head(&request) {
-            http::Head::Incomplete => {}
-            http::Head::Refused => return Ok(()),
-            http::Head::Request { method, target } => {
-                break http::answer(method, target, "/metrics", || render(counters))
-            }
-        }
-        let n = stream.read(&mut chunk).await?;
-        if n == 0 || request.len() > 64 * 1024 {
-            return Ok(());
-        }
-        request.extend_from_slice(&chunk[..n]);
-    };
-    stream.write_all(&reply).await?;
-    stream.shutdown().await
+    memfleet_client::metrics_http::serve(listener, move || render(&counters)).await;
 }
 
 /// The Prometheus text of `counters`.

@@ -1,47 +1,14 @@
-//! The router's admin address: Prometheus metrics per pool and server (`GET /metrics`),
-//! with the wire format from `memfleet_protocol::http`.
+//! The router's admin address: Prometheus metrics per pool and server (`GET /metrics`,
+//! served by `memfleet_client::metrics_http`).
 
 use crate::Served;
-use memfleet_protocol::http;
 use std::fmt::Write as _;
 use std::sync::atomic::Ordering;
-use std::time::Duration;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpListener;
 
 /// Serves `/metrics` for `pools` until aborted.
 pub async fn serve(listener: TcpListener, pools: Served) {
-    loop {
-        let Ok((stream, _)) = listener.accept().await else {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-            continue;
-        };
-        let pools = pools.clone();
-        tokio::spawn(async move {
-            let _ = tokio::time::timeout(Duration::from_secs(10), answer(stream, &pools)).await;
-        });
-    }
-}
-
-async fn answer(mut stream: TcpStream, pools: &Served) -> std::io::Result<()> {
-    let mut request = Vec::with_capacity(512);
-    let mut chunk = [0u8; 1024];
-    let reply = loop {
-        match http::head(&request) {
-            http::Head::Incomplete => {}
-            http::Head::Refused => return Ok(()),
-            http::Head::Request { method, target } => {
-                break http::answer(method, target, "/metrics", || metrics(pools))
-            }
-        }
-        let n = stream.read(&mut chunk).await?;
-        if n == 0 {
-            return Ok(());
-        }
-        request.extend_from_slice(&chunk[..n]);
-    };
-    stream.write_all(&reply).await?;
-    stream.shutdown().await
+    memfleet_client::metrics_http::serve(listener, move || metrics(&pools)).await;
 }
 
 /// The Prometheus text of every pool's servers, the routes' counters and the spool.
