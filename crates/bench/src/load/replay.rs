@@ -147,6 +147,8 @@ fn source(args: &LoadArgs) -> Result<(Source, Option<u64>)> {
         write_ratio: 0.0,
         seed: args.seed,
         workload: Workload::parse(&args.replay_workload).map_err(anyhow::Error::msg)?,
+        drift: 0.0,
+        value_size_late: None,
     };
     cfg.validate().map_err(anyhow::Error::msg)?;
     Ok((Source::Synthetic(cfg), None))

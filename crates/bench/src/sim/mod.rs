@@ -35,6 +35,7 @@
 //! (`--pelikan-clock paced`).
 
 pub mod binary;
+pub mod floors;
 pub mod keys;
 pub mod lru;
 pub mod output;
@@ -43,6 +44,7 @@ pub mod replay;
 pub mod report;
 pub mod request;
 pub mod segcache;
+pub mod size;
 pub mod synthetic;
 pub mod trace;
 pub mod trace_writer;
@@ -59,9 +61,10 @@ use self::lru::LruCache;
 use self::pelikan::{PelikanClock, PelikanSim};
 use self::replay::{try_replay, ReplayConfig, Report, SimCache};
 use self::report::or_dash;
+use self::size::SizeSpec;
 use self::synthetic::{Synthetic, SyntheticConfig};
 use self::trace::{open_trace, Request, RequestStream, TraceError, TraceFormat};
-use self::workload::{SizeSpec, Workload};
+use self::workload::Workload;
 
 /// The cache models `memfleet sim` can compare.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -72,6 +75,10 @@ pub enum CacheKind {
     Pelikan,
     /// The exact LRU model with memcached's per-item overhead.
     Lru,
+    /// A cache that never evicts: misses only first gets, gets after deletes and expiry.
+    Infinite,
+    /// A lower bound on any cache's misses at this byte size (PFOO-L; see `floors`).
+    Optimal,
 }
 
 /// Arguments of `memfleet sim`.
@@ -113,6 +120,15 @@ pub struct SimArgs {
     /// key:lognormal:243:1:16-4096).
     #[arg(long)]
     pub value_size: Option<SizeSpec>,
+    /// Synthetic: popularity drift, keys per simulated second: the key at each popularity
+    /// rank moves on by this many keys a second, so keys become hot in turn and cool down
+    /// (0 = fixed popularity).
+    #[arg(long, default_value_t = 0.0)]
+    pub drift: f64,
+    /// Synthetic: value sizes every key switches to during the run, each at its own moment
+    /// spread uniformly over it (same forms as --value-size); by default sizes never shift.
+    #[arg(long, value_name = "SIZE")]
+    pub value_size_late: Option<SizeSpec>,
     /// Cache memory sizes in MiB, comma-separated.
     #[arg(long, value_delimiter = ',', default_value = "32,64")]
     pub memory: Vec<f64>,
@@ -195,6 +211,8 @@ impl Source {
             write_ratio: args.write_ratio,
             seed: args.seed,
             workload,
+            drift: args.drift,
+            value_size_late: args.value_size_late,
         };
         cfg.validate().map_err(anyhow::Error::msg)?;
         Ok(Source::Synthetic(cfg))
@@ -242,7 +260,7 @@ impl Source {
     pub(crate) fn describe(&self) -> String {
         match self {
             Source::Synthetic(c) => format!(
-                "synthetic {}: keys={} requests={} rate={}/s alpha={} write_ratio={} seed={} key_size={} value_size={} mean_object={:.0}B",
+                "synthetic {}: keys={} requests={} rate={}/s alpha={} write_ratio={} seed={} key_size={} value_size={} mean_object={:.0}B{}",
                 c.workload.name,
                 c.keys,
                 c.requests,
@@ -253,10 +271,23 @@ impl Source {
                 c.workload.key_size,
                 c.workload.value_size,
                 c.workload.mean_object_size(),
+                describe_changes(c),
             ),
             Source::Trace { path, format } => format!("trace {} ({format:?})", path.display()),
         }
     }
+}
+
+/// The synthetic workload's changes over time, for [`Source::describe`] (empty if none).
+fn describe_changes(c: &SyntheticConfig) -> String {
+    let mut s = String::new();
+    if c.drift > 0.0 {
+        s += &format!(" drift={}keys/s", c.drift);
+    }
+    if let Some(late) = c.value_size_late {
+        s += &format!(" value_size_late={late}");
+    }
+    s
 }
 
 /// One cell of the comparison: a cache at a memory size.
@@ -294,7 +325,7 @@ pub fn run_to(
         );
     }
     if args.caches.is_empty() {
-        bail!("--caches needs at least one of segcache, pelikan, lru");
+        bail!("--caches needs at least one of segcache, pelikan, lru, infinite, optimal");
     }
     if args.window == 0 {
         bail!("--window must be positive");
@@ -343,10 +374,30 @@ pub fn run_to(
         config.fill_on_miss, config.fill_ttl, config.window_secs, args.segment_size
     )?;
 
+    let memory_bytes: Vec<u64> = args
+        .memory
+        .iter()
+        .map(|&mib| (mib * (1u64 << 20) as f64) as u64)
+        .collect();
+    let mut optimal = if args.caches.contains(&CacheKind::Optimal) {
+        floors::optimal_bounds(source.open(limit)?, &config, &memory_bytes)?
+    } else {
+        Vec::new()
+    }
+    .into_iter();
     let mut results = Vec::new();
-    for &mib in &args.memory {
-        let bytes = (mib * (1u64 << 20) as f64) as u64;
+    for (&mib, &bytes) in args.memory.iter().zip(&memory_bytes) {
         for &kind in &args.caches {
+            if kind == CacheKind::Optimal {
+                let report = optimal.next().expect("one bound per memory size");
+                writeln!(out, "# {mib} MiB {}", report.summary_line())?;
+                results.push(RunResult {
+                    memory_mib: mib,
+                    kind,
+                    report,
+                });
+                continue;
+            }
             let requests = source.open(limit)?;
             let mut cache: Box<dyn SimCache> = match kind {
                 CacheKind::Segcache => make_segcache(bytes, args.segment_size),
@@ -358,6 +409,8 @@ pub fn run_to(
                     Box::new(PelikanSim::new(bytes, segment_size, args.pelikan_clock)?)
                 }
                 CacheKind::Lru => Box::new(LruCache::new(bytes)),
+                CacheKind::Infinite => Box::new(floors::InfiniteCache::new()),
+                CacheKind::Optimal => unreachable!("computed above"),
             };
             let report = try_replay(requests, cache.as_mut(), &config)?;
             writeln!(out, "# {mib} MiB {}", report.summary_line())?;

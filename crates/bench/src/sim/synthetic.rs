@@ -8,11 +8,23 @@
 //! per-key value sizes) value size are functions of the seed and the key id
 //! alone (hashed with xxh3), so they never change over a run and need no
 //! per-key table. Not here: workload presets (`workload`), replay.
+//!
+//! Two kinds of change over time, both off by default:
+//! - **Drifting popularity** (`drift`, keys per simulated second): the key at popularity
+//!   rank `r` at time `t` is `(drift * t - r) mod keys`, so a key becomes the hottest at its
+//!   own moment and then cools by `drift` ranks a second, as new content does, while the
+//!   shape of the popularity (Zipf `alpha`) stays the same.
+//! - **Value sizes that shift** (`value_size_late`): each key switches from the workload's
+//!   value sizes to these at its own moment, spread uniformly over the run, so the early
+//!   sizes fill the cache and the late ones must displace them (what calcifies memcached's
+//!   slab classes, Facebook §6.2). Sizes drawn per request switch with probability growing
+//!   linearly over the run.
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use xxhash_rust::xxh3::xxh3_64_with_seed;
 
+use super::size::SizeSpec;
 use super::trace::{Op, Request};
 use super::workload::Workload;
 use super::zipf::Zipf;
@@ -34,6 +46,10 @@ pub struct SyntheticConfig {
     pub seed: u64,
     /// TTL mix and sizes.
     pub workload: Workload,
+    /// Popularity drift in keys per simulated second (0 = none; see the module docs).
+    pub drift: f64,
+    /// Value sizes each key switches to during the run (see the module docs).
+    pub value_size_late: Option<SizeSpec>,
 }
 
 impl SyntheticConfig {
@@ -48,6 +64,12 @@ impl SyntheticConfig {
                 self.write_ratio
             ));
         }
+        if !(self.drift.is_finite() && self.drift >= 0.0) {
+            return Err(format!(
+                "drift must be >= 0 keys per second, got {}",
+                self.drift
+            ));
+        }
         Zipf::new(self.keys, self.alpha).map(|_| ())
     }
 }
@@ -56,6 +78,7 @@ impl SyntheticConfig {
 const SALT_TTL: u64 = 0x7474_6c5f_636c_6173;
 const SALT_KEY_SIZE: u64 = 0x6b65_795f_7369_7a65;
 const SALT_VALUE_SIZE: u64 = 0x7661_6c5f_7369_7a65;
+const SALT_SHIFT: u64 = 0x7368_6966_745f_6174;
 
 /// A uniform number in `[0, 1)` derived from `(seed, salt, id)`.
 fn key_unit(seed: u64, salt: u64, id: u64) -> f64 {
@@ -100,8 +123,31 @@ impl Synthetic {
         self.cfg.workload.key_size.dist.at_unit(unit).max(1)
     }
 
+    /// The key at popularity rank `rank` (0 = hottest) now: the rank itself without drift.
+    fn key_at_rank(&self, rank: u64) -> u64 {
+        if self.cfg.drift == 0.0 {
+            return rank;
+        }
+        let keys = self.cfg.keys;
+        let seconds = self.issued as f64 / f64::from(self.cfg.rate);
+        let moved = ((self.cfg.drift * seconds) as u64) % keys;
+        (moved + keys - rank % keys) % keys
+    }
+
     fn value_size_of(&mut self, id: u64) -> u32 {
-        let spec = self.cfg.workload.value_size;
+        let mut spec = self.cfg.workload.value_size;
+        if let Some(late) = self.cfg.value_size_late {
+            // How far through the run this request is, in [0, 1).
+            let progress = self.issued as f64 / self.cfg.requests.max(1) as f64;
+            let switch_at = if late.per_key {
+                key_unit(self.cfg.seed, SALT_SHIFT, id)
+            } else {
+                self.rng.gen()
+            };
+            if switch_at < progress {
+                spec = late;
+            }
+        }
         let unit = if spec.per_key {
             key_unit(self.cfg.seed, SALT_VALUE_SIZE, id)
         } else {
@@ -120,7 +166,8 @@ impl Iterator for Synthetic {
         }
         let time = (self.issued / u64::from(self.cfg.rate)).min(u64::from(u32::MAX)) as u32;
         self.issued += 1;
-        let id = self.zipf.sample(&mut self.rng) - 1;
+        let rank = self.zipf.sample(&mut self.rng) - 1;
+        let id = self.key_at_rank(rank);
         let write = self.cfg.write_ratio > 0.0 && self.rng.gen::<f64>() < self.cfg.write_ratio;
         Some(Request {
             time,
@@ -153,6 +200,8 @@ mod tests {
             write_ratio: 0.0,
             seed,
             workload: Workload::parse(workload).unwrap(),
+            drift: 0.0,
+            value_size_late: None,
         }
     }
 
@@ -267,5 +316,59 @@ mod tests {
         cfg.write_ratio = 0.0;
         cfg.rate = 0;
         assert!(Synthetic::new(cfg).is_err());
+    }
+
+    /// The key requested most often among `reqs`.
+    fn hottest(reqs: &[Request]) -> u64 {
+        let mut counts: HashMap<u64, u64> = HashMap::new();
+        for r in reqs {
+            *counts.entry(r.key).or_default() += 1;
+        }
+        counts.into_iter().max_by_key(|&(k, n)| (n, k)).unwrap().0
+    }
+
+    #[test]
+    fn drifting_popularity_moves_the_hot_keys_on() {
+        // 1000 requests per second, 10 seconds; the ranking moves 500 keys a second.
+        let mut cfg = config("mix", 100_000, 10_000, 1.2, 6);
+        cfg.drift = 500.0;
+        let reqs = generate(cfg.clone());
+        let first = hottest(&reqs[..1000]);
+        let last = hottest(&reqs[9000..]);
+        // Rank 0 is key (drift * t) mod keys: about 0 in the first second, 4500 in the last.
+        assert!(
+            !(500..=99_500).contains(&first),
+            "first second's hottest {first}"
+        );
+        assert!(
+            (4000..=5000).contains(&last),
+            "last second's hottest {last}"
+        );
+        // A key's TTL and sizes still belong to the key, not to its rank.
+        let still = generate(config("mix", 100_000, 10_000, 1.2, 6));
+        assert_eq!(hottest(&still[9000..]), 0);
+        cfg.drift = -1.0;
+        assert!(Synthetic::new(cfg).is_err());
+    }
+
+    #[test]
+    fn value_sizes_shift_once_per_key_over_the_run() {
+        let mut cfg = config("mix", 1000, 40_000, 0.5, 7);
+        cfg.workload.value_size = "key:100".parse().unwrap();
+        cfg.value_size_late = Some("key:1000".parse().unwrap());
+        let reqs = generate(cfg);
+        let late_share = |part: &[Request]| {
+            part.iter().filter(|r| r.value_size == 1000).count() as f64 / part.len() as f64
+        };
+        assert!(late_share(&reqs[..4000]) < 0.15);
+        assert!(late_share(&reqs[36_000..]) > 0.85);
+        // Each key switches once and never back.
+        let mut switched: HashMap<u64, bool> = HashMap::new();
+        for r in &reqs {
+            let late = r.value_size == 1000;
+            let was = switched.entry(r.key).or_insert(late);
+            assert!(!*was || late, "key {} switched back", r.key);
+            *was = late;
+        }
     }
 }
