@@ -103,6 +103,8 @@ struct Candidate {
     cost: u64,
     /// Object size, bytes (an object larger than the cache can never be held).
     size: u64,
+    /// Value bytes the get asked for (for the byte miss ratio).
+    value: u32,
 }
 
 /// PFOO-L lower bounds on the misses of a cache of each of `memory_bytes` (see the
@@ -152,6 +154,7 @@ where
                         candidates.push(Candidate {
                             cost: p.size * (index - p.at),
                             size: p.size,
+                            value: req.value_size,
                         });
                         // Kept or refilled: either way the object is there now.
                         held.insert(
@@ -188,13 +191,13 @@ where
     base.sim_secs = clock;
     candidates.sort_unstable();
     let compulsory = base.misses;
-    let compulsory_bytes = base.miss_bytes;
+    let compulsory_fills = base.fills;
     Ok(memory_bytes
         .iter()
         .map(|&capacity| {
             let budget = u128::from(capacity) * u128::from(index);
             let mut spent = 0u128;
-            let mut hits = 0u64;
+            let (mut hits, mut hit_bytes) = (0u64, 0u64);
             // The relaxation could also keep part of the next interval, but hits are whole.
             for c in candidates.iter().filter(|c| c.size <= capacity) {
                 if spent + u128::from(c.cost) > budget {
@@ -202,13 +205,17 @@ where
                 }
                 spent += u128::from(c.cost);
                 hits += 1;
+                hit_bytes += u64::from(c.value);
             }
-            let candidates_total = candidates.len() as u64;
+            let missed = candidates.len() as u64 - hits;
             let mut report = base.clone();
             report.hits = hits;
-            report.misses = compulsory + (candidates_total - hits);
-            // Byte misses are not bounded here; report the compulsory ones only.
-            report.miss_bytes = compulsory_bytes;
+            report.misses = compulsory + missed;
+            // The byte misses of this solution (fewest misses, not fewest missed bytes).
+            report.miss_bytes = base.get_bytes - hit_bytes;
+            if config.fill_on_miss {
+                report.fills = compulsory_fills + missed;
+            }
             report
         })
         .collect())
