@@ -6,7 +6,9 @@
 //! one key with `pg_logical_emit_message`. Reported: committed transactions per second,
 //! the invalidator's commit-to-deleted-everywhere latency percentiles (the database's
 //! commit timestamp to the last cluster's reply), keys per batch, and the sampled check
-//! that deleted keys are gone. With `--out DIR`: `invalidation.json` (with the latency CDF)
+//! that deleted keys are gone. `--invalidation-outage 2s` hangs the second cluster's server
+//! (SIGSTOP) for that long a third of the way in: its deletes are spooled and count only
+//! once replayed, so the tail shows the outage plus the replay. With `--out DIR`: `invalidation.json` (with the latency CDF)
 //! and `invalidation-latency-cdf.png`.
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -51,14 +53,22 @@ pub fn bench(args: &LoadArgs) -> Result<()> {
             port,
         ));
     }
+    // The spool of deletes for a cluster that does not answer, private to this run.
+    let spool = std::env::temp_dir().join(format!("memfleet-bench-spool-{}", std::process::id()));
     let config = Config::parse(&format!(
         "[database]\nhost = \"127.0.0.1\"\nport = {}\nuser = \"postgres\"\ndbname = \"postgres\"\n\
          create = true\n\n[invalidator]\nroute = \"everywhere\"\ncheck_one_in = 100\n\
          report_every_s = 3600\n\n\
+         [router]\nspool_dir = \"{}\"\n\n\
          [pools.a]\nservers = [\"127.0.0.1:{}\"]\n[pools.b]\nservers = [\"127.0.0.1:{}\"]\n\
          [routes.everywhere]\ntype = \"broadcast\"\nto = [\"a\", \"b\"]\n",
-        pg.port, clusters[0].1, clusters[1].1
+        pg.port,
+        spool.display(),
+        clusters[0].1,
+        clusters[1].1
     ))?;
+    let outage = args.invalidation_outage;
+    let hung = &clusters[1].0;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -101,14 +111,30 @@ pub fn bench(args: &LoadArgs) -> Result<()> {
                 anyhow::Ok(())
             }));
         }
+        if !outage.is_zero() {
+            tokio::time::sleep(args.duration / 3).await;
+            hung.signal(libc::SIGSTOP);
+            println!(
+                "cluster b hung (SIGSTOP) at {:.1} s",
+                started.elapsed().as_secs_f64()
+            );
+            tokio::time::sleep(outage).await;
+            hung.signal(libc::SIGCONT);
+            println!(
+                "cluster b back (SIGCONT) at {:.1} s",
+                started.elapsed().as_secs_f64()
+            );
+        }
         for w in writers {
             w.await??;
         }
         let elapsed = started.elapsed();
         let total = committed.load(Ordering::Relaxed);
-        // Let the invalidator finish the tail.
+        // Let the invalidator finish the tail, spooled deletes included.
         let drain = Instant::now() + Duration::from_secs(30);
-        while counters.transactions.load(Ordering::Relaxed) < total {
+        while counters.transactions.load(Ordering::Relaxed) < total
+            || counters.undelivered_batches.load(Ordering::Relaxed) > 0
+        {
             if Instant::now() > drain || invalidator.is_finished() {
                 bail!(
                     "the invalidator handled {} of {total} transactions",
@@ -151,13 +177,21 @@ pub fn bench(args: &LoadArgs) -> Result<()> {
             counters.checked.load(Ordering::Relaxed),
         );
         println!("sampled check: {check_failures} of {checked} deleted keys still cached");
+        let (spooled, undelivered) = (
+            counters.spooled_batches.load(Ordering::Relaxed),
+            counters.undelivered_batches.load(Ordering::Relaxed),
+        );
+        println!("spooled batches: {spooled}; still undelivered at the end: {undelivered}");
         let results = json!({
             "parameters": {
                 "writers": args.conns,
                 "duration_s": args.duration.as_secs_f64(),
                 "rate_per_s": (args.invalidation_rate > 0).then_some(args.invalidation_rate),
                 "clusters": 2,
+                "outage_s": outage.as_secs_f64(),
             },
+            "spooled_batches": spooled,
+            "undelivered_batches": undelivered,
             "transactions": total,
             "elapsed_s": elapsed.as_secs_f64(),
             "transactions_per_s": total as f64 / elapsed.as_secs_f64(),
@@ -178,6 +212,7 @@ pub fn bench(args: &LoadArgs) -> Result<()> {
     let load_at_end = load_average();
     println!("load average at end: {load_at_end}");
     drop(clusters);
+    let _ = std::fs::remove_dir_all(&spool);
     if let Some(dir) = &args.out {
         results["load_average_at_end"] = json!(load_at_end);
         let path = crate::results::write_json(dir, "invalidation", "invalidation", &results)?;

@@ -254,6 +254,13 @@ impl Spawned {
         self.child.id()
     }
 
+    /// Sends `signal` (SIGSTOP, SIGCONT, ...) without waiting for anything.
+    pub fn signal(&self, signal: i32) {
+        // SAFETY: kill only sends a signal to our own child, which has not been reaped
+        // (it is still ours to wait for), so the PID cannot have been reused.
+        unsafe { libc::kill(self.child.id() as libc::pid_t, signal) };
+    }
+
     /// Sends `signal` and waits (up to a minute) for the process to exit successfully;
     /// returns how long that took.
     pub fn stop_with(&mut self, signal: i32) -> Result<Duration> {
