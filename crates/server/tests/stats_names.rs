@@ -327,7 +327,7 @@ fn stats_conns_lists_listeners_and_connections_until_they_close() {
     let port = server.addr.port();
     let mut c = server.connect();
     let mut idle = server.connect();
-    idle.check("version\r\n", &format!("VERSION {}\r\n", version(&mut c)));
+    idle.check("version\r\n", format!("VERSION {}\r\n", version(&mut c)));
     let rows = c.stats("conns");
     let by_fd = |rows: &[(String, String)]| {
         let mut fds: HashMap<String, HashMap<String, String>> = HashMap::new();
