@@ -171,13 +171,19 @@ pub fn binary(raw: &[u8], cas: &mut Vec<u64>, normalize: bool) -> Vec<u8> {
 }
 
 /// Rule stats-names: drops the `STAT` lines whose name only one of the two replies has,
-/// except memfleet-only names that do not start with `segcache_`, `lease_`, `holdoff_` or `udp_` (an
-/// unexpected name is still a difference). Other lines are kept in order.
+/// except memfleet-only names that do not start with `segcache_`, `lease_`, `holdoff_` or `udp_`
+/// and are not among the names memcached 1.6.45 prints that the reference (Debian's 1.6.18)
+/// does not (an unexpected name is still a difference). Other lines are kept in order.
 pub fn shared_stats(reference: &[u8], subject: &[u8]) -> (Vec<u8>, Vec<u8>) {
     fn memfleet_only(name: &[u8]) -> bool {
+        const NEWER_MEMCACHED: [&[u8]; 2] = [
+            b"slab_reassign_busy_nomem",
+            b"slab_reassign_last_busy_status",
+        ];
         [&b"segcache_"[..], b"lease_", b"holdoff_", b"udp_"]
             .iter()
             .any(|p| name.starts_with(p))
+            || NEWER_MEMCACHED.contains(&name)
     }
     fn name(line: &[u8]) -> Option<&[u8]> {
         let rest = line.strip_prefix(b"STAT ")?;

@@ -271,26 +271,33 @@ impl Pool {
         &self.backends
     }
 
-    /// `stats` lines: counters for this pool, one line per server.
+    /// `stats` lines: this pool's server count and each server's counters, one value per line.
     pub fn stat_lines(&self) -> Vec<u8> {
         let mut out = Vec::new();
         let mut stat = |name: &str, value: String| {
             out.extend_from_slice(format!("STAT {name} {value}\r\n").as_bytes());
         };
-        stat("pool", self.config.name.clone());
-        stat("servers", self.backends.len().to_string());
+        // One value per line (clients such as pymemcache keep only a line's first value),
+        // each named by its pool so that several pools' lines never share a name.
+        let pool = &self.config.name;
+        stat(
+            &format!("pool:{pool}:servers"),
+            self.backends.len().to_string(),
+        );
         for b in &self.backends {
             let h = b.health();
-            stat(
-                &format!("server:{}", b.name()),
-                format!(
-                    "requests={} errors={} down={} knockouts={}",
-                    h.requests.load(Ordering::Relaxed),
-                    h.errors.load(Ordering::Relaxed),
-                    u8::from(h.down.load(Ordering::Relaxed)),
-                    h.knockouts.load(Ordering::Relaxed)
-                ),
-            );
+            let name = b.name();
+            for (field, value) in [
+                ("requests", h.requests.load(Ordering::Relaxed)),
+                ("errors", h.errors.load(Ordering::Relaxed)),
+                ("down", u64::from(h.down.load(Ordering::Relaxed))),
+                ("knockouts", h.knockouts.load(Ordering::Relaxed)),
+            ] {
+                stat(
+                    &format!("pool:{pool}:server:{name}:{field}"),
+                    value.to_string(),
+                );
+            }
         }
         out
     }

@@ -13,13 +13,20 @@
 //!   down to whole segments).
 //! - `expired_unfetched` counts items reclaimed by proactive expiration (read or not).
 //! - `stats slabs`/`stats items` describe one pseudo slab class `1` whose pages are
-//!   segments, so tools that walk classes find something consistent.
+//!   segments, so tools that walk classes find something consistent (`classes`).
+//! - Every name memcached 1.6.45 prints in `stats`, `stats settings`, `stats slabs`, `stats
+//!   items` and `stats conns` is printed (memcached_exporter refuses a reply missing one);
+//!   names for machinery Segcache does not have (slab reassignment, the segmented LRU, log
+//!   watchers, response objects) are 0. README.md's stats table gives each name's meaning.
+
+mod classes;
+mod settings;
 
 use crate::execute::VERSION;
 use crate::stats::{rusage, CounterValues};
 use crate::worker::{Baseline, Shared};
 use memfleet_protocol::response;
-use memfleet_storage::{EvictionPolicy, Stats};
+use memfleet_storage::Stats;
 use std::sync::atomic::Ordering;
 
 /// A snapshot of everything reportable, taken once per `stats` request.
@@ -83,6 +90,8 @@ impl<'s> StatsReport<'s> {
                 "version",
                 Text(String::from_utf8_lossy(VERSION).into_owned()),
             ),
+            // No libevent: tokio on epoll.
+            ("libevent", Text("none".into())),
             ("pointer_size", Int(usize::BITS.into())),
             ("rusage_user", Float(user)),
             ("rusage_system", Float(system)),
@@ -109,6 +118,23 @@ impl<'s> StatsReport<'s> {
                 "connection_structures",
                 Int(conns.current.load(Ordering::Relaxed) as u64),
             ),
+            // Replies are built straight into the worker's write buffer: no response objects.
+            ("response_obj_oom", Int(0)),
+            ("response_obj_count", Int(0)),
+            ("response_obj_bytes", Int(0)),
+            // One shared read buffer per worker; a connection holds bytes of its own only
+            // while a request is incomplete. A failed allocation aborts, so no OOM count.
+            ("read_buf_count", Int(s.settings.threads as u64)),
+            (
+                "read_buf_bytes",
+                Int((s.settings.threads * crate::connection::READ_CHUNK * 2) as u64),
+            ),
+            ("read_buf_bytes_free", Int(0)),
+            ("read_buf_oom", Int(0)),
+            (
+                "reserved_fds",
+                Int(reserved_fds(conns.current.load(Ordering::Relaxed))),
+            ),
         ];
         for (name, value) in c.pairs() {
             if !matches!(
@@ -125,6 +151,14 @@ impl<'s> StatsReport<'s> {
             ("bytes_written", Int(c.bytes_written)),
             ("limit_maxbytes", Int(s.settings.memory_bytes as u64)),
             ("accepting_conns", Int(1)),
+            (
+                "listen_disabled_num",
+                Int(conns.listen_disabled.load(Ordering::Relaxed)),
+            ),
+            (
+                "time_in_listen_disabled_us",
+                Int(conns.listen_disabled_us.load(Ordering::Relaxed)),
+            ),
             ("threads", Int(s.settings.threads as u64)),
             ("conn_yields", Int(c.conn_yields)),
             (
@@ -133,9 +167,33 @@ impl<'s> StatsReport<'s> {
             ),
             ("hash_bytes", Int(e.hash_bytes)),
             ("hash_is_expanding", Int(0)),
+            // No slab classes to move pages between.
+            ("slab_reassign_rescues", Int(0)),
+            ("slab_reassign_chunk_rescues", Int(0)),
+            ("slab_reassign_inline_reclaim", Int(0)),
+            ("slab_reassign_busy_items", Int(0)),
+            ("slab_reassign_busy_deletes", Int(0)),
+            ("slab_reassign_busy_nomem", Int(0)),
+            ("slab_reassign_last_busy_status", Text("none".into())),
+            ("slab_reassign_running", Int(0)),
+            ("slabs_moved", Int(0)),
+            // Proactive expiration is the crawler: its passes, each a few microseconds.
+            ("lru_crawler_running", Int(0)),
+            ("lru_crawler_starts", Int(e.expire_passes)),
+            ("lru_maintainer_juggles", Int(0)),
+            ("malloc_fails", Int(0)),
+            // No `watch` log streams.
+            ("log_worker_dropped", Int(0)),
+            ("log_worker_written", Int(0)),
+            ("log_watcher_skipped", Int(0)),
+            ("log_watcher_sent", Int(0)),
+            ("log_watchers", Int(0)),
+            ("unexpected_napi_ids", Int(0)),
+            ("round_robin_fallback", Int(0)),
             ("bytes", Int(e.bytes)),
             ("curr_items", Int(e.items)),
             ("total_items", Int(c.cmd_set)),
+            ("slab_global_page_pool", Int(e.segments_free)),
             (
                 "expired_unfetched",
                 Int(e.expired_items.saturating_sub(self.base.expired_items)),
@@ -146,6 +204,7 @@ impl<'s> StatsReport<'s> {
                     .evicted_unfetched
                     .saturating_sub(self.base.evicted_unfetched)),
             ),
+            ("evicted_active", Int(0)),
             (
                 "evictions",
                 Int(e.evicted_items.saturating_sub(self.base.evicted_items)),
@@ -155,6 +214,14 @@ impl<'s> StatsReport<'s> {
                 Int((e.expired_items + e.flushed_items)
                     .saturating_sub(self.base.expired_items + self.base.flushed_items)),
             ),
+            ("crawler_reclaimed", Int(self.evictions().expired)),
+            ("crawler_items_checked", Int(self.evictions().expired)),
+            ("lrutail_reflocked", Int(0)),
+            ("moves_to_cold", Int(0)),
+            ("moves_to_warm", Int(0)),
+            ("moves_within_lru", Int(0)),
+            ("direct_reclaims", Int(e.evicted_segments)),
+            ("lru_bumps_dropped", Int(0)),
         ]);
         if let Some(tls) = &s.tls {
             v.extend(tls.stats().pairs().map(|(name, n)| (name, Int(n))));
@@ -205,10 +272,11 @@ impl<'s> StatsReport<'s> {
         Some(match name {
             b"" => pairs(self.general_values()),
             b"memfleet" => pairs(self.engine_values()),
-            b"settings" => self.settings(),
-            b"items" => self.items(),
-            b"slabs" => self.slabs(),
-            b"conns" | b"sizes" => Vec::new(),
+            b"settings" => settings::rows(self.shared),
+            b"items" => classes::items(&self.engine, &self.counters, &self.evictions()),
+            b"slabs" => classes::slabs(&self.engine, &self.counters),
+            b"conns" => self.shared.connections.table.rows(),
+            b"sizes" => Vec::new(),
             _ => return None,
         })
     }
@@ -221,118 +289,14 @@ impl<'s> StatsReport<'s> {
         response::end(out);
     }
 
-    fn settings(&self) -> Vec<(String, String)> {
-        let st = &self.shared.settings;
-        let cfg = self.shared.cache.config();
-        let idle = st.idle_timeout.map_or(0, |d| d.as_secs());
-        let eviction = match cfg.eviction {
-            EvictionPolicy::Merge => "merge",
-            EvictionPolicy::Fifo => "fifo",
-            EvictionPolicy::None => "none",
-        };
-        let rows: Vec<(&str, String)> = vec![
-            ("maxbytes", st.memory_bytes.to_string()),
-            ("maxconns", st.max_connections.to_string()),
-            ("tcpport", st.port.to_string()),
-            ("udpport", st.udp_port.unwrap_or(0).to_string()),
-            ("inter", st.listen.to_string()),
-            ("verbosity", "0".into()),
-            ("oldest", "0".into()),
-            (
-                "evictions",
-                if eviction == "none" { "off" } else { "on" }.into(),
-            ),
-            ("domain_socket", "NULL".into()),
-            ("num_threads", st.threads.to_string()),
-            ("num_threads_per_udp", st.threads.to_string()),
-            ("stat_key_prefix", ":".into()),
-            ("detail_enabled", "no".into()),
-            ("cas_enabled", "yes".into()),
-            ("tcp_backlog", st.backlog.to_string()),
-            ("binding_protocol", "auto-negotiate".into()),
-            ("auth_enabled_sasl", "no".into()),
-            ("item_size_max", st.max_item_size.to_string()),
-            ("maxconns_fast", "yes".into()),
-            ("idle_timeout", idle.to_string()),
-            ("lease_interval", st.lease_interval.to_string()),
-            ("stale_after_delete", st.stale_after_delete.to_string()),
-            ("segment_size", cfg.segment_size.to_string()),
-            ("merge_segments", cfg.merge_segments.to_string()),
-            ("eviction_policy", eviction.into()),
-            (
-                "expiry_precision_shift",
-                cfg.expiry_precision_shift.to_string(),
-            ),
-        ];
-        let mut rows: Vec<(String, String)> =
-            rows.into_iter().map(|(n, v)| (n.to_string(), v)).collect();
-        // memcached's names for its TLS settings.
-        let tls = st.tls.as_ref();
-        let path =
-            |p: Option<&std::path::PathBuf>| p.map_or("NULL".into(), |p| p.display().to_string());
-        let verify_mode = match tls {
-            Some(t) if t.verify_client => "2",
-            Some(t) if t.ca.is_some() => "1",
-            _ => "0",
-        };
-        rows.extend([
-            (
-                "ssl_enabled".into(),
-                if tls.is_some() { "yes" } else { "no" }.into(),
-            ),
-            ("ssl_chain_cert".into(), path(tls.map(|t| &t.cert))),
-            ("ssl_key".into(), path(tls.map(|t| &t.key))),
-            ("ssl_verify_mode".into(), verify_mode.into()),
-            ("ssl_ca_cert".into(), path(tls.and_then(|t| t.ca.as_ref()))),
-        ]);
-        rows
-    }
-
-    /// One pseudo class holding every item (nothing when empty, like memcached).
-    fn items(&self) -> Vec<(String, String)> {
-        let e = &self.engine;
-        if e.items == 0 {
-            return Vec::new();
+    /// Evictions and expirations since the last `stats reset`.
+    fn evictions(&self) -> classes::Evictions {
+        let (e, b) = (&self.engine, &self.base);
+        classes::Evictions {
+            evicted: e.evicted_items.saturating_sub(b.evicted_items),
+            unfetched: e.evicted_unfetched.saturating_sub(b.evicted_unfetched),
+            expired: e.expired_items.saturating_sub(b.expired_items),
         }
-        [
-            ("items:1:number", e.items),
-            ("items:1:age", 0),
-            ("items:1:evicted", e.evicted_items),
-            (
-                "items:1:evicted_nonzero",
-                e.evicted_items.saturating_sub(e.evicted_unfetched),
-            ),
-            ("items:1:outofmemory", e.out_of_memory),
-            ("items:1:reclaimed", e.expired_items),
-            ("items:1:expired_unfetched", e.expired_items),
-            ("items:1:evicted_unfetched", e.evicted_unfetched),
-        ]
-        .iter()
-        .map(|(n, v)| (n.to_string(), v.to_string()))
-        .collect()
-    }
-
-    /// Segments presented as one slab class of segment-sized pages.
-    fn slabs(&self) -> Vec<(String, String)> {
-        let e = &self.engine;
-        let used = e.segments - e.segments_free;
-        let mut rows = Vec::new();
-        if used > 0 {
-            rows.extend([
-                ("1:chunk_size", e.segment_size),
-                ("1:chunks_per_page", 1),
-                ("1:total_pages", used),
-                ("1:total_chunks", used),
-                ("1:used_chunks", e.items),
-                ("1:free_chunks", e.segments_free),
-                ("1:mem_requested", e.bytes),
-            ]);
-        }
-        rows.push(("active_slabs", u64::from(used > 0)));
-        rows.push(("total_malloced", used * e.segment_size));
-        rows.iter()
-            .map(|(n, v)| (n.to_string(), v.to_string()))
-            .collect()
     }
 
     /// The Prometheus text exposition of the general statistics: `memfleet_<name>`, one
@@ -361,6 +325,14 @@ impl<'s> StatsReport<'s> {
     }
 }
 
+/// Descriptors the process holds besides client connections (listeners, epoll, event and
+/// log descriptors): memcached's `reserved_fds`.
+fn reserved_fds(connections: usize) -> u64 {
+    // The directory listing holds one descriptor of its own while it is read.
+    let open = std::fs::read_dir("/proc/self/fd").map_or(0, |d| d.count().saturating_sub(1));
+    open.saturating_sub(connections) as u64
+}
+
 /// Stats that go up and down (the rest only count up).
 fn is_gauge(name: &str) -> bool {
     matches!(
@@ -381,6 +353,16 @@ fn is_gauge(name: &str) -> bool {
             | "bytes"
             | "curr_items"
             | "time_since_server_cert_refresh"
+            | "response_obj_count"
+            | "response_obj_bytes"
+            | "read_buf_count"
+            | "read_buf_bytes"
+            | "read_buf_bytes_free"
+            | "reserved_fds"
+            | "slab_reassign_running"
+            | "lru_crawler_running"
+            | "log_watchers"
+            | "slab_global_page_pool"
     ) || name.starts_with("segcache_segment")
         || (name.starts_with("segcache_hash_") && name != "segcache_hash_growths")
 }

@@ -32,7 +32,7 @@ const KEEP_CAPACITY: usize = 4 * 1024;
 
 /// Batches a connection may run back to back before letting the worker's other connections
 /// have a turn.
-const BATCHES_BEFORE_YIELD: u32 = 32;
+pub(crate) const BATCHES_BEFORE_YIELD: u32 = 32;
 
 /// Where the parser is between reads.
 #[derive(Debug, Default)]

@@ -29,6 +29,7 @@ mod admin;
 mod admin_stats;
 pub mod auth;
 pub mod config;
+pub(crate) mod conn_stats;
 pub mod connection;
 pub mod execute;
 pub mod stats;
@@ -50,7 +51,7 @@ use tokio::sync::watch;
 
 /// How often proactive expiration runs: expired items stop holding memory within about this
 /// long (Segcache §3.5).
-const EXPIRE_INTERVAL: Duration = Duration::from_millis(500);
+pub(crate) const EXPIRE_INTERVAL: Duration = Duration::from_millis(500);
 
 /// How long connections get to finish their current batch at shutdown.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);

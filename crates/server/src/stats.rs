@@ -3,7 +3,9 @@
 //! one writer (its worker), so updates are plain relaxed loads and stores with no contention
 //! and no locked instructions, and readers add the workers' values up.
 
+use crate::conn_stats::ConnTable;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::Instant;
 
 macro_rules! counters {
@@ -159,6 +161,13 @@ pub struct ConnectionCounts {
     pub rejected: AtomicU64,
     /// When the server started.
     pub started: Instant,
+    /// Times accepting stopped for a while because `accept` failed (out of file
+    /// descriptors, say): memcached's `listen_disabled_num`.
+    pub listen_disabled: AtomicU64,
+    /// Microseconds spent not accepting for that reason.
+    pub listen_disabled_us: AtomicU64,
+    /// Every open socket, for `stats conns`.
+    pub table: Arc<ConnTable>,
 }
 
 impl Default for ConnectionCounts {
@@ -168,6 +177,9 @@ impl Default for ConnectionCounts {
             total: AtomicU64::new(0),
             rejected: AtomicU64::new(0),
             started: Instant::now(),
+            listen_disabled: AtomicU64::new(0),
+            listen_disabled_us: AtomicU64::new(0),
+            table: Arc::default(),
         }
     }
 }

@@ -8,6 +8,7 @@
 //! per-thread buffers (the 2008 Facebook post's lesson) need no locking.
 
 use crate::config::Settings;
+use crate::conn_stats::ConnInfo;
 use crate::connection;
 use crate::stats::{ConnectionCounts, CounterValues, WorkerCounters};
 use crate::transport::TlsTransport;
@@ -17,6 +18,7 @@ use socket2::{Domain, Protocol, Socket, Type};
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::net::SocketAddr;
+use std::os::fd::AsRawFd;
 use std::rc::Rc;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
@@ -155,10 +157,23 @@ pub fn run(
         next_id: Cell::new(0),
     });
     local.block_on(&runtime, async move {
+        // Listed in `stats conns` while they are open.
+        let table = ctx.shared.connections.table.clone();
+        let mut listed = vec![(listener.as_raw_fd(), listener.local_addr()?, false)];
+        if let Some(socket) = &udp {
+            listed.push((socket.as_raw_fd(), socket.local_addr()?, true));
+        }
+        let listed: Vec<_> = listed
+            .into_iter()
+            .map(|(fd, addr, udp)| (fd, table.listener(fd, addr, udp)))
+            .collect();
         let listener = tokio::net::TcpListener::from_std(listener)?;
         let udp =
             udp.map(|socket| tokio::task::spawn_local(crate::udp::serve(ctx.clone(), socket)));
         accept_loop(&ctx, listener).await;
+        for (fd, info) in &listed {
+            table.remove(*fd, info);
+        }
         if let Some(task) = udp {
             // It watches the same shutdown signal.
             let _ = task.await;
@@ -192,9 +207,15 @@ async fn accept_loop(ctx: &Rc<WorkerContext>, listener: tokio::net::TcpListener)
             Ok((stream, _)) => stream,
             Err(e) => {
                 // Out of file descriptors and the like: back off instead of spinning, as
-                // memcached does when it stops accepting.
+                // memcached does when it stops accepting (and counts it as it does).
                 tracing::warn!(error = %e, "accept failed");
+                let paused = std::time::Instant::now();
                 tokio::time::sleep(Duration::from_millis(10)).await;
+                let conns = &ctx.shared.connections;
+                conns.listen_disabled.fetch_add(1, Ordering::Relaxed);
+                conns
+                    .listen_disabled_us
+                    .fetch_add(paused.elapsed().as_micros() as u64, Ordering::Relaxed);
                 continue;
             }
         };
@@ -215,15 +236,30 @@ async fn accept_loop(ctx: &Rc<WorkerContext>, listener: tokio::net::TcpListener)
         ctx.next_id.set(id + 1);
         // Made before the task is spawned, so that even a task aborted before its first
         // poll (shutdown right after accept) releases its place when it is dropped.
+        let fd = stream.as_raw_fd();
+        let unknown = SocketAddr::from(([0, 0, 0, 0], 0));
+        let info = conns.table.connection(
+            fd,
+            stream.peer_addr().unwrap_or(unknown),
+            stream.local_addr().unwrap_or(unknown),
+        );
         let open = OpenConnection {
             ctx: ctx.clone(),
             id,
+            fd,
+            info,
         };
         // Two task types, so that a plaintext connection's task is not sized for a TLS
         // session it does not have.
         let task = match ctx.shared.tls.clone() {
             None => tokio::task::spawn_local(async move {
                 let open = open;
+                let stream = open
+                    .ctx
+                    .shared
+                    .connections
+                    .table
+                    .track(stream, open.info.clone());
                 if let Err(e) = connection::serve(&open.ctx, stream).await {
                     tracing::debug!(error = %e, "connection ended with an error");
                 }
@@ -250,7 +286,14 @@ async fn serve_tls(
         }
     };
     let (socket, session) = session.into_inner();
-    if let Err(e) = connection::serve(&open.ctx, TlsTransport::new(socket, session)).await {
+    let stream = TlsTransport::new(socket, session);
+    let stream = open
+        .ctx
+        .shared
+        .connections
+        .table
+        .track(stream, open.info.clone());
+    if let Err(e) = connection::serve(&open.ctx, stream).await {
         tracing::debug!(error = %e, "connection ended with an error");
     }
 }
@@ -260,11 +303,19 @@ async fn serve_tls(
 struct OpenConnection {
     ctx: Rc<WorkerContext>,
     id: u64,
+    /// Its socket's descriptor and `stats conns` entry.
+    fd: i32,
+    info: Arc<ConnInfo>,
 }
 
 impl Drop for OpenConnection {
     fn drop(&mut self) {
         self.ctx.open.borrow_mut().remove(&self.id);
+        self.ctx
+            .shared
+            .connections
+            .table
+            .remove(self.fd, &self.info);
         self.ctx
             .shared
             .connections

@@ -110,7 +110,7 @@ fn evict_oldest(shared: &Shared) -> Result<(), NoVictim> {
                 at = h.next.load(Ordering::Relaxed);
             }
         }
-        let Some((victim, bucket, _)) = best else {
+        let Some((victim, bucket, created)) = best else {
             return Err(NoVictim);
         };
         let claimed = {
@@ -132,10 +132,7 @@ fn evict_oldest(shared: &Shared) -> Result<(), NoVictim> {
                 .counters
                 .evicted_items
                 .fetch_add(dropped as u64, Ordering::Relaxed);
-            shared
-                .counters
-                .evicted_segments
-                .fetch_add(1, Ordering::Relaxed);
+            shared.counters.evicted_segment(created, shared.clock.now());
             return Ok(());
         }
     }
@@ -228,22 +225,23 @@ fn merge(shared: &Shared, bucket: usize, run: &[u32]) {
         }
         drop(chain);
         for &seg in whole {
+            let created = shared.headers[seg as usize]
+                .create_at
+                .load(Ordering::Relaxed);
             let dropped = shared.retire(seg);
             shared
                 .counters
                 .evicted_items
                 .fetch_add(dropped as u64, Ordering::Relaxed);
-            shared
-                .counters
-                .evicted_segments
-                .fetch_add(1, Ordering::Relaxed);
+            shared.counters.evicted_segment(created, shared.clock.now());
         }
         return;
     };
     let first = &shared.headers[run[0] as usize];
+    let first_created = first.create_at.load(Ordering::Relaxed);
     let d = &shared.headers[dst as usize];
     d.open(
-        first.create_at.load(Ordering::Relaxed),
+        first_created,
         bucket,
         first.generation.load(Ordering::Relaxed),
         state::MERGING,
@@ -368,6 +366,11 @@ fn merge(shared: &Shared, bucket: usize, run: &[u32]) {
     c.merges.fetch_add(1, Ordering::Relaxed);
     c.evicted_segments
         .fetch_add(done.len() as u64, Ordering::Relaxed);
+    // The merged run's first segment is its oldest (a chain is in creation order).
+    c.last_evicted_age.store(
+        u64::from(shared.clock.now().saturating_sub(first_created)),
+        Ordering::Relaxed,
+    );
     c.evicted_unfetched.fetch_add(unfetched, Ordering::Relaxed);
     c.evicted_items.fetch_add(evicted, Ordering::Relaxed);
     c.merge_retained_items

@@ -14,6 +14,10 @@ use std::sync::atomic::Ordering;
 
 /// Frees every dead segment it can claim; returns how many.
 pub(crate) fn expire_pass(shared: &Shared) -> usize {
+    shared
+        .counters
+        .expire_passes
+        .fetch_add(1, Ordering::Relaxed);
     let now = shared.clock.now();
     let generation = shared.current_generation(now);
     let full = shared.reclaimed_generation.load(Ordering::Acquire) != generation;

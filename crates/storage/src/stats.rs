@@ -25,6 +25,19 @@ pub(crate) struct EngineCounters {
     pub hash_growths: AtomicU64,
     pub out_of_memory: AtomicU64,
     pub handles_created: AtomicU64,
+    /// The age, in seconds, that the most recently evicted segment had reached (its items'
+    /// time since the segment was opened for writing): memcached's `evicted_time`.
+    pub last_evicted_age: AtomicU64,
+    pub expire_passes: AtomicU64,
+}
+
+impl EngineCounters {
+    /// Records that a segment created at `create_at` (clock seconds) was evicted at `now`.
+    pub fn evicted_segment(&self, create_at: u32, now: u32) {
+        self.evicted_segments.fetch_add(1, Ordering::Relaxed);
+        self.last_evicted_age
+            .store(u64::from(now.saturating_sub(create_at)), Ordering::Relaxed);
+    }
 }
 
 /// Sums of per-handle counters.
@@ -118,6 +131,15 @@ pub struct Stats {
     pub hash_load: f64,
     /// Per-handle counters, summed.
     pub handles: HandleTotals,
+    /// Seconds since the oldest segment holding live items was opened: the age of the
+    /// oldest item, to the segment (0 when the cache is empty).
+    pub oldest_item_age: u64,
+    /// The age the most recently evicted segment had reached when it was evicted (0 before
+    /// the first eviction).
+    pub last_evicted_age: u64,
+    /// Proactive-expiration passes run (by the background expirer, and by writers that found
+    /// no free segment).
+    pub expire_passes: u64,
 }
 
 pub(crate) fn collect(shared: &Shared) -> Stats {
@@ -125,14 +147,20 @@ pub(crate) fn collect(shared: &Shared) -> Stats {
     let mut bytes = 0u64;
     let mut active = 0u64;
     let mut used = 0u64;
+    let mut oldest: Option<u32> = None;
     for h in shared.headers.iter() {
         let live = u64::from(h.live_bytes.load(Ordering::Relaxed));
-        items += u64::from(h.live_items.load(Ordering::Relaxed));
+        let live_items = h.live_items.load(Ordering::Relaxed);
+        items += u64::from(live_items);
         bytes += live;
         match h.state.load(Ordering::Relaxed) {
             state::FREE => continue,
             state::ACTIVE => active += 1,
             _ => {}
+        }
+        if live_items > 0 {
+            let created = h.create_at.load(Ordering::Relaxed);
+            oldest = Some(oldest.map_or(created, |o| o.min(created)));
         }
         used += (h.used() as u64).max(live);
     }
@@ -177,5 +205,8 @@ pub(crate) fn collect(shared: &Shared) -> Stats {
         ghost_bytes: shared.ghosts.bytes() as u64,
         hash_load: items as f64 / (table.primary_buckets() as f64 * 7.0),
         handles: totals,
+        oldest_item_age: oldest.map_or(0, |o| u64::from(shared.clock.now().saturating_sub(o))),
+        last_evicted_age: get(&c.last_evicted_age),
+        expire_passes: get(&c.expire_passes),
     }
 }
