@@ -483,7 +483,7 @@ struct YamlPool {
 /// modula depends on), its server syntax. Redis pools are refused: memfleet routes memcached.
 pub fn from_twemproxy_yaml(text: &str) -> Result<Vec<PoolConfig>, ConfigError> {
     let file: BTreeMap<String, YamlPool> =
-        serde_yaml::from_str(text).map_err(|e| ConfigError::Syntax(e.to_string()))?;
+        yaml_serde::from_str(text).map_err(|e| ConfigError::Syntax(e.to_string()))?;
     if file.is_empty() {
         return Err(ConfigError::Empty);
     }
