@@ -13,6 +13,7 @@
 //! | `execute`     | a parsed request against the engine → memcached's reply bytes |
 //! | `stats`       | per-worker counters (single writer, summed on demand) |
 //! | `admin_stats` | `stats`, `stats settings/items/slabs`, Prometheus text |
+//! | `dump`        | key dumps: `stats cachedump`, `lru_crawler metadump/mgdump`, streamed |
 //! | `admin`       | the optional `/metrics` HTTP port |
 //!
 //! # Use
@@ -30,6 +31,7 @@ mod admin_stats;
 pub mod auth;
 pub mod config;
 pub mod connection;
+pub mod dump;
 pub mod execute;
 pub mod stats;
 mod transport;
@@ -171,6 +173,7 @@ impl Server {
             shutdown: rx,
             auth,
             tls,
+            crawler: Default::default(),
         });
         let mut threads = Vec::new();
         let sockets = listeners.into_iter().zip(udp_sockets);
