@@ -26,7 +26,7 @@ use memfleet_storage::{DumpCursor, DumpItem};
 use std::sync::atomic::{AtomicBool, Ordering};
 
 /// Hash chains visited per engine call (about 7 items each when the table is well filled).
-const CHAINS_PER_STEP: usize = 64;
+const CHAINS_PER_STEP: usize = 16;
 
 /// Hash chains one call visits at most before handing the connection back, so a sparse
 /// table does not keep the worker from its other connections.
