@@ -165,9 +165,9 @@ impl Handle {
     }
 }
 
-/// The item a slot points to, pinned, if it is live and visible; `None` for a slot that
-/// changed under us (the item moved or was replaced: its new slot value is what counts, and
-/// it is re-read once), or an item that is dead or hidden.
+/// The item a slot points to, pinned, if it is live and visible, else `None`. A slot that
+/// changed under us (compaction or a merge moved the item, then retired its old segment; or
+/// it was replaced) is re-read once: its new value is what counts.
 fn pin<'a>(
     shared: &'a Shared,
     slot: &std::sync::atomic::AtomicU64,
@@ -179,13 +179,16 @@ fn pin<'a>(
     for _ in 0..2 {
         let seg = s.seg();
         let header = &shared.headers[seg as usize];
-        if !header.acquire() {
-            // Being retired: expired, evicted or flushed.
+        let pinned = header.acquire();
+        let current = Slot(slot.load(Ordering::Acquire));
+        if !pinned && current.same_location(s) {
+            // Being retired with the slot still pointing in: expired, evicted or flushed.
             return None;
         }
-        let current = Slot(slot.load(Ordering::Acquire));
         if !current.same_location(s) {
-            header.release();
+            if pinned {
+                header.release();
+            }
             // Moved by compaction or replaced; read what the slot holds now. A slot emptied
             // or turned into a chain pointer is a removal, not an item.
             if current.0 == 0 || current.tag() == 0 {

@@ -176,3 +176,40 @@ fn a_dump_runs_beside_writers_on_other_threads() {
         }
     });
 }
+
+#[test]
+fn items_moved_by_eviction_and_compaction_are_seen_once() {
+    let clock = Clock::manual();
+    let config = Config::new(4 << 20)
+        .segment_size(64 << 10)
+        .clock(clock)
+        .hash_power(10);
+    let cache = Cache::new(config).unwrap();
+    let mut h = cache.handle();
+    let keep = 2000;
+    for i in 0..keep {
+        h.set(&key(i), &[b'k'; 100], 0, Expiry::Never).unwrap();
+    }
+    let mut writer = cache.handle();
+    let mut n = 0usize;
+    // Between steps, churn enough to evict and merge segments (which move live items).
+    let seen = dump_all(&h, 4, |_| {
+        for _ in 0..200 {
+            let k = format!("churn:{}", n % 20_000);
+            writer
+                .set(k.as_bytes(), &[b'c'; 300], 0, Expiry::Never)
+                .unwrap();
+            n += 1;
+        }
+    });
+    assert!(cache.stats().evicted_items > 0, "nothing was evicted");
+    assert!(seen.values().all(|&c| c == 1), "a key seen twice");
+    let mut survivors = 0;
+    for i in 0..keep {
+        if h.get(&key(i)).is_some() {
+            survivors += 1;
+            assert_eq!(seen.get(&key(i)), Some(&1), "key {i}, live throughout");
+        }
+    }
+    assert!(survivors > 0, "every kept key was evicted");
+}
