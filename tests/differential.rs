@@ -26,7 +26,7 @@
 //! The corpus also leaves out, on purpose: `stats` groups other than the general one
 //! (`items`, `slabs`, `settings`, `sizes`, `conns` describe memcached's slab allocator and
 //! threads), `lru_crawler`/`slabs`/`watch` management commands beyond their "not
-//! supported" reply, and anything that waits for memory pressure (eviction order differs by
+//! supported" reply (and, for key dumps, their argument checks), and anything that waits for memory pressure (eviction order differs by
 //! design: Segcache is not memcached's LRU).
 
 mod differential {

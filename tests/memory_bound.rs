@@ -2,10 +2,11 @@
 //! workload (memcached issue #377: 7 GB resident for a 3.5 GB cache, its slab classes
 //! holding memory for sizes no longer written).
 //!
-//! One `memfleet server -m 64` runs five workloads in turn: tiny values (the most items, so
+//! One `memfleet server -m 64` runs six workloads in turn: tiny values (the most items, so
 //! the largest hash table), ~500 KB values, sizes that drift from small to large and back
 //! (what strands memory in a slab allocator), many keys written over and over (evictions),
-//! and hundreds of connections sending big pipelines without reading their replies. After
+//! hundreds of connections sending big pipelines without reading their replies, and key
+//! dumps of the whole cache that their clients do not read. After
 //! each, the peak resident set (VmHWM in /proc/PID/status) must stay below the bound of
 //! docs/ARCHITECTURE.md ("Memory bound"): the heap, plus the hash table as large as the
 //! server reports it (`hash_bytes`), plus per-connection buffers, plus a fixed runtime
@@ -134,6 +135,42 @@ fn pipelines(port: u16) {
     }
 }
 
+/// Connections of the key-dump workload.
+const DUMP_CONNS: usize = 10;
+
+/// Ten connections each ask for a key dump of the whole (full) cache, several MB, and do
+/// not read it for a second: each may make the server hold one reply batch, not its dump.
+fn unread_dumps(port: u16) {
+    let mut conns: Vec<TcpStream> = (0..DUMP_CONNS)
+        .map(|_| {
+            let mut s = support::connect(port, Duration::from_secs(30));
+            s.write_all(b"lru_crawler metadump all\r\n").unwrap();
+            s
+        })
+        .collect();
+    std::thread::sleep(Duration::from_secs(1));
+    let mut buf = vec![0u8; 256 * 1024];
+    for s in &mut conns {
+        let (mut total, mut tail, mut first) = (0usize, Vec::new(), Vec::new());
+        // Dump lines end with " \n"; only the last line is END\r\n. (memcached, in the
+        // comparison, runs one dump at a time and answers the others BUSY.)
+        while !tail.ends_with(b"END\r\n") && !first.starts_with(b"BUSY") {
+            let n = s.read(&mut buf).unwrap();
+            assert!(n > 0, "closed mid-dump");
+            if first.is_empty() {
+                first.extend_from_slice(&buf[..n.min(8)]);
+            }
+            total += n;
+            tail.extend_from_slice(&buf[..n]);
+            tail.drain(..tail.len().saturating_sub(5));
+        }
+        assert!(
+            first.starts_with(b"BUSY") || total > 1 << 20,
+            "a dump of a full cache was only {total} bytes"
+        );
+    }
+}
+
 /// A workload: its name, the connections it opens at once, and what it runs against the
 /// server on a port.
 type Workload = (&'static str, usize, fn(u16));
@@ -172,6 +209,11 @@ fn workloads() -> Vec<Workload> {
             "100 connections with unread 600 KB pipelines",
             PIPELINE_CONNS,
             pipelines,
+        ),
+        (
+            "10 connections with unread key dumps",
+            DUMP_CONNS,
+            unread_dumps,
         ),
     ]
 }

@@ -198,6 +198,29 @@ fn errors() -> Vec<Case> {
     g.c("lru\r\n");
     g.c("slabs\r\n");
     g.c("lru_crawler\r\n");
+    // Key dumps' argument checks (the dumps themselves are in crates/server/tests/dumps.rs:
+    // their order, CAS and sizes differ by design, and this memcached has no mgdump).
+    for line in [
+        "stats cachedump 1",
+        "stats cachedump x 0",
+        "stats cachedump 1 -1",
+        "stats cachedump 300 0",
+        "stats cachedump 2 0",
+        "lru_crawler metadump 0",
+        "lru_crawler metadump x",
+        "lru_crawler metadump ,",
+        "lru_crawler metadump",
+        "lru_crawler crawl hash",
+        "lru_crawler crawl x",
+        "lru_crawler tocrawl x",
+        "lru_crawler tocrawl 5",
+        "lru_crawler sleep 2000000",
+        "lru_crawler sleep 10",
+        "lru_crawler enable",
+        "lru_crawler foo bar baz",
+    ] {
+        g.c(format!("{line}\r\n"));
+    }
     g.c("extstore a b\r\n");
     g.c("stats\r\n");
     g.c("stats reset\r\n");

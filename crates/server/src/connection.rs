@@ -41,6 +41,8 @@ pub struct ParseState {
     swallow: usize,
     /// A paused multi-get's next key.
     resume: Option<usize>,
+    /// A key dump in progress (`dump.rs`): where to go on after the output is written.
+    dump: Option<Box<crate::dump::Dump>>,
     /// The connection's protocol, fixed by its first byte as memcached's `-B auto` does:
     /// `Some(true)` for binary.
     binary: Option<bool>,
@@ -129,7 +131,12 @@ pub fn process(
                 }
             }
             let start = state.resume.take().unwrap_or(0);
-            match exec.run(&request, out, start, budget) {
+            let next = if crate::dump::handles(&request) {
+                crate::dump::run(exec, &request, &mut state.dump, out, budget)
+            } else {
+                exec.run(&request, out, start, budget)
+            };
+            match next {
                 Next::Continue => pos += used,
                 Next::Close => return (pos + used, Flow::Close),
                 Next::Resume(key) => {

@@ -13,6 +13,7 @@
 //! | `execute`     | a parsed request against the engine → memcached's reply bytes |
 //! | `stats`       | per-worker counters (single writer, summed on demand) |
 //! | `admin_stats` | `stats`, `stats settings/items/slabs`, Prometheus text |
+//! | `dump`        | key dumps: `stats cachedump`, `lru_crawler metadump/mgdump`, streamed |
 //! | `admin`       | the optional `/metrics` HTTP port |
 //!
 //! # Use
@@ -31,6 +32,7 @@ pub mod auth;
 pub mod config;
 pub(crate) mod conn_stats;
 pub mod connection;
+pub mod dump;
 pub mod execute;
 pub mod stats;
 mod transport;
@@ -172,6 +174,7 @@ impl Server {
             shutdown: rx,
             auth,
             tls,
+            crawler: Default::default(),
         });
         let mut threads = Vec::new();
         let sockets = listeners.into_iter().zip(udp_sockets);

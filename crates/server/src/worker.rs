@@ -52,6 +52,8 @@ pub struct Shared {
     /// TLS on the TCP port, when on (`--tls-cert`): the certificate in service and its
     /// counters.
     pub tls: Option<Arc<memfleet_tls::ServerTls>>,
+    /// `lru_crawler enable|disable` (key dumps, `dump.rs`).
+    pub crawler: crate::dump::Crawler,
 }
 
 /// What `stats reset` zeroes, as the values it saw: the command counters and, as in

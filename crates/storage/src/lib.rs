@@ -23,6 +23,7 @@
 //! | `compact`     | compaction: segments rewritten without their dead copies |
 //! | `evict`       | merge-based (and FIFO) segment eviction |
 //! | `expire`      | proactive expiration and flush_all |
+//! | `dump`        | key dumps: a growth-proof incremental walk of the hash table |
 //! | `numeric`     | memcached's incr/decr number rules |
 //! | `stats`       | counters, aggregated on demand |
 //!
@@ -61,6 +62,7 @@ mod append;
 mod chains;
 mod clock;
 mod compact;
+mod dump;
 mod evict;
 mod expire;
 mod ghost;
@@ -80,6 +82,7 @@ mod cache;
 
 pub use cache::{Cache, Config, ConfigError, EvictionPolicy, Expirer};
 pub use clock::{Clock, Expiry, MEMCACHED_MAX_RELATIVE};
+pub use dump::{DumpCursor, DumpItem};
 pub use handle::{DeltaError, Handle, ItemRef, StoreError, StoreMode, StoreStatus};
 pub use item::{
     Lease, MARK_DELETED, MARK_EMPTY, MARK_STALE, MARK_TOKEN, MARK_TOMBSTONE, MAX_KEY_LEN,

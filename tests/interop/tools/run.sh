@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# libmemcached-tools (Debian's memcstat, memcslap, memcaslap, memccp, memccat, ...) against a
-# memcached-compatible server. Usage: run.sh HOST:PORT
+# libmemcached-tools (Debian's memcstat, memcslap, memcaslap, memccp, memccat, memcdump, ...),
+# memcached-tool's dump and php-memcached's getAllKeys against a memcached-compatible server.
+# Usage: run.sh HOST:PORT
 set -u
 
 if [[ $# -ne 1 || "$1" != *:* ]]; then
@@ -131,6 +132,67 @@ cp_cat() {
     return 0
 }
 
+SERVER_VERSION=""
+
+# Key dumps: memcdump lists keys (libmemcached's memcached_dump: `stats cachedump`), and
+# memcached-tool's `dump` (Debian's memcached package) reads `lru_crawler metadump all`, then
+# fetches every key and prints it as an `add` command with its value.
+store_dump_keys() {
+    local host="${SERVERS%:*}" port="${SERVERS##*:}" i reply
+    exec 3<>"/dev/tcp/$host/$port" || fail "cannot connect to $SERVERS"
+    for i in 1 2 3; do
+        printf 'set %sdump-%s 7 0 6\r\nvalue%s\r\n' "$PREFIX" "$i" "$i" >&3
+        IFS= read -r -t 5 reply <&3 || fail "no reply to set"
+        [[ "$reply" == $'STORED\r' ]] || fail "set replied '$reply'"
+    done
+    printf 'version\r\n' >&3
+    IFS= read -r -t 5 SERVER_VERSION <&3 || fail "no reply to version"
+    exec 3>&-
+}
+
+memcdump_run() {
+    store_dump_keys
+    timeout 20 memcdump --servers="$SERVERS" >"$TMP/memcdump" 2>"$TMP/memcdump.err" \
+        || fail "memcdump exited $?: $(head -c 300 "$TMP/memcdump.err")"
+    # memcached's `stats cachedump` shows only its COLD LRU, where fresh items may not be yet.
+    [[ "$SERVER_VERSION" == *memfleet* ]] || return 0
+    local i
+    for i in 1 2 3; do
+        [[ "$(grep -acxF "${PREFIX}dump-$i" "$TMP/memcdump")" == 1 ]] \
+            || fail "memcdump did not list ${PREFIX}dump-$i once: $(head -c 300 "$TMP/memcdump")"
+    done
+    return 0
+}
+
+php_get_all_keys() {
+    store_dump_keys
+    timeout 20 php "$(dirname "$0")/all-keys.php" "$SERVERS" >"$TMP/allkeys" 2>"$TMP/allkeys.err" \
+        || fail "php getAllKeys exited $?: $(head -c 300 "$TMP/allkeys.err")"
+    # As for memcdump: memcached's cachedump may not show fresh items yet.
+    [[ "$SERVER_VERSION" == *memfleet* ]] || return 0
+    local i
+    for i in 1 2 3; do
+        [[ "$(grep -acxF "${PREFIX}dump-$i" "$TMP/allkeys")" == 1 ]] \
+            || fail "getAllKeys did not return ${PREFIX}dump-$i once: $(head -c 300 "$TMP/allkeys")"
+    done
+    return 0
+}
+
+memcached_tool_dump() {
+    local tool=/usr/share/memcached/scripts/memcached-tool
+    [[ -r "$tool" ]] || fail "$tool missing (Debian's memcached package)"
+    store_dump_keys
+    timeout 30 perl "$tool" "$SERVERS" dump >"$TMP/tooldump" 2>"$TMP/tooldump.err" \
+        || fail "memcached-tool dump exited $?: $(head -c 300 "$TMP/tooldump.err")"
+    tr -d '\r' <"$TMP/tooldump" >"$TMP/tooldump.txt"
+    local i
+    for i in 1 2 3; do
+        grep -a -A1 -xF "add ${PREFIX}dump-$i 7 0 6" "$TMP/tooldump.txt" | grep -aqxF "value$i" \
+            || fail "memcached-tool dump lacks ${PREFIX}dump-$i: $(head -c 300 "$TMP/tooldump")"
+    done
+    return 0
+}
+
 run memcping bash -c "timeout 10 memcping --servers='$SERVERS' || { echo 'memcping exited non-zero' >'$TMP/why'; exit 1; }"
 run memcstat_text check_stats text
 run memcstat_binary check_stats binary --binary
@@ -143,6 +205,9 @@ run memcslap_set slap set 2000
 run memcslap_get slap get 2000
 run memcslap_mget slap mget 2000
 run memcslap_binary_get slap get 2000 --binary
+run memcdump memcdump_run
+run memcached_tool_dump memcached_tool_dump
+run php_getAllKeys php_get_all_keys
 
 echo "$NAME: $passed passed, $failed failed ($((SECONDS - START))s)"
 [[ $failed -eq 0 ]]

@@ -68,15 +68,17 @@ pub(super) fn rows(shared: &Shared) -> Vec<(String, String)> {
         ("slab_automove_window", "0".into()),
         // The largest item, stored in one piece (never chunked).
         ("slab_chunk_max", st.max_item_size.to_string()),
-        // Proactive expiration plays the LRU crawler's part: it frees expired segments
-        // every `lru_crawler_sleep` microseconds (memcached: a pause between items).
-        ("lru_crawler", "yes".into()),
+        // `lru_crawler enable|disable` as memcached reports it: whether key dumps run.
+        // Proactive expiration plays the rest of the LRU crawler's part whatever this says:
+        // it frees expired segments every `lru_crawler_sleep` microseconds (memcached: a
+        // pause between items).
+        ("lru_crawler", yes_no(shared.crawler.enabled())),
         ("lru_crawler_sleep", expire_us),
         ("lru_crawler_tocrawl", "0".into()),
         ("tail_repair_time", "0".into()),
         ("flush_enabled", "yes".into()),
-        // No `stats cachedump` or `lru_crawler metadump` (yet).
-        ("dump_enabled", "no".into()),
+        // `stats cachedump`, `lru_crawler metadump` and `mgdump` (`dump.rs`).
+        ("dump_enabled", "yes".into()),
         ("hash_algorithm", "xxh3".into()),
         ("lru_maintainer_thread", "no".into()),
         ("lru_segmented", "no".into()),
