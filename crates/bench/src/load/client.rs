@@ -880,7 +880,7 @@ mod tests {
     #[test]
     fn deletes_and_meta_replies() {
         use crate::load::workload::{Mix, WorkloadSpec};
-        use crate::sim::workload::TtlMix;
+        use memfleet_sim::workload::TtlMix;
         let text = w();
         for (reply, want) in [
             (b"DELETED\r\n".as_slice(), Reply::Deleted),
@@ -902,8 +902,8 @@ mod tests {
             keys: 1000,
             mix: Mix::new(1.0, 0.0, 0.0).unwrap(),
             zipf: None,
-            key_sizes: Some(crate::load::sizes::SizeDistribution::Fixed(12)),
-            value_sizes: crate::load::sizes::SizeDistribution::Fixed(10),
+            key_sizes: Some(memfleet_sim::sizes::SizeDistribution::Fixed(12)),
+            value_sizes: memfleet_sim::sizes::SizeDistribution::Fixed(10),
             ttl: TtlMix::single(0),
             protocol: Protocol::Meta,
         })

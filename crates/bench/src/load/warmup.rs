@@ -32,7 +32,7 @@ use rand::rngs::SmallRng;
 use serde_json::json;
 use tokio::sync::Semaphore;
 
-use crate::plot::{self, Timeline};
+use memfleet_results::plot::{self, Timeline};
 
 use super::client::{self, Conn, Reply};
 use super::server_stats::StatsConn;
@@ -201,7 +201,7 @@ pub fn bench(args: &LoadArgs) -> Result<()> {
     println!("command: {command}");
     if let Some(dir) = &args.out {
         let value = json_report(args, zipf, &outcomes, &summaries, &load_at_end);
-        let path = crate::results::write_json(dir, "warmup", "warmup", &value)?;
+        let path = memfleet_results::write_json(dir, "warmup", "warmup", &value)?;
         println!("results: {}", path.display());
         for figure in figures(dir, &outcomes)? {
             println!("figure: {}", figure.display());
