@@ -50,6 +50,7 @@ pub mod size;
 pub mod sizes;
 pub mod synthetic;
 pub mod trace;
+pub mod trace_error;
 pub mod trace_writer;
 pub mod workload;
 pub mod zipf;

@@ -18,6 +18,7 @@
 
 pub mod client;
 pub mod client_bench;
+pub mod conn;
 pub mod cpu;
 pub mod expiry;
 pub mod floor;
@@ -28,6 +29,7 @@ pub mod invalidation;
 pub mod open_loop;
 pub mod replay;
 pub mod replay_client;
+pub mod reply;
 pub mod report;
 pub mod restart;
 pub mod server_stats;

@@ -490,7 +490,8 @@ pub fn ttl_text(ttl: &TtlMix) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::load::client::{Measured, Stats};
+    use crate::load::client::Measured;
+    use crate::load::conn::Stats;
     use std::time::Duration;
 
     fn row(target: &str, depth: usize, ops: f64, cpu: Option<f64>) -> Row {

@@ -34,7 +34,9 @@ use tokio::sync::Semaphore;
 
 use memfleet_results::plot::{self, Timeline};
 
-use super::client::{self, Conn, Reply};
+use super::client;
+use super::conn::Conn;
+use super::reply::Reply;
 use super::server_stats::StatsConn;
 use super::target::{free_port, Router, Spawned};
 use super::workload::{conn_rng, Op, Workload};
