@@ -37,6 +37,7 @@
 //! (`--pelikan-clock paced`).
 
 pub mod binary;
+pub mod duration;
 pub mod floors;
 pub mod keys;
 pub mod lru;

@@ -295,21 +295,13 @@ pub enum Scenario {
     Expiry,
 }
 
-/// Parses `10s`, `250ms`, `1.5s`, `2m` or a plain number of seconds.
+/// Parses `10s`, `250ms`, `1.5s`, `2m` or a plain number of seconds (the grammar of
+/// [`memfleet_sim::duration`], which also takes `min`, `h` and `d`).
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    let (num, scale) = if let Some(n) = s.strip_suffix("ms") {
-        (n, 1e-3)
-    } else if let Some(n) = s.strip_suffix('s') {
-        (n, 1.0)
-    } else if let Some(n) = s.strip_suffix('m') {
-        (n, 60.0)
-    } else {
-        (s, 1.0)
-    };
-    match num.trim().parse::<f64>() {
-        Ok(v) if v.is_finite() && v >= 0.0 => Ok(Duration::from_secs_f64(v * scale)),
-        _ => Err(format!("bad duration {s:?} (like 10s, 500ms, 1m)")),
-    }
+    memfleet_sim::duration::parse_seconds(s)
+        .ok()
+        .and_then(|secs| Duration::try_from_secs_f64(secs).ok())
+        .ok_or_else(|| format!("bad duration {s:?} (like 10s, 500ms, 1m)"))
 }
 
 pub(crate) enum Target {
@@ -769,5 +761,8 @@ mod tests {
         assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
         assert!(parse_duration("soon").is_err());
         assert!(parse_duration("-1s").is_err());
+        assert_eq!(parse_duration("1h"), Ok(Duration::from_secs(3600)));
+        assert_eq!(parse_duration("5min"), Ok(Duration::from_secs(300)));
+        assert!(parse_duration("1e30d").is_err());
     }
 }
