@@ -27,7 +27,7 @@ enum Command {
     Router(memfleet_router::RouterArgs),
     /// Replay a trace or a synthetic workload through the Segcache engine and an exact LRU
     /// (memcached-like 56-byte item overhead) in-process, and print miss ratio vs memory.
-    Sim(memfleet_bench::sim::SimArgs),
+    Sim(memfleet_sim::SimArgs),
     /// Load memcached-protocol servers side by side (spawned with --spawn or given with
     /// --target) and print ops/s, latency percentiles and server CPU time per operation.
     // Boxed: the load generator's flags make its variant several times the size of the others.
@@ -57,8 +57,8 @@ fn main() -> anyhow::Result<()> {
         Command::Server(args) => memfleet_server::run(&args),
         Command::Router(args) => memfleet_router::run(&args),
         Command::Sim(args) => {
-            let segcache = memfleet_bench::sim::segcache::factory(args.engine.clone());
-            memfleet_bench::sim::run(&args, &segcache)
+            let segcache = memfleet_sim::segcache::factory(args.engine.clone());
+            memfleet_sim::run(&args, &segcache)
         }
         Command::Bench(args) => memfleet_bench::load::run(&args),
         Command::Fleet(command) => fleet::run(&command),

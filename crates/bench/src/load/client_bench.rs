@@ -21,7 +21,7 @@ use super::cpu::{cpu_time, Who};
 use super::target::{free_port, Router, Spawned};
 use super::workload::Workload;
 use super::{client, command_line, load_average, report, runtime, LoadArgs};
-use crate::plot::Series;
+use memfleet_results::plot::Series;
 
 /// How the application reaches the server.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -199,14 +199,14 @@ pub fn bench(args: &LoadArgs) -> Result<()> {
             "load_average_at_end": load_at_end,
             "paths": medians,
         });
-        let path = crate::results::write_json(dir, "client", "client", &value)?;
+        let path = memfleet_results::write_json(dir, "client", "client", &value)?;
         println!("results: {}", path.display());
         let lines: Vec<Series> = cdf_lines
             .into_iter()
             .filter(|s| !s.points.is_empty())
             .collect();
         let figure = dir.join("client-latency-cdf.png");
-        crate::plot::latency_cdf(&figure, "Client library get latency CDF", &lines)?;
+        memfleet_results::plot::latency_cdf(&figure, "Client library get latency CDF", &lines)?;
         println!("figure: {}", figure.display());
     }
     Ok(())

@@ -1,7 +1,7 @@
 //! CPU accounting from procfs: a process's (all threads, live and exited) or
-//! one thread's user+system time from `/proc/<pid>/stat`, the load average,
-//! and pinning the load generator to a CPU. Linux only, like the project.
-//! Not here: what the numbers are divided by (`mod`).
+//! one thread's user+system time from `/proc/<pid>/stat`, and pinning the load
+//! generator to a CPU. Linux only, like the project. Not here: what the numbers are
+//! divided by (`mod`), the load average (`memfleet_results::provenance`).
 
 use std::fs;
 use std::time::Duration;
@@ -66,21 +66,6 @@ pub fn clock_ticks_per_second() -> u64 {
     } else {
         100
     }
-}
-
-/// The 1, 5 and 15 minute load averages, as `/proc/loadavg` prints them.
-pub fn load_average() -> Result<String> {
-    let s = fs::read_to_string("/proc/loadavg").context("reading /proc/loadavg")?;
-    parse_loadavg(&s)
-}
-
-/// The first three fields of a `/proc/loadavg` line.
-pub fn parse_loadavg(s: &str) -> Result<String> {
-    let fields: Vec<&str> = s.split_ascii_whitespace().take(3).collect();
-    if fields.len() < 3 || fields.iter().any(|f| f.parse::<f64>().is_err()) {
-        bail!("unexpected /proc/loadavg: {s:?}");
-    }
-    Ok(fields.join(" "))
 }
 
 /// Number of CPUs the kernel has online.
@@ -173,15 +158,5 @@ mod tests {
             after = cpu_time(Who::ThisThread).unwrap();
         }
         assert!(after > before, "{before:?} -> {after:?}");
-    }
-
-    #[test]
-    fn loadavg_parses() {
-        assert_eq!(
-            parse_loadavg("0.12 0.08 0.02 1/234 5678\n").unwrap(),
-            "0.12 0.08 0.02"
-        );
-        assert!(parse_loadavg("garbage").is_err());
-        assert!(load_average().is_ok());
     }
 }

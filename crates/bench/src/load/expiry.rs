@@ -31,7 +31,7 @@ use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use crate::plot::{self, Timeline};
+use memfleet_results::plot::{self, Timeline};
 
 use super::server_stats::{resident_bytes, Stats, StatsConn};
 use super::target::Spawned;
@@ -290,7 +290,7 @@ pub fn bench(args: &LoadArgs) -> Result<()> {
     println!("command: {command}");
     if let Some(dir) = &args.out {
         let value = json_report(args, &outcomes, &summaries, steady_from, &load_at_end);
-        let path = crate::results::write_json(dir, "expiry", "expiry", &value)?;
+        let path = memfleet_results::write_json(dir, "expiry", "expiry", &value)?;
         println!("results: {}", path.display());
         for figure in figures(dir, &outcomes)? {
             println!("figure: {}", figure.display());

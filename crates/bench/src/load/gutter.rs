@@ -24,8 +24,8 @@ use std::time::{Duration, Instant};
 use super::target::{free_port, Router, Spawned};
 use super::workload::Workload;
 use super::{command_line, load_average, runtime, LoadArgs};
-use crate::plot::{self, Timeline};
 use anyhow::{bail, Context, Result};
+use memfleet_results::plot::{self, Timeline};
 use rand::rngs::SmallRng;
 use rand::SeedableRng;
 use serde_json::json;
@@ -116,7 +116,7 @@ pub fn bench(args: &LoadArgs) -> Result<()> {
     println!("load average at end: {load_at_end}");
     if let Some(dir) = &args.out {
         let value = json_report(args, &outcomes, &load_at_end);
-        let path = crate::results::write_json(dir, "gutter", "gutter", &value)?;
+        let path = memfleet_results::write_json(dir, "gutter", "gutter", &value)?;
         println!("results: {}", path.display());
         for figure in figures(dir, &outcomes)? {
             println!("figure: {}", figure.display());

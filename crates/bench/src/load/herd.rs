@@ -32,9 +32,9 @@ use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use super::{command_line, load_average, runtime, start, LoadArgs};
-use crate::plot::{self, Series};
 use anyhow::{bail, Context, Result};
 use hdrhistogram::Histogram;
+use memfleet_results::plot::{self, Series};
 use serde_json::json;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
@@ -631,7 +631,7 @@ pub fn bench(args: &LoadArgs) -> Result<()> {
     println!("command: {command}");
     if let Some(dir) = &args.out {
         let value = json_report(args, &rows, &load_at_end);
-        let path = crate::results::write_json(dir, "herd", "herd", &value)?;
+        let path = memfleet_results::write_json(dir, "herd", "herd", &value)?;
         println!("results: {}", path.display());
         let figure = dir.join("herd-db-queries.png");
         plot::line_chart(

@@ -215,10 +215,10 @@ pub fn bench(args: &LoadArgs) -> Result<()> {
     let _ = std::fs::remove_dir_all(&spool);
     if let Some(dir) = &args.out {
         results["load_average_at_end"] = json!(load_at_end);
-        let path = crate::results::write_json(dir, "invalidation", "invalidation", &results)?;
+        let path = memfleet_results::write_json(dir, "invalidation", "invalidation", &results)?;
         println!("results: {}", path.display());
         let figure = dir.join("invalidation-latency-cdf.png");
-        crate::plot::latency_cdf(
+        memfleet_results::plot::latency_cdf(
             &figure,
             "Commit-to-deleted latency CDF (Facebook §4.1)",
             &[report::cdf_series(

@@ -7,7 +7,7 @@
 //! latency percentiles and the server's CPU time per operation (utime+stime of
 //! its process from procfs, before and after the measured phase). The requests
 //! (get/set/delete mix, key and value size distributions, TTL mix, text or meta
-//! protocol) are `workload`'s and `sizes`'. With `--repeat N` targets are
+//! protocol) are `workload`'s and `memfleet_sim::sizes`'. With `--repeat N` targets are
 //! interleaved run by run and the table shows medians; `--out DIR` also writes
 //! them as JSON (`report::LoadResults`). Any wrong reply fails the run; a miss
 //! does not.
@@ -18,6 +18,7 @@
 
 pub mod client;
 pub mod client_bench;
+pub mod conn;
 pub mod cpu;
 pub mod expiry;
 pub mod floor;
@@ -28,10 +29,10 @@ pub mod invalidation;
 pub mod open_loop;
 pub mod replay;
 pub mod replay_client;
+pub mod reply;
 pub mod report;
 pub mod restart;
 pub mod server_stats;
-pub mod sizes;
 pub mod target;
 pub mod udp;
 pub mod warmup;
@@ -44,10 +45,12 @@ use anyhow::{bail, Context, Result};
 
 use self::client::{LoadConfig, Measured};
 use self::report::Row;
-use self::sizes::{KeySizes, SizeDistribution, ValueSizes};
 use self::target::{ExternalTarget, ServerSettings, SpawnSpec, Spawned};
 use self::workload::{Mix, Protocol, Workload, WorkloadSpec};
-use crate::sim::workload::TtlMix;
+use memfleet_sim::sizes::{KeySizes, SizeDistribution, ValueSizes};
+use memfleet_sim::workload::TtlMix;
+
+pub use memfleet_results::provenance::{command_line, load_average};
 
 /// Arguments of `memfleet bench`.
 #[derive(Debug, Clone, clap::Args)]
@@ -174,7 +177,7 @@ pub struct LoadArgs {
     pub trace: Option<std::path::PathBuf>,
     /// replay: the trace's format; by default guessed from its name (.csv, *oracleGeneral*).
     #[arg(long, value_enum)]
-    pub trace_format: Option<crate::sim::trace::TraceFormat>,
+    pub trace_format: Option<memfleet_sim::trace::TraceFormat>,
     /// replay: memory sizes in MiB, comma-separated; a fresh server is started at each.
     #[arg(long, value_delimiter = ',', default_value = "16,32,64")]
     pub memory_sizes: Vec<u64>,
@@ -292,21 +295,13 @@ pub enum Scenario {
     Expiry,
 }
 
-/// Parses `10s`, `250ms`, `1.5s`, `2m` or a plain number of seconds.
+/// Parses `10s`, `250ms`, `1.5s`, `2m` or a plain number of seconds (the grammar of
+/// [`memfleet_sim::duration`], which also takes `min`, `h` and `d`).
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    let (num, scale) = if let Some(n) = s.strip_suffix("ms") {
-        (n, 1e-3)
-    } else if let Some(n) = s.strip_suffix('s') {
-        (n, 1.0)
-    } else if let Some(n) = s.strip_suffix('m') {
-        (n, 60.0)
-    } else {
-        (s, 1.0)
-    };
-    match num.trim().parse::<f64>() {
-        Ok(v) if v.is_finite() && v >= 0.0 => Ok(Duration::from_secs_f64(v * scale)),
-        _ => Err(format!("bad duration {s:?} (like 10s, 500ms, 1m)")),
-    }
+    memfleet_sim::duration::parse_seconds(s)
+        .ok()
+        .and_then(|secs| Duration::try_from_secs_f64(secs).ok())
+        .ok_or_else(|| format!("bad duration {s:?} (like 10s, 500ms, 1m)"))
 }
 
 pub(crate) enum Target {
@@ -450,17 +445,17 @@ pub fn bench(args: &LoadArgs) -> Result<Vec<Row>> {
     println!("command: {command}");
     if let Some(dir) = &args.out {
         let results = report::LoadResults::new(report::RunSettings::new(args, &spec), &rows);
-        let path = crate::results::write_json(dir, "load", "load", &results)?;
+        let path = memfleet_results::write_json(dir, "load", "load", &results)?;
         println!("results: {}", path.display());
         let figure = dir.join("load-latency-cdf.png");
-        crate::plot::latency_cdf(&figure, "Latency CDF", &latency_series(&rows))?;
+        memfleet_results::plot::latency_cdf(&figure, "Latency CDF", &latency_series(&rows))?;
         println!("figure: {}", figure.display());
     }
     Ok(rows)
 }
 
 /// One CDF line per table row (target at a pipeline depth), for the figure beside load.json.
-fn latency_series(rows: &[Row]) -> Vec<crate::plot::Series> {
+fn latency_series(rows: &[Row]) -> Vec<memfleet_results::plot::Series> {
     rows.iter()
         .filter(|r| !r.latency_cdf.is_empty())
         .map(|r| {
@@ -664,23 +659,13 @@ pub(crate) fn start(
             println!(
                 "[{}] started {} (pid {})",
                 spec.name(),
-                report::shell_line(&server.command),
+                memfleet_results::provenance::shell_line(&server.command),
                 server.pid()
             );
             Ok((Some(server), addr))
         }
         Target::External(t) => Ok((None, t.addr)),
     }
-}
-
-/// The command line of this run, for the report.
-pub fn command_line() -> String {
-    report::shell_line(&std::env::args().collect::<Vec<_>>())
-}
-
-/// The load average now, or why it is unknown.
-pub fn load_average() -> String {
-    cpu::load_average().unwrap_or_else(|e| format!("unknown ({e})"))
 }
 
 /// One repeat of one target: start it if needed, pre-fill, one run per depth.
@@ -776,5 +761,8 @@ mod tests {
         assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
         assert!(parse_duration("soon").is_err());
         assert!(parse_duration("-1s").is_err());
+        assert_eq!(parse_duration("1h"), Ok(Duration::from_secs(3600)));
+        assert_eq!(parse_duration("5min"), Ok(Duration::from_secs(300)));
+        assert!(parse_duration("1e30d").is_err());
     }
 }

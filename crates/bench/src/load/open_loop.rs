@@ -24,7 +24,7 @@
 //! large lag means the load generator, not the server, fell behind (a busy
 //! machine, or a rate beyond one thread), and the latencies include it.
 //!
-//! Not here: reply parsing (`client`), which requests (`workload`).
+//! Not here: reply parsing (`reply`, `conn`), which requests (`workload`).
 
 use std::cell::{Cell, RefCell};
 use std::cmp::Reverse;
@@ -39,7 +39,7 @@ use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
-use super::client::{conn_error, Conn, ConnError, Phase, ReplyBuffer, Shared};
+use super::conn::{conn_error, Conn, ConnError, Phase, ReplyBuffer, Shared};
 use super::workload::{conn_rng, Op, Workload};
 
 /// How close to the next due time the pacer stops sleeping and starts yielding: more

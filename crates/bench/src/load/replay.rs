@@ -12,7 +12,7 @@
 //! sizing curve) and `replay-over-time.png` (miss ratio per window, one line per server and
 //! size). Trace time and TTLs under a compressed clock: see
 //! [`super::replay_client::Pacing`]. Not here: the connections (`replay_client`), the
-//! trace readers and synthetic generator (`crate::sim`).
+//! trace readers and synthetic generator (`memfleet_sim`).
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -25,10 +25,10 @@ use tokio::net::TcpStream;
 
 use super::replay_client::{self, LiveReport, Pacing, ReplayConfig};
 use super::{cpu, start, LoadArgs, Target};
-use crate::plot::{self, Series};
-use crate::sim::synthetic::SyntheticConfig;
-use crate::sim::workload::Workload;
-use crate::sim::{Source, DEFAULT_RATE};
+use memfleet_results::plot::{self, Series};
+use memfleet_sim::synthetic::SyntheticConfig;
+use memfleet_sim::workload::Workload;
+use memfleet_sim::{Source, DEFAULT_RATE};
 
 /// Synthetic requests replayed when neither --trace nor --replay-requests says otherwise.
 pub const DEFAULT_SYNTHETIC_REQUESTS: u64 = 1_000_000;
@@ -397,7 +397,7 @@ fn write_out(
         depth: config.depth,
         rows,
     };
-    let mut written = vec![crate::results::write_json(
+    let mut written = vec![memfleet_results::write_json(
         dir, "replay", "replay", &result,
     )?];
     let mut servers: Vec<&str> = Vec::new();

@@ -37,10 +37,10 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 
-use crate::sim::keys::write_key;
-use crate::sim::report::{Report, WindowStats};
-use crate::sim::request::{Op, Request};
-use crate::sim::trace::RequestStream;
+use memfleet_sim::keys::write_key;
+use memfleet_sim::report::{Report, WindowStats};
+use memfleet_sim::request::{Op, Request};
+use memfleet_sim::trace::RequestStream;
 
 /// Largest value sent (memcached's and memfleet's default item size limit is 1 MiB, key and
 /// item header included).

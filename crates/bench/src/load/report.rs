@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 
 use super::client::Measured;
 use super::workload::{Mix, Protocol, WorkloadSpec};
-use crate::sim::workload::TtlMix;
+use memfleet_sim::workload::TtlMix;
 
 /// Latency percentiles reported, with their column titles.
 pub const PERCENTILES: [(f64, &str); 4] =
@@ -74,10 +74,10 @@ pub fn median_cdf(cdfs: &[&[CdfPoint]]) -> Vec<CdfPoint> {
         .collect()
 }
 
-/// A CDF as a line of [`crate::plot::latency_cdf`] (latencies below 1 µs drawn at 1 µs: the
+/// A CDF as a line of [`memfleet_results::plot::latency_cdf`] (latencies below 1 µs drawn at 1 µs: the
 /// axis is logarithmic).
-pub fn cdf_series(name: impl Into<String>, cdf: &[CdfPoint]) -> crate::plot::Series {
-    crate::plot::Series {
+pub fn cdf_series(name: impl Into<String>, cdf: &[CdfPoint]) -> memfleet_results::plot::Series {
+    memfleet_results::plot::Series {
         name: name.into(),
         points: cdf
             .iter()
@@ -422,7 +422,7 @@ pub struct RowResult {
 }
 
 /// What `memfleet bench --out DIR` writes as `DIR/load.json` (inside the envelope of
-/// [`crate::results::write_json`]).
+/// [`memfleet_results::write_json`]).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct LoadResults {
     /// How the requests were made.
@@ -487,27 +487,11 @@ pub fn ttl_text(ttl: &TtlMix) -> String {
     }
 }
 
-/// `args` as one line a POSIX shell turns back into the same arguments.
-pub fn shell_line<S: AsRef<str>>(args: &[S]) -> String {
-    args.iter()
-        .map(|a| shell_quote(a.as_ref()))
-        .collect::<Vec<_>>()
-        .join(" ")
-}
-
-fn shell_quote(s: &str) -> String {
-    let plain = |c: char| c.is_ascii_alphanumeric() || "_-./:=,@%+".contains(c);
-    if !s.is_empty() && s.chars().all(plain) {
-        s.to_string()
-    } else {
-        format!("'{}'", s.replace('\'', r"'\''"))
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::load::client::{Measured, Stats};
+    use crate::load::client::Measured;
+    use crate::load::conn::Stats;
     use std::time::Duration;
 
     fn row(target: &str, depth: usize, ops: f64, cpu: Option<f64>) -> Row {
@@ -593,17 +577,5 @@ mod tests {
             "memfleet      16  200000    10.0    20.0    30.0      40.0  1234.5              -           3.00  100.00       0        0.50x             -",
         ];
         assert_eq!(lines, expected);
-    }
-
-    #[test]
-    fn command_lines_are_quoted_for_the_shell() {
-        assert_eq!(
-            shell_line(&["memfleet", "bench", "--target", "a=127.0.0.1:1,pid=2"]),
-            "memfleet bench --target a=127.0.0.1:1,pid=2"
-        );
-        assert_eq!(
-            shell_line(&["x", "--spawn", "m=srv -p {port}", "it's", ""]),
-            r"x --spawn 'm=srv -p {port}' 'it'\''s' ''"
-        );
     }
 }

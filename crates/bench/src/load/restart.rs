@@ -247,7 +247,7 @@ pub fn bench(args: &LoadArgs) -> Result<()> {
     println!("command: {command}");
     if let Some(dir) = &args.out {
         let path =
-            crate::results::write_json(dir, "restart", "restart", &report.json(args, &workload))?;
+            memfleet_results::write_json(dir, "restart", "restart", &report.json(args, &workload))?;
         println!("results: {}", path.display());
     }
     if report.before.wrong + report.after.wrong > 0 {

@@ -296,7 +296,7 @@ impl Spawned {
             if let Some(status) = self.child.try_wait()? {
                 bail!(
                     "{} exited at start ({status}): {}",
-                    super::report::shell_line(&self.command),
+                    memfleet_results::provenance::shell_line(&self.command),
                     self.stderr_text().trim()
                 );
             }
@@ -306,7 +306,7 @@ impl Spawned {
             if start.elapsed() > START_TIMEOUT {
                 bail!(
                     "{} did not accept connections on {} within {START_TIMEOUT:?}",
-                    super::report::shell_line(&self.command),
+                    memfleet_results::provenance::shell_line(&self.command),
                     self.addr
                 );
             }
@@ -319,7 +319,7 @@ impl Spawned {
         if let Some(status) = self.child.try_wait()? {
             bail!(
                 "the server {} died ({status}): {}",
-                super::report::shell_line(&self.command),
+                memfleet_results::provenance::shell_line(&self.command),
                 self.stderr_text().trim()
             );
         }

@@ -19,7 +19,7 @@ use tokio::net::{TcpStream, UdpSocket};
 
 use super::workload::{conn_rng, Workload};
 use super::{client, command_line, cpu, load_average, report, runtime, start, LoadArgs};
-use crate::plot::Series;
+use memfleet_results::plot::Series;
 
 /// What one transport measured.
 #[derive(Debug, Clone)]
@@ -281,7 +281,7 @@ pub fn bench(args: &LoadArgs) -> Result<()> {
     println!("command: {command}");
     if let Some(dir) = &args.out {
         let value = json_report(args, &medians, &load_at_end);
-        let path = crate::results::write_json(dir, "udp", "udp", &value)?;
+        let path = memfleet_results::write_json(dir, "udp", "udp", &value)?;
         println!("results: {}", path.display());
         let lines: Vec<Series> = medians
             .iter()
@@ -289,7 +289,7 @@ pub fn bench(args: &LoadArgs) -> Result<()> {
             .map(|(server, via, r)| report::cdf_series(format!("{server} {via}"), &r.latency_cdf))
             .collect();
         let figure = dir.join("udp-latency-cdf.png");
-        crate::plot::latency_cdf(
+        memfleet_results::plot::latency_cdf(
             &figure,
             "Get latency CDF, TCP vs UDP (Facebook §3.1)",
             &lines,

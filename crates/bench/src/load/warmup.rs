@@ -32,9 +32,11 @@ use rand::rngs::SmallRng;
 use serde_json::json;
 use tokio::sync::Semaphore;
 
-use crate::plot::{self, Timeline};
+use memfleet_results::plot::{self, Timeline};
 
-use super::client::{self, Conn, Reply};
+use super::client;
+use super::conn::Conn;
+use super::reply::Reply;
 use super::server_stats::StatsConn;
 use super::target::{free_port, Router, Spawned};
 use super::workload::{conn_rng, Op, Workload};
@@ -201,7 +203,7 @@ pub fn bench(args: &LoadArgs) -> Result<()> {
     println!("command: {command}");
     if let Some(dir) = &args.out {
         let value = json_report(args, zipf, &outcomes, &summaries, &load_at_end);
-        let path = crate::results::write_json(dir, "warmup", "warmup", &value)?;
+        let path = memfleet_results::write_json(dir, "warmup", "warmup", &value)?;
         println!("results: {}", path.display());
         for figure in figures(dir, &outcomes)? {
             println!("figure: {}", figure.display());

@@ -4,14 +4,14 @@
 //! value. A key's sizes, TTL and value bytes are a pure function of its number
 //! so that a get reply can be checked byte for byte against what any earlier
 //! set stored. Not here: sockets or reply parsing (`client`), the size
-//! distributions themselves (`sizes`).
+//! distributions themselves (`memfleet_sim::sizes`).
 
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
-use super::sizes::{key_unit, SizeDistribution, MAX_KEY_SIZE, MAX_VALUE_SIZE};
-use crate::sim::workload::TtlMix;
-use crate::sim::zipf::Zipf;
+use memfleet_sim::sizes::{key_unit, SizeDistribution, MAX_KEY_SIZE, MAX_VALUE_SIZE};
+use memfleet_sim::workload::TtlMix;
+use memfleet_sim::zipf::Zipf;
 
 /// The prefix of every key.
 pub const KEY_PREFIX: &[u8] = b"key:";

@@ -1,7 +1,9 @@
-//! `memfleet sim`: an in-process cache simulator. It replays one workload (a
-//! trace file or a seeded synthetic workload) through each selected cache model
-//! at each memory size and prints a miss-ratio-vs-memory table, with the items
-//! and bytes each cache held at the end.
+//! memfleet-sim, behind `memfleet sim`: an in-process cache simulator. It replays one
+//! workload (a trace file or a seeded synthetic workload) through each selected cache model
+//! at each memory size and prints a miss-ratio-vs-memory table, with the items and bytes
+//! each cache held at the end. The workload side (trace readers and writers, the synthetic
+//! generator, [`sizes`] and TTL mixes, [`Source`]) is shared with `memfleet bench`'s load
+//! generator, which depends on this crate; this crate depends on no tool crate.
 //!
 //! The models: `segcache`, memfleet's engine (the adapter, [`segcache`], is supplied by
 //! the caller through [`run`]); `pelikan`, pelikan's Segcache engine from crates.io
@@ -35,6 +37,7 @@
 //! (`--pelikan-clock paced`).
 
 pub mod binary;
+pub mod duration;
 pub mod floors;
 pub mod keys;
 pub mod lru;
@@ -45,8 +48,10 @@ pub mod report;
 pub mod request;
 pub mod segcache;
 pub mod size;
+pub mod sizes;
 pub mod synthetic;
 pub mod trace;
+pub mod trace_error;
 pub mod trace_writer;
 pub mod workload;
 pub mod zipf;
@@ -185,9 +190,16 @@ pub const DEFAULT_RATE: u32 = 2000;
 
 /// Where requests come from (a trace file or a seeded synthetic workload); can be opened
 /// any number of times. `memfleet bench --scenario replay` reads its workload through it too.
-pub(crate) enum Source {
+pub enum Source {
+    /// A seeded synthetic workload.
     Synthetic(SyntheticConfig),
-    Trace { path: PathBuf, format: TraceFormat },
+    /// A trace file.
+    Trace {
+        /// The file.
+        path: PathBuf,
+        /// How it is encoded.
+        format: TraceFormat,
+    },
 }
 
 impl Source {
@@ -219,7 +231,7 @@ impl Source {
     }
 
     /// A trace file, in `format` or the one its name suggests ([`TraceFormat::detect`]).
-    pub(crate) fn trace(path: &std::path::Path, format: Option<TraceFormat>) -> Result<Source> {
+    pub fn trace(path: &std::path::Path, format: Option<TraceFormat>) -> Result<Source> {
         let format = match format.or_else(|| TraceFormat::detect(path)) {
             Some(f) => f,
             None if path.extension().is_some_and(|e| e == "zst") => {
@@ -240,7 +252,7 @@ impl Source {
     }
 
     /// The requests, at most `limit` of them.
-    pub(crate) fn open(&self, limit: Option<u64>) -> Result<RequestStream> {
+    pub fn open(&self, limit: Option<u64>) -> Result<RequestStream> {
         let stream: RequestStream = match self {
             Source::Synthetic(cfg) => Box::new(
                 Synthetic::new(cfg.clone())
@@ -257,7 +269,7 @@ impl Source {
     }
 
     /// One line saying what the workload is.
-    pub(crate) fn describe(&self) -> String {
+    pub fn describe(&self) -> String {
         match self {
             Source::Synthetic(c) => format!(
                 "synthetic {}: keys={} requests={} rate={}/s alpha={} write_ratio={} seed={} key_size={} value_size={} mean_object={:.0}B{}",
@@ -366,7 +378,11 @@ pub fn run_to(
     }
 
     writeln!(out, "# memfleet sim: miss ratio vs memory")?;
-    writeln!(out, "# command: {}", crate::load::command_line())?;
+    writeln!(
+        out,
+        "# command: {}",
+        memfleet_results::provenance::command_line()
+    )?;
     writeln!(out, "# workload: {}", source.describe())?;
     writeln!(
         out,

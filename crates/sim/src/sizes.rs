@@ -1,5 +1,6 @@
-//! Key and value size distributions of the load generator, and how a key's
-//! sizes are drawn: once per key, as a pure function of the key number, so that
+//! Key and value size distributions of the load generator (`memfleet bench`'s
+//! `--value-size`, `--key-size`; here because the simulator's `etc-key`/`etc-value`
+//! specs use them too), and how a key's sizes are drawn: once per key, as a pure function of the key number, so that
 //! every set of a key stores the same bytes and a get can be checked against them.
 //!
 //! Distributions (text form in parentheses):

@@ -1,5 +1,5 @@
 //! What `memfleet sim --out DIR` leaves: `sim.json` (every cell of the comparison with its
-//! per-window miss ratios, through [`crate::results::write_json`]) and the miss-ratio-vs-memory
+//! per-window miss ratios, through [`memfleet_results::write_json`]) and the miss-ratio-vs-memory
 //! figures: `sim-miss-ratio.png` with one line per cache, and `sim-miss-ratio-<cache>.png`
 //! per cache with its miss ratio and byte miss ratio. Not here: running the replays.
 
@@ -9,7 +9,7 @@ use anyhow::Result;
 use serde::Serialize;
 
 use super::RunResult;
-use crate::plot::{self, Series};
+use memfleet_results::plot::{self, Series};
 
 /// One cache at one memory size, as written to JSON.
 #[derive(Debug, Serialize)]
@@ -71,7 +71,7 @@ pub fn write(dir: &Path, workload: &str, results: &[RunResult]) -> Result<Vec<Pa
                 .collect(),
         })
         .collect();
-    let mut written = vec![crate::results::write_json(
+    let mut written = vec![memfleet_results::write_json(
         dir,
         "sim",
         "sim",

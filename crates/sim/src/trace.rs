@@ -15,42 +15,7 @@ use xxhash_rust::xxh3::xxh3_64;
 
 pub use super::binary::{OracleGeneralReader, TwrReader, ORACLE_KEY_SIZE};
 pub use super::request::{Op, Request};
-
-/// A trace could not be read.
-#[derive(Debug, thiserror::Error)]
-pub enum TraceError {
-    /// The underlying reader failed.
-    #[error("I/O error reading trace: {0}")]
-    Io(#[from] io::Error),
-    /// A CSV line did not have the expected shape.
-    #[error("trace line {line}: {reason}")]
-    Malformed {
-        /// 1-based line number.
-        line: u64,
-        /// What was wrong.
-        reason: String,
-    },
-    /// A binary record carried something impossible.
-    #[error("trace record {index}: {reason}")]
-    BadRecord {
-        /// 0-based record index.
-        index: u64,
-        /// What was wrong.
-        reason: String,
-    },
-    /// The file ended inside a binary record.
-    #[error(
-        "trace ends with {len} stray bytes after record {index} (records are {record_size} bytes)"
-    )]
-    Truncated {
-        /// Number of complete records read.
-        index: u64,
-        /// Bytes of the partial record.
-        len: usize,
-        /// The format's record size.
-        record_size: usize,
-    },
-}
+pub use super::trace_error::TraceError;
 
 /// The compact key id of a textual key (xxh3-64 of its bytes).
 pub fn key_id(key: &[u8]) -> u64 {

@@ -9,7 +9,7 @@
 //! modify a value in place and are only counted. Time is made relative to the
 //! first request and never runs backwards; the cache's clock is stepped one
 //! second at a time with a `tick` after each step. Not here: trace parsing,
-//! the report's formatting (`report`), comparison tables (`sim::run`).
+//! the report's formatting (`report`), comparison tables (`crate::run`).
 
 use std::convert::Infallible;
 use std::time::Instant;

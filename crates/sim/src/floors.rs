@@ -226,7 +226,7 @@ mod tests {
     use std::convert::Infallible;
 
     use super::*;
-    use crate::sim::replay::replay;
+    use crate::replay::replay;
 
     fn req(time: u32, key: u64, op: Op, ttl: u32) -> Request {
         Request {

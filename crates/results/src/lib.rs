@@ -1,8 +1,14 @@
-//! Where `memfleet bench` and `memfleet sim` leave their results for scripts: one JSON file
-//! per run (and the PNG figures of [`crate::plot`]) in the directory given with `--out`.
+//! memfleet-results: where `memfleet bench` and `memfleet sim` leave their results for
+//! scripts: one JSON file per run ([`write_json`]) and the PNG figures of [`plot`], in the
+//! directory given with `--out`.
 //!
-//! Every file carries the exact command line and the load average at the start, so a number
-//! in `docs/BENCHMARKS.md` can always be traced back to how it was made.
+//! Every file carries the exact command line and the load average at the start
+//! ([`provenance`]), so a number in `docs/BENCHMARKS.md` can always be traced back to how it
+//! was made. A library both tools use, so that neither depends on the other; not here: what
+//! the numbers mean (the simulator in `memfleet-sim`, the experiments in `memfleet-bench`).
+
+pub mod plot;
+pub mod provenance;
 
 use std::path::{Path, PathBuf};
 
@@ -31,8 +37,8 @@ pub fn write_json<T: Serialize>(
     let path = dir.join(format!("{name}.json"));
     let envelope = Envelope {
         scenario,
-        command: crate::load::command_line(),
-        load_average_at_start: crate::load::load_average(),
+        command: provenance::command_line(),
+        load_average_at_start: provenance::load_average(),
         unix_time: std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_secs())

@@ -26,7 +26,7 @@
 use std::fmt;
 use std::str::FromStr;
 
-use crate::load::sizes::{SizeDistribution, MAX_KEY_SIZE, MAX_VALUE_SIZE};
+use crate::sizes::{SizeDistribution, MAX_KEY_SIZE, MAX_VALUE_SIZE};
 
 /// A distribution of byte sizes.
 #[derive(Debug, Clone, Copy, PartialEq)]

@@ -17,7 +17,7 @@
 use std::io::{self, Read};
 
 use super::request::{Op, Request};
-use super::trace::TraceError;
+use super::trace_error::TraceError;
 
 /// Reads fixed-size records; `None` at a clean end of file.
 fn read_record<const N: usize>(

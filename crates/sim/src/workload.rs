@@ -21,6 +21,7 @@
 
 use std::str::FromStr;
 
+use super::duration::{parse_seconds, DurationError};
 use super::size::{SizeDist, SizeSpec};
 
 /// TTL classes with their shares of the key population.
@@ -103,23 +104,22 @@ impl TtlMix {
     }
 }
 
-/// Parses a duration: plain seconds or with a suffix `s`, `m`/`min`, `h`, `d`.
+/// Parses a TTL: whole seconds, plain or with a unit (the grammar of [`crate::duration`]).
 fn parse_duration(t: &str) -> Result<u32, String> {
     let t = t.trim();
-    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
-    let (digits, unit) = t.split_at(split);
-    let n: u32 = digits
-        .parse()
-        .map_err(|_| format!("TTL {t:?} is not a duration"))?;
-    let scale = match unit {
-        "" | "s" => 1,
-        "m" | "min" => MIN,
-        "h" => HOUR,
-        "d" => DAY,
-        _ => return Err(format!("TTL {t:?} has an unknown unit (use s, m, h or d)")),
-    };
-    n.checked_mul(scale)
-        .ok_or_else(|| format!("TTL {t:?} is too long"))
+    let secs = parse_seconds(t).map_err(|e| match e {
+        DurationError::NotANumber => format!("TTL {t:?} is not a duration"),
+        DurationError::UnknownUnit => {
+            format!("TTL {t:?} has an unknown unit (use s, m, h or d)")
+        }
+    })?;
+    if secs.fract() != 0.0 {
+        return Err(format!("TTL {t:?} is not a whole number of seconds"));
+    }
+    if secs > f64::from(u32::MAX) {
+        return Err(format!("TTL {t:?} is too long"));
+    }
+    Ok(secs as u32)
 }
 
 impl FromStr for TtlMix {
@@ -265,6 +265,20 @@ mod tests {
         assert!("120".parse::<TtlMix>().is_err());
         assert!("5y:1".parse::<TtlMix>().is_err());
         assert!("120:-1".parse::<TtlMix>().is_err());
+        // The shared duration grammar: minutes spelled out, fractions that make whole
+        // seconds; a TTL is whole seconds that fit a u32.
+        let m: TtlMix = "10min:0.5,0.5m:0.5".parse().unwrap();
+        assert_eq!(m.classes(), &[(600, 0.5), (30, 0.5)]);
+        let err = |s: &str| s.parse::<TtlMix>().unwrap_err();
+        assert!(
+            err("1.5:1").contains("whole number of seconds"),
+            "{}",
+            err("1.5:1")
+        );
+        assert!(err("250ms:1").contains("whole number of seconds"));
+        assert!(err("5y:1").contains("unknown unit"));
+        assert!(err("x1:1").contains("not a duration"));
+        assert!(err("50000d:1").contains("too long"));
         let w = Workload::parse("60:1").unwrap();
         assert_eq!(w.ttl_mix, TtlMix::single(60));
         assert_eq!(w.mean_object_size(), 243.0);

@@ -4,7 +4,7 @@
 //! Text is rendered with a TTF bundled in the crate (DejaVu Sans, Bitstream Vera license,
 //! next to it in `assets/fonts/`) through plotters' `ab_glyph` feature, so a machine with no
 //! fonts installed and no fontconfig (a fresh CI container) draws the same labels. Not here:
-//! what the numbers mean or where they come from (the scenarios), JSON ([`crate::results`]).
+//! what the numbers mean or where they come from (the scenarios), JSON ([`crate::write_json`]).
 
 use std::ops::Range;
 use std::path::{Path, PathBuf};

@@ -1,0 +1,534 @@
+//! Replies of memcached-protocol servers to the load generator's requests: where a reply
+//! ends in the received bytes (incomplete, complete, or impossible to delimit) and whether
+//! it is the right one. A get hit must carry the asked key, flags 0 and exactly the value
+//! the workload stores for it; a set must get `STORED`. Anything else is a [`Reply::Wrong`],
+//! counted by kind. Not here: sockets and buffers (`conn`), which requests (`workload`).
+
+use super::workload::{parse_u64, Op, Protocol, Workload};
+
+/// Longest reply line accepted before the stream is declared garbage.
+const MAX_LINE: usize = 4096;
+/// Largest value a reply may announce; beyond it the length field is garbage.
+const MAX_VALUE: u64 = 64 << 20;
+/// What a well-formed reply said.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Reply {
+    /// A get returned the expected value.
+    Hit,
+    /// A get returned `END` alone (meta: `EN`).
+    Miss,
+    /// A set returned `STORED` (meta: `HD`).
+    Stored,
+    /// A delete removed the key (`DELETED`, meta: `HD`).
+    Deleted,
+    /// A delete found no key (`NOT_FOUND`, meta: `NF`): not an error, since keys are
+    /// deleted, expire and are evicted during a run.
+    NotFound,
+    /// A complete reply that is wrong for its request: (kind, example).
+    Wrong(&'static str, String),
+}
+
+/// The outcome of parsing the start of a receive buffer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Parsed {
+    /// More bytes are needed.
+    Incomplete,
+    /// One reply, `consumed` bytes long.
+    Reply {
+        /// Bytes the reply took.
+        consumed: usize,
+        /// What it said.
+        reply: Reply,
+    },
+    /// The stream cannot be followed any more (no way to find the next reply).
+    Desync(String),
+}
+
+pub(super) fn show(bytes: &[u8]) -> String {
+    let cut = &bytes[..bytes.len().min(120)];
+    let mut s = String::from_utf8_lossy(cut).escape_debug().to_string();
+    if bytes.len() > cut.len() {
+        s.push('…');
+    }
+    s
+}
+
+/// The first line of `buf` without its `\r\n`, or why there is none yet.
+fn line(buf: &[u8]) -> Result<Option<&[u8]>, String> {
+    match buf.iter().position(|&b| b == b'\n') {
+        Some(i) if i > 0 && buf[i - 1] == b'\r' => Ok(Some(&buf[..i - 1])),
+        Some(i) => Err(format!(
+            "reply line not ended by \\r\\n: {}",
+            show(&buf[..i])
+        )),
+        None if buf.len() > MAX_LINE => Err(format!(
+            "no end of line in {} bytes: {}",
+            buf.len(),
+            show(buf)
+        )),
+        None => Ok(None),
+    }
+}
+
+/// Parses the reply to `op` at the start of `buf`, in the workload's protocol.
+pub fn parse_reply(buf: &[u8], op: Op, w: &Workload) -> Parsed {
+    let first = match line(buf) {
+        Ok(Some(l)) => l,
+        Ok(None) => return Parsed::Incomplete,
+        Err(e) => return Parsed::Desync(e),
+    };
+    let line_len = first.len() + 2;
+    let reply = |reply| Parsed::Reply {
+        consumed: line_len,
+        reply,
+    };
+    let key = |n: u64| {
+        let mut k = Vec::new();
+        w.push_key_bytes(n, &mut k);
+        String::from_utf8_lossy(&k).into_owned()
+    };
+    match (w.protocol(), op) {
+        (Protocol::Text, Op::Set(n)) => match first {
+            b"STORED" => reply(Reply::Stored),
+            _ => reply(Reply::Wrong(
+                "set: reply is not STORED",
+                format!("set {} -> {}", key(n), show(first)),
+            )),
+        },
+        (Protocol::Text, Op::Delete(n)) => match first {
+            b"DELETED" => reply(Reply::Deleted),
+            b"NOT_FOUND" => reply(Reply::NotFound),
+            _ => reply(Reply::Wrong(
+                "delete: reply is not DELETED or NOT_FOUND",
+                format!("delete {} -> {}", key(n), show(first)),
+            )),
+        },
+        (Protocol::Text, Op::Get(n)) => {
+            if first == b"END" {
+                return reply(Reply::Miss);
+            }
+            let Some(header) = first.strip_prefix(b"VALUE ") else {
+                return reply(Reply::Wrong(
+                    "get: unexpected reply line",
+                    format!("get {} -> {}", key(n), show(first)),
+                ));
+            };
+            parse_value(buf, header, line_len, n, w)
+        }
+        (Protocol::Meta, Op::Set(n)) => match first {
+            b"HD" => reply(Reply::Stored),
+            _ => reply(Reply::Wrong(
+                "ms: reply is not HD",
+                format!("ms {} -> {}", key(n), show(first)),
+            )),
+        },
+        (Protocol::Meta, Op::Delete(n)) => match first {
+            b"HD" => reply(Reply::Deleted),
+            b"NF" => reply(Reply::NotFound),
+            _ => reply(Reply::Wrong(
+                "md: reply is not HD or NF",
+                format!("md {} -> {}", key(n), show(first)),
+            )),
+        },
+        (Protocol::Meta, Op::Get(n)) => {
+            // A miss echoes the requested return flags (`EN k<key>`) in memcached and
+            // memfleet alike; the key is not checked: a miss is a miss.
+            if first == b"EN" || first.starts_with(b"EN ") {
+                return reply(Reply::Miss);
+            }
+            let Some(header) = first.strip_prefix(b"VA ") else {
+                return reply(Reply::Wrong(
+                    "mg: unexpected reply line",
+                    format!("mg {} -> {}", key(n), show(first)),
+                ));
+            };
+            parse_meta_value(buf, header, line_len, n, w)
+        }
+    }
+}
+
+/// The data block of a hit: `Incomplete` until `<bytes>\r\n<trailer>` is in, then the
+/// consumed length, or a desync if the block is not framed as announced.
+fn data_block<'b>(
+    buf: &'b [u8],
+    line_len: usize,
+    bytes: u64,
+    trailer: &[u8],
+    n: u64,
+) -> Result<(&'b [u8], usize), Parsed> {
+    let data_end = line_len + bytes as usize;
+    let total = data_end + 2 + trailer.len();
+    if buf.len() < total {
+        return Err(Parsed::Incomplete);
+    }
+    if &buf[data_end..data_end + 2] != b"\r\n" || &buf[data_end + 2..total] != trailer {
+        return Err(Parsed::Desync(format!(
+            "value of get key {n} not followed by \\r\\n{}: {}",
+            show(trailer).trim_end_matches("\\r\\n"),
+            show(&buf[data_end..total])
+        )));
+    }
+    Ok((&buf[line_len..data_end], total))
+}
+
+fn parse_value(buf: &[u8], header: &[u8], line_len: usize, n: u64, w: &Workload) -> Parsed {
+    let fields: Vec<&[u8]> = header.split(|&b| b == b' ').collect();
+    let (key, flags, bytes) = match fields[..] {
+        [key, flags, bytes] | [key, flags, bytes, _] => (key, flags, bytes),
+        _ => return Parsed::Desync(format!("malformed VALUE line: VALUE {}", show(header))),
+    };
+    let Some(bytes) = parse_u64(bytes).filter(|&b| b <= MAX_VALUE) else {
+        return Parsed::Desync(format!("bad length in VALUE line: VALUE {}", show(header)));
+    };
+    let (data, total) = match data_block(buf, line_len, bytes, b"END\r\n", n) {
+        Ok(d) => d,
+        Err(p) => return p,
+    };
+    let wrong = |kind, detail| Parsed::Reply {
+        consumed: total,
+        reply: Reply::Wrong(kind, detail),
+    };
+    if !w.key_matches(n, key) {
+        return wrong(
+            "get: reply for another key",
+            format!("get key {n} -> VALUE {}", show(header)),
+        );
+    }
+    if flags != b"0" {
+        return wrong(
+            "get: wrong flags",
+            format!("get key {n} -> VALUE {}", show(header)),
+        );
+    }
+    if data != w.value(n) {
+        return wrong("get: wrong value", format!("get key {n} -> {}", show(data)));
+    }
+    Parsed::Reply {
+        consumed: total,
+        reply: Reply::Hit,
+    }
+}
+
+/// A meta hit, `VA <bytes> <flags>*` (asked with `k f v`): the `k` flag must echo the
+/// key, `f` must be 0, and the data must be the key's value.
+fn parse_meta_value(buf: &[u8], header: &[u8], line_len: usize, n: u64, w: &Workload) -> Parsed {
+    let mut fields = header.split(|&b| b == b' ').filter(|f| !f.is_empty());
+    let Some(bytes) = fields
+        .next()
+        .and_then(parse_u64)
+        .filter(|&b| b <= MAX_VALUE)
+    else {
+        return Parsed::Desync(format!("bad length in VA line: VA {}", show(header)));
+    };
+    let (data, total) = match data_block(buf, line_len, bytes, b"", n) {
+        Ok(d) => d,
+        Err(p) => return p,
+    };
+    let wrong = |kind, detail| Parsed::Reply {
+        consumed: total,
+        reply: Reply::Wrong(kind, detail),
+    };
+    let (mut key, mut flags) = (None, None);
+    for f in fields {
+        match f[0] {
+            b'k' => key = Some(&f[1..]),
+            b'f' => flags = Some(&f[1..]),
+            _ => {}
+        }
+    }
+    if !key.is_some_and(|k| w.key_matches(n, k)) {
+        return wrong(
+            "mg: reply for another key",
+            format!("mg key {n} -> VA {}", show(header)),
+        );
+    }
+    if flags != Some(b"0".as_slice()) {
+        return wrong(
+            "mg: wrong flags",
+            format!("mg key {n} -> VA {}", show(header)),
+        );
+    }
+    if data != w.value(n) {
+        return wrong("mg: wrong value", format!("mg key {n} -> {}", show(data)));
+    }
+    Parsed::Reply {
+        consumed: total,
+        reply: Reply::Hit,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn w() -> Workload {
+        Workload::new(1000, 0.9, 10, None).unwrap()
+    }
+
+    fn hit(n: u64, w: &Workload) -> Vec<u8> {
+        let mut v = format!("VALUE key:{n} 0 10\r\n").into_bytes();
+        v.extend_from_slice(w.value(n));
+        v.extend_from_slice(b"\r\nEND\r\n");
+        v
+    }
+    #[test]
+    fn hits_misses_and_stores() {
+        let w = w();
+        let h = hit(7, &w);
+        assert_eq!(
+            parse_reply(&h, Op::Get(7), &w),
+            Parsed::Reply {
+                consumed: h.len(),
+                reply: Reply::Hit
+            }
+        );
+        assert_eq!(
+            parse_reply(b"END\r\nEND\r\n", Op::Get(7), &w),
+            Parsed::Reply {
+                consumed: 5,
+                reply: Reply::Miss
+            }
+        );
+        assert_eq!(
+            parse_reply(b"STORED\r\n", Op::Set(7), &w),
+            Parsed::Reply {
+                consumed: 8,
+                reply: Reply::Stored
+            }
+        );
+        // A cas field (as `gets` would add) does not matter.
+        let mut g = b"VALUE key:7 0 10 99\r\n".to_vec();
+        g.extend_from_slice(w.value(7));
+        g.extend_from_slice(b"\r\nEND\r\n");
+        assert!(matches!(
+            parse_reply(&g, Op::Get(7), &w),
+            Parsed::Reply {
+                reply: Reply::Hit,
+                ..
+            }
+        ));
+    }
+
+    #[test]
+    fn every_prefix_of_a_reply_is_incomplete() {
+        let w = w();
+        let h = hit(123, &w);
+        for cut in 0..h.len() {
+            assert_eq!(
+                parse_reply(&h[..cut], Op::Get(123), &w),
+                Parsed::Incomplete,
+                "{cut}"
+            );
+        }
+        for cut in 0..8 {
+            assert_eq!(
+                parse_reply(&b"STORED\r\n"[..cut], Op::Set(1), &w),
+                Parsed::Incomplete
+            );
+        }
+    }
+
+    fn wrong_kind(p: Parsed) -> &'static str {
+        match p {
+            Parsed::Reply {
+                reply: Reply::Wrong(kind, _),
+                ..
+            } => kind,
+            other => panic!("not a wrong reply: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn wrong_replies_are_errors_that_keep_the_stream() {
+        let w = w();
+        let other_key = hit(8, &w);
+        let mut wrong = hit(7, &w);
+        wrong.extend_from_slice(b"ignored");
+        wrong[0..18].copy_from_slice(b"VALUE key:8 0 10\r\n");
+        assert_eq!(
+            wrong_kind(parse_reply(&other_key, Op::Get(7), &w)),
+            "get: reply for another key"
+        );
+        // Key 8's header with key 7's data: caught as another key first.
+        assert_eq!(
+            wrong_kind(parse_reply(&wrong, Op::Get(7), &w)),
+            "get: reply for another key"
+        );
+        let mut bad_value = hit(7, &w);
+        bad_value[20] ^= 1;
+        assert_eq!(
+            wrong_kind(parse_reply(&bad_value, Op::Get(7), &w)),
+            "get: wrong value"
+        );
+        let mut flags = b"VALUE key:7 5 10\r\n".to_vec();
+        flags.extend_from_slice(w.value(7));
+        flags.extend_from_slice(b"\r\nEND\r\n");
+        assert_eq!(
+            wrong_kind(parse_reply(&flags, Op::Get(7), &w)),
+            "get: wrong flags"
+        );
+        let short = b"VALUE key:7 0 3\r\nabc\r\nEND\r\n";
+        assert_eq!(
+            wrong_kind(parse_reply(short, Op::Get(7), &w)),
+            "get: wrong value"
+        );
+        let p = parse_reply(b"SERVER_ERROR out of memory\r\nX", Op::Set(7), &w);
+        assert_eq!(
+            p,
+            Parsed::Reply {
+                consumed: 28,
+                reply: Reply::Wrong(
+                    "set: reply is not STORED",
+                    "set key:7 -> SERVER_ERROR out of memory".into()
+                )
+            }
+        );
+        assert_eq!(
+            wrong_kind(parse_reply(b"ERROR\r\n", Op::Get(7), &w)),
+            "get: unexpected reply line"
+        );
+    }
+
+    #[test]
+    fn garbage_desyncs() {
+        let w = w();
+        for bad in [
+            b"END\n".as_slice(),
+            b"VALUE key:7 0\r\n",
+            b"VALUE key:7 0 x\r\n",
+            b"VALUE key:7 0 99999999999\r\n",
+            b"VALUE key:7 0 10\r\nbcdefghijkXXEND\r\n",
+        ] {
+            assert!(
+                matches!(parse_reply(bad, Op::Get(7), &w), Parsed::Desync(_)),
+                "{}",
+                show(bad)
+            );
+        }
+        let long = vec![b'x'; MAX_LINE + 1];
+        assert!(matches!(
+            parse_reply(&long, Op::Set(1), &w),
+            Parsed::Desync(_)
+        ));
+    }
+
+    #[test]
+    fn deletes_and_meta_replies() {
+        use crate::load::workload::{Mix, WorkloadSpec};
+        use memfleet_sim::workload::TtlMix;
+        let text = w();
+        for (reply, want) in [
+            (b"DELETED\r\n".as_slice(), Reply::Deleted),
+            (b"NOT_FOUND\r\n", Reply::NotFound),
+        ] {
+            assert_eq!(
+                parse_reply(reply, Op::Delete(3), &text),
+                Parsed::Reply {
+                    consumed: reply.len(),
+                    reply: want
+                }
+            );
+        }
+        assert_eq!(
+            wrong_kind(parse_reply(b"STORED\r\n", Op::Delete(3), &text)),
+            "delete: reply is not DELETED or NOT_FOUND"
+        );
+        let meta = Workload::from_spec(WorkloadSpec {
+            keys: 1000,
+            mix: Mix::new(1.0, 0.0, 0.0).unwrap(),
+            zipf: None,
+            key_sizes: Some(memfleet_sim::sizes::SizeDistribution::Fixed(12)),
+            value_sizes: memfleet_sim::sizes::SizeDistribution::Fixed(10),
+            ttl: TtlMix::single(0),
+            protocol: Protocol::Meta,
+        })
+        .unwrap();
+        let mut key = Vec::new();
+        meta.push_key_bytes(7, &mut key);
+        let key = String::from_utf8(key).unwrap();
+        assert_eq!(key.len(), 12);
+        let hit = |header: &str| {
+            let mut v = format!("VA 10 {header}\r\n").into_bytes();
+            v.extend_from_slice(meta.value(7));
+            v.extend_from_slice(b"\r\n");
+            v
+        };
+        let good = hit(&format!("k{key} f0"));
+        assert_eq!(
+            parse_reply(&good, Op::Get(7), &meta),
+            Parsed::Reply {
+                consumed: good.len(),
+                reply: Reply::Hit
+            }
+        );
+        for cut in 0..good.len() {
+            assert_eq!(
+                parse_reply(&good[..cut], Op::Get(7), &meta),
+                Parsed::Incomplete
+            );
+        }
+        // Flags in another order are fine.
+        let reordered = hit(&format!("f0 k{key}"));
+        assert!(matches!(
+            parse_reply(&reordered, Op::Get(7), &meta),
+            Parsed::Reply {
+                reply: Reply::Hit,
+                ..
+            }
+        ));
+        assert_eq!(
+            wrong_kind(parse_reply(&hit("kkey:7 f0"), Op::Get(7), &meta)),
+            "mg: reply for another key"
+        );
+        assert_eq!(
+            wrong_kind(parse_reply(&hit(&format!("k{key} f3")), Op::Get(7), &meta)),
+            "mg: wrong flags"
+        );
+        let mut bad = good.clone();
+        let at = bad.len() - 4;
+        bad[at] ^= 1;
+        assert_eq!(
+            wrong_kind(parse_reply(&bad, Op::Get(7), &meta)),
+            "mg: wrong value"
+        );
+        assert_eq!(
+            parse_reply(b"EN\r\n", Op::Get(7), &meta),
+            Parsed::Reply {
+                consumed: 4,
+                reply: Reply::Miss
+            }
+        );
+        assert_eq!(
+            parse_reply(b"EN kkey:7\r\n", Op::Get(7), &meta),
+            Parsed::Reply {
+                consumed: 11,
+                reply: Reply::Miss
+            }
+        );
+        assert_eq!(
+            parse_reply(b"HD\r\n", Op::Set(7), &meta),
+            Parsed::Reply {
+                consumed: 4,
+                reply: Reply::Stored
+            }
+        );
+        assert_eq!(
+            parse_reply(b"NF\r\n", Op::Delete(7), &meta),
+            Parsed::Reply {
+                consumed: 4,
+                reply: Reply::NotFound
+            }
+        );
+        assert_eq!(
+            wrong_kind(parse_reply(b"NS\r\n", Op::Set(7), &meta)),
+            "ms: reply is not HD"
+        );
+        let mut unframed = good.clone();
+        let end = unframed.len() - 2;
+        unframed[end] = b'X';
+        assert!(matches!(
+            parse_reply(&unframed, Op::Get(7), &meta),
+            Parsed::Desync(_)
+        ));
+    }
+}
