@@ -7,7 +7,7 @@ use crate::route::{Class, Ctx, Form, Op, Reply, Route};
 use crate::udp::{UdpGets, UdpReply};
 use crate::window::{Outcome, Window};
 use crate::{BackendError, Topology};
-use memfleet_protocol::reply::ReplyKind;
+use memfleet_protocol::reply::{self, ReplyKind, ServerReply, Verdict};
 use memfleet_protocol::StoreCommand;
 use memfleet_routing::RouterConfig;
 use std::collections::HashMap;
@@ -262,7 +262,8 @@ impl Client {
             });
             match reply {
                 Ok(UdpReply::Lost) => return Ok(UdpGet::Lost),
-                Ok(UdpReply::Reply(r)) if !r.starts_with(b"SERVER_ERROR") => {
+                // An error (too large for UDP, say): TCP below.
+                Ok(UdpReply::Reply(r)) if reply::verdict(&r) != Verdict::Failed => {
                     return match parse_retrieval(&r)? {
                         Retrieved::Value(v) => Ok(UdpGet::Hit(decode(v)?)),
                         Retrieved::Miss => Ok(UdpGet::Miss),
@@ -834,40 +835,27 @@ enum Retrieved {
     Lease { token: u64, stale: Option<Wire> },
 }
 
-/// Parses a one-key retrieval reply: `VALUE key flags bytes [cas]`, `LVALUE key token
-/// flags bytes`, or `END`.
+/// Reads a one-key retrieval reply (`VALUE key flags bytes [cas]`, `LVALUE key token flags
+/// bytes`, or `END`) with the protocol's decoder.
 fn parse_retrieval(reply: &[u8]) -> Result<Retrieved, Error> {
     let bad = || Error::Protocol(String::from_utf8_lossy(reply).into_owned());
-    if reply == b"END\r\n" {
-        return Ok(Retrieved::Miss);
-    }
-    let nl = reply.iter().position(|&b| b == b'\n').ok_or_else(bad)?;
-    let line = std::str::from_utf8(&reply[..nl])
-        .map_err(|_| bad())?
-        .trim_end();
-    if line.starts_with("SERVER_ERROR") || line.starts_with("CLIENT_ERROR") || line == "ERROR" {
-        return Err(Error::Server(line.to_string()));
-    }
-    let words: Vec<&str> = line.split(' ').collect();
-    let num = |i: usize| -> Result<u64, Error> {
-        words.get(i).and_then(|w| w.parse().ok()).ok_or_else(bad)
-    };
-    let (lease, flags, len, cas) = match words.first() {
-        Some(&"VALUE") => (None, num(2)?, num(3)?, num(4).ok()),
-        Some(&"LVALUE") => (Some(num(2)?), num(3)?, num(4)?, None),
+    let values = match reply::decode(reply, ReplyKind::Retrieval).map_err(|_| bad())? {
+        ServerReply::Values(values) => values,
+        ServerReply::Error(..) => {
+            let line = reply.split(|&b| b == b'\r').next().unwrap_or(reply);
+            return Err(Error::Server(String::from_utf8_lossy(line).into_owned()));
+        }
         _ => return Err(bad()),
     };
-    let start = nl + 1;
-    let data = reply
-        .get(start..start + len as usize)
-        .ok_or_else(bad)?
-        .to_vec();
-    let wire = Wire {
-        data,
-        flags: u32::try_from(flags).map_err(|_| bad())?,
-        cas,
+    let Some(v) = values.first() else {
+        return Ok(Retrieved::Miss);
     };
-    Ok(match lease {
+    let wire = Wire {
+        data: v.data.to_vec(),
+        flags: v.flags,
+        cas: v.cas,
+    };
+    Ok(match v.lease {
         None => Retrieved::Value(wire),
         Some(token) => Retrieved::Lease {
             token,

@@ -19,7 +19,7 @@
 use crate::{ClientAuth, RouteSlot, Served};
 use memfleet_client::{BackendError, Class, Ctx, Form, Op, Pool, Route};
 use memfleet_protocol::auth::Attempt;
-use memfleet_protocol::reply::ReplyKind;
+use memfleet_protocol::reply::{self, ReplyKind, ServerReply};
 use memfleet_protocol::{parse, response, GetKind, ParseError, ParserConfig, Request};
 use std::future::Future;
 use std::pin::Pin;
@@ -465,7 +465,8 @@ fn tree(root: &Arc<Route>, served: &Served, ctx: Ctx, request: &Request<'_>, raw
                 for c in calls {
                     // A key whose route failed is a miss; so is an error line.
                     if let Ok(r) = c.await {
-                        if r.starts_with(b"VALUE ") || r.starts_with(b"LVALUE ") {
+                        let values = reply::decode(&r, ReplyKind::Retrieval);
+                        if matches!(values, Ok(ServerReply::Values(v)) if !v.is_empty()) {
                             out.extend_from_slice(r.strip_suffix(b"END\r\n").unwrap_or(&r));
                         }
                     }

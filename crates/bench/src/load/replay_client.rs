@@ -32,7 +32,8 @@ use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use memfleet_protocol::reply::{frame, Frame, ReplyKind};
+use memfleet_protocol::reply::{self, frame, ErrorClass, Frame, ReplyKind, ServerReply};
+use memfleet_protocol::response::Status;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
@@ -391,12 +392,19 @@ async fn read_reply<R: AsyncReadExt + Unpin>(
     loop {
         if let Frame::Complete(n) = frame(inbuf, kind, MAX_VALUE as usize + 1024)? {
             let r = &inbuf[..n];
-            let reply = match job.op {
-                _ if get && r.starts_with(b"VALUE ") => Reply::Hit,
-                _ if get && r == b"END\r\n" => Reply::Miss,
-                Op::Delete if r == b"DELETED\r\n" || r == b"NOT_FOUND\r\n" => Reply::Done,
-                _ if !get && r == b"STORED\r\n" => Reply::Done,
-                _ if !get && job.op != Op::Delete && r.starts_with(b"SERVER_ERROR") => {
+            let reply = match (reply::decode(r, kind), job.op) {
+                (Ok(ServerReply::Values(v)), _) if get => {
+                    if v.is_empty() {
+                        Reply::Miss
+                    } else {
+                        Reply::Hit
+                    }
+                }
+                (Ok(ServerReply::Status(Status::Deleted | Status::NotFound)), Op::Delete) => {
+                    Reply::Done
+                }
+                (Ok(ServerReply::Status(Status::Stored)), _) if !get => Reply::Done,
+                (Ok(ServerReply::Error(ErrorClass::Server, _)), op) if !get && op != Op::Delete => {
                     Reply::Refused
                 }
                 _ => Reply::Wrong(

@@ -4,12 +4,15 @@
 //! the workload stores for it; a set must get `STORED`. Anything else is a [`Reply::Wrong`],
 //! counted by kind. Not here: sockets and buffers (`conn`), which requests (`workload`).
 
-use super::workload::{parse_u64, Op, Protocol, Workload};
+use memfleet_protocol::reply::{self, Frame, MetaCode, ReplyKind, ServerReply};
+use memfleet_protocol::response::Status;
+
+use super::workload::{Op, Protocol, Workload};
 
 /// Longest reply line accepted before the stream is declared garbage.
 const MAX_LINE: usize = 4096;
 /// Largest value a reply may announce; beyond it the length field is garbage.
-const MAX_VALUE: u64 = 64 << 20;
+const MAX_VALUE: usize = 64 << 20;
 /// What a well-formed reply said.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Reply {
@@ -70,7 +73,9 @@ fn line(buf: &[u8]) -> Result<Option<&[u8]>, String> {
     }
 }
 
-/// Parses the reply to `op` at the start of `buf`, in the workload's protocol.
+/// Parses the reply to `op` at the start of `buf`, in the workload's protocol: its first
+/// line here (to tell a wrong reply, which keeps the stream, from garbage), the rest with
+/// the protocol crate's framing and decoder.
 pub fn parse_reply(buf: &[u8], op: Op, w: &Workload) -> Parsed {
     let first = match line(buf) {
         Ok(Some(l)) => l,
@@ -87,17 +92,25 @@ pub fn parse_reply(buf: &[u8], op: Op, w: &Workload) -> Parsed {
         w.push_key_bytes(n, &mut k);
         String::from_utf8_lossy(&k).into_owned()
     };
+    let status = || match reply::decode(&buf[..line_len], ReplyKind::Line) {
+        Ok(ServerReply::Status(s)) => Some(s),
+        _ => None,
+    };
+    let meta = || match reply::decode(&buf[..line_len], ReplyKind::Meta) {
+        Ok(ServerReply::Meta(m)) if m.data.is_none() => Some(m.code),
+        _ => None,
+    };
     match (w.protocol(), op) {
-        (Protocol::Text, Op::Set(n)) => match first {
-            b"STORED" => reply(Reply::Stored),
+        (Protocol::Text, Op::Set(n)) => match status() {
+            Some(Status::Stored) => reply(Reply::Stored),
             _ => reply(Reply::Wrong(
                 "set: reply is not STORED",
                 format!("set {} -> {}", key(n), show(first)),
             )),
         },
-        (Protocol::Text, Op::Delete(n)) => match first {
-            b"DELETED" => reply(Reply::Deleted),
-            b"NOT_FOUND" => reply(Reply::NotFound),
+        (Protocol::Text, Op::Delete(n)) => match status() {
+            Some(Status::Deleted) => reply(Reply::Deleted),
+            Some(Status::NotFound) => reply(Reply::NotFound),
             _ => reply(Reply::Wrong(
                 "delete: reply is not DELETED or NOT_FOUND",
                 format!("delete {} -> {}", key(n), show(first)),
@@ -107,24 +120,24 @@ pub fn parse_reply(buf: &[u8], op: Op, w: &Workload) -> Parsed {
             if first == b"END" {
                 return reply(Reply::Miss);
             }
-            let Some(header) = first.strip_prefix(b"VALUE ") else {
+            if !first.starts_with(b"VALUE ") {
                 return reply(Reply::Wrong(
                     "get: unexpected reply line",
                     format!("get {} -> {}", key(n), show(first)),
                 ));
-            };
-            parse_value(buf, header, line_len, n, w)
+            }
+            check_value(buf, ReplyKind::Retrieval, n, w)
         }
-        (Protocol::Meta, Op::Set(n)) => match first {
-            b"HD" => reply(Reply::Stored),
+        (Protocol::Meta, Op::Set(n)) => match meta() {
+            Some(MetaCode::Hd) => reply(Reply::Stored),
             _ => reply(Reply::Wrong(
                 "ms: reply is not HD",
                 format!("ms {} -> {}", key(n), show(first)),
             )),
         },
-        (Protocol::Meta, Op::Delete(n)) => match first {
-            b"HD" => reply(Reply::Deleted),
-            b"NF" => reply(Reply::NotFound),
+        (Protocol::Meta, Op::Delete(n)) => match meta() {
+            Some(MetaCode::Hd) => reply(Reply::Deleted),
+            Some(MetaCode::Nf) => reply(Reply::NotFound),
             _ => reply(Reply::Wrong(
                 "md: reply is not HD or NF",
                 format!("md {} -> {}", key(n), show(first)),
@@ -133,126 +146,78 @@ pub fn parse_reply(buf: &[u8], op: Op, w: &Workload) -> Parsed {
         (Protocol::Meta, Op::Get(n)) => {
             // A miss echoes the requested return flags (`EN k<key>`) in memcached and
             // memfleet alike; the key is not checked: a miss is a miss.
-            if first == b"EN" || first.starts_with(b"EN ") {
+            if meta() == Some(MetaCode::En) {
                 return reply(Reply::Miss);
             }
-            let Some(header) = first.strip_prefix(b"VA ") else {
+            if !first.starts_with(b"VA ") {
                 return reply(Reply::Wrong(
                     "mg: unexpected reply line",
                     format!("mg {} -> {}", key(n), show(first)),
                 ));
-            };
-            parse_meta_value(buf, header, line_len, n, w)
+            }
+            check_value(buf, ReplyKind::Meta, n, w)
         }
     }
 }
 
-/// The data block of a hit: `Incomplete` until `<bytes>\r\n<trailer>` is in, then the
-/// consumed length, or a desync if the block is not framed as announced.
-fn data_block<'b>(
-    buf: &'b [u8],
-    line_len: usize,
-    bytes: u64,
-    trailer: &[u8],
-    n: u64,
-) -> Result<(&'b [u8], usize), Parsed> {
-    let data_end = line_len + bytes as usize;
-    let total = data_end + 2 + trailer.len();
-    if buf.len() < total {
-        return Err(Parsed::Incomplete);
-    }
-    if &buf[data_end..data_end + 2] != b"\r\n" || &buf[data_end + 2..total] != trailer {
-        return Err(Parsed::Desync(format!(
-            "value of get key {n} not followed by \\r\\n{}: {}",
-            show(trailer).trim_end_matches("\\r\\n"),
-            show(&buf[data_end..total])
-        )));
-    }
-    Ok((&buf[line_len..data_end], total))
-}
-
-fn parse_value(buf: &[u8], header: &[u8], line_len: usize, n: u64, w: &Workload) -> Parsed {
-    let fields: Vec<&[u8]> = header.split(|&b| b == b' ').collect();
-    let (key, flags, bytes) = match fields[..] {
-        [key, flags, bytes] | [key, flags, bytes, _] => (key, flags, bytes),
-        _ => return Parsed::Desync(format!("malformed VALUE line: VALUE {}", show(header))),
+/// A hit for key `n` at the start of `buf` (`VALUE ... END` or a meta `VA`, asked with `k f
+/// v`): it must be key `n`'s (`k` must echo it), with flags 0 and exactly its value.
+fn check_value(buf: &[u8], kind: ReplyKind, n: u64, w: &Workload) -> Parsed {
+    let consumed = match reply::frame(buf, kind, MAX_VALUE) {
+        Ok(Frame::Complete(len)) => len,
+        Ok(Frame::Incomplete) => return Parsed::Incomplete,
+        Err(e) => return Parsed::Desync(format!("get key {n}: {e}: {}", show(buf))),
     };
-    let Some(bytes) = parse_u64(bytes).filter(|&b| b <= MAX_VALUE) else {
-        return Parsed::Desync(format!("bad length in VALUE line: VALUE {}", show(header)));
-    };
-    let (data, total) = match data_block(buf, line_len, bytes, b"END\r\n", n) {
-        Ok(d) => d,
-        Err(p) => return p,
-    };
+    let header = || show(buf.split(|&b| b == b'\r').next().unwrap_or(buf));
     let wrong = |kind, detail| Parsed::Reply {
-        consumed: total,
+        consumed,
         reply: Reply::Wrong(kind, detail),
     };
-    if !w.key_matches(n, key) {
-        return wrong(
-            "get: reply for another key",
-            format!("get key {n} -> VALUE {}", show(header)),
-        );
-    }
-    if flags != b"0" {
-        return wrong(
-            "get: wrong flags",
-            format!("get key {n} -> VALUE {}", show(header)),
-        );
-    }
-    if data != w.value(n) {
-        return wrong("get: wrong value", format!("get key {n} -> {}", show(data)));
-    }
-    Parsed::Reply {
-        consumed: total,
-        reply: Reply::Hit,
-    }
-}
-
-/// A meta hit, `VA <bytes> <flags>*` (asked with `k f v`): the `k` flag must echo the
-/// key, `f` must be 0, and the data must be the key's value.
-fn parse_meta_value(buf: &[u8], header: &[u8], line_len: usize, n: u64, w: &Workload) -> Parsed {
-    let mut fields = header.split(|&b| b == b' ').filter(|f| !f.is_empty());
-    let Some(bytes) = fields
-        .next()
-        .and_then(parse_u64)
-        .filter(|&b| b <= MAX_VALUE)
-    else {
-        return Parsed::Desync(format!("bad length in VA line: VA {}", show(header)));
-    };
-    let (data, total) = match data_block(buf, line_len, bytes, b"", n) {
-        Ok(d) => d,
-        Err(p) => return p,
-    };
-    let wrong = |kind, detail| Parsed::Reply {
-        consumed: total,
-        reply: Reply::Wrong(kind, detail),
-    };
-    let (mut key, mut flags) = (None, None);
-    for f in fields {
-        match f[0] {
-            b'k' => key = Some(&f[1..]),
-            b'f' => flags = Some(&f[1..]),
-            _ => {}
+    let (verb, key, flags, data) = match reply::decode(&buf[..consumed], kind) {
+        Ok(ServerReply::Values(v)) if v.len() == 1 => {
+            ("get", Some(v[0].key), Some(v[0].flags), v[0].data)
         }
-    }
+        Ok(ServerReply::Meta(m)) if m.code == MetaCode::Va => (
+            "mg",
+            m.flag(b'k'),
+            m.flag_number::<u32>(b'f'),
+            m.data.unwrap_or_default(),
+        ),
+        Ok(_) => return wrong("get: not one value", format!("get key {n} -> {}", header())),
+        Err(e) => return Parsed::Desync(format!("get key {n}: {e}: {}", show(buf))),
+    };
     if !key.is_some_and(|k| w.key_matches(n, k)) {
         return wrong(
-            "mg: reply for another key",
-            format!("mg key {n} -> VA {}", show(header)),
+            if verb == "get" {
+                "get: reply for another key"
+            } else {
+                "mg: reply for another key"
+            },
+            format!("{verb} key {n} -> {}", header()),
         );
     }
-    if flags != Some(b"0".as_slice()) {
+    if flags != Some(0) {
         return wrong(
-            "mg: wrong flags",
-            format!("mg key {n} -> VA {}", show(header)),
+            if verb == "get" {
+                "get: wrong flags"
+            } else {
+                "mg: wrong flags"
+            },
+            format!("{verb} key {n} -> {}", header()),
         );
     }
     if data != w.value(n) {
-        return wrong("mg: wrong value", format!("mg key {n} -> {}", show(data)));
+        return wrong(
+            if verb == "get" {
+                "get: wrong value"
+            } else {
+                "mg: wrong value"
+            },
+            format!("{verb} key {n} -> {}", show(data)),
+        );
     }
     Parsed::Reply {
-        consumed: total,
+        consumed,
         reply: Reply::Hit,
     }
 }

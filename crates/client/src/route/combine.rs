@@ -9,21 +9,19 @@
 //! - anything else answers the worst reply.
 
 use super::{Reply, ReplyFuture};
+use memfleet_protocol::reply::{self, Verdict};
 use memfleet_routing::WritePolicy;
 
 /// How bad a reply is, for answering the worst of several: a failure, then a server error,
 /// then a refusal (not found, not stored, exists), then success.
 pub(super) fn badness(reply: &Reply) -> u8 {
-    let Ok(r) = reply else {
-        return 4;
-    };
-    let starts = |p: &[&[u8]]| p.iter().any(|p| r.starts_with(p));
-    if starts(&[b"SERVER_ERROR", b"CLIENT_ERROR", b"ERROR"]) {
-        3
-    } else if starts(&[b"NOT_FOUND", b"NOT_STORED", b"EXISTS", b"NF", b"NS", b"EX"]) {
-        2
-    } else {
-        1
+    match reply {
+        Err(_) => 4,
+        Ok(r) => match reply::verdict(r) {
+            Verdict::Failed => 3,
+            Verdict::Refused => 2,
+            Verdict::Success => 1,
+        },
     }
 }
 

@@ -24,7 +24,8 @@ use warmup::warm_call;
 
 use crate::backend::BackendError;
 use crate::Pool;
-use memfleet_protocol::reply::ReplyKind;
+use memfleet_protocol::reply::{self, is_hit, ReplyKind, ServerReply};
+use memfleet_protocol::response;
 use memfleet_protocol::{Request, Store, StoreCommand};
 use memfleet_routing::{BroadcastMode, WritePolicy};
 use std::future::Future;
@@ -286,11 +287,6 @@ pub enum Route {
 /// A reply that is already there.
 fn ready(reply: Reply) -> ReplyFuture {
     Box::pin(std::future::ready(reply))
-}
-
-/// Whether a retrieval reply carries a value.
-fn is_hit(reply: &[u8]) -> bool {
-    reply.starts_with(b"VALUE ") || reply.starts_with(b"VA ")
 }
 
 /// A TTL no longer than `cap` seconds, in memcached's exptime convention (0 = never,
@@ -595,22 +591,21 @@ impl Route {
     }
 }
 
-/// A one-key retrieval reply with `key` in its `VALUE` (or `LVALUE`) line.
+/// A one-key retrieval reply with `key` in its `VALUE` (or `LVALUE`) line (anything else
+/// as it came).
 fn rekey(reply: Vec<u8>, key: &[u8]) -> Vec<u8> {
-    let skip = if reply.starts_with(b"VALUE ") {
-        6
-    } else if reply.starts_with(b"LVALUE ") {
-        7
-    } else {
+    let Ok(ServerReply::Values(values)) = reply::decode(&reply, ReplyKind::Retrieval) else {
         return reply;
     };
-    let Some(end) = reply[skip..].iter().position(|&b| b == b' ') else {
+    let [v] = values.as_slice() else {
         return reply;
     };
     let mut out = Vec::with_capacity(reply.len() + key.len());
-    out.extend_from_slice(&reply[..skip]);
-    out.extend_from_slice(key);
-    out.extend_from_slice(&reply[skip + end..]);
+    match v.lease {
+        Some(token) => response::lease_value(&mut out, key, token, v.flags, v.data),
+        None => response::value(&mut out, key, v.flags, v.data, v.cas),
+    }
+    response::end(&mut out);
     out
 }
 

@@ -1,7 +1,7 @@
 //! Cold-cluster warm-up (paper §4.3): a cold cluster's misses filled from a warm one.
 
-use super::{is_hit, Class, Ctx, Form, Op, ReplyFuture, Route, RouteCounters};
-use memfleet_protocol::reply::ReplyKind;
+use super::{Class, Ctx, Form, Op, ReplyFuture, Route, RouteCounters};
+use memfleet_protocol::reply::{self, is_hit, MetaCode, MetaReply, ReplyKind, ServerReply};
 use memfleet_protocol::StoreCommand;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -44,6 +44,19 @@ fn meta_flags(line: &[u8]) -> impl Iterator<Item = &[u8]> {
         .filter(|w| !w.is_empty())
 }
 
+/// A meta reply, decoded (none for anything else, an error line included).
+fn meta_reply(reply: &[u8]) -> Option<MetaReply<'_>> {
+    match reply::decode(reply, ReplyKind::Meta) {
+        Ok(ServerReply::Meta(m)) => Some(m),
+        _ => None,
+    }
+}
+
+/// Whether a meta reply is `HD`.
+fn is_hd(reply: &[u8]) -> bool {
+    meta_reply(reply).is_some_and(|m| m.code == MetaCode::Hd)
+}
+
 /// `md` through warm-up: memcached's meta delete has no hold-off, so the route follows it
 /// with `delete <key> <holdoff>` (which leaves the hold-off whether or not the key was
 /// there). Both go out at once, in order, unless the `md` is conditional (`C`) or keeps the
@@ -75,7 +88,7 @@ fn meta_delete(cold: &Arc<Route>, holdoff: u32, op: Op, ctx: Ctx) -> ReplyFuture
     let cold = cold.clone();
     Box::pin(async move {
         let reply = call.await?;
-        let deleted = reply.starts_with(b"HD");
+        let deleted = is_hd(&reply);
         // A kept (stale) item already refuses adds; a refused conditional deleted nothing.
         if deleted != keeps_item {
             let _ = cold.call(hold, ctx).await;
@@ -99,23 +112,23 @@ enum ColdAnswer {
 
 fn cold_answer(op: &Op, reply: &[u8]) -> ColdAnswer {
     match &op.form {
-        Form::Get { head } if head == b"lease-get" => {
-            // LVALUE <key> <token> <flags> <bytes>: token 1 is a hot miss.
-            let Some(line) = reply.strip_prefix(b"LVALUE ") else {
-                return ColdAnswer::Final;
-            };
-            let token = line
-                .split(|&b| matches!(b, b' ' | b'\r'))
-                .nth(1)
-                .and_then(|t| std::str::from_utf8(t).ok()?.parse::<u64>().ok());
-            match token {
-                Some(t) if t > 1 => ColdAnswer::Lease(t),
-                _ => ColdAnswer::Final,
-            }
-        }
-        Form::Get { .. } if reply == b"END\r\n" => ColdAnswer::Miss,
-        Form::Raw { .. } if reply.starts_with(b"EN") => ColdAnswer::Miss,
-        Form::Raw { .. } if meta_flags(reply).any(|w| w == b"W") => ColdAnswer::Won,
+        Form::Get { head } => match reply::decode(reply, ReplyKind::Retrieval) {
+            Ok(ServerReply::Values(values)) => match values.first() {
+                None => ColdAnswer::Miss,
+                // A lease-get miss that won (token 1 is a hot miss: another client fills).
+                Some(v) if head == b"lease-get" => match v.lease {
+                    Some(t) if t > 1 => ColdAnswer::Lease(t),
+                    _ => ColdAnswer::Final,
+                },
+                Some(_) => ColdAnswer::Final,
+            },
+            _ => ColdAnswer::Final,
+        },
+        Form::Raw { .. } => match meta_reply(reply) {
+            Some(m) if m.code == MetaCode::En => ColdAnswer::Miss,
+            Some(m) if m.flag(b'W').is_some_and(|t| t.is_empty()) => ColdAnswer::Won,
+            _ => ColdAnswer::Final,
+        },
         _ => ColdAnswer::Final,
     }
 }
@@ -214,46 +227,33 @@ async fn fill_won(
     let Ok(placeholder) = cold.call(ask, ctx).await else {
         return false;
     };
-    let Some(cas) = meta_flags(&placeholder).skip(1).find_map(|w| {
-        std::str::from_utf8(w.strip_prefix(b"c")?)
-            .ok()?
-            .parse::<u64>()
-            .ok()
-    }) else {
+    let Some(cas) = meta_reply(&placeholder).and_then(|m| m.flag_number::<u64>(b'c')) else {
         return false;
     };
     let mut tail = format!(" {} C{cas} F{flags} T{ttl}\r\n", data.len()).into_bytes();
     tail.extend_from_slice(data);
     tail.extend_from_slice(b"\r\n");
     let store = Op::raw(Class::Set, key, b"ms ", tail, ReplyKind::Meta);
-    matches!(cold.call(store, ctx).await, Ok(r) if r.starts_with(b"HD"))
+    matches!(cold.call(store, ctx).await, Ok(r) if is_hd(&r))
 }
 
 /// `VA <len> f<flags> t<ttl>\r\n<data>\r\n` into (flags, exptime for an add, data); a
 /// remaining TTL of -1 (none) is exptime 0; a stale value (`X`) is none.
 fn parse_mg_value(reply: &[u8]) -> Option<(u32, i64, Vec<u8>)> {
-    let nl = reply.iter().position(|&b| b == b'\n')?;
-    let line = reply[..nl].strip_suffix(b"\r")?;
-    let mut words = line.split(|&b| b == b' ');
-    if words.next()? != b"VA" {
+    let m = meta_reply(reply)?;
+    // Stale in warm (invalidated there): not a value to spread.
+    if m.code != MetaCode::Va || m.flag(b'X').is_some() {
         return None;
     }
-    let len: usize = std::str::from_utf8(words.next()?).ok()?.parse().ok()?;
-    let (mut flags, mut ttl) = (0u32, 0i64);
-    for w in words {
-        if w == b"X" {
-            // Stale in warm (invalidated there): not a value to spread.
-            return None;
-        }
-        let value = std::str::from_utf8(w.get(1..)?).ok()?;
-        match w.first()? {
-            b'f' => flags = value.parse().ok()?,
-            b't' => ttl = value.parse::<i64>().ok()?.max(0),
-            _ => {}
-        }
-    }
-    let data = reply.get(nl + 1..nl + 1 + len)?.to_vec();
-    Some((flags, ttl, data))
+    let flags = match m.flag(b'f') {
+        Some(_) => m.flag_number(b'f')?,
+        None => 0,
+    };
+    let ttl = match m.flag(b't') {
+        Some(_) => m.flag_number::<i64>(b't')?.max(0),
+        None => 0,
+    };
+    Some((flags, ttl, m.data?.to_vec()))
 }
 
 #[cfg(test)]

@@ -10,8 +10,16 @@
 //!
 //! Quiet meta requests (`q`) and `noreply` have no reply on success; a caller that needs
 //! to match replies to requests sends them without, and drops what it did not want.
+//!
+//! Once framed, [`decode`] says what a reply means (`decode.rs`).
 
 use crate::request::{GetKind, Request};
+
+mod decode;
+
+pub use decode::{
+    decode, is_hit, verdict, ErrorClass, MetaCode, MetaReply, ServerReply, ValueBlock, Verdict,
+};
 
 /// The shape of a reply.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
