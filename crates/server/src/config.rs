@@ -490,6 +490,24 @@ mod tests {
         };
         let err = Settings::resolve(&no_port).unwrap_err();
         assert!(format!("{err:#}").contains("needs --udp-port"), "{err:#}");
+        // The flag's spelling, and the TOML key.
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            server: ServerArgs,
+        }
+        let cli = <Cli as clap::Parser>::try_parse_from(["memfleet", "-U", "1", "--udp-writes"]);
+        assert!(Settings::resolve(&cli.unwrap().server).unwrap().udp_writes);
+        let dir = std::env::temp_dir().join(format!("memfleet-udp-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("server.toml");
+        std::fs::write(&path, "udp_port = 11311\nudp_writes = true\n").unwrap();
+        let file = ServerArgs {
+            config: Some(path),
+            ..ServerArgs::default()
+        };
+        assert!(Settings::resolve(&file).unwrap().udp_writes);
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
