@@ -173,6 +173,10 @@ pub async fn serve(ctx: Rc<WorkerContext>, socket: std::net::UdpSocket) -> std::
             },
             _ = shutdown.changed() => return Ok(()),
         };
+        if reply.capacity() > 2 * MAX_UDP_REPLY {
+            // A refused reply of one large value grew it: give that memory back.
+            reply = Vec::with_capacity(MAX_UDP_REPLY + 1024);
+        }
         reply.clear();
         let answered = {
             let mut handle = ctx.handle.borrow_mut();
