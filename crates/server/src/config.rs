@@ -66,6 +66,13 @@ pub struct ServerArgs {
     #[arg(short = 'U', long = "udp-port", env = "MEMFLEET_UDP_PORT")]
     pub udp_port: Option<u16>,
 
+    /// Serve every command over UDP, writes included, as memcached's -U does (set, delete,
+    /// incr, touch, meta commands, the binary protocol, several commands per datagram).
+    /// Anyone who can send a datagram, from any claimed source address, can then change the
+    /// cache: only on a trusted network. Needs --udp-port [default: off, UDP serves reads].
+    #[arg(long = "udp-writes", env = "MEMFLEET_UDP_WRITES")]
+    pub udp_writes: bool,
+
     /// Seconds a lease token is the only one for its key (`lease-get`, meta `mg N`/`R`):
     /// other misses meanwhile are hot misses, told to retry; after it the next miss gets a
     /// new token, so a client that died holding one blocks the key no longer [default: 10].
@@ -143,6 +150,7 @@ struct FileSettings {
     idle_timeout: Option<u64>,
     memory_file: Option<PathBuf>,
     udp_port: Option<u16>,
+    udp_writes: Option<bool>,
     lease_interval: Option<u32>,
     stale_after_delete: Option<u32>,
     admin_port: Option<u16>,
@@ -175,6 +183,8 @@ pub struct Settings {
     pub memory_file: Option<PathBuf>,
     /// UDP port for reads (`None`: off; `Some(0)`: any free port, for tests).
     pub udp_port: Option<u16>,
+    /// Every command over UDP, not just reads (`--udp-writes`).
+    pub udp_writes: bool,
     /// Lease interval, seconds (at least 1).
     pub lease_interval: u32,
     /// Seconds deleted values stay readable as stale (0: none).
@@ -201,6 +211,7 @@ impl Default for Settings {
             idle_timeout: None,
             memory_file: None,
             udp_port: None,
+            udp_writes: false,
             lease_interval: 10,
             stale_after_delete: 10,
             admin_port: None,
@@ -268,6 +279,10 @@ impl Settings {
         s.memory_file = args.memory_file.clone().or(file.memory_file);
         // memcached's -U 0 means off; tests ask for a free port by setting Some(0) directly.
         s.udp_port = args.udp_port.or(file.udp_port).filter(|p| *p != 0);
+        s.udp_writes = args.udp_writes || file.udp_writes.unwrap_or(false);
+        if s.udp_writes && s.udp_port.is_none() {
+            bail!("--udp-writes needs --udp-port: it opens writes on the UDP listener");
+        }
         if let Some(v) = args.lease_interval.or(file.lease_interval) {
             if v == 0 {
                 bail!("--lease-interval must be at least 1 second");
@@ -454,6 +469,44 @@ mod tests {
         std::fs::write(&path, "prot = 1\n").unwrap();
         let err = Settings::resolve(&args).unwrap_err();
         assert!(format!("{err:#}").contains("unknown field"), "{err:#}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn udp_writes_are_off_unless_asked_for_and_need_udp() {
+        let udp = ServerArgs {
+            udp_port: Some(11311),
+            ..ServerArgs::default()
+        };
+        assert!(!Settings::resolve(&udp).unwrap().udp_writes);
+        let writes = ServerArgs {
+            udp_writes: true,
+            ..udp
+        };
+        assert!(Settings::resolve(&writes).unwrap().udp_writes);
+        let no_port = ServerArgs {
+            udp_writes: true,
+            ..ServerArgs::default()
+        };
+        let err = Settings::resolve(&no_port).unwrap_err();
+        assert!(format!("{err:#}").contains("needs --udp-port"), "{err:#}");
+        // The flag's spelling, and the TOML key.
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            server: ServerArgs,
+        }
+        let cli = <Cli as clap::Parser>::try_parse_from(["memfleet", "-U", "1", "--udp-writes"]);
+        assert!(Settings::resolve(&cli.unwrap().server).unwrap().udp_writes);
+        let dir = std::env::temp_dir().join(format!("memfleet-udp-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("server.toml");
+        std::fs::write(&path, "udp_port = 11311\nudp_writes = true\n").unwrap();
+        let file = ServerArgs {
+            config: Some(path),
+            ..ServerArgs::default()
+        };
+        assert!(Settings::resolve(&file).unwrap().udp_writes);
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

@@ -141,7 +141,7 @@ counters! {
         lease_stale_hits,
         /// `lease-set`s refused: the token was voided by a delete or had been replaced.
         lease_sets_refused,
-        /// Reads served over UDP.
+        /// Requests run over UDP (datagrams answered; reads only unless `--udp-writes`).
         udp_requests,
         /// UDP replies refused as larger than one UDP message may be.
         udp_too_large,

@@ -1,5 +1,6 @@
-//! memcached's UDP transport, for reads only (Facebook §3.1: gets over UDP skip connection
-//! state and cut latency; sets and deletes stay on TCP). Off unless `--udp-port` is given.
+//! memcached's UDP transport. Off unless `--udp-port` is given; then reads only (Facebook
+//! §3.1: gets over UDP skip connection state and cut latency; sets and deletes stay on TCP),
+//! or, with `--udp-writes`, every command memcached serves over UDP.
 //!
 //! Framing, as memcached's: every datagram starts with 8 bytes, big-endian
 //!
@@ -7,17 +8,23 @@
 //! 0-1 request id   2-3 sequence number   4-5 datagrams in this message   6-7 reserved (0)
 //! ```
 //!
-//! A request must fit one datagram (sequence 0 of 1) and hold exactly one `get`, `gets` or
-//! `mg` (without `N`, `R`, `T` or `E`: nothing sent over UDP changes the cache, not even a
-//! lease token); anything else is answered with an error line (or dropped when the header
-//! itself is unusable). A reply is cut into datagrams of at most 1,400 bytes, each with the
-//! request id, its sequence number and the count (`memfleet_protocol::udp`, which also
-//! reads the header).
+//! A request must fit one datagram (sequence 0 of 1). Reads only: it holds exactly one
+//! `get`, `gets` or `mg` (without `N`, `R`, `T` or `E`: nothing sent over UDP changes the
+//! cache, not even a lease token); anything else is answered with an error line (or dropped
+//! when the header itself is unusable). With `--udp-writes` the datagram is run like the
+//! start of a TCP connection (`connection::process`): text or binary by its first byte, any
+//! number of complete commands, `noreply` and quiet commands answered with nothing, as
+//! memcached does. Either way, all the replies to one datagram form one message, cut into
+//! datagrams of at most 1,400 bytes, each with the request id, its sequence number and the
+//! count (`memfleet_protocol::udp`, which also reads the header). memcached sends one
+//! message per reply instead (one per key of a multi-get), which a client cannot tell from
+//! a lost datagram; one message per request is what such a client reassembles anyway.
 //!
 //! **Amplification.** A UDP reply goes to whatever source address the request claims, and a
 //! 20-byte `get` can fetch a megabyte: in 2018 memcached servers open on UDP were used to
 //! flood victims with spoofed requests (up to 50,000x amplification). memfleet therefore
-//! keeps UDP off by default, listens on 127.0.0.1 unless told otherwise, serves only reads,
+//! keeps UDP off by default, listens on 127.0.0.1 unless told otherwise, serves only reads
+//! unless `--udp-writes` (a spoofed write changes the cache with no trace of who sent it),
 //! and refuses replies over [`MAX_UDP_REPLY`] bytes (a `SERVER_ERROR` instead). Enable UDP
 //! only on a network where source addresses cannot be spoofed (a private cluster network),
 //! never on an address reachable from the internet.
@@ -25,10 +32,11 @@
 //! Each worker thread has its own UDP socket on the shared port (SO_REUSEPORT), receives
 //! on it and replies from it, with the worker's engine handle and counters.
 
+use crate::connection::{process, Flow, ParseState};
 use crate::execute::{Executor, Next};
 use crate::worker::WorkerContext;
 use memfleet_protocol::udp::{fragment, Header};
-use memfleet_protocol::{parse, GetKind, Request};
+use memfleet_protocol::{binary, parse, GetKind, Request};
 use socket2::{Domain, Protocol, Socket, Type};
 use std::net::SocketAddr;
 use std::rc::Rc;
@@ -38,8 +46,12 @@ pub const MAX_UDP_REPLY: usize = 64 * 1024;
 /// The largest datagram read (anything longer is cut by the kernel and refused).
 const MAX_REQUEST: usize = 64 * 1024;
 
-const NOT_A_READ: &[u8] = b"CLIENT_ERROR UDP serves only get, gets and mg\r\n";
+const NOT_A_READ: &[u8] =
+    b"CLIENT_ERROR UDP serves only get, gets and mg (writes need --udp-writes)\r\n";
 const NOT_ONE_REQUEST: &[u8] = b"CLIENT_ERROR a UDP request must be one complete command\r\n";
+const BINARY: &[u8] = b"CLIENT_ERROR UDP serves the binary protocol only with --udp-writes\r\n";
+/// A datagram whose last command is cut short (memcached drops it without a word).
+const INCOMPLETE: &[u8] = b"CLIENT_ERROR a UDP request must end with a complete command\r\n";
 /// memcached's words for a request spread over several datagrams.
 const MULTI_PACKET: &[u8] = b"SERVER_ERROR multi-packet request not supported\r\n";
 const NO_SIDE_EFFECTS: &[u8] = b"CLIENT_ERROR UDP mg takes no N, R, T or E flag\r\n";
@@ -56,13 +68,22 @@ pub fn bind(addr: SocketAddr) -> std::io::Result<std::net::UdpSocket> {
 }
 
 /// Runs the request in one datagram and returns the reply payload in `reply` (without
-/// framing). `false`: drop the datagram without answering.
-pub fn answer(exec: &mut Executor<'_>, datagram: &[u8], reply: &mut Vec<u8>) -> bool {
+/// framing); `writes`: every command, not just reads. `false`: drop the datagram without
+/// answering.
+pub fn answer(exec: &mut Executor<'_>, datagram: &[u8], reply: &mut Vec<u8>, writes: bool) -> bool {
     let Some((header, payload)) = Header::parse(datagram) else {
         return false;
     };
     if !header.is_single() {
         reply.extend_from_slice(MULTI_PACKET);
+        return true;
+    }
+    if writes {
+        run_all(exec, payload, reply);
+        return true;
+    }
+    if payload.first().is_some_and(|&b| binary::is_binary(b)) {
+        reply.extend_from_slice(BINARY);
         return true;
     }
     let config = &exec.shared.parser;
@@ -103,10 +124,38 @@ pub fn answer(exec: &mut Executor<'_>, datagram: &[u8], reply: &mut Vec<u8>) -> 
     true
 }
 
+/// Runs every command in `payload` as a TCP connection would run its first bytes; the
+/// replies, at most [`MAX_UDP_REPLY`] bytes of them, go to `reply`.
+fn run_all(exec: &mut Executor<'_>, payload: &[u8], reply: &mut Vec<u8>) {
+    exec.counters.udp_requests.incr();
+    let shared = exec.shared;
+    let mut state = ParseState::default();
+    let (used, flow) = process(
+        exec,
+        &shared.parser,
+        payload,
+        &mut state,
+        reply,
+        MAX_UDP_REPLY,
+    );
+    match flow {
+        // What ran has run; the rest of the replies cannot be sent.
+        Flow::OutputFull if used < payload.len() || reply.len() > MAX_UDP_REPLY => {
+            exec.counters.udp_too_large.incr();
+            reply.clear();
+            reply.extend_from_slice(TOO_LARGE);
+        }
+        // The rest of a command will not come: a datagram is the whole request.
+        Flow::NeedInput if used < payload.len() => reply.extend_from_slice(INCOMPLETE),
+        Flow::NeedInput | Flow::OutputFull | Flow::Close => {}
+    }
+}
+
 /// Serves datagrams on `socket` until shutdown.
 pub async fn serve(ctx: Rc<WorkerContext>, socket: std::net::UdpSocket) -> std::io::Result<()> {
     let socket = tokio::net::UdpSocket::from_std(socket)?;
     let mut shutdown = ctx.shared.shutdown.clone();
+    let writes = ctx.shared.settings.udp_writes;
     let mut datagram = vec![0u8; MAX_REQUEST];
     let mut reply = Vec::with_capacity(MAX_UDP_REPLY + 1024);
     let mut framed = Vec::with_capacity(MAX_UDP_REPLY * 2);
@@ -124,6 +173,10 @@ pub async fn serve(ctx: Rc<WorkerContext>, socket: std::net::UdpSocket) -> std::
             },
             _ = shutdown.changed() => return Ok(()),
         };
+        if reply.capacity() > 2 * MAX_UDP_REPLY {
+            // A refused reply of one large value grew it: give that memory back.
+            reply = Vec::with_capacity(MAX_UDP_REPLY + 1024);
+        }
         reply.clear();
         let answered = {
             let mut handle = ctx.handle.borrow_mut();
@@ -131,11 +184,11 @@ pub async fn serve(ctx: Rc<WorkerContext>, socket: std::net::UdpSocket) -> std::
                 handle: &mut handle,
                 counters: &ctx.counters,
                 shared: &ctx.shared,
-                read_only: true,
+                read_only: !writes,
             };
-            answer(&mut exec, &datagram[..n], &mut reply)
+            answer(&mut exec, &datagram[..n], &mut reply, writes)
         };
-        // Nothing to say (a quiet mg miss): send nothing, as memcached does.
+        // Nothing to say (a quiet mg miss, a noreply write): send nothing, as memcached does.
         if !answered || reply.is_empty() {
             continue;
         }
