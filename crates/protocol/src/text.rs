@@ -20,9 +20,9 @@ pub(crate) fn parse_line<'a>(buf: &'a [u8], line: &Line<'a>, cfg: &ParserConfig)
     let t = Tokenized::new(line.text);
     let consumed = line.consumed;
     let unknown = || Err(reject(ErrorKind::UnknownCommand, consumed, false));
-    // memcached: no command is shorter than two bytes.
+    // memcached 1.6.45: a blank line, or a command shorter than two bytes, is a format error.
     if t.n == 0 || t.get(0).len() < 2 {
-        return unknown();
+        return Err(reject(ErrorKind::BadCommandLineFormat, consumed, false));
     }
     let cmd = t.get(0);
     let n = t.n;
@@ -160,42 +160,79 @@ fn store<'a>(
     command: StoreCommand,
     cfg: &ParserConfig,
 ) -> Parsed<'a> {
+    if command == StoreCommand::LeaseSet {
+        return lease_set(buf, line, t, cfg);
+    }
     let consumed = line.consumed;
-    // Token positions: `lease-set` puts its token before the flags, `cas` its unique last.
-    let (base, fields) = match command {
-        StoreCommand::Cas => (6, 2),
-        StoreCommand::LeaseSet => (6, 3),
-        _ => (5, 2),
+    // memcached 1.6.45: at least `<cmd> <key> <flags> <exptime> <bytes>`, more tokens are
+    // ignored (`noreply` is whatever comes last). Until the length is known nothing can be
+    // swallowed; after it every error swallows the data block, honouring noreply.
+    let early = || Err(reject(ErrorKind::BadCommandLineFormat, consumed, false));
+    if t.n < 5 {
+        return early();
+    }
+    let Some(len) = safe_strtol(t.get(4)).and_then(value_len) else {
+        return early();
     };
-    if t.n != base && t.n != base + 1 {
+    let noreply = t.noreply();
+    let swallow = |kind| Err(reject(kind, consumed + len + 2, noreply));
+    let key = t.get(1);
+    if key_too_long(key) {
+        return swallow(ErrorKind::BadCommandLineFormat);
+    }
+    let (Some(flags), Some(exptime)) = (safe_strtoul(t.get(2)), safe_strtol(t.get(3))) else {
+        return swallow(ErrorKind::BadCommandLineFormat);
+    };
+    let mut cas = 0;
+    if command == StoreCommand::Cas {
+        match safe_strtoull(t.get(5)) {
+            Some(v) => cas = v,
+            None => return swallow(ErrorKind::BadCommandLineFormat),
+        }
+    }
+    if !cfg.fits(key.len(), flags, len) {
+        return swallow(ErrorKind::TooLarge);
+    }
+    let (data, total) = data_block(buf, consumed, len, noreply)?;
+    Ok((
+        Request::Store(Store {
+            command,
+            key,
+            flags,
+            exptime: i64::from(exptime),
+            cas,
+            noreply,
+            data,
+        }),
+        total,
+    ))
+}
+
+/// mcrouter's `lease-set <key> <token> <flags> <exptime> <bytes> [noreply]`.
+fn lease_set<'a>(
+    buf: &'a [u8],
+    line: &Line<'a>,
+    t: &Tokenized<'a>,
+    cfg: &ParserConfig,
+) -> Parsed<'a> {
+    let consumed = line.consumed;
+    if t.n != 6 && t.n != 7 {
         return Err(reject(ErrorKind::UnknownCommand, consumed, false));
     }
-    // From here on memcached honours noreply, errors included.
     let noreply = t.noreply();
     let bad = || Err(reject(ErrorKind::BadCommandLineFormat, consumed, noreply));
     let key = t.get(1);
     if key_too_long(key) {
         return bad();
     }
-    let (Some(flags), Some(exptime), Some(len)) = (
-        safe_strtoul(t.get(fields)),
-        safe_strtol(t.get(fields + 1)),
-        safe_strtol(t.get(fields + 2)),
+    let (Some(cas), Some(flags), Some(exptime), Some(len)) = (
+        safe_strtoull(t.get(2)),
+        safe_strtoul(t.get(3)),
+        safe_strtol(t.get(4)),
+        safe_strtol(t.get(5)),
     ) else {
         return bad();
     };
-    let mut cas = 0;
-    let cas_at = match command {
-        StoreCommand::Cas => Some(5),
-        StoreCommand::LeaseSet => Some(2),
-        _ => None,
-    };
-    if let Some(at) = cas_at {
-        match safe_strtoull(t.get(at)) {
-            Some(v) => cas = v,
-            None => return bad(),
-        }
-    }
     let Some(len) = value_len(len) else {
         return bad();
     };
@@ -203,13 +240,12 @@ fn store<'a>(
         return Err(reject(ErrorKind::TooLarge, consumed + len + 2, noreply));
     }
     let (data, total) = data_block(buf, consumed, len, noreply)?;
-    let exptime = i64::from(exptime);
     Ok((
         Request::Store(Store {
-            command,
+            command: StoreCommand::LeaseSet,
             key,
             flags,
-            exptime,
+            exptime: i64::from(exptime),
             cas,
             noreply,
             data,

@@ -78,6 +78,9 @@ pub struct LeaseRead {
     /// Only look: never hand out a token or create a placeholder (reads over UDP, whose
     /// source address may be forged, must not take a key's lease from its real readers).
     pub read_only: bool,
+    /// Leave the item's access state alone: no fetched mark, last-access time or frequency
+    /// count (meta `u`).
+    pub no_update: bool,
 }
 
 /// What a lease read found.
@@ -166,7 +169,7 @@ impl Handle {
         }
         loop {
             let now = self.shared.clock.now();
-            let act = match self.find(key, h, now, true) {
+            let act = match self.find(key, h, now, !ask.no_update) {
                 None => match ask.vivify.and_then(|e| self.shared.clock.deadline(e, now)) {
                     Some(deadline) if mine.is_none() && !ask.read_only => Act::Create(deadline),
                     _ => return Ok(f(LeaseOutcome::Miss)),

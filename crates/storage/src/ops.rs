@@ -244,6 +244,8 @@ impl Handle {
             }
         }
         shared.headers[written.seg as usize].add_live(written.len);
+        // A write is an access: meta `l` (last access) counts from it, as memcached's does.
+        chain.touch(shared.clock.now());
         if bump_cas {
             chain.bump_cas();
         }
