@@ -42,7 +42,8 @@ pub(crate) fn parse_meta<'a>(
         _ => return fail(ErrorKind::UnknownCommand),
     }
     if t.n < 2 {
-        return fail(ErrorKind::UnknownCommand);
+        // memcached 1.6.45 (1.6.18 said `ERROR`).
+        return fail(ErrorKind::BadCommandLineFormat);
     }
     let raw_key = t.get(1);
     if raw_key.len() > MAX_KEY_LEN {

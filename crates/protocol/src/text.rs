@@ -20,9 +20,15 @@ pub(crate) fn parse_line<'a>(buf: &'a [u8], line: &Line<'a>, cfg: &ParserConfig)
     let t = Tokenized::new(line.text);
     let consumed = line.consumed;
     let unknown = || Err(reject(ErrorKind::UnknownCommand, consumed, false));
-    // memcached 1.6.45: a blank line, or a command shorter than two bytes, is a format error.
+    // memcached 1.6.45: a line shorter than two bytes (before the line ending, NULs
+    // included) is a format error; a longer one without a two-byte command is unknown.
     if t.n == 0 || t.get(0).len() < 2 {
-        return Err(reject(ErrorKind::BadCommandLineFormat, consumed, false));
+        let raw_len = consumed
+            .saturating_sub(1 + usize::from(buf.get(consumed.wrapping_sub(2)) == Some(&b'\r')));
+        if raw_len < 2 {
+            return Err(reject(ErrorKind::BadCommandLineFormat, consumed, false));
+        }
+        return unknown();
     }
     let cmd = t.get(0);
     let n = t.n;
