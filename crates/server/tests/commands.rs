@@ -191,9 +191,11 @@ fn small_commands_and_errors() {
         "set k 0 0 nan\r\n",
         "CLIENT_ERROR bad command line format\r\n",
     );
+    // The rest of the line ("c") is then read as a command: under two bytes, a format
+    // error in memcached 1.6.45.
     c.check(
         "set k 0 0 1\r\nabc\r\n",
-        "CLIENT_ERROR bad data chunk\r\nERROR\r\n",
+        "CLIENT_ERROR bad data chunk\r\nCLIENT_ERROR bad command line format\r\n",
     );
     let long_key = "k".repeat(251);
     c.check(
