@@ -23,6 +23,7 @@ pub struct MetaFlags<'a> {
     recache_ttl: i32,
     client_flags: u32,
     compare_cas: u64,
+    new_cas: u64,
     delta: u64,
     initial: u64,
     mode: u8,
@@ -92,6 +93,10 @@ impl<'a> MetaFlags<'a> {
                 },
                 b'C' => match safe_strtoull(arg) {
                     Some(v) => f.compare_cas = v,
+                    None => fail(Some(ErrorKind::BadToken)),
+                },
+                b'E' => match safe_strtoull(arg) {
+                    Some(v) => f.new_cas = v,
                     None => fail(Some(ErrorKind::BadToken)),
                 },
                 b'M' => {
@@ -172,6 +177,11 @@ impl<'a> MetaFlags<'a> {
     /// `C`: CAS unique to compare.
     pub fn compare_cas(&self) -> Option<u64> {
         self.value(b'C', self.compare_cas)
+    }
+
+    /// `E`: the CAS unique the new item takes (memcached 1.6.45).
+    pub fn new_cas(&self) -> Option<u64> {
+        self.value(b'E', self.new_cas)
     }
 
     /// `D`: arithmetic delta (`ma`; memcached's default is 1).

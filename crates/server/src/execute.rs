@@ -225,6 +225,7 @@ impl Executor<'_> {
             see_deleted: true,
             read_only: false,
             no_update: false,
+            vivify_cas: None,
         };
         let done = self.handle.lease_read(key, ask, |found| match found {
             LeaseOutcome::Found { item, won } => {
@@ -280,6 +281,19 @@ impl Executor<'_> {
         flags: u32,
         exptime: i64,
     ) -> Result<StoreStatus, StoreError> {
+        self.store_as(mode, key, data, flags, exptime, None)
+    }
+
+    /// [`Executor::store`], the new item taking `new_cas` as its CAS unique (meta `E`).
+    fn store_as(
+        &mut self,
+        mode: StoreMode,
+        key: &[u8],
+        data: &[u8],
+        flags: u32,
+        exptime: i64,
+        new_cas: Option<u64>,
+    ) -> Result<StoreStatus, StoreError> {
         let c = self.counters;
         c.cmd_set.incr();
         if matches!(mode, StoreMode::Append | StoreMode::Prepend) {
@@ -295,9 +309,14 @@ impl Executor<'_> {
                 return Ok(StoreStatus::NotStored);
             }
         }
-        let result = self
-            .handle
-            .store(mode, key, data, flags, Expiry::from_memcached(exptime));
+        let result = self.handle.store_with_cas(
+            mode,
+            key,
+            data,
+            flags,
+            Expiry::from_memcached(exptime),
+            new_cas,
+        );
         let result = match (result, mode) {
             (Err(StoreError::TooLarge), StoreMode::Append | StoreMode::Prepend) => {
                 Ok(StoreStatus::NotStored)

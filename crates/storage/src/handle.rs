@@ -109,15 +109,19 @@ impl ItemRef<'_> {
     /// client's `mg ... c` then `ms ... C<cas>` is exactly a lease-set), else the bucket's
     /// (see [`client_cas`]).
     pub fn cas(&self) -> u64 {
-        self.header.lease.map_or(self.cas, |l| l.token)
+        match self.header.lease {
+            Some(l) => l.token,
+            None => self.header.explicit_cas.unwrap_or(self.cas),
+        }
     }
     /// Lease and hold-off marks ([`crate::MARK_STALE`] and friends).
     pub fn marks(&self) -> u8 {
         self.header.marks
     }
-    /// The bucket's CAS, ignoring a lease token.
+    /// The item's CAS ignoring a lease token: the one the client chose (meta `E`), else the
+    /// bucket's.
     pub(crate) fn bucket_cas(&self) -> u64 {
-        self.cas
+        self.header.explicit_cas.unwrap_or(self.cas)
     }
     /// The lease handed out for this key, if one is outstanding.
     pub fn lease(&self) -> Option<Lease> {

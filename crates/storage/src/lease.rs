@@ -81,6 +81,8 @@ pub struct LeaseRead {
     /// Leave the item's access state alone: no fetched mark, last-access time or frequency
     /// count (meta `u`).
     pub no_update: bool,
+    /// A placeholder this read creates takes this as its token, hence its CAS (meta `E`).
+    pub vivify_cas: Option<u64>,
 }
 
 /// What a lease read found.
@@ -190,7 +192,13 @@ impl Handle {
                     Act::Claim
                 }
             };
-            let lease = self.new_lease(now);
+            let lease = match (&act, ask.vivify_cas) {
+                (Act::Create(_), Some(cas)) => Lease {
+                    token: cas,
+                    issued: now,
+                },
+                _ => self.new_lease(now),
+            };
             mine = Some(lease.token);
             match act {
                 Act::Claim => {

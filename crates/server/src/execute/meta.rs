@@ -29,6 +29,7 @@ impl Executor<'_> {
             see_deleted: m.flags.has(b'N'),
             read_only: self.read_only,
             no_update: m.flags.has(b'u'),
+            vivify_cas: m.flags.new_cas(),
         };
         let c = self.counters;
         let now = self.handle.now();
@@ -116,7 +117,10 @@ impl Executor<'_> {
                 StoreCommand::Cas => StoreMode::Cas(compare.unwrap_or(0)),
                 StoreCommand::LeaseSet => unreachable!("ms has no lease-set mode"),
             };
-            match (self.store(mode, &key, m.data, flags, exptime), compare) {
+            match (
+                self.store_as(mode, &key, m.data, flags, exptime, m.flags.new_cas()),
+                compare,
+            ) {
                 // `I` with a CAS older than the item's: memcached keeps the value as stale.
                 (Ok(StoreStatus::Exists), Some(cas)) if m.flags.has(b'I') => self
                     .handle
@@ -222,7 +226,14 @@ impl Executor<'_> {
                 // Autovivify: create the counter with the initial value (`J`, default 0).
                 let initial = m.flags.initial().unwrap_or(0);
                 let text = initial.to_string();
-                match self.store(StoreMode::Add, &key, text.as_bytes(), 0, ttl) {
+                match self.store_as(
+                    StoreMode::Add,
+                    &key,
+                    text.as_bytes(),
+                    0,
+                    ttl,
+                    m.flags.new_cas(),
+                ) {
                     Ok(StoreStatus::Stored) => {
                         status = MetaStatus::Hd;
                         result = Ok(Some(initial));
