@@ -163,6 +163,10 @@ pub const NEWER_IN_1_6_45: &[(&str, &str)] = &[
     ("meta/ms-errors/029", "the same"),
     ("meta/ms-errors/030", "the same"),
     ("meta/semantics/020", "a `cas` without a valid unique swallows its value"),
+    ("meta/mg-errors/011", "`E<cas>` is a flag (a client-chosen CAS): a bare `E` is a bad token"),
+    ("meta/semantics/009", "`E<cas>` is a flag"),
+    ("meta/md-ma-errors/004", "`md ... x` empties the value and keeps the item"),
+    ("meta/semantics/011", "`ms` append or prepend with `N` creates a missing item"),
 ];
 
 /// Cases that run but are not compared yet, because memfleet does not implement the

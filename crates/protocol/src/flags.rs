@@ -86,7 +86,7 @@ impl<'a> MetaFlags<'a> {
                 },
                 b'O' => f.opaque = arg,
                 b'l' | b'P' | b'L' | b'k' | b's' | b't' | b'c' | b'f' | b'v' | b'h' | b'u'
-                | b'q' | b'I' => {}
+                | b'q' | b'I' | b'x' => {}
                 b'F' => match safe_strtoul(arg) {
                     Some(v) => f.client_flags = v,
                     None => fail(None),

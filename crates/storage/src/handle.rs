@@ -123,6 +123,10 @@ impl ItemRef<'_> {
     pub(crate) fn bucket_cas(&self) -> u64 {
         self.header.explicit_cas.unwrap_or(self.cas)
     }
+    /// The CAS unique a client chose for this item (meta `E`), if one did.
+    pub(crate) fn explicit_cas(&self) -> Option<u64> {
+        self.header.explicit_cas
+    }
     /// The lease handed out for this key, if one is outstanding.
     pub fn lease(&self) -> Option<Lease> {
         self.header.lease

@@ -40,7 +40,10 @@ impl Executor<'_> {
             if won {
                 c.lease_grants.incr();
             }
-            let value = m.flags.has(b'v');
+            // memcached 1.6.45: `C<cas>` equal to the item's withholds the value (the client
+            // already has it).
+            let unchanged = m.flags.compare_cas() == Some(item.cas());
+            let value = m.flags.has(b'v') && !unchanged;
             let status = if value {
                 MetaStatus::Va(item.value().len())
             } else {
@@ -132,6 +135,15 @@ impl Executor<'_> {
                 (result, _) => result,
             }
         };
+        let concat = matches!(command, StoreCommand::Append | StoreCommand::Prepend);
+        let result = match (result, m.flags.vivify_ttl()) {
+            // memcached 1.6.45: `N` on an append or prepend to a missing key stores the data
+            // as a new item with that TTL.
+            (Ok(StoreStatus::NotStored), Some(ttl)) if concat && compare.is_none() => {
+                self.store_as(StoreMode::Add, &key, m.data, flags, ttl, m.flags.new_cas())
+            }
+            (result, _) => result,
+        };
         let status = match result {
             Ok(StoreStatus::Stored) => MetaStatus::Hd,
             Ok(StoreStatus::NotStored) => MetaStatus::Ns,
@@ -146,12 +158,18 @@ impl Executor<'_> {
             return;
         }
         // memcached answers `c` with the new CAS, or `c0` when nothing was stored.
+        // memcached answers `c` with the new CAS, or `c0` when nothing was stored, and `s`
+        // with the stored item's size (after an append, the whole value's).
+        let stored = match status {
+            MetaStatus::Hd => self.handle.peek(&key).map(|i| (i.cas(), i.value().len())),
+            _ => None,
+        };
         let cas = match status {
-            MetaStatus::Hd => self.handle.peek(&key).map(|i| i.cas()),
+            MetaStatus::Hd => stored.map(|(cas, _)| cas),
             _ => Some(0),
         };
         let mut w = MetaWriter::new(out, status);
-        let size = Some(m.data.len() as u64);
+        let size = Some(stored.map_or(m.data.len(), |(_, len)| len) as u64);
         write_flags(&mut w, m.flags, &key, m.key.is_base64(), cas, None, size);
         w.finish();
     }
@@ -168,12 +186,15 @@ impl Executor<'_> {
                 self.counters.delete_misses.incr();
                 MetaStatus::Nf
             }
+        } else if m.flags.has(b'x') && !self.empty_value(&key) {
+            MetaStatus::Nf
         } else if m.flags.has(b'I') {
             // Invalidate: keep the value as stale (memcached's md I, with T a new TTL).
-            match self
-                .handle
-                .invalidate(&key, ttl.map(Expiry::from_memcached))
-            {
+            match self.handle.invalidate_as(
+                &key,
+                ttl.map(Expiry::from_memcached),
+                m.flags.new_cas(),
+            ) {
                 Ok(true) => MetaStatus::Hd,
                 Ok(false) => MetaStatus::Nf,
                 Err(e) => {
@@ -181,7 +202,7 @@ impl Executor<'_> {
                     return;
                 }
             }
-        } else if let Some(secs) = ttl.filter(|t| *t > 0) {
+        } else if let Some(secs) = ttl.filter(|t| *t > 0 && !m.flags.has(b'x')) {
             // T without I: memfleet's meta form of `delete <key> <seconds>` (a hold-off).
             match self.delete_holding_off(&key, u32::try_from(secs).unwrap_or(u32::MAX)) {
                 Ok(true) => MetaStatus::Hd,
@@ -191,7 +212,7 @@ impl Executor<'_> {
                     return;
                 }
             }
-        } else if self.delete(&key) {
+        } else if m.flags.has(b'x') || self.delete(&key) {
             MetaStatus::Hd
         } else {
             MetaStatus::Nf
@@ -265,6 +286,9 @@ impl Executor<'_> {
             if let Some(ttl) = m.flags.ttl() {
                 let _ = self.handle.touch(&key, Expiry::from_memcached(ttl));
             }
+            if let Some(cas) = m.flags.new_cas() {
+                self.set_cas(&key, cas);
+            }
         }
         let item = if status == MetaStatus::Hd {
             self.handle.peek(&key)
@@ -315,6 +339,39 @@ impl Executor<'_> {
             size: item.stored_len() as u64,
         };
         response::meta_debug(out, &bytes, key.is_base64(), &d);
+    }
+
+    /// Gives the key's value the CAS unique `cas` (meta `ma ... E<cas>`) by rewriting it
+    /// with the same value, flags and expiry. Not atomic with the arithmetic before it: a
+    /// write in between takes the CAS instead.
+    fn set_cas(&mut self, key: &[u8], cas: u64) {
+        let now = self.handle.now();
+        let Some((value, flags, expiry)) = self.handle.peek_value(key).map(|item| {
+            let expiry = item
+                .ttl_remaining(now)
+                .map_or(Expiry::Never, |left| Expiry::After(left.max(1)));
+            (item.value().to_vec(), item.flags(), expiry)
+        }) else {
+            return;
+        };
+        let _ =
+            self.handle
+                .store_with_cas(StoreMode::Replace, key, &value, flags, expiry, Some(cas));
+    }
+
+    /// `md <key> x` (memcached 1.6.45): the item stays, its value emptied (and its client
+    /// flags zeroed), its expiry kept. False when there is no value.
+    fn empty_value(&mut self, key: &[u8]) -> bool {
+        let now = self.handle.now();
+        let Some(expiry) = self.handle.peek_value(key).map(|item| {
+            item.ttl_remaining(now)
+                .map_or(Expiry::Never, |left| Expiry::After(left.max(1)))
+        }) else {
+            return false;
+        };
+        self.handle
+            .store(StoreMode::Replace, key, b"", 0, expiry)
+            .is_ok_and(|s| s == StoreStatus::Stored)
     }
 
     /// Whether the key's current CAS is `expected` (true when there is nothing to compare).
