@@ -167,6 +167,14 @@ pub const NEWER_IN_1_6_45: &[(&str, &str)] = &[
     ("meta/semantics/009", "`E<cas>` is a flag"),
     ("meta/md-ma-errors/004", "`md ... x` empties the value and keeps the item"),
     ("meta/semantics/011", "`ms` append or prepend with `N` creates a missing item"),
+    ("text/retrieval-errors/001", "a command with too few tokens is a format error, not `ERROR`"),
+    ("text/retrieval-errors/013", "a command with too few tokens is a format error, not `ERROR`"),
+    ("text/retrieval-errors/015", "a command with too few tokens is a format error, not `ERROR`"),
+    ("text/retrieval-errors/016", "a command with too few tokens is a format error, not `ERROR`"),
+    ("text/delete-errors/008", "a command with too few tokens is a format error, not `ERROR`"),
+    ("text/arith-touch-errors/010", "a command with too few tokens is a format error, not `ERROR`"),
+    ("text/arith-touch-errors/016", "a command with too few tokens is a format error, not `ERROR`"),
+    ("text/other/010", "a command with too few tokens is a format error, not `ERROR`"),
 ];
 
 /// Cases that run but are not compared yet, because memfleet does not implement the

@@ -42,8 +42,19 @@ pub(crate) fn parse_line<'a>(buf: &'a [u8], line: &Line<'a>, cfg: &ParserConfig)
     match cmd[0] {
         b'm' if cmd.len() == 2 => crate::meta::parse_meta(buf, line, &t, cfg),
         b'g' => {
-            if n < 2 {
-                return unknown();
+            // memcached 1.6.45: a retrieval command without a key is a format error.
+            let min = if matches!(cmd, b"gat" | b"gats") {
+                3
+            } else {
+                2
+            };
+            if n < min {
+                return match cmd {
+                    b"get" | b"gets" | b"gat" | b"gats" => {
+                        Err(reject(ErrorKind::BadCommandLineFormat, consumed, false))
+                    }
+                    _ => unknown(),
+                };
             }
             match cmd {
                 b"get" => get(line, &t, GetKind::Get),
@@ -262,7 +273,11 @@ fn lease_set<'a>(
 
 fn delete<'a>(line: &Line<'a>, t: &Tokenized<'a>) -> Parsed<'a> {
     let consumed = line.consumed;
-    if !(2..=4).contains(&t.n) {
+    if t.n < 2 {
+        // memcached 1.6.45: too few tokens is a format error.
+        return Err(reject(ErrorKind::BadCommandLineFormat, consumed, false));
+    }
+    if t.n > 4 {
         return Err(reject(ErrorKind::UnknownCommand, consumed, false));
     }
     let mut noreply = false;
@@ -297,7 +312,11 @@ fn delete<'a>(line: &Line<'a>, t: &Tokenized<'a>) -> Parsed<'a> {
 
 fn arith<'a>(line: &Line<'a>, t: &Tokenized<'a>, op: ArithOp) -> Parsed<'a> {
     let consumed = line.consumed;
-    if t.n != 3 && t.n != 4 {
+    if t.n < 3 {
+        // memcached 1.6.45: too few tokens is a format error.
+        return Err(reject(ErrorKind::BadCommandLineFormat, consumed, false));
+    }
+    if t.n > 4 {
         return Err(reject(ErrorKind::UnknownCommand, consumed, false));
     }
     let noreply = t.noreply();
@@ -321,7 +340,11 @@ fn arith<'a>(line: &Line<'a>, t: &Tokenized<'a>, op: ArithOp) -> Parsed<'a> {
 
 fn touch<'a>(line: &Line<'a>, t: &Tokenized<'a>) -> Parsed<'a> {
     let consumed = line.consumed;
-    if t.n != 3 && t.n != 4 {
+    if t.n < 3 {
+        // memcached 1.6.45: too few tokens is a format error.
+        return Err(reject(ErrorKind::BadCommandLineFormat, consumed, false));
+    }
+    if t.n > 4 {
         return Err(reject(ErrorKind::UnknownCommand, consumed, false));
     }
     let noreply = t.noreply();
@@ -362,7 +385,11 @@ fn flush_all<'a>(line: &Line<'a>, t: &Tokenized<'a>) -> Parsed<'a> {
 
 fn verbosity<'a>(line: &Line<'a>, t: &Tokenized<'a>) -> Parsed<'a> {
     let consumed = line.consumed;
-    if t.n != 2 && t.n != 3 {
+    if t.n < 2 {
+        // memcached 1.6.45: too few tokens is a format error.
+        return Err(reject(ErrorKind::BadCommandLineFormat, consumed, false));
+    }
+    if t.n > 3 {
         return Err(reject(ErrorKind::UnknownCommand, consumed, false));
     }
     let noreply = t.noreply();
