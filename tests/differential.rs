@@ -175,6 +175,18 @@ pub const NEWER_IN_1_6_45: &[(&str, &str)] = &[
     ("text/arith-touch-errors/010", "a command with too few tokens is a format error, not `ERROR`"),
     ("text/arith-touch-errors/016", "a command with too few tokens is a format error, not `ERROR`"),
     ("text/other/010", "a command with too few tokens is a format error, not `ERROR`"),
+    ("meta/dispatch/013", "`me` with an undecodable base64 key is a miss"),
+    ("meta/dispatch/014", "the same"),
+    ("meta/mg-errors/014", "a flag byte of 127 or more is a format error"),
+    ("meta/mg-errors/015", "the same"),
+    ("meta/mg-errors/027", "`M` is checked only by `ms` and `ma`"),
+    ("meta/mg-errors/036", "no limit on the number of flags: the first bad one is reported"),
+    ("meta/ms-errors/018", "`M` is checked by its first character"),
+    ("meta/md-ma-errors/005", "`md` passes on the flag parser's message"),
+    ("meta/md-ma-errors/006", "the same"),
+    ("meta/md-ma-errors/008", "no limit on the number of flags"),
+    ("meta/md-ma-errors/014", "`M` is checked by its first character"),
+    ("meta/md-ma-errors/018", "no limit on the number of flags"),
 ];
 
 /// Cases that run but are not compared yet, because memfleet does not implement the

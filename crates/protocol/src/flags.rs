@@ -68,7 +68,11 @@ impl<'a> MetaFlags<'a> {
         for tok in Tokens::new(raw) {
             let letter = tok[0];
             let arg = &tok[1..];
-            if letter >= 127 || f.present & bit(letter) != 0 {
+            if letter >= 127 {
+                // memcached 1.6.45 (1.6.18 said "duplicate flag").
+                return Err(ErrorKind::BadCommandLineFormat);
+            }
+            if f.present & bit(letter) != 0 {
                 return Err(ErrorKind::DuplicateFlag);
             }
             f.present |= bit(letter);
@@ -99,13 +103,9 @@ impl<'a> MetaFlags<'a> {
                     Some(v) => f.new_cas = v,
                     None => fail(Some(ErrorKind::BadToken)),
                 },
-                b'M' => {
-                    if tok.len() != 2 {
-                        fail(Some(ErrorKind::ModeLength));
-                    } else {
-                        f.mode = tok[1];
-                    }
-                }
+                // memcached 1.6.45 checks the mode only where it applies (`ms`, `ma`), by its
+                // first character; a bare `M` is no mode.
+                b'M' => f.mode = tok.get(1).copied().unwrap_or(0),
                 b'J' => match safe_strtoull(arg) {
                     Some(v) => f.initial = v,
                     None => fail(Some(ErrorKind::InvalidInitial)),
@@ -282,7 +282,7 @@ mod tests {
         assert_eq!(e(b"Jabc Dabc"), ErrorKind::InvalidDeltaFlag);
         assert_eq!(e(b"Tabc v v"), ErrorKind::DuplicateFlag);
         assert_eq!(e(b"Tabc 1"), ErrorKind::InvalidFlag);
-        assert_eq!(e(b"\x80"), ErrorKind::DuplicateFlag);
-        assert_eq!(e(b"Mxx"), ErrorKind::ModeLength);
+        assert_eq!(e(b"\x80"), ErrorKind::BadCommandLineFormat);
+        assert_eq!(MetaFlags::parse(b"Mxx", b"foo").unwrap().mode(), Some(b'x'));
     }
 }

@@ -4,7 +4,7 @@
 
 use super::{count_lookup, store_error, ttl_flag, Executor, NON_NUMERIC};
 use memfleet_protocol::response::{self, MetaDebug, MetaStatus, MetaWriter};
-use memfleet_protocol::{Meta, MetaArith, MetaFlags, MetaKey, MetaSet, StoreCommand};
+use memfleet_protocol::{KeyBytes, Meta, MetaArith, MetaFlags, MetaKey, MetaSet, StoreCommand};
 use memfleet_storage::{
     DeltaError, Expiry, ItemRef, LeaseOutcome, LeaseRead, StoreMode, StoreStatus, MARK_DELETED,
     MARK_EMPTY, MARK_STALE,
@@ -317,10 +317,12 @@ impl Executor<'_> {
 
     pub(super) fn meta_debug(&mut self, key: &MetaKey<'_>, out: &mut Vec<u8>) {
         let bytes = key.bytes();
+        // A base64 key that does not decode names no item (memcached 1.6.45 says `EN`).
+        let undecodable = key.is_base64() && matches!(bytes, KeyBytes::Borrowed(_));
         let Some(item) = self
             .handle
             .peek(&bytes)
-            .filter(|i| i.marks() & MARK_DELETED == 0)
+            .filter(|i| i.marks() & MARK_DELETED == 0 && !undecodable)
         else {
             MetaWriter::new(out, MetaStatus::En).finish();
             return;
