@@ -277,25 +277,14 @@ fn delete<'a>(line: &Line<'a>, t: &Tokenized<'a>) -> Parsed<'a> {
         // memcached 1.6.45: too few tokens is a format error.
         return Err(reject(ErrorKind::BadCommandLineFormat, consumed, false));
     }
-    if t.n > 4 {
-        return Err(reject(ErrorKind::UnknownCommand, consumed, false));
-    }
-    let mut noreply = false;
-    let mut holdoff = 0;
-    if t.n > 2 {
-        // memcached 1.6 accepts only a legacy hold time of exactly "0"; memfleet takes any
-        // number of seconds as a hold-off (see `Request::Delete`).
-        let hold = safe_strtoul(t.get(2));
-        noreply = t.noreply();
-        let valid =
-            (t.n == 3 && (hold.is_some() || noreply)) || (t.n == 4 && hold.is_some() && noreply);
-        if !valid {
-            return Err(reject(ErrorKind::DeleteUsage, consumed, noreply));
-        }
-        if t.n == 4 || !noreply {
-            holdoff = hold.unwrap_or(0);
-        }
-    }
+    // memcached 1.6.45 ignores every token after the key but a final `noreply`; memfleet
+    // reads a number right after the key as a hold-off in seconds (see `Request::Delete`).
+    let noreply = t.noreply();
+    let holdoff = if t.n > 2 && !(t.n == 3 && noreply) {
+        safe_strtoul(t.get(2)).unwrap_or(0)
+    } else {
+        0
+    };
     let key = t.get(1);
     if key_too_long(key) {
         return Err(reject(ErrorKind::BadCommandLineFormat, consumed, noreply));
@@ -367,9 +356,6 @@ fn touch<'a>(line: &Line<'a>, t: &Tokenized<'a>) -> Parsed<'a> {
 
 fn flush_all<'a>(line: &Line<'a>, t: &Tokenized<'a>) -> Parsed<'a> {
     let consumed = line.consumed;
-    if !(1..=3).contains(&t.n) {
-        return Err(reject(ErrorKind::UnknownCommand, consumed, false));
-    }
     let noreply = t.noreply();
     let mut delay = 0;
     // memcached parses the first argument unless the line is exactly `flush_all [noreply]`

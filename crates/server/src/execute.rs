@@ -149,7 +149,7 @@ impl Executor<'_> {
             Request::MetaNoop => response::meta_noop(out),
             Request::MetaDebug { key } => self.meta_debug(key, out),
             Request::Other { command, .. } => match *command {
-                b"shutdown" => out.extend_from_slice(b"ERROR: shutdown not enabled\r\n"),
+                b"shutdown" => out.extend_from_slice(b"SERVER_ERROR: shutdown not enabled\r\n"),
                 _ => response::status(out, Status::Error),
             },
         }
