@@ -161,6 +161,16 @@ pub(crate) fn data_block(
     Ok((&buf[line_end..line_end + len], total))
 }
 
+/// A storage command's length as memcached 1.6.45 reads it: decimal digits with an optional
+/// `-`, nothing else (no `+`, no whitespace), within `i32`.
+fn strict_i32(token: &[u8]) -> Option<i32> {
+    let digits = token.strip_prefix(b"-").unwrap_or(token);
+    if digits.is_empty() || !digits.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    std::str::from_utf8(token).ok()?.parse().ok()
+}
+
 /// memcached's value-length check: a negative length, or one too close to `INT_MAX` to add
 /// the `\r\n`, is a format error (and, unlike "too large", nothing is swallowed).
 pub(crate) fn value_len(v: i32) -> Option<usize> {
@@ -188,7 +198,7 @@ fn store<'a>(
     if t.n < 5 {
         return early();
     }
-    let Some(len) = safe_strtol(t.get(4)).and_then(value_len) else {
+    let Some(len) = strict_i32(t.get(4)).and_then(value_len) else {
         return early();
     };
     let noreply = t.noreply();

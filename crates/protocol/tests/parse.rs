@@ -150,11 +150,20 @@ fn storage_fields_with_memcached_truncation() {
         (s.key, s.flags, s.exptime, s.cas, s.noreply, s.data),
         (&b"k"[..], 1, -5, 99, true, &b"x"[..])
     );
-    // exptime and length are 32-bit in memcached: 2^32 + 1 is 1.
-    let Request::Store(s) = ok(b"set k 0 4294967297 4294967297\r\nx\r\n") else {
+    // exptime is 32-bit in memcached: 2^32 + 1 is 1. The length is read strictly (1.6.45):
+    // digits that fit in 32 bits, no sign or spaces.
+    let Request::Store(s) = ok(b"set k 0 4294967297 1\r\nx\r\n") else {
         panic!()
     };
     assert_eq!((s.exptime, s.data), (1, &b"x"[..]));
+    assert_eq!(
+        rejection(b"set k 0 0 4294967297\r\nx\r\n").kind,
+        ErrorKind::BadCommandLineFormat
+    );
+    assert_eq!(
+        rejection(b"set k 0 0 +1\r\nx\r\n").kind,
+        ErrorKind::BadCommandLineFormat
+    );
     let Request::Store(s) = ok(b"set k 0 0 1 garbage\r\nx\r\n") else {
         panic!()
     };
