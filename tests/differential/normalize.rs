@@ -39,8 +39,6 @@ fn meta_flag(tok: &[u8], cas: &mut Vec<u64>) -> Vec<u8> {
         },
         // Rule last-access.
         b'l' if parse_u64(rest).is_some() => b"l*".to_vec(),
-        // Rule access-history.
-        b'h' if parse_u64(rest).is_some() => b"h*".to_vec(),
         _ => tok.to_vec(),
     }
 }

@@ -23,6 +23,7 @@ pub struct MetaFlags<'a> {
     recache_ttl: i32,
     client_flags: u32,
     compare_cas: u64,
+    new_cas: u64,
     delta: u64,
     initial: u64,
     mode: u8,
@@ -67,7 +68,11 @@ impl<'a> MetaFlags<'a> {
         for tok in Tokens::new(raw) {
             let letter = tok[0];
             let arg = &tok[1..];
-            if letter >= 127 || f.present & bit(letter) != 0 {
+            if letter >= 127 {
+                // memcached 1.6.45 (1.6.18 said "duplicate flag").
+                return Err(ErrorKind::BadCommandLineFormat);
+            }
+            if f.present & bit(letter) != 0 {
                 return Err(ErrorKind::DuplicateFlag);
             }
             f.present |= bit(letter);
@@ -85,7 +90,7 @@ impl<'a> MetaFlags<'a> {
                 },
                 b'O' => f.opaque = arg,
                 b'l' | b'P' | b'L' | b'k' | b's' | b't' | b'c' | b'f' | b'v' | b'h' | b'u'
-                | b'q' | b'I' => {}
+                | b'q' | b'I' | b'x' => {}
                 b'F' => match safe_strtoul(arg) {
                     Some(v) => f.client_flags = v,
                     None => fail(None),
@@ -94,13 +99,13 @@ impl<'a> MetaFlags<'a> {
                     Some(v) => f.compare_cas = v,
                     None => fail(Some(ErrorKind::BadToken)),
                 },
-                b'M' => {
-                    if tok.len() != 2 {
-                        fail(Some(ErrorKind::ModeLength));
-                    } else {
-                        f.mode = tok[1];
-                    }
-                }
+                b'E' => match safe_strtoull(arg) {
+                    Some(v) => f.new_cas = v,
+                    None => fail(Some(ErrorKind::BadToken)),
+                },
+                // memcached 1.6.45 checks the mode only where it applies (`ms`, `ma`), by its
+                // first character; a bare `M` is no mode.
+                b'M' => f.mode = tok.get(1).copied().unwrap_or(0),
                 b'J' => match safe_strtoull(arg) {
                     Some(v) => f.initial = v,
                     None => fail(Some(ErrorKind::InvalidInitial)),
@@ -172,6 +177,11 @@ impl<'a> MetaFlags<'a> {
     /// `C`: CAS unique to compare.
     pub fn compare_cas(&self) -> Option<u64> {
         self.value(b'C', self.compare_cas)
+    }
+
+    /// `E`: the CAS unique the new item takes (memcached 1.6.45).
+    pub fn new_cas(&self) -> Option<u64> {
+        self.value(b'E', self.new_cas)
     }
 
     /// `D`: arithmetic delta (`ma`; memcached's default is 1).
@@ -272,7 +282,7 @@ mod tests {
         assert_eq!(e(b"Jabc Dabc"), ErrorKind::InvalidDeltaFlag);
         assert_eq!(e(b"Tabc v v"), ErrorKind::DuplicateFlag);
         assert_eq!(e(b"Tabc 1"), ErrorKind::InvalidFlag);
-        assert_eq!(e(b"\x80"), ErrorKind::DuplicateFlag);
-        assert_eq!(e(b"Mxx"), ErrorKind::ModeLength);
+        assert_eq!(e(b"\x80"), ErrorKind::BadCommandLineFormat);
+        assert_eq!(MetaFlags::parse(b"Mxx", b"foo").unwrap().mode(), Some(b'x'));
     }
 }

@@ -7,7 +7,6 @@
 //! while writing the response (for `ma`, after performing the arithmetic); this parser
 //! rejects it up front, which gives the same reply without the side effect.
 
-use crate::base64::decode_key;
 use crate::error::{reject, ErrorKind, ParseError};
 use crate::flags::MetaFlags;
 use crate::number::safe_strtol;
@@ -17,10 +16,6 @@ use crate::tokens::{after_tokens, Line, Tokenized};
 use crate::{ParserConfig, MAX_KEY_LEN};
 
 type Parsed<'a> = Result<(Request<'a>, usize), ParseError>;
-
-/// memcached's `MFLAG_MAX_OPT_LENGTH`: a meta line may have at most this many tokens,
-/// counting memcached's terminal token (so 19 real ones: command, key and 17 flags for `mg`).
-const MAX_META_TOKENS: usize = 20;
 
 /// memcached's `MFLAG_MAX_OPAQUE_LENGTH`, which counts the `O` itself.
 pub const MAX_OPAQUE_TOKEN: usize = 32;
@@ -42,26 +37,20 @@ pub(crate) fn parse_meta<'a>(
         _ => return fail(ErrorKind::UnknownCommand),
     }
     if t.n < 2 {
-        return fail(ErrorKind::UnknownCommand);
-    }
-    let raw_key = t.get(1);
-    if raw_key.len() > MAX_KEY_LEN {
+        // memcached 1.6.45 (1.6.18 said `ERROR`).
         return fail(ErrorKind::BadCommandLineFormat);
     }
+    let raw_key = t.get(1);
     if which == b's' {
         return set(buf, line, t, cfg);
     }
-    if t.n + 1 > MAX_META_TOKENS {
-        return fail(if which == b'g' {
-            ErrorKind::MgOptionsTooLong
-        } else {
-            ErrorKind::OptionsTooLong
-        });
+    if raw_key.len() > MAX_KEY_LEN {
+        return fail(ErrorKind::BadCommandLineFormat);
     }
     let flags = match MetaFlags::parse(after_tokens(line.text, 2), raw_key) {
         Ok(f) => f,
-        // md and ma do not pass on the preparse's message.
-        Err(_) if which != b'g' => return fail(ErrorKind::InvalidOrDuplicateFlag),
+        // ma does not pass on the preparse's message (md does since 1.6.45).
+        Err(_) if which == b'a' => return fail(ErrorKind::InvalidOrDuplicateFlag),
         Err(kind) => return fail(kind),
     };
     let key = MetaKey::new(raw_key, flags.base64_key());
@@ -97,13 +86,13 @@ fn set<'a>(buf: &'a [u8], line: &Line<'a>, t: &Tokenized<'a>, cfg: &ParserConfig
     if t.n == 2 {
         return Err(reject(ErrorKind::BadCommandLineFormat, consumed, false));
     }
-    if t.n + 1 > MAX_META_TOKENS {
-        return Err(reject(ErrorKind::OptionsTooLong, consumed, false));
-    }
     let Some(len) = safe_strtol(t.get(2)).and_then(value_len) else {
         return Err(reject(ErrorKind::BadCommandLineFormat, consumed, false));
     };
     let swallow = |kind| Err(reject(kind, consumed + len + 2, false));
+    if raw_key.len() > MAX_KEY_LEN {
+        return swallow(ErrorKind::BadCommandLineFormat);
+    }
     let flags = match MetaFlags::parse(after_tokens(line.text, 3), raw_key) {
         Ok(f) => f,
         Err(kind) => return swallow(kind),
@@ -146,9 +135,6 @@ fn debug<'a>(line: &Line<'a>, t: &Tokenized<'a>) -> Parsed<'a> {
         return bad();
     }
     let base64 = t.n >= 3 && t.get(2) == b"b";
-    if base64 && decode_key(raw).is_none() {
-        return bad();
-    }
     Ok((
         Request::MetaDebug {
             key: MetaKey::new(raw, base64),

@@ -92,7 +92,8 @@ pub enum Request<'a> {
     /// `cache_memlimit`, `lru_crawler`, `watch`, `lru`, `extstore`, `refresh_certs`), with the
     /// token-count checks memcached makes before dispatching already applied. A server that
     /// does not implement it can reply `ERROR\r\n`, which is what memcached says for most of
-    /// them when disabled (but `shutdown` says `ERROR: shutdown not enabled`).
+    /// them when disabled (but `shutdown` says `SERVER_ERROR: shutdown not enabled`, as
+    /// memcached 1.6.45 does).
     Other {
         /// The command name.
         command: &'a [u8],

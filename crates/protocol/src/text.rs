@@ -20,8 +20,14 @@ pub(crate) fn parse_line<'a>(buf: &'a [u8], line: &Line<'a>, cfg: &ParserConfig)
     let t = Tokenized::new(line.text);
     let consumed = line.consumed;
     let unknown = || Err(reject(ErrorKind::UnknownCommand, consumed, false));
-    // memcached: no command is shorter than two bytes.
+    // memcached 1.6.45: a line shorter than two bytes (before the line ending, NULs
+    // included) is a format error; a longer one without a two-byte command is unknown.
     if t.n == 0 || t.get(0).len() < 2 {
+        let raw_len = consumed
+            .saturating_sub(1 + usize::from(buf.get(consumed.wrapping_sub(2)) == Some(&b'\r')));
+        if raw_len < 2 {
+            return Err(reject(ErrorKind::BadCommandLineFormat, consumed, false));
+        }
         return unknown();
     }
     let cmd = t.get(0);
@@ -36,8 +42,19 @@ pub(crate) fn parse_line<'a>(buf: &'a [u8], line: &Line<'a>, cfg: &ParserConfig)
     match cmd[0] {
         b'm' if cmd.len() == 2 => crate::meta::parse_meta(buf, line, &t, cfg),
         b'g' => {
-            if n < 2 {
-                return unknown();
+            // memcached 1.6.45: a retrieval command without a key is a format error.
+            let min = if matches!(cmd, b"gat" | b"gats") {
+                3
+            } else {
+                2
+            };
+            if n < min {
+                return match cmd {
+                    b"get" | b"gets" | b"gat" | b"gats" => {
+                        Err(reject(ErrorKind::BadCommandLineFormat, consumed, false))
+                    }
+                    _ => unknown(),
+                };
             }
             match cmd {
                 b"get" => get(line, &t, GetKind::Get),
@@ -144,6 +161,16 @@ pub(crate) fn data_block(
     Ok((&buf[line_end..line_end + len], total))
 }
 
+/// A storage command's length as memcached 1.6.45 reads it: decimal digits with an optional
+/// `-`, nothing else (no `+`, no whitespace), within `i32`.
+fn strict_i32(token: &[u8]) -> Option<i32> {
+    let digits = token.strip_prefix(b"-").unwrap_or(token);
+    if digits.is_empty() || !digits.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    std::str::from_utf8(token).ok()?.parse().ok()
+}
+
 /// memcached's value-length check: a negative length, or one too close to `INT_MAX` to add
 /// the `\r\n`, is a format error (and, unlike "too large", nothing is swallowed).
 pub(crate) fn value_len(v: i32) -> Option<usize> {
@@ -160,42 +187,79 @@ fn store<'a>(
     command: StoreCommand,
     cfg: &ParserConfig,
 ) -> Parsed<'a> {
+    if command == StoreCommand::LeaseSet {
+        return lease_set(buf, line, t, cfg);
+    }
     let consumed = line.consumed;
-    // Token positions: `lease-set` puts its token before the flags, `cas` its unique last.
-    let (base, fields) = match command {
-        StoreCommand::Cas => (6, 2),
-        StoreCommand::LeaseSet => (6, 3),
-        _ => (5, 2),
+    // memcached 1.6.45: at least `<cmd> <key> <flags> <exptime> <bytes>`, more tokens are
+    // ignored (`noreply` is whatever comes last). Until the length is known nothing can be
+    // swallowed; after it every error swallows the data block, honouring noreply.
+    let early = || Err(reject(ErrorKind::BadCommandLineFormat, consumed, false));
+    if t.n < 5 {
+        return early();
+    }
+    let Some(len) = strict_i32(t.get(4)).and_then(value_len) else {
+        return early();
     };
-    if t.n != base && t.n != base + 1 {
+    let noreply = t.noreply();
+    let swallow = |kind| Err(reject(kind, consumed + len + 2, noreply));
+    let key = t.get(1);
+    if key_too_long(key) {
+        return swallow(ErrorKind::BadCommandLineFormat);
+    }
+    let (Some(flags), Some(exptime)) = (safe_strtoul(t.get(2)), safe_strtol(t.get(3))) else {
+        return swallow(ErrorKind::BadCommandLineFormat);
+    };
+    let mut cas = 0;
+    if command == StoreCommand::Cas {
+        match safe_strtoull(t.get(5)) {
+            Some(v) => cas = v,
+            None => return swallow(ErrorKind::BadCommandLineFormat),
+        }
+    }
+    if !cfg.fits(key.len(), flags, len) {
+        return swallow(ErrorKind::TooLarge);
+    }
+    let (data, total) = data_block(buf, consumed, len, noreply)?;
+    Ok((
+        Request::Store(Store {
+            command,
+            key,
+            flags,
+            exptime: i64::from(exptime),
+            cas,
+            noreply,
+            data,
+        }),
+        total,
+    ))
+}
+
+/// mcrouter's `lease-set <key> <token> <flags> <exptime> <bytes> [noreply]`.
+fn lease_set<'a>(
+    buf: &'a [u8],
+    line: &Line<'a>,
+    t: &Tokenized<'a>,
+    cfg: &ParserConfig,
+) -> Parsed<'a> {
+    let consumed = line.consumed;
+    if t.n != 6 && t.n != 7 {
         return Err(reject(ErrorKind::UnknownCommand, consumed, false));
     }
-    // From here on memcached honours noreply, errors included.
     let noreply = t.noreply();
     let bad = || Err(reject(ErrorKind::BadCommandLineFormat, consumed, noreply));
     let key = t.get(1);
     if key_too_long(key) {
         return bad();
     }
-    let (Some(flags), Some(exptime), Some(len)) = (
-        safe_strtoul(t.get(fields)),
-        safe_strtol(t.get(fields + 1)),
-        safe_strtol(t.get(fields + 2)),
+    let (Some(cas), Some(flags), Some(exptime), Some(len)) = (
+        safe_strtoull(t.get(2)),
+        safe_strtoul(t.get(3)),
+        safe_strtol(t.get(4)),
+        safe_strtol(t.get(5)),
     ) else {
         return bad();
     };
-    let mut cas = 0;
-    let cas_at = match command {
-        StoreCommand::Cas => Some(5),
-        StoreCommand::LeaseSet => Some(2),
-        _ => None,
-    };
-    if let Some(at) = cas_at {
-        match safe_strtoull(t.get(at)) {
-            Some(v) => cas = v,
-            None => return bad(),
-        }
-    }
     let Some(len) = value_len(len) else {
         return bad();
     };
@@ -203,13 +267,12 @@ fn store<'a>(
         return Err(reject(ErrorKind::TooLarge, consumed + len + 2, noreply));
     }
     let (data, total) = data_block(buf, consumed, len, noreply)?;
-    let exptime = i64::from(exptime);
     Ok((
         Request::Store(Store {
-            command,
+            command: StoreCommand::LeaseSet,
             key,
             flags,
-            exptime,
+            exptime: i64::from(exptime),
             cas,
             noreply,
             data,
@@ -220,25 +283,18 @@ fn store<'a>(
 
 fn delete<'a>(line: &Line<'a>, t: &Tokenized<'a>) -> Parsed<'a> {
     let consumed = line.consumed;
-    if !(2..=4).contains(&t.n) {
-        return Err(reject(ErrorKind::UnknownCommand, consumed, false));
+    if t.n < 2 {
+        // memcached 1.6.45: too few tokens is a format error.
+        return Err(reject(ErrorKind::BadCommandLineFormat, consumed, false));
     }
-    let mut noreply = false;
-    let mut holdoff = 0;
-    if t.n > 2 {
-        // memcached 1.6 accepts only a legacy hold time of exactly "0"; memfleet takes any
-        // number of seconds as a hold-off (see `Request::Delete`).
-        let hold = safe_strtoul(t.get(2));
-        noreply = t.noreply();
-        let valid =
-            (t.n == 3 && (hold.is_some() || noreply)) || (t.n == 4 && hold.is_some() && noreply);
-        if !valid {
-            return Err(reject(ErrorKind::DeleteUsage, consumed, noreply));
-        }
-        if t.n == 4 || !noreply {
-            holdoff = hold.unwrap_or(0);
-        }
-    }
+    // memcached 1.6.45 ignores every token after the key but a final `noreply`; memfleet
+    // reads a number right after the key as a hold-off in seconds (see `Request::Delete`).
+    let noreply = t.noreply();
+    let holdoff = if t.n > 2 && !(t.n == 3 && noreply) {
+        safe_strtoul(t.get(2)).unwrap_or(0)
+    } else {
+        0
+    };
     let key = t.get(1);
     if key_too_long(key) {
         return Err(reject(ErrorKind::BadCommandLineFormat, consumed, noreply));
@@ -255,7 +311,11 @@ fn delete<'a>(line: &Line<'a>, t: &Tokenized<'a>) -> Parsed<'a> {
 
 fn arith<'a>(line: &Line<'a>, t: &Tokenized<'a>, op: ArithOp) -> Parsed<'a> {
     let consumed = line.consumed;
-    if t.n != 3 && t.n != 4 {
+    if t.n < 3 {
+        // memcached 1.6.45: too few tokens is a format error.
+        return Err(reject(ErrorKind::BadCommandLineFormat, consumed, false));
+    }
+    if t.n > 4 {
         return Err(reject(ErrorKind::UnknownCommand, consumed, false));
     }
     let noreply = t.noreply();
@@ -279,7 +339,11 @@ fn arith<'a>(line: &Line<'a>, t: &Tokenized<'a>, op: ArithOp) -> Parsed<'a> {
 
 fn touch<'a>(line: &Line<'a>, t: &Tokenized<'a>) -> Parsed<'a> {
     let consumed = line.consumed;
-    if t.n != 3 && t.n != 4 {
+    if t.n < 3 {
+        // memcached 1.6.45: too few tokens is a format error.
+        return Err(reject(ErrorKind::BadCommandLineFormat, consumed, false));
+    }
+    if t.n > 4 {
         return Err(reject(ErrorKind::UnknownCommand, consumed, false));
     }
     let noreply = t.noreply();
@@ -302,9 +366,6 @@ fn touch<'a>(line: &Line<'a>, t: &Tokenized<'a>) -> Parsed<'a> {
 
 fn flush_all<'a>(line: &Line<'a>, t: &Tokenized<'a>) -> Parsed<'a> {
     let consumed = line.consumed;
-    if !(1..=3).contains(&t.n) {
-        return Err(reject(ErrorKind::UnknownCommand, consumed, false));
-    }
     let noreply = t.noreply();
     let mut delay = 0;
     // memcached parses the first argument unless the line is exactly `flush_all [noreply]`
@@ -320,7 +381,11 @@ fn flush_all<'a>(line: &Line<'a>, t: &Tokenized<'a>) -> Parsed<'a> {
 
 fn verbosity<'a>(line: &Line<'a>, t: &Tokenized<'a>) -> Parsed<'a> {
     let consumed = line.consumed;
-    if t.n != 2 && t.n != 3 {
+    if t.n < 2 {
+        // memcached 1.6.45: too few tokens is a format error.
+        return Err(reject(ErrorKind::BadCommandLineFormat, consumed, false));
+    }
+    if t.n > 3 {
         return Err(reject(ErrorKind::UnknownCommand, consumed, false));
     }
     let noreply = t.noreply();

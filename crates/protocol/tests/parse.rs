@@ -116,10 +116,11 @@ fn retrieval_fields() {
         (g.kind, g.exptime, g.kind.returns_cas(), g.kind.touches()),
         (GetKind::Gats, -1, true, true)
     );
-    let Request::Get(g) = ok(b"gat 10\r\n") else {
-        panic!()
-    };
-    assert!(g.keys.is_empty());
+    // A touch without a key is a format error (memcached 1.6.45; 1.6.18 answered `END`).
+    assert!(matches!(
+        parse(b"gat 10\r\n", &ParserConfig::default()),
+        Err(ParseError::Invalid(r)) if r.kind == ErrorKind::BadCommandLineFormat
+    ));
     // More keys than memcached's 24-token window: all of them, in order.
     let line: Vec<u8> = [
         b"get".to_vec(),
@@ -149,11 +150,20 @@ fn storage_fields_with_memcached_truncation() {
         (s.key, s.flags, s.exptime, s.cas, s.noreply, s.data),
         (&b"k"[..], 1, -5, 99, true, &b"x"[..])
     );
-    // exptime and length are 32-bit in memcached: 2^32 + 1 is 1.
-    let Request::Store(s) = ok(b"set k 0 4294967297 4294967297\r\nx\r\n") else {
+    // exptime is 32-bit in memcached: 2^32 + 1 is 1. The length is read strictly (1.6.45):
+    // digits that fit in 32 bits, no sign or spaces.
+    let Request::Store(s) = ok(b"set k 0 4294967297 1\r\nx\r\n") else {
         panic!()
     };
     assert_eq!((s.exptime, s.data), (1, &b"x"[..]));
+    assert_eq!(
+        rejection(b"set k 0 0 4294967297\r\nx\r\n").kind,
+        ErrorKind::BadCommandLineFormat
+    );
+    assert_eq!(
+        rejection(b"set k 0 0 +1\r\nx\r\n").kind,
+        ErrorKind::BadCommandLineFormat
+    );
     let Request::Store(s) = ok(b"set k 0 0 1 garbage\r\nx\r\n") else {
         panic!()
     };
@@ -423,5 +433,13 @@ fn lease_commands_and_delete_hold_off() {
             noreply: true
         }
     );
-    assert_eq!(rejection(b"delete k -5\r\n").kind, ErrorKind::DeleteUsage);
+    // Anything else after the key is ignored, as memcached 1.6.45 does.
+    assert_eq!(
+        ok(b"delete k -5 x\r\n"),
+        Request::Delete {
+            key: b"k",
+            holdoff: 0,
+            noreply: false
+        }
+    );
 }

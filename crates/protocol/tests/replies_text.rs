@@ -3,7 +3,10 @@
 //!
 //! Malformed and edge-case streams replayed through the parser by a connection driver.
 //! Each expected reply was recorded from memcached 1.6.18 (Debian 12's build, default
-//! settings: `-I 1m`, CAS on) on an empty cache; `live_memcached` re-checks the table
+//! settings: `-I 1m`, CAS on) on an empty cache, except where 1.6.45 answers differently and
+//! memfleet follows it (a line under two bytes, the storage commands' errors, too few or too
+//! many tokens):
+//! those were recorded from 1.6.45; `live_memcached` re-checks the table
 //! against a running server:
 //! `MEMFLEET_MEMCACHED=127.0.0.1:11211 cargo test -p memfleet-protocol -- --ignored`.
 //!
@@ -25,10 +28,10 @@ fn cases() -> Vec<Case> {
     let over_max = vec![b'x'; 1_048_517];
     vec![
         // Framing.
-        c("\r\n", ERR),
-        c("\n", ERR),
+        c("\r\n", BCLF),
+        c("\n", BCLF),
         c("   \r\n", ERR),
-        c("x\r\n", ERR),
+        c("x\r\n", BCLF),
         c("get\tfoo\r\n", ERR),
         c("get foo\0bar\r\n", "END\r\n"),
         c("\0get foo\r\n", ERR),
@@ -44,10 +47,7 @@ fn cases() -> Vec<Case> {
         closes(cat(&[b"set ", &[b'k'; 3000]])),
         closes(cat(&[b"set ", &[b'k'; 2045]])),
         c(cat(&[b"set ", &[b'k'; 2044]]), ""),
-        c(
-            cat(&[b"set ", &[b'k'; 3000], b" 0 0 1\r\nx\r\n"]),
-            format!("{BCLF}{ERR}"),
-        ),
+        c(cat(&[b"set ", &[b'k'; 3000], b" 0 0 1\r\nx\r\n"]), BCLF),
         c(cat(&[b"get ", &b"k ".repeat(1500)]), ""),
         c(cat(&[b"gets ", &b"k ".repeat(1500)]), ""),
         closes(cat(&[b"gat 0 ", &b"k ".repeat(1500)])),
@@ -55,7 +55,7 @@ fn cases() -> Vec<Case> {
         closes(cat(&[&[b' '; 101], b"get ", &b"k ".repeat(1500)])),
         c(cat(&[b"get ", &b"k ".repeat(1500), b"\r\n"]), "END\r\n"),
         // Retrieval.
-        c("get\r\n", ERR),
+        c("get\r\n", BCLF),
         c("get a b c\r\n", "END\r\n"),
         c("gets a\r\n", "END\r\n"),
         c("bget a\r\n", "END\r\n"),
@@ -67,9 +67,9 @@ fn cases() -> Vec<Case> {
         c(cat(&[b"get ", &b"k ".repeat(40), &k251, b"\r\n"]), BCLF),
         c("gat 10 a\r\n", "END\r\n"),
         c("gats 10 a b\r\n", "END\r\n"),
-        c("gat 10\r\n", "END\r\n"),
+        c("gat 10\r\n", BCLF),
         c("gat abc a\r\n", exptime),
-        c("gat\r\n", ERR),
+        c("gat\r\n", BCLF),
         // Storage.
         c("set a 0 0 1\r\nx\r\n", "STORED\r\n"),
         c("set a 0 0 1 noreply\r\nx\r\n", ""),
@@ -77,33 +77,30 @@ fn cases() -> Vec<Case> {
         c("set a 0 0 0\r\n\r\n", "STORED\r\n"),
         c(
             "set a 0 0 3\r\nabcde\r\n",
-            format!("CLIENT_ERROR bad data chunk\r\n{ERR}"),
+            format!("CLIENT_ERROR bad data chunk\r\n{BCLF}"),
         ),
-        c("set a 0 0 1 noreply\r\nab\r\n", ERR),
+        c("set a 0 0 1 noreply\r\nab\r\n", BCLF),
         c(
             "set a 0 0 1\r\nx\nget a\r\n",
             format!("CLIENT_ERROR bad data chunk\r\n{ERR}"),
         ),
-        c("set a abc 0 1\r\nx\r\n", format!("{BCLF}{ERR}")),
-        c("set a abc 0 1 noreply\r\nx\r\n", ERR),
-        c("set a 0 abc 1\r\nx\r\n", format!("{BCLF}{ERR}")),
-        c("set a -1 0 1\r\nx\r\n", format!("{BCLF}{ERR}")),
-        c("set a 0 0 -1\r\nx\r\n", format!("{BCLF}{ERR}")),
-        c("set a 0 0 1z\r\nx\r\n", format!("{BCLF}{ERR}")),
-        c("set a 0 0 noreply\r\nx\r\n", ERR),
-        c("set a 0 0 +1\r\nx\r\n", "STORED\r\n"),
-        c("set a 0 0 \t1\r\nx\r\n", "STORED\r\n"),
-        c("set a 0 0 1\tz\r\nx\r\n", "STORED\r\n"),
+        c("set a abc 0 1\r\nx\r\n", BCLF),
+        c("set a abc 0 1 noreply\r\nx\r\n", ""),
+        c("set a 0 abc 1\r\nx\r\n", BCLF),
+        c("set a -1 0 1\r\nx\r\n", BCLF),
+        c("set a 0 0 -1\r\nx\r\n", format!("{BCLF}{BCLF}")),
+        c("set a 0 0 1z\r\nx\r\n", format!("{BCLF}{BCLF}")),
+        c("set a 0 0 noreply\r\nx\r\n", format!("{BCLF}{BCLF}")),
+        c("set a 0 0 +1\r\nx\r\n", format!("{BCLF}{BCLF}")),
+        c("set a 0 0 \t1\r\nx\r\n", format!("{BCLF}{BCLF}")),
+        c("set a 0 0 1\tz\r\nx\r\n", format!("{BCLF}{BCLF}")),
         c("set a 4294967297 0 1\r\nx\r\n", "STORED\r\n"),
-        c("set a 0 0 4294967297\r\nx\r\n", "STORED\r\n"),
-        c("set a 0 0 2147483646\r\nx\r\n", format!("{BCLF}{ERR}")),
-        c("set a 0 0 1 2 3\r\nx\r\n", format!("{ERR}{ERR}")),
-        c("set a 0 0\r\n", ERR),
-        c(
-            cat(&[b"set ", &k251, b" 0 0 1\r\nx\r\n"]),
-            format!("{BCLF}{ERR}"),
-        ),
-        c(cat(&[b"set ", &k251, b" 0 0 1 noreply\r\nx\r\n"]), ERR),
+        c("set a 0 0 4294967297\r\nx\r\n", format!("{BCLF}{BCLF}")),
+        c("set a 0 0 2147483646\r\nx\r\n", format!("{BCLF}{BCLF}")),
+        c("set a 0 0 1 2 3\r\nx\r\n", "STORED\r\n"),
+        c("set a 0 0\r\n", BCLF),
+        c(cat(&[b"set ", &k251, b" 0 0 1\r\nx\r\n"]), BCLF),
+        c(cat(&[b"set ", &k251, b" 0 0 1 noreply\r\nx\r\n"]), ""),
         c(cat(&[b"set ", &k250, b" 0 0 1\r\nx\r\n"]), "STORED\r\n"),
         c(
             cat(&[b"set a 0 0 2000000\r\n", &big, b"\r\nget a\r\n"]),
@@ -139,10 +136,10 @@ fn cases() -> Vec<Case> {
         c("prepend a 0 0 1\r\nx\r\n", "NOT_STORED\r\n"),
         c("cas a 0 0 1 5\r\nx\r\n", "NOT_FOUND\r\n"),
         c("cas a 0 0 1 5 noreply\r\nx\r\n", ""),
-        c("cas a 0 0 1\r\nx\r\n", format!("{ERR}{ERR}")),
-        c("cas a 0 0 1 abc\r\nx\r\n", format!("{BCLF}{ERR}")),
-        c("cas a 0 0 1 -1\r\nx\r\n", format!("{BCLF}{ERR}")),
-        c("cas a 0 0 1 noreply\r\nx\r\n", ERR),
+        c("cas a 0 0 1\r\nx\r\n", BCLF),
+        c("cas a 0 0 1 abc\r\nx\r\n", BCLF),
+        c("cas a 0 0 1 -1\r\nx\r\n", BCLF),
+        c("cas a 0 0 1 noreply\r\nx\r\n", ""),
         // Delete.
         c("delete a\r\n", "NOT_FOUND\r\n"),
         c("delete a 0\r\n", "NOT_FOUND\r\n"),
@@ -151,9 +148,9 @@ fn cases() -> Vec<Case> {
         c("delete a noreply\r\n", ""),
         c("delete a 0 noreply\r\n", ""),
         c("delete a 1 noreply\r\n", ""),
-        c("delete a 0 0\r\n", usage),
-        c("delete\r\n", ERR),
-        c("delete a b c d\r\n", ERR),
+        c("delete a 0 0\r\n", "NOT_FOUND\r\n"),
+        c("delete\r\n", BCLF),
+        c("delete a b c d\r\n", "NOT_FOUND\r\n"),
         c(cat(&[b"delete ", &k251, b"\r\n"]), BCLF),
         c(cat(&[b"delete ", &k251, b" noreply\r\n"]), ""),
         // Arithmetic and touch.
@@ -166,13 +163,13 @@ fn cases() -> Vec<Case> {
         c("incr a 18446744073709551615\r\n", "NOT_FOUND\r\n"),
         c("incr a abc noreply\r\n", ""),
         c("incr a noreply\r\n", ""),
-        c("incr a\r\n", ERR),
+        c("incr a\r\n", BCLF),
         c("incx a 1\r\n", ERR),
         c(cat(&[b"incr ", &k251, b" 1\r\n"]), BCLF),
         c("touch a 10\r\n", "NOT_FOUND\r\n"),
         c("touch a abc\r\n", exptime),
         c("touch a abc noreply\r\n", ""),
-        c("touch a\r\n", ERR),
+        c("touch a\r\n", BCLF),
         c(cat(&[b"touch ", &k251, b" 1\r\n"]), BCLF),
         // Others.
         c("flush_all\r\n", "OK\r\n"),
@@ -182,8 +179,8 @@ fn cases() -> Vec<Case> {
         c("flush_all abc noreply\r\n", ""),
         c("flush_all 0 noreply\r\n", ""),
         c("flush_all 0 20\r\n", "OK\r\n"),
-        c("flush_all 1 2 3\r\n", ERR),
-        c("verbosity\r\n", ERR),
+        c("flush_all 1 2 3\r\n", "OK\r\n"),
+        c("verbosity\r\n", BCLF),
         c("verbosity 1\r\n", "OK\r\n"),
         c("verbosity abc\r\n", BCLF),
         c("verbosity noreply\r\n", ""),
@@ -194,7 +191,7 @@ fn cases() -> Vec<Case> {
         c("version foo\r\n", "VERSION 1.6.18\r\n"),
         closes("quit\r\n"),
         closes("quit foo\r\nget a\r\n"),
-        c("shutdown\r\n", "ERROR: shutdown not enabled\r\n"),
+        c("shutdown\r\n", "SERVER_ERROR: shutdown not enabled\r\n"),
         c("cache_memlimit\r\n", ERR),
         c("lru\r\n", ERR),
         c("slabs\r\n", ERR),

@@ -127,6 +127,15 @@ pub struct ServerArgs {
     #[arg(short = 'o', value_name = "OPTIONS")]
     pub extended: Vec<String>,
 
+    /// Refuse `flush_all` (memcached's -F): `CLIENT_ERROR flush_all not allowed`, so that no
+    /// client can empty the cache.
+    #[arg(
+        short = 'F',
+        long = "disable-flush-all",
+        env = "MEMFLEET_DISABLE_FLUSH_ALL"
+    )]
+    pub disable_flush_all: bool,
+
     /// Listen backlog (memcached's -b) [default: 1024].
     #[arg(short = 'b', long = "listen-backlog", env = "MEMFLEET_LISTEN_BACKLOG")]
     pub backlog: Option<u32>,
@@ -197,6 +206,8 @@ pub struct Settings {
     pub auth_file: Option<PathBuf>,
     /// TLS on the TCP port; `None`: plain TCP.
     pub tls: Option<ServerTlsFiles>,
+    /// `flush_all` refused (memcached's -F).
+    pub flush_disabled: bool,
 }
 
 impl Default for Settings {
@@ -218,6 +229,7 @@ impl Default for Settings {
             backlog: 1024,
             auth_file: None,
             tls: None,
+            flush_disabled: false,
         }
     }
 }
@@ -303,6 +315,7 @@ impl Settings {
             );
         }
         s.tls = tls;
+        s.flush_disabled = args.disable_flush_all;
         if s.memory_bytes < 8 * s.segment_size() {
             bail!(
                 "--memory-limit must hold at least 8 segments of {} MiB (the item size \

@@ -6,17 +6,13 @@
 //! buffer without bound: [`Executor::get`] stops at a byte budget and says where to resume.
 
 mod binary;
+mod meta;
 
 use crate::admin_stats::StatsReport;
 use crate::stats::WorkerCounters;
 use crate::worker::Shared;
-use memfleet_protocol::response::{
-    self, MetaDebug, MetaStatus, MetaWriter, Status, HOT_MISS_TOKEN,
-};
-use memfleet_protocol::{
-    ArithOp, Get, GetKind, Meta, MetaArith, MetaFlags, MetaKey, MetaSet, Request, StoreCommand,
-    Tokens,
-};
+use memfleet_protocol::response::{self, Status, HOT_MISS_TOKEN};
+use memfleet_protocol::{ArithOp, Get, GetKind, Request, StoreCommand, Tokens};
 use memfleet_storage::{
     DeltaError, Expiry, Handle, ItemRef, LeaseOutcome, LeaseRead, StoreError, StoreMode,
     StoreStatus, MARK_DELETED, MARK_EMPTY, MARK_STALE,
@@ -132,6 +128,11 @@ impl Executor<'_> {
                     }
                 }
             }
+            Request::FlushAll { noreply, .. } if self.shared.settings.flush_disabled => {
+                if !noreply {
+                    out.extend_from_slice(b"CLIENT_ERROR flush_all not allowed\r\n");
+                }
+            }
             Request::FlushAll { delay, noreply } => {
                 self.counters.cmd_flush.incr();
                 self.flush_all(*delay);
@@ -148,7 +149,7 @@ impl Executor<'_> {
             Request::MetaNoop => response::meta_noop(out),
             Request::MetaDebug { key } => self.meta_debug(key, out),
             Request::Other { command, .. } => match *command {
-                b"shutdown" => out.extend_from_slice(b"ERROR: shutdown not enabled\r\n"),
+                b"shutdown" => out.extend_from_slice(b"SERVER_ERROR: shutdown not enabled\r\n"),
                 _ => response::status(out, Status::Error),
             },
         }
@@ -223,6 +224,8 @@ impl Executor<'_> {
             recache_below: None,
             see_deleted: true,
             read_only: false,
+            no_update: false,
+            vivify_cas: None,
         };
         let done = self.handle.lease_read(key, ask, |found| match found {
             LeaseOutcome::Found { item, won } => {
@@ -278,6 +281,19 @@ impl Executor<'_> {
         flags: u32,
         exptime: i64,
     ) -> Result<StoreStatus, StoreError> {
+        self.store_as(mode, key, data, flags, exptime, None)
+    }
+
+    /// [`Executor::store`], the new item taking `new_cas` as its CAS unique (meta `E`).
+    fn store_as(
+        &mut self,
+        mode: StoreMode,
+        key: &[u8],
+        data: &[u8],
+        flags: u32,
+        exptime: i64,
+        new_cas: Option<u64>,
+    ) -> Result<StoreStatus, StoreError> {
         let c = self.counters;
         c.cmd_set.incr();
         if matches!(mode, StoreMode::Append | StoreMode::Prepend) {
@@ -293,9 +309,14 @@ impl Executor<'_> {
                 return Ok(StoreStatus::NotStored);
             }
         }
-        let result = self
-            .handle
-            .store(mode, key, data, flags, Expiry::from_memcached(exptime));
+        let result = self.handle.store_with_cas(
+            mode,
+            key,
+            data,
+            flags,
+            Expiry::from_memcached(exptime),
+            new_cas,
+        );
         let result = match (result, mode) {
             (Err(StoreError::TooLarge), StoreMode::Append | StoreMode::Prepend) => {
                 Ok(StoreStatus::NotStored)
@@ -383,365 +404,6 @@ impl Executor<'_> {
                 Some(pairs) => StatsReport::write_text(&pairs, out),
                 None => response::status(out, Status::Error),
             },
-        }
-    }
-
-    fn meta_get(&mut self, m: &Meta<'_>, out: &mut Vec<u8>) {
-        self.counters.cmd_meta.incr();
-        let key = m.key.bytes();
-        let touch = m.flags.ttl().map(Expiry::from_memcached);
-        if let Some(expiry) = touch.filter(|e| *e != Expiry::Expired) {
-            // Like gat: a new expiry first (a placeholder or stale value keeps its own).
-            let _ = self.handle.touch(&key, expiry);
-        }
-        let ask = LeaseRead {
-            vivify: m.flags.vivify_ttl().map(Expiry::from_memcached),
-            recache_below: m
-                .flags
-                .recache_ttl()
-                .map(|r| u32::try_from(r.max(0)).unwrap_or(u32::MAX)),
-            // A deleted value kept as stale is offered only to a client that takes leases.
-            see_deleted: m.flags.has(b'N'),
-            read_only: self.read_only,
-        };
-        let c = self.counters;
-        let now = self.handle.now();
-        let found = self.handle.lease_read(&key, ask, |found| {
-            let LeaseOutcome::Found { item, won } = found else {
-                return false;
-            };
-            if won {
-                c.lease_grants.incr();
-            }
-            let value = m.flags.has(b'v');
-            let status = if value {
-                MetaStatus::Va(item.value().len())
-            } else {
-                MetaStatus::Hd
-            };
-            let mut w = MetaWriter::new(out, status);
-            item_flags(&mut w, m, &item, now);
-            // memcached's order: Z (a token is out), X (stale), W (this client won).
-            if item.lease().is_some() && !won {
-                w.flag(b'Z');
-            }
-            if item.marks() & MARK_STALE != 0 {
-                w.flag(b'X');
-            }
-            if won {
-                w.flag(b'W');
-            }
-            if value {
-                w.finish_with_value(item.value());
-            } else {
-                w.finish();
-            }
-            true
-        });
-        let found = match found {
-            Ok(found) => found,
-            Err(e) => {
-                out.extend_from_slice(store_error(e));
-                return;
-            }
-        };
-        if touch == Some(Expiry::Expired) && found {
-            self.handle.delete(&key);
-        }
-        count_lookup(c, touch.is_some(), found);
-        if touch.is_some() && !found {
-            // memcached's mg with T counts a miss as a get miss too.
-            c.get_misses.incr();
-        }
-        if !found && !m.flags.quiet() {
-            let mut w = MetaWriter::new(out, MetaStatus::En);
-            w.echo(&m.flags, &m.key);
-            w.finish();
-        }
-    }
-
-    fn meta_set(&mut self, m: &MetaSet<'_>, out: &mut Vec<u8>) {
-        self.counters.cmd_meta.incr();
-        let key = m.key.bytes();
-        let flags = m.flags.client_flags().unwrap_or(0);
-        let exptime = m.flags.ttl().unwrap_or(0);
-        let compare = m.flags.compare_cas();
-        let command = m.command();
-        let result = if compare.is_some()
-            && matches!(command, StoreCommand::Append | StoreCommand::Prepend)
-            && !self.cas_matches(&key, compare)
-        {
-            // memcached checks the CAS of append/prepend too; the engine's concat has no
-            // CAS mode, so check first (a race with another writer can slip between).
-            match self.handle.get(&key) {
-                Some(_) => Ok(StoreStatus::Exists),
-                None => Ok(StoreStatus::NotStored),
-            }
-        } else {
-            let mode = match command {
-                StoreCommand::Set => StoreMode::Set,
-                StoreCommand::Add => StoreMode::Add,
-                StoreCommand::Replace => StoreMode::Replace,
-                StoreCommand::Append => StoreMode::Append,
-                StoreCommand::Prepend => StoreMode::Prepend,
-                StoreCommand::Cas => StoreMode::Cas(compare.unwrap_or(0)),
-                StoreCommand::LeaseSet => unreachable!("ms has no lease-set mode"),
-            };
-            match (self.store(mode, &key, m.data, flags, exptime), compare) {
-                // `I` with a CAS older than the item's: memcached keeps the value as stale.
-                (Ok(StoreStatus::Exists), Some(cas)) if m.flags.has(b'I') => self
-                    .handle
-                    .set_stale_if_older(&key, m.data, flags, cas)
-                    .map(|done| match done {
-                        Some(()) => StoreStatus::Stored,
-                        None => StoreStatus::Exists,
-                    }),
-                (result, _) => result,
-            }
-        };
-        let status = match result {
-            Ok(StoreStatus::Stored) => MetaStatus::Hd,
-            Ok(StoreStatus::NotStored) => MetaStatus::Ns,
-            Ok(StoreStatus::Exists) => MetaStatus::Ex,
-            Ok(StoreStatus::NotFound) => MetaStatus::Nf,
-            Err(e) => {
-                out.extend_from_slice(store_error(e));
-                return;
-            }
-        };
-        if status == MetaStatus::Hd && m.flags.quiet() {
-            return;
-        }
-        let cas = if status == MetaStatus::Hd && m.flags.has(b'c') {
-            self.handle.get(&key).map(|i| i.cas())
-        } else {
-            None
-        };
-        let mut w = MetaWriter::new(out, status);
-        write_flags(&mut w, m.flags, &key, m.key.is_base64(), cas, None);
-        w.finish();
-    }
-
-    fn meta_delete(&mut self, m: &Meta<'_>, out: &mut Vec<u8>) {
-        self.counters.cmd_meta.incr();
-        let key = m.key.bytes();
-        let compare = m.flags.compare_cas();
-        let ttl = m.flags.ttl();
-        let status = if compare.is_some() && !self.cas_matches(&key, compare) {
-            if self.handle.get(&key).is_some() {
-                MetaStatus::Ex
-            } else {
-                self.counters.delete_misses.incr();
-                MetaStatus::Nf
-            }
-        } else if m.flags.has(b'I') {
-            // Invalidate: keep the value as stale (memcached's md I, with T a new TTL).
-            match self
-                .handle
-                .invalidate(&key, ttl.map(Expiry::from_memcached))
-            {
-                Ok(true) => MetaStatus::Hd,
-                Ok(false) => MetaStatus::Nf,
-                Err(e) => {
-                    out.extend_from_slice(store_error(e));
-                    return;
-                }
-            }
-        } else if let Some(secs) = ttl.filter(|t| *t > 0) {
-            // T without I: memfleet's meta form of `delete <key> <seconds>` (a hold-off).
-            match self.delete_holding_off(&key, u32::try_from(secs).unwrap_or(u32::MAX)) {
-                Ok(true) => MetaStatus::Hd,
-                Ok(false) => MetaStatus::Nf,
-                Err(e) => {
-                    out.extend_from_slice(store_error(e));
-                    return;
-                }
-            }
-        } else if self.delete(&key) {
-            MetaStatus::Hd
-        } else {
-            MetaStatus::Nf
-        };
-        if status == MetaStatus::Hd && m.flags.quiet() {
-            return;
-        }
-        let mut w = MetaWriter::new(out, status);
-        w.echo(&m.flags, &m.key);
-        w.finish();
-    }
-
-    fn meta_arith(&mut self, m: &MetaArith<'_>, out: &mut Vec<u8>) {
-        self.counters.cmd_meta.incr();
-        let key = m.key.bytes();
-        let delta = m.flags.delta().unwrap_or(1);
-        let compare = m.flags.compare_cas();
-        let mut status = MetaStatus::Hd;
-        let mut result = if compare.is_some() && !self.cas_matches(&key, compare) {
-            status = if self.handle.get(&key).is_some() {
-                MetaStatus::Ex
-            } else {
-                MetaStatus::Nf
-            };
-            Ok(None)
-        } else {
-            self.arith(m.mode, &key, delta)
-        };
-        if let (Ok(None), MetaStatus::Hd) = (result, status) {
-            status = MetaStatus::Nf;
-            if let Some(ttl) = m.flags.vivify_ttl() {
-                // Autovivify: create the counter with the initial value (`J`, default 0).
-                let initial = m.flags.initial().unwrap_or(0);
-                let text = initial.to_string();
-                match self.store(StoreMode::Add, &key, text.as_bytes(), 0, ttl) {
-                    Ok(StoreStatus::Stored) => {
-                        status = MetaStatus::Hd;
-                        result = Ok(Some(initial));
-                    }
-                    Ok(_) => {
-                        // Someone else created it meanwhile: apply the delta to theirs.
-                        result = self.arith(m.mode, &key, delta);
-                        status = match result {
-                            Ok(Some(_)) => MetaStatus::Hd,
-                            _ => MetaStatus::Ns,
-                        };
-                    }
-                    Err(e) => result = Err(DeltaError::Store(e)),
-                }
-            }
-        }
-        let value = match result {
-            Ok(v) => v,
-            Err(DeltaError::NonNumeric) => {
-                out.extend_from_slice(NON_NUMERIC);
-                return;
-            }
-            Err(DeltaError::Store(e)) => {
-                out.extend_from_slice(store_error(e));
-                return;
-            }
-        };
-        if status == MetaStatus::Hd {
-            if let Some(ttl) = m.flags.ttl() {
-                let _ = self.handle.touch(&key, Expiry::from_memcached(ttl));
-            }
-        }
-        let item = if status == MetaStatus::Hd {
-            self.handle.get(&key)
-        } else {
-            None
-        };
-        let text = value.map(|v| v.to_string());
-        let status = match (&text, status, m.flags.has(b'v')) {
-            (Some(t), MetaStatus::Hd, true) => MetaStatus::Va(t.len()),
-            _ => status,
-        };
-        if matches!(status, MetaStatus::Hd | MetaStatus::Va(_)) && m.flags.quiet() {
-            // memcached's quiet `ma` says nothing on success, even with `v`.
-            return;
-        }
-        let now = self.handle.now();
-        let mut w = MetaWriter::new(out, status);
-        let cas = item.as_ref().map(|i| i.cas());
-        let ttl = item.as_ref().map(|i| ttl_flag(i, now));
-        write_flags(&mut w, m.flags, &key, m.key.is_base64(), cas, ttl);
-        match (status, &text) {
-            (MetaStatus::Va(_), Some(t)) => w.finish_with_value(t.as_bytes()),
-            _ => w.finish(),
-        }
-    }
-
-    fn meta_debug(&mut self, key: &MetaKey<'_>, out: &mut Vec<u8>) {
-        let bytes = key.bytes();
-        let Some(item) = self.handle.get(&bytes) else {
-            MetaWriter::new(out, MetaStatus::En).finish();
-            return;
-        };
-        let now = self.handle.now();
-        let exp = match item.ttl_remaining(now) {
-            None => -1,
-            Some(left) => -i64::from(left),
-        };
-        let d = MetaDebug {
-            exp,
-            last_access: 0,
-            cas: item.cas(),
-            fetched: true,
-            class: 1,
-            size: item.stored_len() as u64,
-        };
-        response::meta_debug(out, &bytes, key.is_base64(), &d);
-    }
-
-    /// Whether the key's current CAS is `expected` (true when there is nothing to compare).
-    /// A placeholder or stale value has a CAS too (its lease token once one is out).
-    fn cas_matches(&self, key: &[u8], expected: Option<u64>) -> bool {
-        match expected {
-            None => true,
-            Some(cas) => self.handle.lookup(key).is_some_and(|i| i.cas() == cas),
-        }
-    }
-}
-
-/// The return flags of `ms` and `ma`, in request order: the opaque and key echoes, and the
-/// item's CAS (`c`) and remaining TTL (`t`) when known.
-fn write_flags(
-    w: &mut MetaWriter<'_>,
-    flags: MetaFlags<'_>,
-    key: &[u8],
-    base64: bool,
-    cas: Option<u64>,
-    ttl: Option<i64>,
-) {
-    for f in flags.iter() {
-        match (f.letter, cas, ttl) {
-            (b'O', _, _) => {
-                w.opaque(f.token);
-            }
-            (b'k', _, _) => {
-                w.key(key, base64);
-            }
-            (b'c', Some(cas), _) => {
-                w.flag_u64(b'c', cas);
-            }
-            (b't', _, Some(ttl)) => {
-                w.flag_i64(b't', ttl);
-            }
-            _ => {}
-        }
-    }
-}
-
-/// Return flags of a meta-get hit, in request order.
-fn item_flags(w: &mut MetaWriter<'_>, m: &Meta<'_>, item: &ItemRef<'_>, now: u32) {
-    for f in m.flags.iter() {
-        match f.letter {
-            b'O' => {
-                w.opaque(f.token);
-            }
-            b'k' => {
-                w.key(item.key(), m.key.is_base64());
-            }
-            b'c' => {
-                w.flag_u64(b'c', item.cas());
-            }
-            b'f' => {
-                w.flag_u64(b'f', u64::from(item.flags()));
-            }
-            b's' => {
-                w.flag_u64(b's', item.value().len() as u64);
-            }
-            b't' => {
-                w.flag_i64(b't', ttl_flag(item, now));
-            }
-            // Hit-before and last-access are not tracked per item (the engine keeps an 8-bit
-            // frequency in the hash slot instead); report a first access.
-            b'h' => {
-                w.flag_u64(b'h', 0);
-            }
-            b'l' => {
-                w.flag_u64(b'l', 0);
-            }
-            _ => {}
         }
     }
 }

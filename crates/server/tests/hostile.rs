@@ -608,12 +608,16 @@ fn binary_quiet_pipeline_then_noop() {
 fn text_connection_treats_binary_bytes_as_text() {
     let s = TestServer::start();
     let mut c = s.connect();
+    // As memcached 1.6.45: a line under two bytes is a format error, one starting with NUL
+    // is unknown.
+    let bclf = "CLIENT_ERROR bad command line format\r\n";
     c.send(b"version\r\n\x80\r\n");
-    let v = c.read_until(b"\r\nERROR\r\n");
+    let v = c.read_until(bclf.as_bytes());
     assert!(v.starts_with(b"VERSION "), "{}", esc(&v));
     assert_eq!(v.iter().filter(|&&b| b == b'\n').count(), 2, "{}", esc(&v));
+    // The noop's second byte is a newline: "\x80" is a line, then the zeros and "version".
     c.send(packet(NOOP, &[], &[], &[], 0));
-    c.check("version\r\n", "ERROR\r\nERROR\r\n");
+    c.check("version\r\n", format!("{bclf}ERROR\r\n"));
     c.check("mn\r\n", "MN\r\n");
 }
 

@@ -414,7 +414,8 @@ impl Shared {
         let size = self.aligned(header.len());
         // SAFETY: per this function's contract.
         unsafe { self.heap.copy(from, to, header.len()) };
-        chain.replace(slot, Slot::new(to.0, self.units(to.1), freq, current.tag()));
+        let moved = Slot::new(to.0, self.units(to.1), freq, current.tag());
+        chain.replace(slot, moved.with_fetched(current.fetched()));
         let dst = &self.headers[to.0 as usize];
         dst.add_live(size);
         dst.write_offset

@@ -89,6 +89,7 @@ pub struct ItemRef<'a> {
     cas: u64,
     pub(crate) slot: Slot,
     deadline: u32,
+    last_access: u16,
 }
 
 impl ItemRef<'_> {
@@ -108,15 +109,23 @@ impl ItemRef<'_> {
     /// client's `mg ... c` then `ms ... C<cas>` is exactly a lease-set), else the bucket's
     /// (see [`client_cas`]).
     pub fn cas(&self) -> u64 {
-        self.header.lease.map_or(self.cas, |l| l.token)
+        match self.header.lease {
+            Some(l) => l.token,
+            None => self.header.explicit_cas.unwrap_or(self.cas),
+        }
     }
     /// Lease and hold-off marks ([`crate::MARK_STALE`] and friends).
     pub fn marks(&self) -> u8 {
         self.header.marks
     }
-    /// The bucket's CAS, ignoring a lease token.
+    /// The item's CAS ignoring a lease token: the one the client chose (meta `E`), else the
+    /// bucket's.
     pub(crate) fn bucket_cas(&self) -> u64 {
-        self.cas
+        self.header.explicit_cas.unwrap_or(self.cas)
+    }
+    /// The CAS unique a client chose for this item (meta `E`), if one did.
+    pub(crate) fn explicit_cas(&self) -> Option<u64> {
+        self.header.explicit_cas
     }
     /// The lease handed out for this key, if one is outstanding.
     pub fn lease(&self) -> Option<Lease> {
@@ -126,6 +135,18 @@ impl ItemRef<'_> {
     /// deadline, which may be up to the TTL bucket's tolerance earlier than the one asked for.
     pub fn ttl_remaining(&self, now: u32) -> Option<u32> {
         (self.deadline != NEVER).then(|| self.deadline.saturating_sub(now))
+    }
+    /// Whether the item had been read since it was written, before this lookup (memcached's
+    /// `ITEM_FETCHED`; meta `h`, `me`'s `fetch=`).
+    pub fn fetched(&self) -> bool {
+        self.slot.fetched()
+    }
+    /// Seconds since the item was last written or read, before this lookup (meta `l`,
+    /// `me`'s `la=`). Coarse: the engine keeps one last-access second per hash chain, so this
+    /// is the time since any key of the item's chain (a handful) was accessed, and it wraps
+    /// after 65 536 seconds (about 18 hours).
+    pub fn idle_secs(&self, now: u32) -> u32 {
+        u32::from((now as u16).wrapping_sub(self.last_access))
     }
     /// Bytes the item occupies in its segment.
     pub fn stored_len(&self) -> usize {
@@ -260,6 +281,22 @@ impl Handle {
         found
     }
 
+    /// Looks up any live item, marked or not, as memcached's `me` and meta `u` do: the read
+    /// is neither counted nor recorded (no fetched mark, no last-access time, no frequency).
+    pub fn peek(&self, key: &[u8]) -> Option<ItemRef<'_>> {
+        if key.is_empty() || key.len() > item::MAX_KEY_LEN {
+            return None;
+        }
+        self.find(key, hash(key), self.shared.clock.now(), false)
+    }
+
+    /// What [`Handle::get`] would find, looked at as [`Handle::peek`] does (no access
+    /// recorded, nothing counted).
+    pub fn peek_value(&self, key: &[u8]) -> Option<ItemRef<'_>> {
+        self.peek(key)
+            .filter(|item| Visibility::of(item.marks()).value)
+    }
+
     /// Finds the live item for `key` without taking a lock.
     pub(crate) fn find(
         &self,
@@ -327,6 +364,7 @@ impl Handle {
                 HandleCounters::bump(&self.counters.expired_on_access, 1);
                 return Some(Probe::Found(None));
             }
+            let last_access = table.last_access(head);
             if count_access {
                 // At most one counted access per item per second (the paper's smoothing):
                 // the chain's shared second decides whether this item's mark is current.
@@ -342,12 +380,23 @@ impl Handle {
                 } else {
                     current
                 };
-                if seen.same_location(current) && !seen.counted() {
-                    let next = seen.with_counted_freq(self.next_frequency(seen.freq()));
+                if seen.same_location(current) && !(seen.counted() && seen.fetched()) {
+                    // The first read after a write also marks the item fetched (in the same
+                    // exchange: a new slot is neither counted nor fetched).
+                    let next = if seen.counted() {
+                        seen
+                    } else {
+                        seen.with_counted_freq(self.next_frequency(seen.freq()))
+                    };
                     let counted = slot
-                        .compare_exchange(seen.0, next.0, Ordering::Relaxed, Ordering::Relaxed)
+                        .compare_exchange(
+                            seen.0,
+                            next.with_fetched(true).0,
+                            Ordering::Relaxed,
+                            Ordering::Relaxed,
+                        )
                         .is_ok();
-                    if counted {
+                    if counted && !seen.counted() {
                         header.reads.fetch_add(1, Ordering::Relaxed);
                     }
                 }
@@ -360,6 +409,7 @@ impl Handle {
                 cas: client_cas(cas, h),
                 slot: current,
                 deadline,
+                last_access,
             })))
         });
         found.unwrap_or(Probe::Found(None))

@@ -5,7 +5,7 @@
 //!
 //! ```text
 //! info:  [cas:32][last access:16][item count:8][lock byte:8]
-//! item:  [segment:24][offset:20][counted:1][frequency:7][tag:12]
+//! item:  [segment:24][offset:20][counted:1][frequency:7][fetched:1][tag:11]
 //! next:  [bucket index:52][tag = 0:12]
 //! ```
 //!
@@ -37,8 +37,16 @@ const TS_SHIFT: u32 = 16;
 const TS_MASK: u64 = 0xffff << TS_SHIFT;
 const CAS_SHIFT: u32 = 32;
 
+/// Low bits that are zero in a chain pointer (an item's tag and fetched bit).
 const TAG_BITS: u32 = 12;
 const TAG_MASK: u64 = (1 << TAG_BITS) - 1;
+/// An item's tag: 11 bits of its hash.
+const ITEM_TAG_BITS: u32 = 11;
+const ITEM_TAG_MASK: u64 = (1 << ITEM_TAG_BITS) - 1;
+/// memcached's `ITEM_FETCHED`: the item was read since it was written (meta `h`, `me`'s
+/// `fetch=`). Taken from the tag's top bit: one more key comparison per 2 048 foreign slots
+/// instead of per 4 096, and no byte more per item.
+const FETCHED: u64 = 1 << ITEM_TAG_BITS;
 const FREQ_SHIFT: u32 = 12;
 const FREQ_MASK: u64 = 0xff << FREQ_SHIFT;
 const OFFSET_SHIFT: u32 = 20;
@@ -66,7 +74,7 @@ impl Slot {
     pub fn new(seg: u32, offset_units: u32, freq: u8, tag: u16) -> Slot {
         debug_assert!((seg as usize) < MAX_SEGMENTS);
         debug_assert!((offset_units as usize) < MAX_OFFSET_UNITS);
-        debug_assert!(tag != 0 && u64::from(tag) <= TAG_MASK);
+        debug_assert!(tag != 0 && u64::from(tag) <= ITEM_TAG_MASK);
         Slot(
             (u64::from(seg) << SEG_SHIFT)
                 | (u64::from(offset_units) << OFFSET_SHIFT)
@@ -94,7 +102,21 @@ impl Slot {
     }
     #[inline]
     pub fn tag(self) -> u16 {
-        (self.0 & TAG_MASK) as u16
+        (self.0 & ITEM_TAG_MASK) as u16
+    }
+    /// Whether the item was read since it was written (memcached's `ITEM_FETCHED`).
+    #[inline]
+    pub fn fetched(self) -> bool {
+        self.0 & FETCHED != 0
+    }
+    /// The same slot marked fetched (or not).
+    #[inline]
+    pub fn with_fetched(self, fetched: bool) -> Slot {
+        if fetched {
+            Slot(self.0 | FETCHED)
+        } else {
+            Slot(self.0 & !FETCHED)
+        }
     }
     /// The same slot with frequency `freq` and no [`COUNTED`] mark.
     #[inline]
@@ -107,17 +129,17 @@ impl Slot {
     pub fn with_counted_freq(self, freq: u8) -> Slot {
         Slot(self.with_freq(freq).0 | (u64::from(COUNTED) << FREQ_SHIFT))
     }
-    /// Same item location (ignores the frequency).
+    /// Same item location (ignores the frequency and the fetched mark).
     #[inline]
     pub fn same_location(self, other: Slot) -> bool {
-        (self.0 & !FREQ_MASK) == (other.0 & !FREQ_MASK)
+        (self.0 & !(FREQ_MASK | FETCHED)) == (other.0 & !(FREQ_MASK | FETCHED))
     }
 }
 
-/// The 12-bit tag of a hash (never 0: 0 marks chain pointers).
+/// The 11-bit tag of a hash (never 0: 0 marks chain pointers).
 #[inline]
 pub fn tag_of(hash: u64) -> u16 {
-    let tag = (hash >> (64 - TAG_BITS)) as u16;
+    let tag = (hash >> (64 - ITEM_TAG_BITS)) as u16;
     if tag == 0 {
         1
     } else {
@@ -236,6 +258,12 @@ impl Table {
     #[inline]
     pub fn info(&self, head: usize) -> &AtomicU64 {
         &self.buckets[head].slots[0]
+    }
+
+    /// The chain's last-access second (the low 16 bits of the cache clock's second).
+    #[inline]
+    pub fn last_access(&self, head: usize) -> u16 {
+        ((self.info(head).load(Ordering::Relaxed) & TS_MASK) >> TS_SHIFT) as u16
     }
 
     /// The shared CAS value of chain `head`.
@@ -375,6 +403,13 @@ impl<'a> ChainGuard<'a> {
     /// Calls `f` on every item slot; see [`Table::scan`].
     pub fn scan<T>(&self, f: impl FnMut(&'a AtomicU64, Slot) -> Option<T>) -> Option<T> {
         self.table.scan(self.head, f)
+    }
+
+    /// Records an access (a write) at second `now` for the chain, as a read does.
+    pub fn touch(&self, now: u32) {
+        if self.table.touch_timestamp(self.head, now) {
+            self.table.start_second(self.head);
+        }
     }
 
     /// Increments the shared CAS value (after a change of some key's value).
@@ -635,18 +670,20 @@ mod tests {
 
     #[test]
     fn slot_roundtrip() {
-        let s = Slot::new(0xabcdef, 0xfffff, MAX_FREQ, 0xfff);
+        let s = Slot::new(0xabcdef, 0xfffff, MAX_FREQ, 0x7ff);
         assert_eq!(s.seg(), 0xabcdef);
         assert_eq!(s.offset_units(), 0xfffff);
         assert_eq!(s.freq(), MAX_FREQ);
-        assert!(!s.counted());
-        assert_eq!(s.tag(), 0xfff);
+        assert!(!s.counted() && !s.fetched());
+        assert_eq!(s.tag(), 0x7ff);
         assert!(!is_pointer(s.0));
         assert!(s.same_location(s.with_freq(3)));
-        let c = s.with_counted_freq(9);
-        assert!(c.counted() && c.same_location(s));
-        assert_eq!((c.freq(), c.seg(), c.tag()), (9, 0xabcdef, 0xfff));
-        assert!(!c.with_freq(9).counted());
+        let c = s.with_counted_freq(9).with_fetched(true);
+        assert!(c.counted() && c.fetched() && c.same_location(s));
+        assert_eq!((c.freq(), c.seg(), c.tag()), (9, 0xabcdef, 0x7ff));
+        assert!(!c.with_freq(9).counted() && c.with_freq(9).fetched());
+        assert!(!c.with_fetched(false).fetched());
+        assert!(!is_pointer(Slot::new(1, 0, 0, 1).with_fetched(true).0));
     }
 
     #[test]

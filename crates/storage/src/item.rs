@@ -66,6 +66,21 @@ pub struct Lease {
     pub issued: u32,
 }
 
+/// A lease extension whose issue time is this carries no lease but a CAS unique the client
+/// chose (meta `E<cas>`): the item's CAS until it is rewritten. (A real lease's issue time is
+/// a cache-clock second, which never gets near it.)
+pub const EXPLICIT_CAS: u32 = u32::MAX;
+
+impl Lease {
+    /// The extension that stores a client-chosen CAS unique (see [`EXPLICIT_CAS`]).
+    pub fn explicit_cas(cas: u64) -> Lease {
+        Lease {
+            token: cas,
+            issued: EXPLICIT_CAS,
+        }
+    }
+}
+
 /// The optional parts of an item beyond key, value and flags.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Extras {
@@ -85,6 +100,8 @@ pub struct Header {
     pub client_flags: u32,
     pub own_deadline: Option<u32>,
     pub lease: Option<Lease>,
+    /// A CAS unique the client chose (meta `E`), carried in the lease extension.
+    pub explicit_cas: Option<u64>,
     pub marks: u8,
     /// Bytes from the start of the item to the key.
     pub key_offset: usize,
@@ -190,13 +207,18 @@ pub fn decode(bytes: &[u8]) -> Header {
     let mut flag_bytes = [0u8; 4];
     flag_bytes[..width].copy_from_slice(&bytes[at..at + width]);
     at += width;
+    let (lease, explicit_cas, marks) = match lease {
+        Some(l) if l.issued == EXPLICIT_CAS => (None, Some(l.token), bits & MARKS & !MARK_TOKEN),
+        lease => (lease, None, bits & MARKS),
+    };
     Header {
         key_len,
         value_len,
         client_flags: u32::from_le_bytes(flag_bytes),
         own_deadline,
         lease,
-        marks: bits & MARKS,
+        explicit_cas,
+        marks,
         key_offset: at,
     }
 }

@@ -78,6 +78,11 @@ pub struct LeaseRead {
     /// Only look: never hand out a token or create a placeholder (reads over UDP, whose
     /// source address may be forged, must not take a key's lease from its real readers).
     pub read_only: bool,
+    /// Leave the item's access state alone: no fetched mark, last-access time or frequency
+    /// count (meta `u`).
+    pub no_update: bool,
+    /// A placeholder this read creates takes this as its token, hence its CAS (meta `E`).
+    pub vivify_cas: Option<u64>,
 }
 
 /// What a lease read found.
@@ -161,12 +166,13 @@ impl Handle {
         // The token this call handed itself, once it has tried to.
         let mut mine: Option<u64> = None;
         enum Act {
-            Claim,
+            /// Claim the item's token; a CAS the client chose (meta `E`) becomes the token.
+            Claim(Option<u64>),
             Create(u32),
         }
         loop {
             let now = self.shared.clock.now();
-            let act = match self.find(key, h, now, true) {
+            let act = match self.find(key, h, now, !ask.no_update) {
                 None => match ask.vivify.and_then(|e| self.shared.clock.deadline(e, now)) {
                     Some(deadline) if mine.is_none() && !ask.read_only => Act::Create(deadline),
                     _ => return Ok(f(LeaseOutcome::Miss)),
@@ -184,13 +190,19 @@ impl Handle {
                         let won = mine.is_some() && item.lease().map(|l| l.token) == mine;
                         return Ok(f(LeaseOutcome::Found { item, won }));
                     }
-                    Act::Claim
+                    Act::Claim(item.explicit_cas())
                 }
             };
-            let lease = self.new_lease(now);
+            let lease = match (&act, ask.vivify_cas) {
+                (Act::Create(_), Some(cas)) | (&Act::Claim(Some(cas)), _) => Lease {
+                    token: cas,
+                    issued: now,
+                },
+                _ => self.new_lease(now),
+            };
             mine = Some(lease.token);
             match act {
-                Act::Claim => {
+                Act::Claim(_) => {
                     // Decided again on the item the chain lock protects: whoever claims first
                     // keeps the token.
                     self.amend(key, None, |item, now| {
@@ -237,6 +249,16 @@ impl Handle {
     /// the next reader wins a token to refresh it) and voids any outstanding token. `ttl`
     /// gives it a new expiry. False when the key holds no value.
     pub fn invalidate(&mut self, key: &[u8], ttl: Option<Expiry>) -> Result<bool, StoreError> {
+        self.invalidate_as(key, ttl, None)
+    }
+
+    /// [`Handle::invalidate`], the stale copy taking `new_cas` as its CAS unique (meta `E`).
+    pub fn invalidate_as(
+        &mut self,
+        key: &[u8],
+        ttl: Option<Expiry>,
+        new_cas: Option<u64>,
+    ) -> Result<bool, StoreError> {
         crate::ops::check_key(key)?;
         let clock = self.shared.clock.clone();
         let done = self.amend(key, None, |item, now| {
@@ -251,7 +273,7 @@ impl Handle {
             Amend::Copy {
                 extras: Extras {
                     own_deadline: own,
-                    lease: None,
+                    lease: new_cas.map(Lease::explicit_cas),
                     marks: (item.marks() & MARK_EMPTY) | MARK_STALE,
                 },
                 deadline,

@@ -101,7 +101,7 @@ impl Existing<'_> {
         self.live.then_some(Seen {
             marks: self.header.marks,
             lease: self.header.lease,
-            bucket_cas,
+            bucket_cas: self.header.explicit_cas.unwrap_or(bucket_cas),
         })
     }
 }
@@ -244,6 +244,8 @@ impl Handle {
             }
         }
         shared.headers[written.seg as usize].add_live(written.len);
+        // A write is an access: meta `l` (last access) counts from it, as memcached's does.
+        chain.touch(shared.clock.now());
         if bump_cas {
             chain.bump_cas();
         }
@@ -308,6 +310,20 @@ impl Handle {
         flags: u32,
         expiry: Expiry,
     ) -> Result<StoreStatus, StoreError> {
+        self.store_with_cas(mode, key, value, flags, expiry, None)
+    }
+
+    /// [`Handle::store`], the new item taking `cas` as its CAS unique when given (meta
+    /// `E<cas>`; not for append and prepend, which keep the engine's).
+    pub fn store_with_cas(
+        &mut self,
+        mode: StoreMode,
+        key: &[u8],
+        value: &[u8],
+        flags: u32,
+        expiry: Expiry,
+        cas: Option<u64>,
+    ) -> Result<StoreStatus, StoreError> {
         check_key(key)?;
         if matches!(mode, StoreMode::Append | StoreMode::Prepend) {
             return self.concat(mode == StoreMode::Append, key, value);
@@ -320,7 +336,13 @@ impl Handle {
         }
         let deadline = self.shared.clock.deadline(expiry, now);
         let written = match deadline {
-            Some(d) => Some(self.append(key, &[value], flags, d, Extras::default())?),
+            Some(d) => {
+                let extras = Extras {
+                    lease: cas.map(Lease::explicit_cas),
+                    ..Extras::default()
+                };
+                Some(self.append(key, &[value], flags, d, extras)?)
+            }
             None => None,
         };
         let status = self.locked(h, |this, table, chain| {

@@ -20,6 +20,8 @@ const LEASE_GET: LeaseRead = LeaseRead {
     recache_below: None,
     see_deleted: true,
     read_only: false,
+    no_update: false,
+    vivify_cas: None,
 };
 
 /// What a lease read says, flattened: (token if won, value, marks) or a miss/hold-off.

@@ -75,7 +75,7 @@ fn answer(req: &Request<'_>, out: &mut Vec<u8>) {
             w.finish();
         }
         Request::Other { command, .. } => match *command {
-            b"shutdown" => out.extend_from_slice(b"ERROR: shutdown not enabled\r\n"),
+            b"shutdown" => out.extend_from_slice(b"SERVER_ERROR: shutdown not enabled\r\n"),
             _ => response::status(out, Status::Error),
         },
     }

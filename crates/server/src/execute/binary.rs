@@ -138,6 +138,10 @@ impl Executor<'_> {
                     Err(DeltaError::Store(e)) => response::error(out, to, store_error(e)),
                 }
             }
+            BinCommand::Flush { .. } if self.shared.settings.flush_disabled => {
+                // memcached -F: refused even when quiet.
+                response::error(out, to, Status::AuthError);
+            }
             BinCommand::Flush { exptime, quiet } => {
                 self.counters.cmd_flush.incr();
                 self.flush_all(exptime.map_or(0, i64::from));
