@@ -76,7 +76,7 @@ pub(super) fn rows(shared: &Shared) -> Vec<(String, String)> {
         ("lru_crawler_sleep", expire_us),
         ("lru_crawler_tocrawl", "0".into()),
         ("tail_repair_time", "0".into()),
-        ("flush_enabled", "yes".into()),
+        ("flush_enabled", yes_no(!st.flush_disabled)),
         // `stats cachedump`, `lru_crawler metadump` and `mgdump` (`dump.rs`).
         ("dump_enabled", "yes".into()),
         ("hash_algorithm", "xxh3".into()),
