@@ -154,6 +154,8 @@ pub const NEWER_IN_1_6_45: &[(&str, &str)] = &[
     ("text/storage-errors/", "a storage command's errors swallow its value; extra tokens are ignored; `cas` without a unique is a format error"),
     ("text/other/031", "a storage command with too few tokens is a format error"),
     ("text/other/032", "the same, for `cas`"),
+    ("text/other/048", "a bare `set` (too few tokens) is a format error, not `ERROR`"),
+    ("text/other/049", "the same, for a bare `cas`"),
     ("text/semantics/050", "a line under two bytes is a format error"),
     ("meta/dispatch/004", "a one-letter command is a format error"),
     ("meta/dispatch/005", "a meta command without a key is a format error"),
