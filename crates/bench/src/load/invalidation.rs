@@ -8,7 +8,8 @@
 //! commit timestamp to the last cluster's reply), keys per batch, and the sampled check
 //! that deleted keys are gone. `--invalidation-outage 2s` hangs the second cluster's server
 //! (SIGSTOP) for that long a third of the way in: its deletes are spooled and count only
-//! once replayed, so the tail shows the outage plus the replay. With `--out DIR`: `invalidation.json` (with the latency CDF)
+//! once replayed, so the tail shows the outage plus the replay (with
+//! `--invalidation-no-spool`, the invalidator's retries instead). With `--out DIR`: `invalidation.json` (with the latency CDF)
 //! and `invalidation-latency-cdf.png`.
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -60,12 +61,17 @@ pub fn bench(args: &LoadArgs) -> Result<()> {
          create = true\n\n[invalidator]\nroute = \"everywhere\"\ncheck_one_in = 100\n\
          report_every_s = 3600\n\n\
          [router]\nspool_dir = \"{}\"\n\n\
-         [pools.a]\nservers = [\"127.0.0.1:{}\"]\n[pools.b]\nservers = [\"127.0.0.1:{}\"]\n\
-         [routes.everywhere]\ntype = \"broadcast\"\nto = [\"a\", \"b\"]\n",
+         [pools.a]\nservers = [\"127.0.0.1:{}\"]\n{spooling}[pools.b]\nservers = [\"127.0.0.1:{}\"]\n\
+         {spooling}[routes.everywhere]\ntype = \"broadcast\"\nto = [\"a\", \"b\"]\n",
         pg.port,
         spool.display(),
         clusters[0].1,
-        clusters[1].1
+        clusters[1].1,
+        spooling = if args.invalidation_no_spool {
+            "spool_deletes = false\n"
+        } else {
+            ""
+        },
     ))?;
     let outage = args.invalidation_outage;
     let hung = &clusters[1].0;
@@ -189,6 +195,7 @@ pub fn bench(args: &LoadArgs) -> Result<()> {
                 "rate_per_s": (args.invalidation_rate > 0).then_some(args.invalidation_rate),
                 "clusters": 2,
                 "outage_s": outage.as_secs_f64(),
+                "spooling": !args.invalidation_no_spool,
             },
             "spooled_batches": spooled,
             "undelivered_batches": undelivered,

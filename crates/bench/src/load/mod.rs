@@ -154,6 +154,10 @@ pub struct LoadArgs {
     /// spool and count as delivered only when replayed (0s: no outage).
     #[arg(long, value_parser = parse_duration, default_value = "0s")]
     pub invalidation_outage: Duration,
+    /// invalidation: no delete spool (`spool_deletes = false`): a delete a cluster cannot
+    /// take fails its batch, which the invalidator retries until it is delivered.
+    #[arg(long)]
+    pub invalidation_no_spool: bool,
     /// gutter: when a server of the main pool is killed.
     #[arg(long, value_parser = parse_duration, default_value = "5s")]
     pub gutter_fail_at: Duration,
