@@ -300,7 +300,8 @@ async fn check(checkers: &[(String, Client)], key: &str, counters: &Counters) {
 
 /// Deletes every key everywhere: all requests go out at once (each destination's
 /// connection writes them in one go: the paper's batching), then every reply is awaited.
-/// A key no destination could take nor spool is sent again after a pause, until it is.
+/// A key no destination could take nor spool is sent again after a pause (at most a
+/// second, down servers probed meanwhile), until it is.
 async fn deliver(cache: &Client, keys: &[String], counters: &Counters) {
     counters.batches.fetch_add(1, Ordering::Relaxed);
     let mut pending: Vec<&String> = keys.iter().collect();
@@ -323,7 +324,17 @@ async fn deliver(cache: &Client, keys: &[String], counters: &Counters) {
         counters.retries.fetch_add(1, Ordering::Relaxed);
         pending = failed;
         tokio::time::sleep(pause).await;
-        pause = (pause * 2).min(Duration::from_secs(5));
+        pause = (pause * 2).min(Duration::from_secs(1));
+        // A server marked down is otherwise tried again only at its own probe (30 s and
+        // more): probe it now, as the spool's replay does, so that the retry can reach it
+        // as soon as it answers.
+        let down = cache
+            .topology()
+            .pools()
+            .iter()
+            .flat_map(|pool| pool.backends())
+            .map(|backend| backend.probe_once());
+        futures_util::future::join_all(down).await;
     }
 }
 
