@@ -35,6 +35,7 @@ pub use config::Config;
 use hdrhistogram::Histogram;
 use memfleet_client::spool::QueueStats;
 use memfleet_client::{Client, ClientOptions};
+use memfleet_protocol::reply::{self, MetaCode, ReplyKind, ServerReply};
 use source::{CommitLog, Committed};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -289,7 +290,11 @@ async fn check(checkers: &[(String, Client)], key: &str, counters: &Counters) {
     counters.checked.fetch_add(1, Ordering::Relaxed);
     for (pool, client) in checkers {
         if let Ok(reply) = client.meta("mg", key, "", None).await {
-            if reply.starts_with(b"HD") {
+            let hit = matches!(
+                reply::decode(&reply, ReplyKind::Meta),
+                Ok(ServerReply::Meta(m)) if m.code == MetaCode::Hd
+            );
+            if hit {
                 counters.check_failures.fetch_add(1, Ordering::Relaxed);
                 tracing::warn!(%key, %pool, "still cached after its invalidation");
                 return;

@@ -127,7 +127,7 @@ fn message(rest: &[u8]) -> &[u8] {
     rest.strip_prefix(b" ").unwrap_or(rest)
 }
 
-fn error_of(line: &[u8]) -> Option<(ErrorClass, &[u8])> {
+pub(super) fn error_of(line: &[u8]) -> Option<(ErrorClass, &[u8])> {
     if line == b"ERROR" {
         Some((ErrorClass::Error, b""))
     } else if let Some(rest) = line.strip_prefix(b"ERROR ") {
@@ -160,20 +160,20 @@ pub fn is_hit(reply: &[u8]) -> bool {
     reply.starts_with(b"VALUE ") || reply.starts_with(b"VA ")
 }
 
-/// Splits off the first line (without `\r\n`) and the rest.
+/// Splits off the first line (without `\r\n`) and the rest: [`super::line`]'s rules on a
+/// whole reply, where a missing end of line is an error rather than a wait.
 fn split_line(buf: &[u8]) -> Result<(&[u8], &[u8]), Malformed> {
-    let nl = memchr::memchr(b'\n', buf).ok_or_else(|| Malformed("no end of line".into()))?;
-    let line = buf[..nl]
-        .strip_suffix(b"\r")
-        .ok_or_else(|| Malformed("a line ending in a bare \\n".into()))?;
-    Ok((line, &buf[nl + 1..]))
+    match super::line(buf, 0)? {
+        Some((line, next)) => Ok((line, &buf[next..])),
+        None => Err(Malformed("no end of line".into())),
+    }
 }
 
-/// Splits a data block of `len` bytes and its `\r\n` off `buf`.
+/// Splits a data block of `len` bytes and its `\r\n` off `buf` ([`super::data`]'s rules).
 fn split_data(buf: &[u8], len: usize) -> Result<(&[u8], &[u8]), Malformed> {
-    match buf.get(len..len + 2) {
-        Some(b"\r\n") => Ok((&buf[..len], &buf[len + 2..])),
-        _ => Err(Malformed(format!("a {len}-byte data block cut short"))),
+    match super::data(buf, 0, len)? {
+        Some(end) => Ok((&buf[..len], &buf[end..])),
+        None => Err(Malformed(format!("a {len}-byte data block cut short"))),
     }
 }
 

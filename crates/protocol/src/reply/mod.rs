@@ -72,13 +72,6 @@ pub struct Malformed(pub String);
 /// The longest reply line accepted (a `VALUE` line has a 250-byte key and three numbers).
 pub const MAX_REPLY_LINE: usize = 8 * 1024;
 
-fn is_error(line: &[u8]) -> bool {
-    line == b"ERROR"
-        || line.starts_with(b"ERROR ")
-        || line.starts_with(b"CLIENT_ERROR")
-        || line.starts_with(b"SERVER_ERROR")
-}
-
 /// The next line at `at` (without its `\r\n`) and where the line after it starts.
 fn line(buf: &[u8], at: usize) -> Result<Option<(&[u8], usize)>, Malformed> {
     let rest = &buf[at..];
@@ -122,7 +115,7 @@ pub fn frame(buf: &[u8], kind: ReplyKind, max_value: usize) -> Result<Frame, Mal
         let Some((l, next)) = line(buf, at)? else {
             return Ok(Frame::Incomplete);
         };
-        if is_error(l) {
+        if decode::error_of(l).is_some() {
             return Ok(Frame::Complete(next));
         }
         match kind {
