@@ -7,6 +7,8 @@
 //! |---|---|
 //! | a server hangs (SIGSTOP) while its keys are deleted through a pool and a gutter route | every delete answered `NOT_FOUND` (spooled), none an error; once it is back, no read through either route returns a deleted value, and the spool is replayed within 2 s |
 //! | the same, with the router restarted while the server is away | the new router replays the old one's spool before the server serves reads |
+//! | the same with the server behind a cut link (network namespace, no RST) | as for a hung server |
+//! | the same with the server killed (`kill -9`) and restarted on its port | every delete spooled and replayed to the new server |
 //! | the same with `spool_deletes = false` | every such delete answers `SERVER_ERROR`, never a success-looking reply |
 //! | a replica hangs under a replicated route | sets `STORED` (policy `any`), deletes `DELETED`; its deletes reach it before it serves reads |
 //!
@@ -17,13 +19,17 @@ mod support;
 #[allow(dead_code)]
 mod faults {
     pub mod fleet;
+    pub mod netns;
 }
 
-use faults::fleet::{ask, placement, router_toml, server, signal, stat, three_servers, Router};
+use faults::fleet::{
+    ask, placement, router_toml, server, server_with, signal, stat, three_servers, Router,
+};
+use faults::netns::Namespace;
 use std::net::SocketAddr;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
-use support::free_port;
+use support::{free_port, Killed};
 
 /// Replay after a server is back must end within this (plus a loaded machine's slack).
 const REPLAY_BOUND: Duration = Duration::from_secs(2);
@@ -101,68 +107,130 @@ fn read_until_drained(
     (stale.into_inner(), reads.into_inner(), at)
 }
 
-/// The hung-server scenario, with or without a router restart while the server is away.
-fn hung_server_gets_every_delete_before_serving(restart_router: bool) {
+/// How the server holding the deleted keys goes away, and comes back.
+#[derive(Clone, Copy, PartialEq)]
+enum Away {
+    /// SIGSTOP, then SIGCONT.
+    Hang,
+    /// SIGSTOP; the router is restarted while the server is away; SIGCONT.
+    HangAcrossRouterRestart,
+    /// The server runs in a network namespace whose link is cut (packets vanish: no RST),
+    /// then restored.
+    LinkCut,
+    /// `kill -9`, then a new server on the same port (empty: nothing stale can survive,
+    /// but the spool must still drain and no delete may fail).
+    Killed,
+}
+
+impl Away {
+    fn test_name(self) -> &'static str {
+        match self {
+            Away::Hang => "lost-hang",
+            Away::HangAcrossRouterRestart => "lost-restart",
+            Away::LinkCut => "lost-linkcut",
+            Away::Killed => "lost-kill9",
+        }
+    }
+}
+
+/// The away-server scenario: one server's keys hold `stale`; it goes away; every one of
+/// them is deleted through the router (pool listener and gutter route); it comes back
+/// while readers loop over those keys. No delete may fail or be lost, no read may return
+/// `stale`, and the spool must drain within [`REPLAY_BOUND`].
+fn away_server_gets_every_delete_before_serving(away: Away) {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let (servers, ports, names) = three_servers();
+    let victim = 1;
+    let ns = if away == Away::LinkCut {
+        match Namespace::create() {
+            Ok(ns) => Some(ns),
+            Err(why) => {
+                eprintln!(
+                    "SKIPPED: cannot make a network namespace ({why}); run as root with iproute2"
+                );
+                return;
+            }
+        }
+    } else {
+        None
+    };
+    let ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
+    let mut names: Vec<String> = ports.iter().map(|p| format!("127.0.0.1:{p}")).collect();
+    let mut servers: Vec<Option<Killed>> = Vec::new();
+    for (i, &port) in ports.iter().enumerate() {
+        servers.push(Some(match &ns {
+            Some(ns) if i == victim => {
+                names[i] = format!("{}:{port}", ns.ns_addr);
+                server_with(
+                    ns.command(env!("CARGO_BIN_EXE_memfleet")),
+                    &ns.ns_addr,
+                    port,
+                )
+            }
+            _ => server(port),
+        }));
+    }
+    let victim_addr: SocketAddr = names[victim].parse().unwrap();
     let gutter_port = free_port();
     let _gutter = server(gutter_port);
     let (listen, safe) = (free_port(), free_port());
     let toml = router_toml(listen, &names, Some((safe, gutter_port)), None);
     let keys: Vec<String> = (0..90).map(|i| format!("inval:{i}")).collect();
     let on = placement(&toml, &names, &keys);
-    let test = if restart_router {
-        "lost-restart"
-    } else {
-        "lost-hang"
-    };
+    let test = away.test_name();
     let mut router = Router::start(test, &toml, listen);
-    let victim = 1;
     let victim_keys: Vec<String> = (0..keys.len())
         .filter(|&k| on[k] == victim)
         .map(|k| keys[k].clone())
         .collect();
     for k in &victim_keys {
         let set = format!("set {k} 0 0 5\r\nstale\r\n");
-        assert_eq!(ask(local(ports[victim]), &set), "STORED\r\n");
+        assert_eq!(ask(victim_addr, &set), "STORED\r\n");
     }
-    let process = servers[victim].as_ref().unwrap();
-    signal(process, libc::SIGSTOP);
+    match away {
+        Away::Hang | Away::HangAcrossRouterRestart => {
+            signal(servers[victim].as_ref().unwrap(), libc::SIGSTOP)
+        }
+        Away::LinkCut => ns.as_ref().unwrap().link(false),
+        Away::Killed => drop(servers[victim].take()),
+    }
     // Half the deletes through the pool's listener, half through the gutter route.
+    let deleting = Instant::now();
     for (i, k) in victim_keys.iter().enumerate() {
         let via = if i % 2 == 0 { listen } else { safe };
         let reply = ask(local(via), &format!("delete {k}\r\n"));
         assert_eq!(reply, "NOT_FOUND\r\n", "delete {k} through port {via}");
     }
-    let queue = format!("spool:main--127.0.0.1-{}", ports[victim]);
+    let deleting = deleting.elapsed();
+    let queue = format!("spool:main--{}", names[victim].replace(':', "-"));
     let spooled = victim_keys.len().to_string();
     assert_eq!(
         stat(local(listen), &queue).as_deref(),
         Some(spooled.as_str())
     );
-    if restart_router {
-        router.terminate();
-    }
-    if restart_router {
+    if away == Away::HangAcrossRouterRestart {
         // The server comes back while no router runs; the new router starts with the
         // old one's spool and must replay it before serving the server's keys.
-        signal(process, libc::SIGCONT);
+        router.terminate();
+        signal(servers[victim].as_ref().unwrap(), libc::SIGCONT);
         router.spawn(listen);
     }
     let (stale, reads, replay) = read_until_drained(
         &[local(listen), local(safe)],
         &victim_keys,
         || {
-            if !restart_router {
-                signal(process, libc::SIGCONT);
+            match away {
+                Away::Hang => signal(servers[victim].as_ref().unwrap(), libc::SIGCONT),
+                Away::HangAcrossRouterRestart => {}
+                Away::LinkCut => ns.as_ref().unwrap().link(true),
+                Away::Killed => servers[victim] = Some(server(ports[victim])),
             }
             Instant::now()
         },
         || stat(local(listen), &queue).is_none_or(|d| d == "0"),
     );
     eprintln!(
-        "{test}: {} deletes spooled; after the server returned: {stale} stale of {reads} \
-         reads, spool replayed in {replay:?}",
+        "{test}: {} deletes spooled in {deleting:?}; after the server returned: {stale} stale \
+         of {reads} reads, spool replayed in {replay:?}",
         victim_keys.len()
     );
     assert_eq!(
@@ -171,19 +239,29 @@ fn hung_server_gets_every_delete_before_serving(restart_router: bool) {
     );
     assert!(replay < REPLAY_BOUND + SLACK, "replay took {replay:?}");
     for k in &victim_keys {
-        assert_eq!(get(local(ports[victim]), k), "END\r\n", "{k} survived");
+        assert_eq!(get(victim_addr, k), "END\r\n", "{k} survived");
     }
     assert!(!router.log().contains("panicked"));
 }
 
 #[test]
 fn a_hung_server_gets_every_delete_before_it_serves_again() {
-    hung_server_gets_every_delete_before_serving(false);
+    away_server_gets_every_delete_before_serving(Away::Hang);
 }
 
 #[test]
 fn a_restarted_router_replays_the_old_spool_before_the_server_serves() {
-    hung_server_gets_every_delete_before_serving(true);
+    away_server_gets_every_delete_before_serving(Away::HangAcrossRouterRestart);
+}
+
+#[test]
+fn a_server_behind_a_cut_link_gets_every_delete_before_it_serves_again() {
+    away_server_gets_every_delete_before_serving(Away::LinkCut);
+}
+
+#[test]
+fn a_killed_and_restarted_server_gets_every_spooled_delete() {
+    away_server_gets_every_delete_before_serving(Away::Killed);
 }
 
 #[test]
