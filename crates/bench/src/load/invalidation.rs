@@ -6,9 +6,10 @@
 //! one key with `pg_logical_emit_message`. Reported: committed transactions per second,
 //! the invalidator's commit-to-deleted-everywhere latency percentiles (the database's
 //! commit timestamp to the last cluster's reply), keys per batch, and the sampled check
-//! that deleted keys are gone. `--invalidation-outage 2s` hangs the second cluster's server
-//! (SIGSTOP) for that long a third of the way in: its deletes are spooled and count only
-//! once replayed, so the tail shows the outage plus the replay (with
+//! that deleted keys are gone. Each cluster is a `memfleet router` in front of its server,
+//! as the paper's mcsqueal talks to each cluster's mcrouters. `--invalidation-outage 2s`
+//! hangs the second cluster's router (SIGSTOP) for that long a third of the way in: its
+//! deletes are spooled by the invalidator and count only once replayed, so the tail shows the outage plus the replay (with
 //! `--invalidation-no-spool`, the invalidator's retries instead). With `--out DIR`: `invalidation.json` (with the latency CDF)
 //! and `invalidation-latency-cdf.png`.
 
@@ -20,7 +21,7 @@ use anyhow::{bail, Context, Result};
 use memfleet_invalidator::{run, scratch::Postgres, setup, source::PgLogical, Config, Counters};
 use serde_json::json;
 
-use super::target::{free_port, Spawned};
+use super::target::{free_port, Router, Spawned};
 use super::{command_line, load_average, report, LoadArgs};
 
 /// `--scenario invalidation`.
@@ -43,19 +44,31 @@ pub fn bench(args: &LoadArgs) -> Result<()> {
     println!("command: {}", command_line());
     let pg = Postgres::start().context("starting a scratch PostgreSQL")?;
     let bin = &args.memfleet_bin;
+    // Each cluster as in the paper: a router in front of its server (mcsqueal talks to the
+    // cluster's mcrouters). The routers keep their own delete spools, private to this run.
+    let spool = std::env::temp_dir().join(format!("memfleet-bench-spool-{}", std::process::id()));
     let mut clusters = Vec::new();
-    for _ in 0..2 {
+    for name in ["a", "b"] {
         let port = free_port()?;
         let argv: Vec<String> = [bin.as_str(), "server", "-p", &port.to_string(), "-t", "1"]
             .map(String::from)
             .to_vec();
-        clusters.push((
-            Spawned::start(&argv, ([127, 0, 0, 1], port).into(), None)?,
-            port,
-        ));
+        let server = Spawned::start(&argv, ([127, 0, 0, 1], port).into(), None)?;
+        let router_port = free_port()?;
+        let router_config = format!(
+            "[router]\nspool_dir = \"{}\"\n\n[pools.{name}]\nlisten = \"127.0.0.1:{router_port}\"\n\
+             servers = [\"127.0.0.1:{port}\"]\n",
+            spool.join(format!("router-{name}")).display(),
+        );
+        let router = Router::start(
+            bin,
+            &router_config,
+            ([127, 0, 0, 1], router_port).into(),
+            None,
+        )?;
+        clusters.push((server, router, router_port));
     }
-    // The spool of deletes for a cluster that does not answer, private to this run.
-    let spool = std::env::temp_dir().join(format!("memfleet-bench-spool-{}", std::process::id()));
+    // The invalidator's own spool, for a cluster whose router does not answer.
     let config = Config::parse(&format!(
         "[database]\nhost = \"127.0.0.1\"\nport = {}\nuser = \"postgres\"\ndbname = \"postgres\"\n\
          create = true\n\n[invalidator]\nroute = \"everywhere\"\ncheck_one_in = 100\n\
@@ -64,9 +77,9 @@ pub fn bench(args: &LoadArgs) -> Result<()> {
          [pools.a]\nservers = [\"127.0.0.1:{}\"]\n{spooling}[pools.b]\nservers = [\"127.0.0.1:{}\"]\n\
          {spooling}[routes.everywhere]\ntype = \"broadcast\"\nto = [\"a\", \"b\"]\n",
         pg.port,
-        spool.display(),
-        clusters[0].1,
-        clusters[1].1,
+        spool.join("invalidator").display(),
+        clusters[0].2,
+        clusters[1].2,
         spooling = if args.invalidation_no_spool {
             "spool_deletes = false\n"
         } else {
@@ -74,7 +87,7 @@ pub fn bench(args: &LoadArgs) -> Result<()> {
         },
     ))?;
     let outage = args.invalidation_outage;
-    let hung = &clusters[1].0;
+    let hung = &clusters[1].1.spawned;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -121,13 +134,13 @@ pub fn bench(args: &LoadArgs) -> Result<()> {
             tokio::time::sleep(args.duration / 3).await;
             hung.signal(libc::SIGSTOP);
             println!(
-                "cluster b hung (SIGSTOP) at {:.1} s",
+                "cluster b's router hung (SIGSTOP) at {:.1} s",
                 started.elapsed().as_secs_f64()
             );
             tokio::time::sleep(outage).await;
             hung.signal(libc::SIGCONT);
             println!(
-                "cluster b back (SIGCONT) at {:.1} s",
+                "cluster b's router back (SIGCONT) at {:.1} s",
                 started.elapsed().as_secs_f64()
             );
         }

@@ -149,7 +149,7 @@ pub struct LoadArgs {
     /// they go).
     #[arg(long, default_value_t = 0)]
     pub invalidation_rate: u64,
-    /// invalidation: hang the second cluster's server (SIGSTOP, then SIGCONT) for this long,
+    /// invalidation: hang the second cluster's router (SIGSTOP, then SIGCONT) for this long,
     /// starting a third of the way into the run: its deletes wait in the invalidator's
     /// spool and count as delivered only when replayed (0s: no outage).
     #[arg(long, value_parser = parse_duration, default_value = "0s")]
