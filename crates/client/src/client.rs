@@ -3,9 +3,9 @@
 //! embedded), under sliding-window flow control, with the paper's look-aside pattern
 //! ([`Client::get_or_fill`]) built on leases.
 
-use crate::route::{Class, Ctx, Form, Op, Reply, Route};
+use crate::route::{RequestClass, RequestForm, Route, RouteContext, RouteReply, RouteRequest};
 use crate::udp::{UdpGets, UdpReply};
-use crate::window::{Outcome, Window};
+use crate::window::{RequestOutcome, Window};
 use crate::{BackendError, Topology};
 use memfleet_protocol::reply::{self, ReplyKind, ServerReply, Verdict};
 use memfleet_protocol::StoreCommand;
@@ -201,26 +201,26 @@ impl Client {
         &self.topology
     }
 
-    fn ctx(&self) -> Ctx {
-        Ctx {
+    fn ctx(&self) -> RouteContext {
+        RouteContext {
             lane: self.lane,
             client: self.lane as u64,
         }
     }
 
     /// Sends one operation through the window and the route.
-    async fn call(&self, op: Op) -> Reply {
+    async fn call(&self, op: RouteRequest) -> RouteReply {
         let slot = self.window.acquire().await;
         let reply = self.root.call(op, self.ctx()).await;
         slot.done(match &reply {
-            Ok(_) => Outcome::Replied,
-            Err(BackendError::Timeout(_)) => Outcome::TimedOut,
-            Err(_) => Outcome::Failed,
+            Ok(_) => RequestOutcome::Replied,
+            Err(BackendError::Timeout(_)) => RequestOutcome::TimedOut,
+            Err(_) => RequestOutcome::Failed,
         });
         reply
     }
 
-    async fn line(&self, op: Op) -> Result<String, Error> {
+    async fn line(&self, op: RouteRequest) -> Result<String, Error> {
         let reply = self.call(op).await?;
         let line = String::from_utf8_lossy(&reply).trim_end().to_string();
         if line.starts_with("SERVER_ERROR") || line.starts_with("CLIENT_ERROR") || line == "ERROR" {
@@ -256,9 +256,9 @@ impl Client {
             let slot = self.window.acquire().await;
             let reply = udp.request(server, &request).await;
             slot.done(match reply {
-                Ok(UdpReply::Reply(_)) => Outcome::Replied,
-                Ok(UdpReply::Lost) => Outcome::TimedOut,
-                Err(_) => Outcome::Failed,
+                Ok(UdpReply::Reply(_)) => RequestOutcome::Replied,
+                Ok(UdpReply::Lost) => RequestOutcome::TimedOut,
+                Err(_) => RequestOutcome::Failed,
             });
             match reply {
                 Ok(UdpReply::Lost) => return Ok(UdpGet::Lost),
@@ -298,10 +298,10 @@ impl Client {
 
     async fn retrieve(&self, key: &[u8], head: &[u8]) -> Result<Option<Value>, Error> {
         check_key(key)?;
-        let op = Op {
-            class: Class::Get,
+        let op = RouteRequest {
+            class: RequestClass::Get,
             key: key.to_vec(),
-            form: Form::Get {
+            form: RequestForm::Get {
                 head: head.to_vec(),
             },
         };
@@ -354,10 +354,10 @@ impl Client {
     ) -> Result<String, Error> {
         check_key(key)?;
         let (data, flags) = self.encode(value, flags);
-        let op = Op {
-            class: Class::Set,
+        let op = RouteRequest {
+            class: RequestClass::Set,
             key: key.to_vec(),
-            form: Form::Store {
+            form: RequestForm::Store {
                 command,
                 flags,
                 exptime: i64::from(ttl),
@@ -421,10 +421,10 @@ impl Client {
 
     async fn concat(&self, command: StoreCommand, key: &[u8], value: &[u8]) -> Result<bool, Error> {
         check_key(key)?;
-        let op = Op {
-            class: Class::Set,
+        let op = RouteRequest {
+            class: RequestClass::Set,
             key: key.to_vec(),
-            form: Form::Store {
+            form: RequestForm::Store {
                 command,
                 flags: 0,
                 exptime: 0,
@@ -468,10 +468,10 @@ impl Client {
     ) -> Result<bool, Error> {
         let key = key.as_ref();
         check_key(key)?;
-        let op = Op {
-            class: Class::Delete,
+        let op = RouteRequest {
+            class: RequestClass::Delete,
             key: key.to_vec(),
-            form: Form::Delete { holdoff },
+            form: RequestForm::Delete { holdoff },
         };
         match self.line(op).await?.as_str() {
             "DELETED" => Ok(true),
@@ -493,8 +493,8 @@ impl Client {
     async fn arith(&self, head: &[u8], key: &[u8], delta: u64) -> Result<Option<u64>, Error> {
         check_key(key)?;
         let line = self
-            .line(Op::raw(
-                Class::Set,
+            .line(RouteRequest::raw(
+                RequestClass::Set,
                 key,
                 head,
                 format!(" {delta}\r\n").into_bytes(),
@@ -512,8 +512,8 @@ impl Client {
         let key = key.as_ref();
         check_key(key)?;
         let line = self
-            .line(Op::raw(
-                Class::Set,
+            .line(RouteRequest::raw(
+                RequestClass::Set,
                 key,
                 b"touch ",
                 format!(" {ttl}\r\n").into_bytes(),
@@ -540,9 +540,9 @@ impl Client {
         let key = key.as_ref();
         check_key(key)?;
         let class = match command {
-            "mg" => Class::Get,
-            "ms" | "ma" => Class::Set,
-            "md" => Class::Delete,
+            "mg" => RequestClass::Get,
+            "ms" | "ma" => RequestClass::Set,
+            "md" => RequestClass::Delete,
             _ => return Err(Error::Protocol(format!("not a meta command: {command}"))),
         };
         let mut tail = Vec::new();
@@ -560,7 +560,7 @@ impl Client {
             tail.extend_from_slice(b"\r\n");
         }
         let head = format!("{command} ");
-        let op = Op::raw(class, key, head.as_bytes(), tail, ReplyKind::Meta);
+        let op = RouteRequest::raw(class, key, head.as_bytes(), tail, ReplyKind::Meta);
         Ok(self.call(op).await?)
     }
 
@@ -614,10 +614,10 @@ impl Client {
     pub async fn lease_get(&self, key: impl AsRef<[u8]>) -> Result<Lease, Error> {
         let key = key.as_ref();
         check_key(key)?;
-        let op = Op {
-            class: Class::Get,
+        let op = RouteRequest {
+            class: RequestClass::Get,
             key: key.to_vec(),
-            form: Form::Get {
+            form: RequestForm::Get {
                 head: b"lease-get".to_vec(),
             },
         };
@@ -823,16 +823,19 @@ fn stored(line: &str) -> Result<bool, Error> {
 }
 
 /// A value as it came off the wire (maybe compressed).
-struct Wire {
+struct WireValue {
     data: Vec<u8>,
     flags: u32,
     cas: Option<u64>,
 }
 
 enum Retrieved {
-    Value(Wire),
+    Value(WireValue),
     Miss,
-    Lease { token: u64, stale: Option<Wire> },
+    Lease {
+        token: u64,
+        stale: Option<WireValue>,
+    },
 }
 
 /// Reads a one-key retrieval reply (`VALUE key flags bytes [cas]`, `LVALUE key token flags
@@ -850,7 +853,7 @@ fn parse_retrieval(reply: &[u8]) -> Result<Retrieved, Error> {
     let Some(v) = values.first() else {
         return Ok(Retrieved::Miss);
     };
-    let wire = Wire {
+    let wire = WireValue {
         data: v.data.to_vec(),
         flags: v.flags,
         cas: v.cas,
@@ -864,7 +867,7 @@ fn parse_retrieval(reply: &[u8]) -> Result<Retrieved, Error> {
     })
 }
 
-fn decode(w: Wire) -> Result<Value, Error> {
+fn decode(w: WireValue) -> Result<Value, Error> {
     let data = if w.flags & FLAG_COMPRESSED != 0 {
         lz4_flex::decompress_size_prepended(&w.data).map_err(|e| Error::Corrupt(e.to_string()))?
     } else {

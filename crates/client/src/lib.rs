@@ -43,5 +43,8 @@ pub mod window;
 
 pub use backend::{Backend, BackendAuth, BackendError, BackendOptions};
 pub use client::{CasOutcome, Client, ClientOptions, Error, Lease, UdpGet, Value, FLAG_COMPRESSED};
-pub use route::{Class, Ctx, Form, Op, Reply, ReplyFuture, Route, RouteCounters};
+pub use route::{
+    ReplyFuture, RequestClass, RequestForm, Route, RouteContext, RouteCounters, RouteReply,
+    RouteRequest,
+};
 pub use topology::{Pool, Topology};

@@ -20,7 +20,7 @@
 //!
 //! **Order and reads.** While a queue holds anything, new deletes for its server join the
 //! queue rather than overtake it, and the pool does not read from the server
-//! ([`Queue::holds_reads`]): a server that comes back serves nothing before the deletes it
+//! ([`SpoolQueue::holds_reads`]): a server that comes back serves nothing before the deletes it
 //! missed. Replay probes a down server at least once a second, and sends at most
 //! [`REPLAY_WINDOW`] deletes at a time on one connection, so live traffic on the others
 //! keeps flowing.
@@ -49,7 +49,7 @@ const MARK_EVERY: Duration = Duration::from_millis(10);
 
 /// Where an append hears whether its flush succeeded (the error as text: every append
 /// of a group gets it).
-type Flushed = tokio::sync::oneshot::Sender<Result<(), String>>;
+type FlushNotice = tokio::sync::oneshot::Sender<Result<(), String>>;
 
 /// The spools of one process, by (pool, server).
 pub struct Spooler {
@@ -57,14 +57,14 @@ pub struct Spooler {
     default_location: bool,
     /// Held (an exclusive `flock`) while this spooler lives.
     _lock: std::fs::File,
-    queues: Mutex<HashMap<String, Arc<Queue>>>,
+    queues: Mutex<HashMap<String, Arc<SpoolQueue>>>,
     /// Queues replaying (so holding deletes, or about to find they hold none): while any
     /// is, pools take the path that checks each key's queue.
     busy: Arc<AtomicUsize>,
 }
 
 /// One server's queue of undelivered deletes.
-pub struct Queue {
+pub struct SpoolQueue {
     name: String,
     path: PathBuf,
     done_path: PathBuf,
@@ -72,7 +72,7 @@ pub struct Queue {
     file: tokio::sync::Mutex<()>,
     /// Appends waiting for the next write and flush (group commit: the appends that arrive
     /// while one flush runs share the next).
-    incoming: Mutex<Vec<(Vec<u8>, Flushed)>>,
+    incoming: Mutex<Vec<(Vec<u8>, FlushNotice)>>,
     /// Deletes put in this queue by this process (plus those found at start).
     appended: AtomicU64,
     /// Deletes delivered from it.
@@ -86,7 +86,7 @@ pub struct Queue {
 
 /// A queue's state, for stats, metrics and the invalidator's delivery report.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct QueueStats {
+pub struct SpoolQueueStats {
     /// `<pool>--<host>-<port>`.
     pub name: String,
     /// Deletes waiting.
@@ -220,7 +220,7 @@ impl Spooler {
 
     /// The queue of `backend` in `pool`, resuming its replay if it holds deletes from an
     /// earlier run.
-    pub fn queue(self: &Arc<Self>, pool: &str, backend: &Arc<Backend>) -> Arc<Queue> {
+    pub fn queue(self: &Arc<Self>, pool: &str, backend: &Arc<Backend>) -> Arc<SpoolQueue> {
         let name = file_name(pool, backend.name());
         let mut queues = self.queues.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(q) = queues.get(&name) {
@@ -242,7 +242,7 @@ impl Spooler {
             let now = Instant::now();
             marks.push_back((0, now.checked_sub(age).unwrap_or(now)));
         }
-        let queue = Arc::new(Queue {
+        let queue = Arc::new(SpoolQueue {
             name: name.clone(),
             appended: AtomicU64::new(found),
             delivered: AtomicU64::new(0),
@@ -268,7 +268,7 @@ impl Spooler {
     }
 
     /// Every queue's state, sorted by name.
-    pub fn stats(&self) -> Vec<QueueStats> {
+    pub fn stats(&self) -> Vec<SpoolQueueStats> {
         let queues = self.queues.lock().unwrap_or_else(|e| e.into_inner());
         let mut out: Vec<_> = queues.values().map(|q| q.stats()).collect();
         out.sort_by(|a, b| a.name.cmp(&b.name));
@@ -314,7 +314,7 @@ fn pending_lines(path: &Path, done_path: &Path) -> u64 {
     rest.iter().filter(|&&b| b == b'\n').count() as u64
 }
 
-impl Queue {
+impl SpoolQueue {
     /// Deletes waiting.
     pub fn depth(&self) -> u64 {
         let delivered = self.delivered.load(Ordering::Acquire);
@@ -329,7 +329,7 @@ impl Queue {
     }
 
     /// Its state now.
-    pub fn stats(&self) -> QueueStats {
+    pub fn stats(&self) -> SpoolQueueStats {
         let delivered = self.delivered.load(Ordering::Acquire);
         let appended = self.appended.load(Ordering::Acquire);
         let depth = appended.saturating_sub(delivered);
@@ -345,7 +345,7 @@ impl Queue {
                     .map(|(_, at)| at.elapsed())
             })
             .flatten();
-        QueueStats {
+        SpoolQueueStats {
             name: self.name.clone(),
             depth,
             oldest,
@@ -510,13 +510,13 @@ impl Queue {
 
 /// Prometheus text of spool queues: `<prefix>_spool_depth`, `<prefix>_spool_oldest_seconds`
 /// and `<prefix>_spool_delivered_total`, one series per queue.
-pub fn prometheus(prefix: &str, queues: &[QueueStats], text: &mut String) {
+pub fn prometheus(prefix: &str, queues: &[SpoolQueueStats], text: &mut String) {
     use std::fmt::Write as _;
     type Metric = (
         &'static str,
         &'static str,
         &'static str,
-        fn(&QueueStats) -> f64,
+        fn(&SpoolQueueStats) -> f64,
     );
     let metrics: [Metric; 3] = [
         (

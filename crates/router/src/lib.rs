@@ -100,7 +100,7 @@ pub fn load_config(args: &RouterArgs) -> anyhow::Result<RouterConfig> {
 pub(crate) type RouteSlot = Arc<arc_swap::ArcSwap<Route>>;
 
 /// What a router serves now: read by `stats`, `/metrics` and the next reload.
-pub type Served = Arc<arc_swap::ArcSwap<Topology>>;
+pub type ServedTopology = Arc<arc_swap::ArcSwap<Topology>>;
 
 /// Who may use the listeners (`--auth-file`), as loaded now: a reload swaps it; `None`:
 /// no authentication.
@@ -145,7 +145,7 @@ fn listeners(
 }
 
 /// Pools and routes bound to their listeners, not yet serving.
-pub struct Bound {
+pub struct BoundRouter {
     /// Each TCP listener's address, in configuration order (Unix sockets are where the
     /// configuration says).
     pub addrs: Vec<SocketAddr>,
@@ -153,7 +153,7 @@ pub struct Bound {
     pub admin_addr: Option<SocketAddr>,
     listeners: Vec<(String, RouteSlot, Listener)>,
     admin: Option<tokio::net::TcpListener>,
-    served: Served,
+    served: ServedTopology,
     tls: Option<Arc<ServerTls>>,
     auth: ClientAuth,
 }
@@ -194,7 +194,7 @@ impl Listener {
 
 /// Builds `config` and binds a listener for every pool and route that has a `listen`
 /// address, and the admin port at `admin` if given.
-pub async fn bind(config: RouterConfig, admin: Option<&str>) -> anyhow::Result<Bound> {
+pub async fn bind(config: RouterConfig, admin: Option<&str>) -> anyhow::Result<BoundRouter> {
     let topology = Topology::build(&config, None)?;
     let mut addrs = Vec::new();
     let mut listeners = Vec::new();
@@ -218,7 +218,7 @@ pub async fn bind(config: RouterConfig, admin: Option<&str>) -> anyhow::Result<B
         None => None,
     };
     let admin_addr = admin.as_ref().map(|l| l.local_addr()).transpose()?;
-    Ok(Bound {
+    Ok(BoundRouter {
         addrs,
         admin_addr,
         listeners,
@@ -229,28 +229,28 @@ pub async fn bind(config: RouterConfig, admin: Option<&str>) -> anyhow::Result<B
     })
 }
 
-impl Bound {
+impl BoundRouter {
     /// Serves TLS on the TCP listeners (Unix sockets stay plain), with `tls`'s certificate
     /// at each handshake: reloading it changes what new clients get.
-    pub fn with_tls(mut self, tls: Arc<ServerTls>) -> Bound {
+    pub fn with_tls(mut self, tls: Arc<ServerTls>) -> BoundRouter {
         self.tls = Some(tls);
         self
     }
 
     /// Requires clients to authenticate against what `auth` holds (swapped on reload).
-    pub fn with_auth(mut self, auth: ClientAuth) -> Bound {
+    pub fn with_auth(mut self, auth: ClientAuth) -> BoundRouter {
         self.auth = auth;
         self
     }
 
     /// Accepts and serves clients until `stop` resolves; each configuration `reloads` yields
-    /// is applied (see [`Serving::reload`]).
+    /// is applied (see [`ServingListeners::reload`]).
     pub async fn run(
         self,
         stop: impl std::future::Future<Output = ()>,
         mut reloads: tokio::sync::mpsc::UnboundedReceiver<RouterConfig>,
     ) {
-        let mut serving = Serving {
+        let mut serving = ServingListeners {
             listeners: HashMap::new(),
             served: self.served,
             tls: self.tls,
@@ -279,14 +279,14 @@ impl Bound {
 }
 
 /// The listeners being served, by listen address.
-pub struct Serving {
+pub struct ServingListeners {
     listeners: HashMap<String, (RouteSlot, tokio::task::JoinHandle<()>)>,
-    served: Served,
+    served: ServedTopology,
     tls: Option<Arc<ServerTls>>,
     auth: ClientAuth,
 }
 
-impl Serving {
+impl ServingListeners {
     fn accept(&mut self, listen: String, slot: RouteSlot, listener: Listener) {
         let accepting = slot.clone();
         let served = self.served.clone();
@@ -388,7 +388,7 @@ impl Serving {
 }
 
 /// A router running on its own runtime (tests, embedding); stops when dropped.
-pub struct Running {
+pub struct RunningRouter {
     /// Each TCP listener's address, in configuration order (Unix sockets are where the
     /// configuration says).
     pub addrs: Vec<SocketAddr>,
@@ -399,14 +399,14 @@ pub struct Running {
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
-impl Running {
+impl RunningRouter {
     /// Starts `pools` on a new runtime of `threads` workers (and an admin port at `admin`);
     /// returns once they listen.
     pub fn start(
         config: impl Into<RouterConfig>,
         threads: usize,
         admin: Option<String>,
-    ) -> anyhow::Result<Running> {
+    ) -> anyhow::Result<RunningRouter> {
         let config = config.into();
         let rt = runtime(threads)?;
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
@@ -437,7 +437,7 @@ impl Running {
                 rt.shutdown_timeout(Duration::from_secs(1));
             })?;
         match ready_rx.recv() {
-            Ok(Ok((addrs, admin_addr))) => Ok(Running {
+            Ok(Ok((addrs, admin_addr))) => Ok(RunningRouter {
                 addrs,
                 admin_addr,
                 reloads: reload_tx,
@@ -450,14 +450,14 @@ impl Running {
     }
 }
 
-impl Running {
+impl RunningRouter {
     /// Applies a new configuration (asynchronously, as a SIGHUP would).
     pub fn reload(&self, config: impl Into<RouterConfig>) {
         let _ = self.reloads.send(config.into());
     }
 }
 
-impl Drop for Running {
+impl Drop for RunningRouter {
     fn drop(&mut self) {
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());

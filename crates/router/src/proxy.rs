@@ -3,7 +3,7 @@
 //! written back in request order.
 //!
 //! The reader half parses and dispatches: for each request it sends the server requests
-//! and queues a [`Plan`] (what to wait for and how to build the client's reply). The writer
+//! and queues a [`QueuedReply`] (what to wait for and how to build the client's reply). The writer
 //! half takes plans in order, awaits them, and writes. A multi-key get is split by server,
 //! sent to each in parallel and reassembled in the client's key order; a failed server's
 //! keys are misses, not an error for the whole request.
@@ -16,8 +16,10 @@
 //! stripped going out and applied coming back), so every connection to a server keeps
 //! one reply per request and never loses its place.
 
-use crate::{ClientAuth, RouteSlot, Served};
-use memfleet_client::{BackendError, Class, Ctx, Form, Op, Pool, Route};
+use crate::{ClientAuth, RouteSlot, ServedTopology};
+use memfleet_client::{
+    BackendError, Pool, RequestClass, RequestForm, Route, RouteContext, RouteRequest,
+};
 use memfleet_protocol::auth::Attempt;
 use memfleet_protocol::reply::{self, ReplyKind, ServerReply};
 use memfleet_protocol::{parse, response, GetKind, ParseError, ParserConfig, Request};
@@ -28,7 +30,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 
-type Reply = Pin<Box<dyn Future<Output = Vec<u8>> + Send>>;
+type ClientReplyFuture = Pin<Box<dyn Future<Output = Vec<u8>> + Send>>;
 
 /// Replies a quiet meta request does not send: a get's miss, a store's or delete's success,
 /// an arithmetic's success (with or without the value).
@@ -37,9 +39,9 @@ const QUIET_MS_MD: &[&[u8]] = &[b"HD"];
 const QUIET_MA: &[&[u8]] = &[b"HD", b"VA"];
 
 /// What the writer waits for, in request order.
-enum Plan {
+enum QueuedReply {
     /// A reply to send as it comes.
-    Reply(Reply),
+    Reply(ClientReplyFuture),
     /// Close the connection after the replies before it.
     Close,
 }
@@ -56,7 +58,7 @@ const KEEP_CAPACITY: usize = 32 * 1024;
 /// client's requests use (always the same one, which keeps them in order).
 pub async fn serve(
     slot: RouteSlot,
-    served: Served,
+    served: ServedTopology,
     auth: ClientAuth,
     stream: TcpStream,
     lane: usize,
@@ -65,7 +67,7 @@ pub async fn serve(
     // Replicated reads pick a replica per client host, as the paper's clients do.
     let client = stream.peer_addr().map_or(0, |a| client_hash(a.ip()));
     let (rd, wr) = stream.into_split();
-    serve_halves(slot, served, auth, rd, wr, Ctx { lane, client }).await;
+    serve_halves(slot, served, auth, rd, wr, RouteContext { lane, client }).await;
 }
 
 /// Which replica a client host's replicated reads go to.
@@ -79,7 +81,7 @@ fn client_hash(ip: std::net::IpAddr) -> u64 {
 /// [`serve`] for a TLS client, its handshake done.
 pub async fn serve_tls(
     slot: RouteSlot,
-    served: Served,
+    served: ServedTopology,
     auth: ClientAuth,
     stream: memfleet_tls::tokio_rustls::server::TlsStream<TcpStream>,
     lane: usize,
@@ -88,36 +90,36 @@ pub async fn serve_tls(
     let _ = socket.set_nodelay(true);
     let client = socket.peer_addr().map_or(0, |a| client_hash(a.ip()));
     let (rd, wr) = tokio::io::split(stream);
-    serve_halves(slot, served, auth, rd, wr, Ctx { lane, client }).await;
+    serve_halves(slot, served, auth, rd, wr, RouteContext { lane, client }).await;
 }
 
 /// [`serve`] for a Unix-socket client (twemproxy's `listen: /path`).
 pub async fn serve_unix(
     slot: RouteSlot,
-    served: Served,
+    served: ServedTopology,
     auth: ClientAuth,
     stream: tokio::net::UnixStream,
     lane: usize,
 ) {
     let (rd, wr) = stream.into_split();
-    serve_halves(slot, served, auth, rd, wr, Ctx { lane, client: 0 }).await;
+    serve_halves(slot, served, auth, rd, wr, RouteContext { lane, client: 0 }).await;
 }
 
 async fn serve_halves(
     slot: RouteSlot,
-    served: Served,
+    served: ServedTopology,
     auth: ClientAuth,
     mut rd: impl tokio::io::AsyncRead + Unpin + Send + 'static,
     mut wr: impl tokio::io::AsyncWrite + Unpin + Send + 'static,
-    ctx: Ctx,
+    ctx: RouteContext,
 ) {
-    let (tx, mut rx) = mpsc::channel::<Plan>(IN_FLIGHT);
+    let (tx, mut rx) = mpsc::channel::<QueuedReply>(IN_FLIGHT);
     let writer = tokio::spawn(async move {
         let mut out = Vec::new();
         while let Some(plan) = rx.recv().await {
             match plan {
-                Plan::Reply(reply) => out.extend_from_slice(&reply.await),
-                Plan::Close => {
+                QueuedReply::Reply(reply) => out.extend_from_slice(&reply.await),
+                QueuedReply::Close => {
                     let _ = wr.write_all(&out).await;
                     return;
                 }
@@ -194,7 +196,7 @@ async fn serve_halves(
                         _ => tree(&root, &served, ctx, &request, raw),
                     };
                     at += used;
-                    let stop = matches!(plan, Plan::Close);
+                    let stop = matches!(plan, QueuedReply::Close);
                     if tx.send(plan).await.is_err() || stop {
                         break 'read;
                     }
@@ -209,10 +211,12 @@ async fn serve_halves(
                     .to_vec();
                     let close = rejection.close();
                     if !reply.is_empty() {
-                        let _ = tx.send(Plan::Reply(Box::pin(async move { reply }))).await;
+                        let _ = tx
+                            .send(QueuedReply::Reply(Box::pin(async move { reply })))
+                            .await;
                     }
                     if close {
-                        let _ = tx.send(Plan::Close).await;
+                        let _ = tx.send(QueuedReply::Close).await;
                         break 'read;
                     }
                     let skip = rejection.skip;
@@ -231,7 +235,7 @@ async fn serve_halves(
             buf.shrink_to(buf.len().max(16 * 1024));
         }
         if buf.len() > MAX_PENDING_INPUT {
-            let _ = tx.send(Plan::Close).await;
+            let _ = tx.send(QueuedReply::Close).await;
             break;
         }
     }
@@ -240,8 +244,8 @@ async fn serve_halves(
 }
 
 /// A local reply.
-fn local(bytes: Vec<u8>) -> Plan {
-    Plan::Reply(Box::pin(async move { bytes }))
+fn local(bytes: Vec<u8>) -> QueuedReply {
+    QueuedReply::Reply(Box::pin(async move { bytes }))
 }
 
 fn error_reply(e: &BackendError) -> Vec<u8> {
@@ -251,11 +255,11 @@ fn error_reply(e: &BackendError) -> Vec<u8> {
 /// Decides where `request` (whose bytes are `raw`) goes and how its reply is built.
 fn route(
     pool: &Arc<Pool>,
-    served: &Served,
+    served: &ServedTopology,
     lane: usize,
     request: &Request<'_>,
     raw: &[u8],
-) -> Plan {
+) -> QueuedReply {
     let forward = |key: &[u8], bytes, kind, noreply, quiet| {
         forward(pool, lane, key, bytes, kind, noreply, quiet)
     };
@@ -345,7 +349,7 @@ fn route(
 }
 
 /// The requests the router answers itself, whatever it routes to.
-fn answer_locally(request: &Request<'_>) -> Plan {
+fn answer_locally(request: &Request<'_>) -> QueuedReply {
     match request {
         Request::MetaNoop => local(b"MN\r\n".to_vec()),
         Request::Version => {
@@ -356,13 +360,13 @@ fn answer_locally(request: &Request<'_>) -> Plan {
         } else {
             b"OK\r\n".to_vec()
         }),
-        Request::Quit => Plan::Close,
+        Request::Quit => QueuedReply::Close,
         _ => local(b"ERROR\r\n".to_vec()),
     }
 }
 
 /// `stats`: the router's counters for `pools`, its routes and its spool.
-fn stats(pools: &[Arc<Pool>], served: &Served) -> Vec<u8> {
+fn stats(pools: &[Arc<Pool>], served: &ServedTopology) -> Vec<u8> {
     let mut out = Vec::new();
     for p in pools {
         out.extend_from_slice(&p.stat_lines());
@@ -373,13 +377,13 @@ fn stats(pools: &[Arc<Pool>], served: &Served) -> Vec<u8> {
 }
 
 /// `flush_all` to every server of `pools`, then one answer.
-fn flush_all(pools: &[Arc<Pool>], lane: usize, raw: &[u8], noreply: bool) -> Plan {
+fn flush_all(pools: &[Arc<Pool>], lane: usize, raw: &[u8], noreply: bool) -> QueuedReply {
     let calls: Vec<_> = pools
         .iter()
         .flat_map(|p| p.backends().iter())
         .map(|b| b.call(lane, raw_without_noreply(raw, noreply), ReplyKind::Line))
         .collect();
-    Plan::Reply(Box::pin(async move {
+    QueuedReply::Reply(Box::pin(async move {
         let mut failed = None;
         for c in calls {
             match c.await {
@@ -398,10 +402,16 @@ fn flush_all(pools: &[Arc<Pool>], lane: usize, raw: &[u8], noreply: bool) -> Pla
 
 /// Decides how `request` goes down a route tree (any listener that is not a plain pool).
 /// Multi-key gets become one operation per key, reassembled in the client's order.
-fn tree(root: &Arc<Route>, served: &Served, ctx: Ctx, request: &Request<'_>, raw: &[u8]) -> Plan {
-    let one = |op: Op, noreply: bool, quiet: Option<&'static [&'static [u8]]>| {
+fn tree(
+    root: &Arc<Route>,
+    served: &ServedTopology,
+    ctx: RouteContext,
+    request: &Request<'_>,
+    raw: &[u8],
+) -> QueuedReply {
+    let one = |op: RouteRequest, noreply: bool, quiet: Option<&'static [&'static [u8]]>| {
         let call = root.call(op, ctx);
-        Plan::Reply(Box::pin(async move {
+        QueuedReply::Reply(Box::pin(async move {
             let reply = call.await.unwrap_or_else(|e| error_reply(&e));
             let suppressed = quiet.is_some_and(|q| q.iter().any(|p| reply.starts_with(p)));
             if noreply || suppressed {
@@ -411,23 +421,24 @@ fn tree(root: &Arc<Route>, served: &Served, ctx: Ctx, request: &Request<'_>, raw
             }
         }))
     };
-    let raw_op = |class: Class, key: &[u8], head: &[u8], tail: String| {
-        Op::raw(class, key, head, tail.into_bytes(), ReplyKind::Line)
+    let raw_op = |class: RequestClass, key: &[u8], head: &[u8], tail: String| {
+        RouteRequest::raw(class, key, head, tail.into_bytes(), ReplyKind::Line)
     };
-    let meta = |class: Class, key: &[u8], quiet: bool, suppress: &'static [&'static [u8]]| {
-        let (head, wire_key, tail) = split_meta(&without_quiet(raw));
-        let op = Op {
-            class,
-            key: key.to_vec(),
-            form: Form::Raw {
-                head,
-                wire_key,
-                tail,
-                kind: ReplyKind::Meta,
-            },
+    let meta =
+        |class: RequestClass, key: &[u8], quiet: bool, suppress: &'static [&'static [u8]]| {
+            let (head, wire_key, tail) = split_meta(&without_quiet(raw));
+            let op = RouteRequest {
+                class,
+                key: key.to_vec(),
+                form: RequestForm::Raw {
+                    head,
+                    wire_key,
+                    tail,
+                    kind: ReplyKind::Meta,
+                },
+            };
+            one(op, false, quiet.then_some(suppress))
         };
-        one(op, false, quiet.then_some(suppress))
-    };
     match request {
         Request::Get(g) => {
             // The first key says whether to look (no copy of the keys for a plain get).
@@ -452,15 +463,15 @@ fn tree(root: &Arc<Route>, served: &Served, ctx: Ctx, request: &Request<'_>, raw
             let calls: Vec<_> = g
                 .keys
                 .map(|k| {
-                    let op = Op {
-                        class: Class::Get,
+                    let op = RouteRequest {
+                        class: RequestClass::Get,
                         key: k.to_vec(),
-                        form: Form::Get { head: head.clone() },
+                        form: RequestForm::Get { head: head.clone() },
                     };
                     root.call(op, ctx)
                 })
                 .collect();
-            Plan::Reply(Box::pin(async move {
+            QueuedReply::Reply(Box::pin(async move {
                 let mut out = Vec::new();
                 for c in calls {
                     // A key whose route failed is a miss; so is an error line.
@@ -476,10 +487,10 @@ fn tree(root: &Arc<Route>, served: &Served, ctx: Ctx, request: &Request<'_>, raw
             }))
         }
         Request::Store(s) => one(
-            Op {
-                class: Class::Set,
+            RouteRequest {
+                class: RequestClass::Set,
                 key: s.key.to_vec(),
-                form: Form::Store {
+                form: RequestForm::Store {
                     command: s.command,
                     flags: s.flags,
                     exptime: s.exptime,
@@ -495,10 +506,10 @@ fn tree(root: &Arc<Route>, served: &Served, ctx: Ctx, request: &Request<'_>, raw
             holdoff,
             noreply,
         } => one(
-            Op {
-                class: Class::Delete,
+            RouteRequest {
+                class: RequestClass::Delete,
                 key: key.to_vec(),
-                form: Form::Delete { holdoff: *holdoff },
+                form: RequestForm::Delete { holdoff: *holdoff },
             },
             *noreply,
             None,
@@ -514,7 +525,7 @@ fn tree(root: &Arc<Route>, served: &Served, ctx: Ctx, request: &Request<'_>, raw
                 memfleet_protocol::ArithOp::Decr => b"decr ",
             };
             one(
-                raw_op(Class::Set, key, head, format!(" {delta}\r\n")),
+                raw_op(RequestClass::Set, key, head, format!(" {delta}\r\n")),
                 *noreply,
                 None,
             )
@@ -524,15 +535,27 @@ fn tree(root: &Arc<Route>, served: &Served, ctx: Ctx, request: &Request<'_>, raw
             exptime,
             noreply,
         } => one(
-            raw_op(Class::Set, key, b"touch ", format!(" {exptime}\r\n")),
+            raw_op(RequestClass::Set, key, b"touch ", format!(" {exptime}\r\n")),
             *noreply,
             None,
         ),
-        Request::MetaGet(m) => meta(Class::Get, &m.key.bytes(), m.flags.quiet(), QUIET_MG),
-        Request::MetaDelete(m) => meta(Class::Delete, &m.key.bytes(), m.flags.quiet(), QUIET_MS_MD),
-        Request::MetaSet(m) => meta(Class::Set, &m.key.bytes(), m.flags.quiet(), QUIET_MS_MD),
-        Request::MetaArithmetic(m) => meta(Class::Set, &m.key.bytes(), m.flags.quiet(), QUIET_MA),
-        Request::MetaDebug { key } => meta(Class::Other, &key.bytes(), false, &[]),
+        Request::MetaGet(m) => meta(RequestClass::Get, &m.key.bytes(), m.flags.quiet(), QUIET_MG),
+        Request::MetaDelete(m) => meta(
+            RequestClass::Delete,
+            &m.key.bytes(),
+            m.flags.quiet(),
+            QUIET_MS_MD,
+        ),
+        Request::MetaSet(m) => meta(
+            RequestClass::Set,
+            &m.key.bytes(),
+            m.flags.quiet(),
+            QUIET_MS_MD,
+        ),
+        Request::MetaArithmetic(m) => {
+            meta(RequestClass::Set, &m.key.bytes(), m.flags.quiet(), QUIET_MA)
+        }
+        Request::MetaDebug { key } => meta(RequestClass::Other, &key.bytes(), false, &[]),
         Request::Stats { .. } | Request::FlushAll { .. } => {
             let mut pools = Vec::new();
             root.pools(&mut pools);
@@ -620,9 +643,9 @@ fn forward(
     kind: ReplyKind,
     noreply: bool,
     quiet: Option<&'static [&'static [u8]]>,
-) -> Plan {
+) -> QueuedReply {
     let call = pool.backend_for(key).call(lane, bytes, kind);
-    Plan::Reply(Box::pin(async move {
+    QueuedReply::Reply(Box::pin(async move {
         let reply = match call.await {
             Ok(r) => r,
             Err(e) => error_reply(&e),
@@ -659,7 +682,7 @@ fn route_lookup(keys: &[Vec<u8>], servers: impl Fn(&[u8]) -> Vec<String>) -> Opt
 }
 
 /// A retrieval: split by server, in parallel, reassembled in the client's key order.
-fn get(pool: &Arc<Pool>, lane: usize, g: &memfleet_protocol::Get<'_>, raw: &[u8]) -> Plan {
+fn get(pool: &Arc<Pool>, lane: usize, g: &memfleet_protocol::Get<'_>, raw: &[u8]) -> QueuedReply {
     let keys: Vec<Vec<u8>> = g.keys.map(<[u8]>::to_vec).collect();
     if g.kind == GetKind::Get {
         let server = |key: &[u8]| vec![pool.ring().nodes()[pool.pick(key)].addr()];
@@ -675,7 +698,7 @@ fn get(pool: &Arc<Pool>, lane: usize, g: &memfleet_protocol::Get<'_>, raw: &[u8]
     if servers.iter().all(|s| *s == servers[0]) {
         // One server: the request as it came.
         let call = pool.backends()[servers[0]].call(lane, raw.to_vec(), ReplyKind::Retrieval);
-        return Plan::Reply(Box::pin(async move {
+        return QueuedReply::Reply(Box::pin(async move {
             // A failed server's keys are misses.
             call.await.unwrap_or_else(|_| b"END\r\n".to_vec())
         }));
@@ -704,7 +727,7 @@ fn get(pool: &Arc<Pool>, lane: usize, g: &memfleet_protocol::Get<'_>, raw: &[u8]
             )
         })
         .collect();
-    Plan::Reply(Box::pin(async move {
+    QueuedReply::Reply(Box::pin(async move {
         // Per server: its index, its (key, block) hits in request order, the next unread.
         let mut parts: Vec<(usize, Vec<Block>, usize)> = Vec::new();
         for (s, call) in calls {

@@ -34,13 +34,13 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 /// A server's reply, or why there is none.
-pub type Reply = Result<Vec<u8>, BackendError>;
+pub type RouteReply = Result<Vec<u8>, BackendError>;
 /// A reply on its way.
-pub type ReplyFuture = Pin<Box<dyn Future<Output = Reply> + Send>>;
+pub type ReplyFuture = Pin<Box<dyn Future<Output = RouteReply> + Send>>;
 
 /// What an operation does, for routes that treat kinds differently.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Class {
+pub enum RequestClass {
     /// get, gets, gat, gats, lease-get, mg.
     Get,
     /// Storage, arithmetic, touch, ms, ma.
@@ -54,18 +54,18 @@ pub enum Class {
 /// One key's request as routes see it: enough structure to change its key (prefix
 /// stripping), its TTL (gutter) or its hold-off (warm-up), and to encode it.
 #[derive(Clone, Debug)]
-pub struct Op {
+pub struct RouteRequest {
     /// What it does, for routes that treat kinds differently.
-    pub class: Class,
+    pub class: RequestClass,
     /// The key routing uses (decoded, for a base64 meta key).
     pub key: Vec<u8>,
     /// How it is written.
-    pub form: Form,
+    pub form: RequestForm,
 }
 
-/// How an [`Op`] is written.
+/// How a [`RouteRequest`] is written.
 #[derive(Clone, Debug)]
-pub enum Form {
+pub enum RequestForm {
     /// `<head> <key>\r\n`.
     Get {
         /// `get`, `gets`, `gat <exptime>`, `gats <exptime>` or `lease-get`.
@@ -102,14 +102,20 @@ pub enum Form {
     },
 }
 
-impl Op {
+impl RouteRequest {
     /// A request written as `head`, the key, `tail` (`tail` ends the line, and carries any
     /// data block).
-    pub fn raw(class: Class, key: &[u8], head: &[u8], tail: Vec<u8>, kind: ReplyKind) -> Op {
-        Op {
+    pub fn raw(
+        class: RequestClass,
+        key: &[u8],
+        head: &[u8],
+        tail: Vec<u8>,
+        kind: ReplyKind,
+    ) -> RouteRequest {
+        RouteRequest {
             class,
             key: key.to_vec(),
-            form: Form::Raw {
+            form: RequestForm::Raw {
                 head: head.to_vec(),
                 wire_key: key.to_vec(),
                 tail,
@@ -122,13 +128,13 @@ impl Op {
     pub fn bytes(&self) -> Vec<u8> {
         let mut out = Vec::with_capacity(self.key.len() + 32);
         match &self.form {
-            Form::Get { head } => {
+            RequestForm::Get { head } => {
                 out.extend_from_slice(head);
                 out.push(b' ');
                 out.extend_from_slice(&self.key);
                 out.extend_from_slice(b"\r\n");
             }
-            Form::Store {
+            RequestForm::Store {
                 command,
                 flags,
                 exptime,
@@ -144,13 +150,13 @@ impl Op {
                 data,
             })
             .encode(&mut out),
-            Form::Delete { holdoff } => Request::Delete {
+            RequestForm::Delete { holdoff } => Request::Delete {
                 key: &self.key,
                 holdoff: *holdoff,
                 noreply: false,
             }
             .encode(&mut out),
-            Form::Raw {
+            RequestForm::Raw {
                 head,
                 wire_key,
                 tail,
@@ -170,16 +176,16 @@ impl Op {
     /// The shape of its reply.
     pub fn reply_kind(&self) -> ReplyKind {
         match &self.form {
-            Form::Get { .. } => ReplyKind::Retrieval,
-            Form::Store { .. } | Form::Delete { .. } => ReplyKind::Line,
-            Form::Raw { kind, .. } => *kind,
+            RequestForm::Get { .. } => ReplyKind::Retrieval,
+            RequestForm::Store { .. } | RequestForm::Delete { .. } => ReplyKind::Line,
+            RequestForm::Raw { kind, .. } => *kind,
         }
     }
 
     /// The same operation on another key (a stripped routing prefix).
-    fn with_key(&self, key: &[u8]) -> Op {
+    fn with_key(&self, key: &[u8]) -> RouteRequest {
         let mut op = self.clone();
-        if let Form::Raw { wire_key, .. } = &mut op.form {
+        if let RequestForm::Raw { wire_key, .. } = &mut op.form {
             *wire_key = if *wire_key == self.key {
                 key.to_vec()
             } else {
@@ -197,10 +203,10 @@ impl Op {
     /// claims a delete happened.
     fn unconfirmed(&self) -> &'static [u8] {
         match (&self.form, self.class) {
-            (Form::Raw { .. }, Class::Delete) => b"NF\r\n",
-            (Form::Raw { .. }, _) => b"HD\r\n",
-            (_, Class::Delete) => b"NOT_FOUND\r\n",
-            (_, Class::Get) => b"END\r\n",
+            (RequestForm::Raw { .. }, RequestClass::Delete) => b"NF\r\n",
+            (RequestForm::Raw { .. }, _) => b"HD\r\n",
+            (_, RequestClass::Delete) => b"NOT_FOUND\r\n",
+            (_, RequestClass::Get) => b"END\r\n",
             _ => b"STORED\r\n",
         }
     }
@@ -209,7 +215,7 @@ impl Op {
 /// Where an operation comes from: the client's lane (its connection to each server) and
 /// its identity for replica choice.
 #[derive(Clone, Copy, Debug)]
-pub struct Ctx {
+pub struct RouteContext {
     /// Which of each server's connections the caller uses (the same one keeps its order).
     pub lane: usize,
     /// The caller's identity for choosing a replica (a hash of its address).
@@ -285,7 +291,7 @@ pub enum Route {
 }
 
 /// A reply that is already there.
-fn ready(reply: Reply) -> ReplyFuture {
+fn ready(reply: RouteReply) -> ReplyFuture {
     Box::pin(std::future::ready(reply))
 }
 
@@ -313,7 +319,7 @@ fn capped_exptime(exptime: i64, cap: u32) -> i64 {
 
 impl Route {
     /// Sends `op` down this route.
-    pub fn call(self: &Arc<Self>, op: Op, ctx: Ctx) -> ReplyFuture {
+    pub fn call(self: &Arc<Self>, op: RouteRequest, ctx: RouteContext) -> ReplyFuture {
         match &**self {
             Route::Pool(pool) => pool_call(pool, op, ctx),
             Route::Prefix {
@@ -329,7 +335,7 @@ impl Route {
                         return route.call(op, ctx);
                     }
                     let call = route.call(op.with_key(&op.key[p.len()..]), ctx);
-                    if !matches!(op.form, Form::Get { .. }) {
+                    if !matches!(op.form, RequestForm::Get { .. }) {
                         return call;
                     }
                     // The client asked for its key, prefix and all: that is the key its
@@ -344,10 +350,10 @@ impl Route {
                 delete,
                 other,
             } => match op.class {
-                Class::Get => get.call(op, ctx),
-                Class::Set => set.call(op, ctx),
-                Class::Delete => delete.call(op, ctx),
-                Class::Other => other.call(op, ctx),
+                RequestClass::Get => get.call(op, ctx),
+                RequestClass::Set => set.call(op, ctx),
+                RequestClass::Delete => delete.call(op, ctx),
+                RequestClass::Other => other.call(op, ctx),
             },
             Route::Replicated {
                 replicas,
@@ -355,12 +361,12 @@ impl Route {
                 write,
                 counters,
             } => {
-                if op.class != Class::Get {
+                if op.class != RequestClass::Get {
                     let calls = replicas.iter().map(|r| r.call(op.clone(), ctx)).collect();
                     return match op.class {
                         // Each replica spools the delete it cannot take now.
-                        Class::Delete => all_deleted(calls),
-                        Class::Set => by_policy(calls, *write),
+                        RequestClass::Delete => all_deleted(calls),
+                        RequestClass::Set => by_policy(calls, *write),
                         _ => all_sync(calls),
                     };
                 }
@@ -388,7 +394,7 @@ impl Route {
                 ttl,
                 counters,
             } => {
-                if op.class == Class::Delete {
+                if op.class == RequestClass::Delete {
                     // Deletes go to both: a value set into the gutter while main failed must
                     // not outlive its invalidation. The answer is main's (spooled there, or
                     // an error: the gutter taking it does not make it delivered).
@@ -411,18 +417,18 @@ impl Route {
                     // commands (with the TTL capped). A meta set or an increment could
                     // leave an entry without the cap: those fail as they would.
                     let op = match (&op.form, op.class) {
-                        (Form::Store { .. }, _) => {
+                        (RequestForm::Store { .. }, _) => {
                             let mut op = op;
-                            if let Form::Store { exptime, .. } = &mut op.form {
+                            if let RequestForm::Store { exptime, .. } = &mut op.form {
                                 *exptime = capped_exptime(*exptime, ttl);
                             }
                             op
                         }
-                        (_, Class::Get) => op,
+                        (_, RequestClass::Get) => op,
                         _ => return Err(failure),
                     };
                     counters.gutter_requests.fetch_add(1, Ordering::Relaxed);
-                    if op.class == Class::Get {
+                    if op.class == RequestClass::Get {
                         counters.gutter_gets.fetch_add(1, Ordering::Relaxed);
                     }
                     let reply = gutter.call(op, ctx).await;
@@ -433,13 +439,15 @@ impl Route {
                 })
             }
             Route::Broadcast { to, mode } => {
-                if op.class == Class::Get {
+                if op.class == RequestClass::Get {
                     // A read needs one answer: the first destination's.
                     return to[0].call(op, ctx);
                 }
                 let calls: Vec<ReplyFuture> = to.iter().map(|r| r.call(op.clone(), ctx)).collect();
                 match mode {
-                    BroadcastMode::AllSync if op.class == Class::Delete => all_deleted(calls),
+                    BroadcastMode::AllSync if op.class == RequestClass::Delete => {
+                        all_deleted(calls)
+                    }
                     BroadcastMode::AllSync => all_sync(calls),
                     BroadcastMode::AllAsync => {
                         tokio::spawn(futures_util::future::join_all(calls));
@@ -466,7 +474,7 @@ impl Route {
     /// single server unchanged (so the get can go there over UDP instead); `None` when the
     /// route rewrites the key, fills, or the server is marked down (then TCP and the route
     /// decide).
-    pub fn get_target(&self, key: &[u8], ctx: Ctx) -> Option<std::net::SocketAddr> {
+    pub fn get_target(&self, key: &[u8], ctx: RouteContext) -> Option<std::net::SocketAddr> {
         match self {
             // A datagram can neither authenticate nor be encrypted: the gets of a pool that
             // logs in or speaks TLS to its servers stay on that connection.
@@ -540,7 +548,7 @@ impl Route {
     /// each: where a get goes first (for `ctx`'s client), then where other operations,
     /// failover (replicas, gutter) and fills can take it. A prefix route's destination sees
     /// the key as it is sent, stripped or not. Read-only: for the router's admin key.
-    pub fn servers_for(&self, key: &[u8], ctx: Ctx, out: &mut Vec<String>) {
+    pub fn servers_for(&self, key: &[u8], ctx: RouteContext, out: &mut Vec<String>) {
         match self {
             Route::Pool(pool) => {
                 let server = pool.ring().nodes()[pool.pick(key)].addr();
@@ -615,10 +623,10 @@ mod tests {
 
     #[test]
     fn ops_encode_as_memcached_requests() {
-        let store = Op {
-            class: Class::Set,
+        let store = RouteRequest {
+            class: RequestClass::Set,
             key: b"k".to_vec(),
-            form: Form::Store {
+            form: RequestForm::Store {
                 command: StoreCommand::Add,
                 flags: 5,
                 exptime: 10,
@@ -627,16 +635,16 @@ mod tests {
             },
         };
         assert_eq!(store.bytes(), b"add k 5 10 3\r\nabc\r\n");
-        let del = Op {
-            class: Class::Delete,
+        let del = RouteRequest {
+            class: RequestClass::Delete,
             key: b"/r/c/k".to_vec(),
-            form: Form::Delete { holdoff: 2 },
+            form: RequestForm::Delete { holdoff: 2 },
         };
         assert_eq!(del.with_key(b"k").bytes(), b"delete k 2\r\n");
-        let mg = Op {
-            class: Class::Get,
+        let mg = RouteRequest {
+            class: RequestClass::Get,
             key: b"k".to_vec(),
-            form: Form::Raw {
+            form: RequestForm::Raw {
                 head: b"mg ".to_vec(),
                 wire_key: b"k".to_vec(),
                 tail: b" v\r\n".to_vec(),
