@@ -24,14 +24,14 @@
 //! YAML key of that name does (and means the same in both formats).
 //!
 //! Routes across pools (prefix routing, replication, gutter, broadcast, warm-up) are
-//! `[routes.NAME]` tables beside the pools: see [`crate::routes`]. A `[router]` table holds
+//! `[routes.NAME]` tables beside the pools: see [`crate::route_config`]. A `[router]` table holds
 //! what is not a pool's: `spool_dir`, where deletes that could not be delivered wait.
 //!
 //! Not here: listening, connecting, reloading (the router).
 
 use crate::hash::KeyHash;
 use crate::ring::{twemproxy_order, Distribution, KetamaDialect, Node, Ring, RingError};
-use crate::routes::{self, RouteConfig, TomlRoute};
+use crate::route_config::{self, RouteConfig, TomlRoute};
 use serde::Deserialize;
 use std::collections::BTreeMap;
 
@@ -391,14 +391,14 @@ pub fn from_toml(text: &str) -> Result<RouterConfig, ConfigError> {
         .routes
         .into_iter()
         .map(|(name, t)| {
-            routes::parse(&name, t).map_err(|problem| ConfigError::Route {
+            route_config::parse(&name, t).map_err(|problem| ConfigError::Route {
                 route: name.clone(),
                 problem,
             })
         })
         .collect::<Result<Vec<_>, _>>()?;
     let pool_names: Vec<&str> = pools.iter().map(|p| p.name.as_str()).collect();
-    routes::check(&routes, &pool_names).map_err(ConfigError::Routes)?;
+    route_config::check(&routes, &pool_names).map_err(ConfigError::Routes)?;
     Ok(RouterConfig {
         pools,
         routes,
@@ -545,7 +545,7 @@ pub fn from_twemproxy_yaml(text: &str) -> Result<Vec<PoolConfig>, ConfigError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::routes::RouteKind;
+    use crate::route_config::RouteKind;
 
     #[test]
     fn server_lines() {

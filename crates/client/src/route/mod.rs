@@ -1,4 +1,4 @@
-//! Running routes (`memfleet_routing::routes`): one key's operation goes down the tree to
+//! Running routes (`memfleet_routing::route_config`): one key's operation goes down the tree to
 //! pools, and the tree decides what to do with their replies and failures.
 //!
 //! Every call starts its first server request *before* returning (the same rule as

@@ -32,8 +32,8 @@
 //! mode = "all-sync"
 //! ```
 //!
-//! This module only reads and checks the tree (names exist, no cycles); running it is the
-//! router's (and the client library's) job.
+//! This module only reads and checks the tree (names exist, no cycles); running it is
+//! `memfleet_client::route`'s job (for the router and applications alike).
 
 use serde::Deserialize;
 use std::collections::{BTreeMap, HashMap};
