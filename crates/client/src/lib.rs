@@ -11,7 +11,7 @@
 //! |--------|---------------|
 //! | `backend` | a server's pooled, pipelined connections; timeouts; marking down (TKO) and probing |
 //! | `route` | running routes (configured in `memfleet_routing::route_config`): one key's request down a tree of pools, prefix, operation, replicated, gutter, broadcast, warm-up nodes |
-//! | `spool` | deletes that could not be delivered, on disk until they are |
+//! | `spool` | deletes that could not be delivered, on disk until they are (`queue.rs` one server's queue and replay, `files.rs` the on-disk layout) |
 //! | `topology` | a configuration built: every pool and route, reusing what a reload keeps |
 //! | `client` | [`Client`]: every command, look-aside with leases, typed and compressed values |
 //! | `window` | sliding-window flow control over all of a client's outstanding requests |

@@ -8,7 +8,7 @@
 //!   or all replicas stored it), else the worst reply;
 //! - anything else answers the worst reply.
 
-use super::{ReplyFuture, RouteReply};
+use super::request::{ReplyFuture, RouteReply};
 use memfleet_protocol::reply::{self, Verdict};
 use memfleet_routing::WritePolicy;
 

@@ -1,6 +1,6 @@
 //! A pool leaf: the key's server, and the delete spool for what it cannot take.
 
-use super::{ReplyFuture, RequestClass, RequestForm, RouteContext, RouteRequest};
+use super::request::{ReplyFuture, RequestClass, RequestForm, RouteContext, RouteRequest};
 use crate::backend::{Backend, BackendError};
 use crate::spool::SpoolQueue;
 use crate::Pool;

@@ -1,8 +1,7 @@
 //! Cold-cluster warm-up (paper §4.3): a cold cluster's misses filled from a warm one.
 
-use super::{
-    ReplyFuture, RequestClass, RequestForm, Route, RouteContext, RouteCounters, RouteRequest,
-};
+use super::request::{ReplyFuture, RequestClass, RequestForm, RouteContext, RouteRequest};
+use super::{Route, RouteCounters};
 use memfleet_protocol::reply::{self, is_hit, MetaCode, MetaReply, ReplyKind, ServerReply};
 use memfleet_protocol::StoreCommand;
 use std::sync::atomic::Ordering;
