@@ -1,7 +1,7 @@
 //! The router's admin address: Prometheus metrics per pool and server (`GET /metrics`,
 //! served by `memfleet_client::metrics_http`).
 
-use crate::ServedTopology;
+use crate::reloadable::ServedTopology;
 use std::fmt::Write as _;
 use std::sync::atomic::Ordering;
 use tokio::net::TcpListener;
