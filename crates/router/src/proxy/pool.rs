@@ -4,7 +4,7 @@
 
 use super::local::{answer_locally, flush_all, route_lookup, stats};
 use super::queued::{forwarded, local, QueuedReply, Quiet};
-use super::rewrite::{get_head, request_bytes, without_quiet, QUIET_MA, QUIET_MG, QUIET_MS_MD};
+use super::rewrite::{get_head, replying, without_quiet, QUIET_MA, QUIET_MG, QUIET_MS_MD};
 use crate::reloadable::ServedTopology;
 use memfleet_client::Pool;
 use memfleet_protocol::reply::ReplyKind;
@@ -22,57 +22,11 @@ pub(super) fn route(
     let forward = |key: &[u8], bytes, kind, noreply, quiet| {
         forward(pool, lane, key, bytes, kind, noreply, quiet)
     };
+    if let Some((key, bytes, noreply)) = replying(request) {
+        return forward(key, bytes, ReplyKind::Line, noreply, None);
+    }
     match request {
         Request::Get(g) => get(pool, lane, g, raw),
-        Request::Store(s) => {
-            let mut r = *s;
-            r.noreply = false;
-            forward(
-                s.key,
-                request_bytes(&Request::Store(r)),
-                ReplyKind::Line,
-                s.noreply,
-                None,
-            )
-        }
-        Request::Delete {
-            key,
-            holdoff,
-            noreply,
-        } => {
-            let bytes = request_bytes(&Request::Delete {
-                key,
-                holdoff: *holdoff,
-                noreply: false,
-            });
-            forward(key, bytes, ReplyKind::Line, *noreply, None)
-        }
-        Request::Arith {
-            op,
-            key,
-            delta,
-            noreply,
-        } => {
-            let bytes = request_bytes(&Request::Arith {
-                op: *op,
-                key,
-                delta: *delta,
-                noreply: false,
-            });
-            forward(key, bytes, ReplyKind::Line, *noreply, None)
-        }
-        Request::Touch {
-            key,
-            exptime,
-            noreply,
-        } => {
-            let bytes = request_bytes(&Request::Touch {
-                key,
-                exptime: *exptime,
-                noreply: false,
-            });
-            forward(key, bytes, ReplyKind::Line, *noreply, None)
-        }
         Request::MetaGet(m) | Request::MetaDelete(m) => {
             let key = m.key.bytes().to_vec();
             let quiet = m

@@ -27,7 +27,7 @@ pub(super) fn split_meta(bytes: &[u8]) -> (Vec<u8>, Vec<u8>, Vec<u8>) {
 }
 
 /// `request` encoded, its line ended.
-pub(super) fn request_bytes(request: &Request<'_>) -> Vec<u8> {
+fn request_bytes(request: &Request<'_>) -> Vec<u8> {
     let mut out = Vec::new();
     request.encode(&mut out);
     if !out.ends_with(b"\r\n") {
@@ -83,4 +83,19 @@ pub(super) fn get_head(g: &memfleet_protocol::Get<'_>) -> Vec<u8> {
         }
         _ => g.kind.name().to_vec(),
     }
+}
+
+/// A classic one-key command that takes `noreply` (storage, delete, arithmetic, touch), as
+/// forwarded: its key, its bytes with `noreply` cleared, and whether the client asked for
+/// no reply. `None` for any other request.
+pub(super) fn replying<'a>(request: &Request<'a>) -> Option<(&'a [u8], Vec<u8>, bool)> {
+    let mut sent = *request;
+    let (key, noreply) = match &mut sent {
+        Request::Store(s) => (s.key, std::mem::replace(&mut s.noreply, false)),
+        Request::Delete { key, noreply, .. }
+        | Request::Arith { key, noreply, .. }
+        | Request::Touch { key, noreply, .. } => (*key, std::mem::replace(noreply, false)),
+        _ => return None,
+    };
+    Some((key, request_bytes(&sent), noreply))
 }
