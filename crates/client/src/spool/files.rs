@@ -130,10 +130,11 @@ pub(super) fn write_done(done_path: &Path, offset: u64) -> std::io::Result<()> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
 
-    fn scratch(name: &str) -> PathBuf {
+    /// A directory for a test to use, gone if an earlier run left it.
+    pub(in crate::spool) fn scratch(name: &str) -> PathBuf {
         let dir =
             std::env::temp_dir().join(format!("memfleet-spool-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);

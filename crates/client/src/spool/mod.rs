@@ -192,14 +192,8 @@ pub fn prometheus(prefix: &str, queues: &[SpoolQueueStats], text: &mut String) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use files::tests::scratch;
     use std::os::unix::fs::PermissionsExt;
-
-    fn scratch(name: &str) -> PathBuf {
-        let dir =
-            std::env::temp_dir().join(format!("memfleet-spool-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        dir
-    }
 
     #[test]
     fn a_spool_directory_has_one_holder_and_no_other_writers() {

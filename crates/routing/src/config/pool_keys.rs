@@ -1,9 +1,9 @@
 //! What memfleet's TOML and twemproxy's YAML share: server lines (`host:port[:weight]
 //! [name]`), hash and hash-tag names, and the defaults a pool gets for what it does not say.
 
-use super::model::ConfigError;
+use super::model::{ConfigError, PoolConfig};
 use crate::hash::KeyHash;
-use crate::ring::Node;
+use crate::ring::{Distribution, Node};
 
 /// A pool's problem.
 pub(super) fn pool_error(pool: &str, problem: impl Into<String>) -> ConfigError {
@@ -102,6 +102,51 @@ pub(super) fn servers(pool: &str, lines: &[String]) -> Result<Vec<Node>, ConfigE
         return Err(pool_error(pool, format!("server {} is listed twice", w[0])));
     }
     Ok(nodes)
+}
+
+/// The pool keys both formats have, as read (absent: the default both formats use).
+pub(super) struct SharedKeys {
+    pub(super) listen: Option<String>,
+    pub(super) server_connections: Option<u32>,
+    pub(super) auto_eject_hosts: Option<bool>,
+    pub(super) server_failure_limit: Option<u32>,
+    pub(super) server_retry_timeout_ms: Option<u64>,
+    pub(super) spool_deletes: Option<bool>,
+}
+
+/// The pool `name`, checked by building its ring, without TLS or authentication: one
+/// connection per server, a server marked down after 2 failures and retried after 30 s,
+/// its keys not moved while it is down (the paper's default, which a gutter route serves;
+/// `auto_eject_hosts = true` rehashes them as twemproxy does), and undeliverable deletes
+/// spooled (twemproxy forgets them), unless `shared` says otherwise.
+pub(super) fn pool(
+    name: String,
+    distribution: Distribution,
+    hash: KeyHash,
+    hash_tag: Option<[u8; 2]>,
+    servers: Vec<Node>,
+    timeout_ms: u64,
+    shared: SharedKeys,
+) -> Result<PoolConfig, ConfigError> {
+    let pool = PoolConfig {
+        tls: None,
+        auth: None,
+        hash,
+        hash_tag,
+        servers,
+        listen: shared.listen,
+        distribution,
+        timeout_ms,
+        server_connections: shared.server_connections.unwrap_or(1).max(1),
+        auto_eject_hosts: shared.auto_eject_hosts.unwrap_or(false),
+        server_failure_limit: shared.server_failure_limit.unwrap_or(2).max(1),
+        server_retry_timeout_ms: shared.server_retry_timeout_ms.unwrap_or(30_000),
+        spool_deletes: shared.spool_deletes.unwrap_or(true),
+        name,
+    };
+    pool.ring()
+        .map_err(|e| pool_error(&pool.name, e.to_string()))?;
+    Ok(pool)
 }
 
 #[cfg(test)]

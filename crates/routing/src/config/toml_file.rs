@@ -2,7 +2,7 @@
 //! `crate::route_config`) and the `[router]` table.
 
 use super::model::{ConfigError, PasswordSource, PoolAuth, PoolConfig, PoolTls, RouterConfig};
-use super::pool_keys::{parse_hash, parse_hash_tag, pool_error, servers};
+use super::pool_keys::{parse_hash, parse_hash_tag, pool, pool_error, servers, SharedKeys};
 use crate::hash::KeyHash;
 use crate::ring::{Distribution, KetamaDialect};
 use crate::route_config::{self, TomlRoute};
@@ -164,27 +164,28 @@ fn toml_pools(pools: BTreeMap<String, TomlPool>) -> Result<Vec<PoolConfig>, Conf
             };
             let tls = toml_tls(&name, &p)?;
             let auth = toml_auth(&name, &p)?;
-            let pool = PoolConfig {
-                tls,
-                auth,
-                hash: parse_hash(&name, p.hash, KeyHash::Md5)?,
-                hash_tag: parse_hash_tag(&name, p.hash_tag)?,
-                servers: servers(&name, &p.servers)?,
+            let shared = SharedKeys {
                 listen: p.listen,
-                distribution,
-                timeout_ms: p.timeout_ms.unwrap_or(400),
-                server_connections: p.server_connections.unwrap_or(1).max(1),
-                // The paper's default: a down server's keys do not move (a gutter route
-                // serves them); `auto_eject_hosts = true` rehashes them as twemproxy does.
-                auto_eject_hosts: p.auto_eject_hosts.unwrap_or(false),
-                server_failure_limit: p.server_failure_limit.unwrap_or(2).max(1),
-                server_retry_timeout_ms: p.server_retry_timeout_ms.unwrap_or(30_000),
-                spool_deletes: p.spool_deletes.unwrap_or(true),
-                name,
+                server_connections: p.server_connections,
+                auto_eject_hosts: p.auto_eject_hosts,
+                server_failure_limit: p.server_failure_limit,
+                server_retry_timeout_ms: p.server_retry_timeout_ms,
+                spool_deletes: p.spool_deletes,
             };
-            pool.ring()
-                .map_err(|e| pool_error(&pool.name, e.to_string()))?;
-            Ok(pool)
+            let hash = parse_hash(&name, p.hash, KeyHash::Md5)?;
+            let hash_tag = parse_hash_tag(&name, p.hash_tag)?;
+            let servers = servers(&name, &p.servers)?;
+            let timeout_ms = p.timeout_ms.unwrap_or(400);
+            let pool = pool(
+                name,
+                distribution,
+                hash,
+                hash_tag,
+                servers,
+                timeout_ms,
+                shared,
+            )?;
+            Ok(PoolConfig { tls, auth, ..pool })
         })
         .collect()
 }

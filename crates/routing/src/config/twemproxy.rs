@@ -2,7 +2,7 @@
 //! order, its server syntax.
 
 use super::model::{ConfigError, PoolConfig};
-use super::pool_keys::{parse_hash, parse_hash_tag, pool_error, servers};
+use super::pool_keys::{parse_hash, parse_hash_tag, pool, pool_error, servers, SharedKeys};
 use crate::hash::KeyHash;
 use crate::ring::{twemproxy_order, Distribution, KetamaDialect};
 use serde::Deserialize;
@@ -69,29 +69,28 @@ pub fn from_twemproxy_yaml(text: &str) -> Result<Vec<PoolConfig>, ConfigError> {
             };
             let mut servers = servers(&name, &p.servers.unwrap_or_default())?;
             twemproxy_order(&mut servers);
-            let pool = PoolConfig {
-                tls: None,
-                // twemproxy has no memcached authentication (`redis_auth` is Redis's).
-                auth: None,
-                hash: parse_hash(&name, p.hash, KeyHash::Fnv1a64)?,
-                hash_tag: parse_hash_tag(&name, p.hash_tag)?,
+            let shared = SharedKeys {
                 listen: p.listen,
-                distribution,
-                // twemproxy waits forever without `timeout`; a router needs a bound.
-                timeout_ms: p.timeout.unwrap_or(60_000),
-                server_connections: p.server_connections.unwrap_or(1).max(1),
-                auto_eject_hosts: p.auto_eject_hosts.unwrap_or(false),
-                server_failure_limit: p.server_failure_limit.unwrap_or(2).max(1),
-                server_retry_timeout_ms: p.server_retry_timeout.unwrap_or(30_000),
-                // twemproxy forgets a delete it cannot deliver; memfleet spools it unless
-                // told not to.
-                spool_deletes: p.spool_deletes.unwrap_or(true),
-                servers,
-                name,
+                server_connections: p.server_connections,
+                auto_eject_hosts: p.auto_eject_hosts,
+                server_failure_limit: p.server_failure_limit,
+                server_retry_timeout_ms: p.server_retry_timeout,
+                spool_deletes: p.spool_deletes,
             };
-            pool.ring()
-                .map_err(|e| pool_error(&pool.name, e.to_string()))?;
-            Ok(pool)
+            // twemproxy has no memcached authentication (`redis_auth` is Redis's), nor TLS.
+            let hash = parse_hash(&name, p.hash, KeyHash::Fnv1a64)?;
+            let hash_tag = parse_hash_tag(&name, p.hash_tag)?;
+            // twemproxy waits forever without `timeout`; a router needs a bound.
+            let timeout_ms = p.timeout.unwrap_or(60_000);
+            pool(
+                name,
+                distribution,
+                hash,
+                hash_tag,
+                servers,
+                timeout_ms,
+                shared,
+            )
         })
         .collect()
 }
