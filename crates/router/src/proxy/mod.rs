@@ -3,8 +3,8 @@
 //! written back in request order.
 //!
 //! The reader half parses and dispatches: for each request it sends the server requests
-//! and queues a [`QueuedReply`] (what to wait for and how to build the client's reply). The writer
-//! half takes plans in order, awaits them, and writes. A multi-key get is split by server,
+//! and queues a [`QueuedReply`] (what to wait for and how to build the client's reply).
+//! The writer half takes them in order, awaits them, and writes. A multi-key get is split by server,
 //! sent to each in parallel and reassembled in the client's key order; a failed server's
 //! keys are misses, not an error for the whole request.
 //!
@@ -40,7 +40,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 
-/// Plans a client may have in flight before the reader waits.
+/// Queued replies a client may have in flight before the reader waits.
 const IN_FLIGHT: usize = 1024;
 /// Bytes of unparsed input a client may leave (one request, at most a large value).
 const MAX_PENDING_INPUT: usize = (1 << 20) + 64 * 1024;
@@ -110,15 +110,15 @@ async fn serve_halves(
     let (tx, mut rx) = mpsc::channel::<QueuedReply>(IN_FLIGHT);
     let writer = tokio::spawn(async move {
         let mut out = Vec::new();
-        while let Some(plan) = rx.recv().await {
-            match plan {
+        while let Some(next) = rx.recv().await {
+            match next {
                 QueuedReply::Reply(reply) => out.extend_from_slice(&reply.await),
                 QueuedReply::Close => {
                     let _ = wr.write_all(&out).await;
                     return;
                 }
             }
-            // Write once nothing else is queued (replies to a pipelined batch go out
+            // Write once nothing else is next (replies to a pipelined batch go out
             // together).
             if rx.is_empty() {
                 if wr.write_all(&out).await.is_err() {
@@ -174,7 +174,7 @@ async fn serve_halves(
                     // The route as configured now (a reload applies from the next request).
                     let root = slot.load_full();
                     let raw = &buf[at..at + used];
-                    let plan = match &*root {
+                    let next = match &*root {
                         // A spooling pool's deletes take the route path, which spools; so does
                         // everything while a server replays spooled deletes (reads wait).
                         Route::Pool(pool)
@@ -190,8 +190,8 @@ async fn serve_halves(
                         _ => tree::tree(&root, &served, ctx, &request, raw),
                     };
                     at += used;
-                    let stop = matches!(plan, QueuedReply::Close);
-                    if tx.send(plan).await.is_err() || stop {
+                    let stop = matches!(next, QueuedReply::Close);
+                    if tx.send(next).await.is_err() || stop {
                         break 'read;
                     }
                 }
