@@ -91,3 +91,48 @@ pub fn render(counters: &Counters) -> String {
     memfleet_client::spool::prometheus("memfleet_invalidator", &spool, &mut text);
     text
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_series_reads_its_own_counter() {
+        let counters = Counters::default();
+        let fields = [
+            &counters.transactions,
+            &counters.keys,
+            &counters.batches,
+            &counters.retries,
+            &counters.spooled_batches,
+            &counters.undelivered_batches,
+            &counters.acked,
+            &counters.check_failures,
+        ];
+        for (i, field) in fields.into_iter().enumerate() {
+            field.store(100 + i as u64, Ordering::Relaxed);
+        }
+        let text = render(&counters);
+        for (series, value) in [
+            ("transactions_total counter", 100),
+            ("keys_total counter", 101),
+            ("batches_total counter", 102),
+            ("retries_total counter", 103),
+            ("spooled_batches_total counter", 104),
+            ("undelivered_batches gauge", 105),
+            ("acked_position gauge", 106),
+            ("check_failures_total counter", 107),
+        ] {
+            let (name, kind) = series.split_once(' ').unwrap();
+            let name = format!("memfleet_invalidator_{name}");
+            assert!(
+                text.contains(&format!("# TYPE {name} {kind}\n{name} {value}\n")),
+                "{name}"
+            );
+        }
+        assert!(text.contains(
+            "# HELP memfleet_invalidator_retries_total batches sent again because a destination \
+             could neither take nor spool them\n"
+        ));
+    }
+}
