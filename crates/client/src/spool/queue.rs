@@ -85,7 +85,7 @@ impl SpoolQueue {
             marks.push_back((0, now.checked_sub(age).unwrap_or(now)));
         }
         let queue = Arc::new(SpoolQueue {
-            name: name.clone(),
+            name,
             appended: AtomicU64::new(found),
             delivered: AtomicU64::new(0),
             marks: Mutex::new(marks),
@@ -112,9 +112,7 @@ impl SpoolQueue {
     pub(super) fn set_backend(&self, backend: &Arc<Backend>) {
         *self.backend.lock().unwrap_or_else(|e| e.into_inner()) = backend.clone();
     }
-}
 
-impl SpoolQueue {
     /// Deletes waiting.
     pub fn depth(&self) -> u64 {
         let delivered = self.delivered.load(Ordering::Acquire);
