@@ -1,16 +1,17 @@
-//! memfleet's client library and routing core.
+//! memfleet's route execution: a configuration from `memfleet_routing` run over pooled,
+//! pipelined server connections, and the client library built on it.
 //!
 //! The paper (§3.1) keeps the system's intelligence in a stateless client inside each web
-//! server; mcrouter is the same logic as a proxy. Here too: this crate runs pools and routes
-//! (from `memfleet_routing`'s configuration) over pooled, pipelined server connections, and
-//! both `memfleet router` and applications use it, so a route behaves the same embedded or
-//! behind a proxy.
+//! server; mcrouter is the same logic as a proxy. Here too: `memfleet_routing` says where a
+//! key goes and what the pools and routes are; this crate does the sending — connections,
+//! failover, the delete spool, replies combined — and both `memfleet router` and
+//! applications ([`Client`]) use it, so a route behaves the same embedded or behind a proxy.
 //!
 //! | module | what it holds |
 //! |--------|---------------|
 //! | `backend` | a server's pooled, pipelined connections; timeouts; marking down (TKO) and probing |
-//! | `route` | routes over pools: prefix, operation, replicated, gutter, broadcast, warm-up |
-//! | `spool` | deletes that could not be delivered, on disk until they are |
+//! | `route` | running routes (configured in `memfleet_routing::route_config`): one key's request down a tree of pools, prefix, operation, replicated, gutter, broadcast, warm-up nodes |
+//! | `spool` | deletes that could not be delivered, on disk until they are (`queue.rs` one server's queue and replay, `files.rs` the on-disk layout) |
 //! | `topology` | a configuration built: every pool and route, reusing what a reload keeps |
 //! | `client` | [`Client`]: every command, look-aside with leases, typed and compressed values |
 //! | `window` | sliding-window flow control over all of a client's outstanding requests |
@@ -43,5 +44,8 @@ pub mod window;
 
 pub use backend::{Backend, BackendAuth, BackendError, BackendOptions};
 pub use client::{CasOutcome, Client, ClientOptions, Error, Lease, UdpGet, Value, FLAG_COMPRESSED};
-pub use route::{Class, Ctx, Form, Op, Reply, ReplyFuture, Route, RouteCounters};
+pub use route::{
+    ReplyFuture, RequestClass, RequestForm, Route, RouteContext, RouteCounters, RouteReply,
+    RouteRequest,
+};
 pub use topology::{Pool, Topology};

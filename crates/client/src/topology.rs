@@ -11,7 +11,7 @@
 
 use crate::backend::{health_epoch, Backend, BackendAuth, BackendOptions, BackendTls};
 use crate::route::{self, Route, RouteCounters};
-use crate::spool::{Queue, QueueStats, Spooler};
+use crate::spool::{SpoolQueue, SpoolQueueStats, Spooler};
 use anyhow::Context;
 use memfleet_routing::{PasswordSource, PoolAuth, PoolConfig, Ring, RouterConfig};
 use std::collections::HashMap;
@@ -25,7 +25,7 @@ pub struct Pool {
     ring: Ring,
     backends: Vec<Arc<Backend>>,
     /// Each backend's delete spool queue, in ring order; empty when the pool does not spool.
-    spool_queues: Vec<Arc<Queue>>,
+    spool_queues: Vec<Arc<SpoolQueue>>,
     /// The spooler of those queues.
     spooler: Option<Arc<Spooler>>,
     /// With `auto_eject_hosts`: the ring without the servers marked down.
@@ -34,13 +34,13 @@ pub struct Pool {
 
 /// An ejecting pool's live ring, current as of a [`health_epoch`].
 struct LiveRing {
-    current: arc_swap::ArcSwap<Live>,
+    current: arc_swap::ArcSwap<LiveSnapshot>,
     /// Held while rebuilding (one rebuild per change, not one per thread).
     rebuild: Mutex<()>,
 }
 
 /// The servers down at one [`health_epoch`], and the ring without them.
-struct Live {
+struct LiveSnapshot {
     epoch: u64,
     /// Indexes of the ejected servers, ascending.
     ejected: Vec<usize>,
@@ -51,7 +51,7 @@ struct Live {
 impl LiveRing {
     fn new(ring: &Ring, backends: &[Arc<Backend>], name: &str) -> LiveRing {
         let live = LiveRing {
-            current: arc_swap::ArcSwap::from_pointee(Live {
+            current: arc_swap::ArcSwap::from_pointee(LiveSnapshot {
                 epoch: u64::MAX,
                 ejected: Vec::new(),
                 ring: None,
@@ -68,7 +68,7 @@ impl LiveRing {
         ring: &Ring,
         backends: &[Arc<Backend>],
         name: &str,
-    ) -> arc_swap::Guard<Arc<Live>> {
+    ) -> arc_swap::Guard<Arc<LiveSnapshot>> {
         let live = self.current.load();
         if live.epoch == health_epoch() {
             return live;
@@ -104,7 +104,7 @@ impl LiveRing {
                 ring.without(&ejected)
             }
         };
-        self.current.store(Arc::new(Live {
+        self.current.store(Arc::new(LiveSnapshot {
             epoch,
             ejected,
             ring,
@@ -232,20 +232,20 @@ impl Pool {
     }
 
     /// Whether some spool queue may hold deletes: then reads must check their server's
-    /// queue ([`Queue::holds_reads`]) before going to it. One load.
+    /// queue ([`SpoolQueue::holds_reads`]) before going to it. One load.
     pub fn replaying(&self) -> bool {
         self.spooler.as_ref().is_some_and(|s| s.busy())
     }
 
     /// The server that holds `key`, and its delete spool queue if the pool spools.
-    pub fn server_for(&self, key: &[u8]) -> (Arc<Backend>, Option<Arc<Queue>>) {
+    pub fn server_for(&self, key: &[u8]) -> (Arc<Backend>, Option<Arc<SpoolQueue>>) {
         let i = self.pick(key);
         (self.backends[i].clone(), self.spool_queues.get(i).cloned())
     }
 
     /// The spool queue of `key`'s own server when `auto_eject_hosts` has taken that server
     /// out of the ring (it may still hold the key when it comes back); `None` otherwise.
-    pub fn ejected_home_queue(&self, key: &[u8]) -> Option<Arc<Queue>> {
+    pub fn ejected_home_queue(&self, key: &[u8]) -> Option<Arc<SpoolQueue>> {
         self.live.as_ref()?;
         let home = self.ring.pick(key);
         self.backends[home]
@@ -403,7 +403,7 @@ impl Topology {
     }
 
     /// Every spool queue's state, sorted by name.
-    pub fn spool_stats(&self) -> Vec<QueueStats> {
+    pub fn spool_stats(&self) -> Vec<SpoolQueueStats> {
         self.spooler.as_ref().map(|s| s.stats()).unwrap_or_default()
     }
 

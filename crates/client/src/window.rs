@@ -38,7 +38,7 @@ pub struct Slot<'a> {
 
 /// How a request ended, for the window.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Outcome {
+pub enum RequestOutcome {
     /// A reply came (whatever it said).
     Replied,
     /// No reply in time: the sign of congestion.
@@ -97,21 +97,21 @@ impl Window {
         }
     }
 
-    fn settle(&self, outcome: Outcome) {
+    fn settle(&self, outcome: RequestOutcome) {
         let mut state = self.lock();
         match outcome {
-            Outcome::Replied => {
+            RequestOutcome::Replied => {
                 state.credit += 1;
                 if state.credit >= state.size {
                     state.credit = 0;
                     state.size = (state.size + 1).min(state.max);
                 }
             }
-            Outcome::TimedOut => {
+            RequestOutcome::TimedOut => {
                 state.credit = 0;
                 state.size = (state.size / 2).max(state.min);
             }
-            Outcome::Failed => {}
+            RequestOutcome::Failed => {}
         }
     }
 
@@ -123,7 +123,7 @@ impl Window {
 
 impl Slot<'_> {
     /// Frees the slot and tells the window how the request ended.
-    pub fn done(self, outcome: Outcome) {
+    pub fn done(self, outcome: RequestOutcome) {
         self.window.settle(outcome);
         // Dropping releases.
     }
@@ -143,19 +143,19 @@ mod tests {
     async fn grows_by_one_per_window_of_successes_and_halves_on_timeouts() {
         let w = Window::new(4, 1, 100);
         for _ in 0..4 {
-            w.acquire().await.done(Outcome::Replied);
+            w.acquire().await.done(RequestOutcome::Replied);
         }
         assert_eq!(w.size(), 5);
         for _ in 0..5 {
-            w.acquire().await.done(Outcome::Replied);
+            w.acquire().await.done(RequestOutcome::Replied);
         }
         assert_eq!(w.size(), 6);
-        w.acquire().await.done(Outcome::TimedOut);
+        w.acquire().await.done(RequestOutcome::TimedOut);
         assert_eq!(w.size(), 3);
-        w.acquire().await.done(Outcome::Failed);
+        w.acquire().await.done(RequestOutcome::Failed);
         assert_eq!(w.size(), 3);
         for _ in 0..5 {
-            w.acquire().await.done(Outcome::TimedOut);
+            w.acquire().await.done(RequestOutcome::TimedOut);
         }
         assert_eq!(w.size(), 1, "never below the minimum");
         assert_eq!(w.outstanding(), 0);

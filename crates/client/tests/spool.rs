@@ -2,7 +2,9 @@
 //! serves no read until they are replayed (a read queued before the replay's deletes
 //! would return the deleted value), and the default spool directory is a locked slot.
 
-use memfleet_client::{BackendError, Class, Ctx, Form, Op, Topology};
+use memfleet_client::{
+    BackendError, RequestClass, RequestForm, RouteContext, RouteRequest, Topology,
+};
 use memfleet_routing::from_toml;
 use memfleet_server::{Server, Settings};
 use std::io::{Read, Write};
@@ -30,11 +32,11 @@ fn direct(port: u16, request: &str) -> String {
     String::from_utf8_lossy(&buf[..n]).into_owned()
 }
 
-fn get(key: &str) -> Op {
-    Op {
-        class: Class::Get,
+fn get(key: &str) -> RouteRequest {
+    RouteRequest {
+        class: RequestClass::Get,
         key: key.as_bytes().to_vec(),
-        form: Form::Get {
+        form: RequestForm::Get {
             head: b"get".to_vec(),
         },
     }
@@ -67,7 +69,7 @@ async fn a_server_owed_spooled_deletes_serves_no_read_before_their_replay() {
     .unwrap();
     let topology = Topology::build(&config, None).unwrap();
     let route = topology.route("main").unwrap();
-    let ctx = Ctx { lane: 0, client: 0 };
+    let ctx = RouteContext { lane: 0, client: 0 };
     // Sent now, before the replay could send its delete: it must not be answered by the
     // server (which still holds the value the spool deletes).
     match route.call(get("k"), ctx).await {

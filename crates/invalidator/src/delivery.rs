@@ -10,18 +10,18 @@
 //! at worst late by what other batches queued before it.
 
 use crate::Counters;
-use memfleet_client::spool::QueueStats;
+use memfleet_client::spool::SpoolQueueStats;
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
 
 /// Batches waiting for spooled deletes to be replayed.
 #[derive(Default)]
 pub struct Deliveries {
-    pending: VecDeque<Owed>,
+    pending: VecDeque<OwedBatch>,
 }
 
 /// A batch whose deletes wait in spool queues.
-struct Owed {
+struct OwedBatch {
     /// Its transactions' commit times, µs since the epoch.
     commits: Vec<i64>,
     /// (queue, deliveries that queue must reach).
@@ -32,7 +32,7 @@ impl Deliveries {
     /// A batch was answered or spooled everywhere: its transactions are delivered now if
     /// no spool queue holds anything, else once the queues holding something have
     /// delivered what they hold now.
-    pub fn settle(&mut self, commits: Vec<i64>, spool: &[QueueStats], counters: &Counters) {
+    pub fn settle(&mut self, commits: Vec<i64>, spool: &[SpoolQueueStats], counters: &Counters) {
         let queues: Vec<(String, u64)> = spool
             .iter()
             .filter(|q| q.depth > 0)
@@ -43,14 +43,14 @@ impl Deliveries {
             return;
         }
         counters.spooled_batches.fetch_add(1, Ordering::Relaxed);
-        self.pending.push_back(Owed { commits, queues });
+        self.pending.push_back(OwedBatch { commits, queues });
         counters
             .undelivered_batches
             .store(self.pending.len() as u64, Ordering::Relaxed);
     }
 
     /// Records the batches whose queues have caught up.
-    pub fn poll(&mut self, spool: &[QueueStats], counters: &Counters) {
+    pub fn poll(&mut self, spool: &[SpoolQueueStats], counters: &Counters) {
         let caught_up = |(name, owed): &(String, u64)| {
             spool
                 .iter()

@@ -33,10 +33,10 @@ pub mod source;
 
 pub use config::Config;
 use hdrhistogram::Histogram;
-use memfleet_client::spool::QueueStats;
+use memfleet_client::spool::SpoolQueueStats;
 use memfleet_client::{Client, ClientOptions};
 use memfleet_protocol::reply::{self, MetaCode, ReplyKind, ServerReply};
-use source::{CommitLog, Committed};
+use source::{CommitLog, CommittedTransaction};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -74,7 +74,7 @@ pub struct Counters {
     /// to the last destination's reply, or to the replay of its last spooled delete.
     pub latency_us: Mutex<Histogram<u64>>,
     /// The spool queues as last seen (refreshed every 250 ms).
-    pub spool: Mutex<Vec<QueueStats>>,
+    pub spool: Mutex<Vec<SpoolQueueStats>>,
 }
 
 impl Default for Counters {
@@ -215,7 +215,7 @@ pub async fn run(
             } => next?,
         };
         match next {
-            Some(Committed {
+            Some(CommittedTransaction {
                 keys: k,
                 end,
                 committed_at_us,

@@ -11,7 +11,7 @@ const POSTGRES_EPOCH_US: i64 = 946_684_800 * 1_000_000;
 
 /// One committed transaction's invalidations.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Committed {
+pub struct CommittedTransaction {
     /// The keys its messages named, in order.
     pub keys: Vec<String>,
     /// Its position: acknowledging it releases it and everything before.
@@ -25,7 +25,7 @@ pub struct Committed {
 pub trait CommitLog {
     /// The next committed transaction with invalidations; `None` when nothing came for a
     /// while (the caller may flush) or the log ended ([`CommitLog::ended`]).
-    async fn next(&mut self) -> anyhow::Result<Option<Committed>>;
+    async fn next(&mut self) -> anyhow::Result<Option<CommittedTransaction>>;
     /// Everything up to `end` is done: the log may forget it (a restart resumes after it).
     fn ack(&mut self, end: u64);
     /// No more transactions will come.
@@ -76,7 +76,7 @@ impl PgLogical {
 }
 
 impl CommitLog for PgLogical {
-    async fn next(&mut self) -> anyhow::Result<Option<Committed>> {
+    async fn next(&mut self) -> anyhow::Result<Option<CommittedTransaction>> {
         loop {
             let Some(event) = self.client.recv().await? else {
                 self.ended = true;
@@ -105,7 +105,7 @@ impl CommitLog for PgLogical {
                         self.client.update_applied_lsn(end_lsn);
                         continue;
                     }
-                    return Ok(Some(Committed {
+                    return Ok(Some(CommittedTransaction {
                         keys: std::mem::take(&mut self.keys),
                         end: end_lsn.as_u64(),
                         committed_at_us: commit_time_micros + POSTGRES_EPOCH_US,

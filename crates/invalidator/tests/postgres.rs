@@ -87,10 +87,14 @@ async fn start(
 
 /// A router from `toml`, once its port is free again (a stopped router's port may linger
 /// for a moment).
-async fn restart_router(toml: &str) -> memfleet_router::Running {
+async fn restart_router(toml: &str) -> memfleet_router::RunningRouter {
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
-        match memfleet_router::Running::start(memfleet_routing::from_toml(toml).unwrap(), 1, None) {
+        match memfleet_router::RunningRouter::start(
+            memfleet_routing::from_toml(toml).unwrap(),
+            1,
+            None,
+        ) {
             Ok(r) => return r,
             Err(_) if Instant::now() < deadline => {
                 tokio::time::sleep(Duration::from_millis(50)).await
@@ -108,7 +112,7 @@ async fn behind_a_router(
     pa: u16,
     pb: u16,
     spool_deletes: bool,
-) -> (memfleet_router::Running, String, String) {
+) -> (memfleet_router::RunningRouter, String, String) {
     let router_port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()

@@ -1,18 +1,18 @@
 //! The router's admin address: Prometheus metrics per pool and server (`GET /metrics`,
 //! served by `memfleet_client::metrics_http`).
 
-use crate::Served;
+use crate::reloadable::ServedTopology;
 use std::fmt::Write as _;
 use std::sync::atomic::Ordering;
 use tokio::net::TcpListener;
 
 /// Serves `/metrics` for `pools` until aborted.
-pub async fn serve(listener: TcpListener, pools: Served) {
+pub async fn serve(listener: TcpListener, pools: ServedTopology) {
     memfleet_client::metrics_http::serve(listener, move || metrics(&pools)).await;
 }
 
 /// The Prometheus text of every pool's servers, the routes' counters and the spool.
-fn metrics(served: &Served) -> String {
+fn metrics(served: &ServedTopology) -> String {
     let snapshot = served.load();
     let mut text = String::new();
     let series: [(&str, &str, &str); 4] = [

@@ -3,7 +3,7 @@
 //! server, and a dead or hung server costs its own keys only (fast errors after the
 //! knockout, one timeout while hung), then comes back.
 
-use memfleet_router::Running;
+use memfleet_router::RunningRouter;
 use memfleet_routing::from_toml;
 mod support;
 
@@ -91,7 +91,7 @@ fn keys_go_where_the_ring_says_and_multigets_reassemble() {
     let (_servers, ports) = backends(3);
     let pools = from_toml(&pool_toml(0, &ports, "")).unwrap();
     let ring = pools.pools[0].ring().unwrap();
-    let router = Running::start(pools, 2, None).unwrap();
+    let router = RunningRouter::start(pools, 2, None).unwrap();
     let mut c = Client::connect(router.addrs[0]);
     for i in 0..300 {
         c.check(
@@ -167,7 +167,7 @@ fn a_dead_server_costs_only_its_keys_and_comes_back() {
     let extra = "timeout_ms = 200\nserver_failure_limit = 2\nserver_retry_timeout_ms = 100\n";
     let pools = from_toml(&pool_toml(0, &ports, extra)).unwrap();
     let ring = pools.pools[0].ring().unwrap();
-    let router = Running::start(pools, 2, Some("127.0.0.1:0".into())).unwrap();
+    let router = RunningRouter::start(pools, 2, Some("127.0.0.1:0".into())).unwrap();
     let mut c = Client::connect(router.addrs[0]);
     let keys: Vec<String> = (0..60).map(|i| format!("k{i}")).collect();
     for k in &keys {
@@ -240,7 +240,7 @@ fn a_hung_server_costs_one_timeout() {
     let extra = "timeout_ms = 300\nserver_failure_limit = 1\n";
     let pools = from_toml(&pool_toml(0, &[live, hung_port], extra)).unwrap();
     let ring = pools.pools[0].ring().unwrap();
-    let router = Running::start(pools, 2, None).unwrap();
+    let router = RunningRouter::start(pools, 2, None).unwrap();
     let keys: Vec<String> = (0..40).map(|i| format!("h{i}")).collect();
     let on_hung = keys
         .iter()
@@ -281,7 +281,7 @@ fn a_reload_reroutes_open_connections_and_a_bad_one_changes_nothing() {
     // The same listen address in both configurations (the key a reload matches pools by).
     let listen = free_port();
     let one = from_toml(&pool_toml(listen, &ports[..1], "")).unwrap();
-    let router = Running::start(one, 2, None).unwrap();
+    let router = RunningRouter::start(one, 2, None).unwrap();
     let mut c = Client::connect(router.addrs[0]);
     for i in 0..40 {
         c.check(&format!("set r{i} 0 0 1\r\na\r\n"), "STORED\r\n");
@@ -343,7 +343,7 @@ fn a_pool_can_listen_on_a_unix_socket() {
         "[pools.local]\nlisten = \"{}\"\nservers = [\"127.0.0.1:{port}\"]\n",
         path.display()
     );
-    let _router = Running::start(from_toml(&toml).unwrap(), 1, None).unwrap();
+    let _router = RunningRouter::start(from_toml(&toml).unwrap(), 1, None).unwrap();
     let mut s = UnixStream::connect(&path).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
     s.write_all(b"set u 0 0 2\r\nhi\r\nget u\r\n").unwrap();
@@ -358,7 +358,7 @@ fn a_pool_can_listen_on_a_unix_socket() {
 fn a_random_pool_spreads_one_key_over_every_server() {
     let (_servers, ports) = backends(3);
     let pools = from_toml(&pool_toml(0, &ports, "distribution = \"random\"")).unwrap();
-    let router = Running::start(pools, 1, None).unwrap();
+    let router = RunningRouter::start(pools, 1, None).unwrap();
     let mut c = Client::connect(router.addrs[0]);
     for i in 0..60 {
         c.check(&format!("set same 0 0 2\r\n{:02}\r\n", i), "STORED\r\n");

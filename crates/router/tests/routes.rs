@@ -3,7 +3,7 @@
 //! gutter, delete broadcast, the delete spool across an outage and a router restart, and
 //! cold-cluster warm-up with the paper's delete race.
 
-use memfleet_router::Running;
+use memfleet_router::RunningRouter;
 use memfleet_routing::from_toml;
 mod support;
 
@@ -28,7 +28,7 @@ fn prefixes_and_operations_pick_pools_and_deletes_reach_every_cluster() {
         list(&[pb])
     ))
     .unwrap();
-    let router = Running::start(config, 1, None).unwrap();
+    let router = RunningRouter::start(config, 1, None).unwrap();
     let mut c = Client::connect(router.addrs[0]);
     c.check("set user:1 0 0 1\r\nu\r\n", "STORED\r\n");
     c.check("set photo:1 0 0 1\r\np\r\n", "STORED\r\n");
@@ -72,7 +72,7 @@ fn replicated_reads_stay_on_one_replica_and_survive_its_death() {
         list(&[pb])
     ))
     .unwrap();
-    let router = Running::start(config, 1, None).unwrap();
+    let router = RunningRouter::start(config, 1, None).unwrap();
     let mut c = Client::connect(router.addrs[0]);
     // Writes reach every replica.
     c.check("set k 0 0 1\r\nv\r\n", "STORED\r\n");
@@ -124,7 +124,7 @@ fn a_dead_server_is_covered_by_the_gutter_with_short_ttls() {
         .unwrap()
         .ring()
         .unwrap();
-    let router = Running::start(config, 1, None).unwrap();
+    let router = RunningRouter::start(config, 1, None).unwrap();
     let mut c = Client::connect(router.addrs[0]);
     for i in 0..200 {
         c.check(&format!("set k{i} 0 0 1\r\nv\r\n"), "STORED\r\n");
@@ -215,7 +215,7 @@ fn deletes_for_a_dead_server_are_spooled_and_replayed_in_order_across_a_restart(
         ))
         .unwrap()
     };
-    let router = Running::start(config(), 1, None).unwrap();
+    let router = RunningRouter::start(config(), 1, None).unwrap();
     let mut c = Client::connect(router.addrs[0]);
     for i in 0..30 {
         // mcrouter's asynclog answers a spooled delete "not found" too.
@@ -228,7 +228,7 @@ fn deletes_for_a_dead_server_are_spooled_and_replayed_in_order_across_a_restart(
     // The router goes away with the deletes on disk; a new one finds them.
     drop(c);
     drop(router);
-    let router = Running::start(config(), 1, None).unwrap();
+    let router = RunningRouter::start(config(), 1, None).unwrap();
     let mut c = Client::connect(router.addrs[0]);
     for i in 30..40 {
         c.check(&format!("delete key{i}\r\n"), "NOT_FOUND\r\n");
@@ -264,7 +264,7 @@ fn a_cold_cluster_warms_from_the_warm_one_and_a_racing_delete_wins() {
             list(&[pw])
         )
     };
-    let router = Running::start(from_toml(&toml(true)).unwrap(), 1, None).unwrap();
+    let router = RunningRouter::start(from_toml(&toml(true)).unwrap(), 1, None).unwrap();
     let mut c = Client::connect(router.addrs[0]);
     let mut warm = Client::direct(pw);
     let mut cold = Client::direct(pc);
@@ -329,7 +329,7 @@ fn routing_prefixes_pick_cluster_or_regional_pools_and_are_stripped() {
         list(&[pr])
     ))
     .unwrap();
-    let router = Running::start(config, 1, None).unwrap();
+    let router = RunningRouter::start(config, 1, None).unwrap();
     let mut c = Client::connect(router.addrs[0]);
     c.check("set /west/*/big 0 0 1\r\nr\r\n", "STORED\r\n");
     c.check("set /west/c1/small 0 0 1\r\nl\r\n", "STORED\r\n");
@@ -361,7 +361,7 @@ fn an_all_async_broadcast_answers_at_once_and_still_reaches_everyone() {
         list(&[pb])
     ))
     .unwrap();
-    let router = Running::start(config, 1, None).unwrap();
+    let router = RunningRouter::start(config, 1, None).unwrap();
     let mut c = Client::connect(router.addrs[0]);
     // Answered before the servers reply: sets as stored, deletes as NOT_FOUND (mcrouter's
     // default reply: nothing claims the delete happened).
@@ -400,7 +400,7 @@ fn the_route_admin_key_names_every_server_a_key_reaches_through_a_route_tree() {
         list(&[pr1, pr2])
     ))
     .unwrap();
-    let router = Running::start(config, 1, None).unwrap();
+    let router = RunningRouter::start(config, 1, None).unwrap();
     let mut c = Client::connect(router.addrs[0]);
     // Where the keys really go: set through the router, found on one server.
     let holder = |ports: &[u16], key: &str| {

@@ -2,7 +2,7 @@
 //! as pymemcache keep only a line's first value), no name twice, and
 //! each server's counters under `pool:<pool>:server:<server>:<counter>`.
 
-use memfleet_router::Running;
+use memfleet_router::RunningRouter;
 use memfleet_routing::from_toml;
 mod support;
 
@@ -49,7 +49,7 @@ fn stats_has_one_value_per_line_and_no_name_twice() {
         "[pools.one]\nlisten = \"127.0.0.1:{p1}\"\nservers = [\"127.0.0.1:{a}\", \"127.0.0.1:{b}\"]\n\
          [pools.two]\nlisten = \"127.0.0.1:{p2}\"\nservers = [\"127.0.0.1:{c}\", \"127.0.0.1:{a}\"]\n"
     );
-    let _router = Running::start(from_toml(&toml).unwrap(), 1, None).unwrap();
+    let _router = RunningRouter::start(from_toml(&toml).unwrap(), 1, None).unwrap();
     let mut one = Client::direct(p1);
     for i in 0..20 {
         one.check(&format!("set k{i} 0 0 1\r\nx\r\n"), "STORED\r\n");

@@ -2,7 +2,7 @@
 //! may send (issue: deletes as `md` must hold off fills like text deletes; `mg` and
 //! `lease-get` readers must be warmed too, with leases still deciding who fills).
 
-use memfleet_router::Running;
+use memfleet_router::RunningRouter;
 use memfleet_routing::from_toml;
 mod support;
 
@@ -10,7 +10,7 @@ use memfleet_server::Server;
 use support::{backend, list, Client};
 
 /// A cold and a warm server behind a warm-up route (2 s hold-off), and the router.
-fn warmup() -> (Server, u16, Server, u16, Running) {
+fn warmup() -> (Server, u16, Server, u16, RunningRouter) {
     let (cold, pc) = backend();
     let (warm, pw) = backend();
     let toml = format!(
@@ -20,7 +20,7 @@ fn warmup() -> (Server, u16, Server, u16, Running) {
         list(&[pc]),
         list(&[pw])
     );
-    let router = Running::start(from_toml(&toml).unwrap(), 1, None).unwrap();
+    let router = RunningRouter::start(from_toml(&toml).unwrap(), 1, None).unwrap();
     (cold, pc, warm, pw, router)
 }
 

@@ -169,27 +169,24 @@ fn crc16_twemproxy(key: &[u8]) -> u32 {
     })
 }
 
-fn fnv64(key: &[u8], alternate: bool) -> u64 {
-    const PRIME: u64 = 0x0000_0100_0000_01b3;
-    key.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| {
-        if alternate {
-            (h ^ u64::from(b)).wrapping_mul(PRIME)
-        } else {
-            h.wrapping_mul(PRIME) ^ u64::from(b)
+/// FNV at one width: FNV-1 (multiply, then xor) or, `alternate`, FNV-1a (xor, then
+/// multiply).
+macro_rules! fnv {
+    ($name:ident, $t:ty, $offset:expr, $prime:expr) => {
+        fn $name(key: &[u8], alternate: bool) -> $t {
+            key.iter().fold($offset, |h: $t, &b| {
+                if alternate {
+                    (h ^ <$t>::from(b)).wrapping_mul($prime)
+                } else {
+                    h.wrapping_mul($prime) ^ <$t>::from(b)
+                }
+            })
         }
-    })
+    };
 }
 
-fn fnv32(key: &[u8], alternate: bool) -> u32 {
-    const PRIME: u32 = 16_777_619;
-    key.iter().fold(2_166_136_261, |h, &b| {
-        if alternate {
-            (h ^ u32::from(b)).wrapping_mul(PRIME)
-        } else {
-            h.wrapping_mul(PRIME) ^ u32::from(b)
-        }
-    })
-}
+fnv!(fnv64, u64, 0xcbf2_9ce4_8422_2325, 0x0000_0100_0000_01b3);
+fnv!(fnv32, u32, 2_166_136_261, 16_777_619);
 
 fn one_at_a_time(key: &[u8]) -> u32 {
     let mut v: u32 = 0;
@@ -272,6 +269,28 @@ fn murmur2(key: &[u8]) -> u32 {
     h ^ (h >> 15)
 }
 
+/// lookup3's `mix(a, b, c)`, as steps `x -= z; x ^= rot(z, r); z += y` on `[a, b, c]`:
+/// (r, [x, z, y]).
+const MIX: [(u32, [usize; 3]); 6] = [
+    (4, [0, 2, 1]),
+    (6, [1, 0, 2]),
+    (8, [2, 1, 0]),
+    (16, [0, 2, 1]),
+    (19, [1, 0, 2]),
+    (4, [2, 1, 0]),
+];
+
+/// lookup3's `final(a, b, c)`, as steps `x ^= y; x -= rot(y, r)` on `[a, b, c]`: (r, [x, y]).
+const FINAL: [(u32, [usize; 2]); 7] = [
+    (14, [2, 1]),
+    (11, [0, 2]),
+    (25, [1, 0]),
+    (16, [2, 1]),
+    (4, [0, 2]),
+    (14, [1, 0]),
+    (24, [2, 1]),
+];
+
 /// Bob Jenkins' lookup3 `hashlittle` (the byte-at-a-time path, which gives the same result
 /// as the aligned ones on little-endian machines).
 pub fn lookup3(key: &[u8], initval: u32) -> u32 {
@@ -289,25 +308,12 @@ pub fn lookup3(key: &[u8], initval: u32) -> u32 {
         a = a.wrapping_add(word(&k[0..4]));
         b = b.wrapping_add(word(&k[4..8]));
         c = c.wrapping_add(word(&k[8..12]));
-        // mix(a, b, c)
-        a = a.wrapping_sub(c);
-        a ^= c.rotate_left(4);
-        c = c.wrapping_add(b);
-        b = b.wrapping_sub(a);
-        b ^= a.rotate_left(6);
-        a = a.wrapping_add(c);
-        c = c.wrapping_sub(b);
-        c ^= b.rotate_left(8);
-        b = b.wrapping_add(a);
-        a = a.wrapping_sub(c);
-        a ^= c.rotate_left(16);
-        c = c.wrapping_add(b);
-        b = b.wrapping_sub(a);
-        b ^= a.rotate_left(19);
-        a = a.wrapping_add(c);
-        c = c.wrapping_sub(b);
-        c ^= b.rotate_left(4);
-        b = b.wrapping_add(a);
+        let mut v = [a, b, c];
+        for (r, [x, z, y]) in MIX {
+            v[x] = v[x].wrapping_sub(v[z]) ^ v[z].rotate_left(r);
+            v[z] = v[z].wrapping_add(v[y]);
+        }
+        [a, b, c] = v;
         k = &k[12..];
     }
     if k.is_empty() {
@@ -320,21 +326,11 @@ pub fn lookup3(key: &[u8], initval: u32) -> u32 {
     if k.len() > 8 {
         c = c.wrapping_add(word(&k[8..]));
     }
-    // final(a, b, c)
-    c ^= b;
-    c = c.wrapping_sub(b.rotate_left(14));
-    a ^= c;
-    a = a.wrapping_sub(c.rotate_left(11));
-    b ^= a;
-    b = b.wrapping_sub(a.rotate_left(25));
-    c ^= b;
-    c = c.wrapping_sub(b.rotate_left(16));
-    a ^= c;
-    a = a.wrapping_sub(c.rotate_left(4));
-    b ^= a;
-    b = b.wrapping_sub(a.rotate_left(14));
-    c ^= b;
-    c.wrapping_sub(b.rotate_left(24))
+    let mut v = [a, b, c];
+    for (r, [x, y]) in FINAL {
+        v[x] = (v[x] ^ v[y]).wrapping_sub(v[y].rotate_left(r));
+    }
+    v[2]
 }
 
 /// MurmurHash3 x86 32-bit (pymemcache's rendezvous hash).

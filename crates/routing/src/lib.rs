@@ -1,18 +1,21 @@
-//! memfleet's routing core: which server holds a key.
+//! memfleet's placement and configuration model: which server holds a key, and what a
+//! deployment is made of. It decides; it never connects.
 //!
 //! Facebook keeps all distribution logic in a stateless client that runs embedded in the
-//! application or as a proxy (mcrouter); memfleet does the same, and this crate is the part
-//! the router and the client library share. It is I/O-free: key hashes (`hash`) and the
-//! distributions that map a hash to a server (`ring`), each compatible bit for bit with a
-//! library already deployed (libmemcached, twemproxy, spymemcached, pymemcache), so a pool
-//! keeps its keys where they are when its clients move to memfleet.
+//! application or as a proxy (mcrouter); memfleet does the same. This crate is the part of
+//! that logic that needs no I/O: key hashes (`hash`) and the distributions that map a hash to
+//! a server (`ring`), each compatible bit for bit with a library already deployed
+//! (libmemcached, twemproxy, spymemcached, pymemcache), so a pool keeps its keys where they
+//! are when its clients move to memfleet; and the configuration of pools and routes, read
+//! from memfleet's TOML or twemproxy's YAML and checked. Running that configuration over
+//! server connections is `memfleet_client`'s job (for the router and applications alike).
 //!
 //! | module | what it holds |
 //! |--------|---------------|
 //! | `hash` | twemproxy's key hashes (md5, crc16, crc32, crc32a, fnv1*, hsieh, murmur, jenkins, one_at_a_time) and murmur3 |
 //! | `ring` | ketama (libmemcached and spymemcached dialects), modula, rendezvous, jump; hash tags |
-//! | `config` | pools from memfleet's TOML or twemproxy's YAML, read the way twemproxy reads it |
-//! | `routes` | routes over pools: prefix, operation, replicated, gutter, broadcast, warm-up |
+//! | `config` | pools and router settings from memfleet's TOML or twemproxy's YAML, read the way twemproxy reads it |
+//! | `route_config` | the route tree's configuration (prefix, operation, replicated, gutter, broadcast, warm-up), checked: names exist, no loops |
 //!
 //! ```
 //! use memfleet_routing::{Distribution, KetamaDialect, KeyHash, Node, Ring};
@@ -27,7 +30,7 @@
 pub mod config;
 pub mod hash;
 pub mod ring;
-pub mod routes;
+pub mod route_config;
 
 pub use config::{
     from_toml, from_twemproxy_yaml, ConfigError, PasswordSource, PoolAuth, PoolConfig, PoolTls,
@@ -35,4 +38,4 @@ pub use config::{
 };
 pub use hash::KeyHash;
 pub use ring::{twemproxy_order, Distribution, KetamaDialect, Node, Ring, RingError};
-pub use routes::{BroadcastMode, RouteConfig, RouteKind, WritePolicy};
+pub use route_config::{BroadcastMode, RouteConfig, RouteKind, WritePolicy};

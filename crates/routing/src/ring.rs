@@ -351,14 +351,19 @@ mod tests {
         (11211..11215).map(|p| Node::new("127.0.0.1", p)).collect()
     }
 
+    /// A libmemcached ketama ring of `nodes`.
+    fn libmemcached(nodes: Vec<Node>, hash: KeyHash) -> Ring {
+        Ring::new(
+            nodes,
+            Distribution::Ketama(KetamaDialect::Libmemcached),
+            hash,
+        )
+        .unwrap()
+    }
+
     #[test]
     fn libmemcached_drops_the_default_port_and_gives_160_points() {
-        let ring = Ring::new(
-            four(),
-            Distribution::Ketama(KetamaDialect::Libmemcached),
-            KeyHash::Md5,
-        )
-        .unwrap();
+        let ring = libmemcached(four(), KeyHash::Md5);
         assert_eq!(ring.points.len(), 4 * 160);
         assert_eq!(
             node_string(&ring.nodes[0], KetamaDialect::Libmemcached),
@@ -378,12 +383,7 @@ mod tests {
     fn weights_scale_ketama_points_and_modula_slots() {
         let mut nodes = four();
         nodes[0].weight = 3;
-        let ring = Ring::new(
-            nodes.clone(),
-            Distribution::Ketama(KetamaDialect::Libmemcached),
-            KeyHash::Md5,
-        )
-        .unwrap();
+        let ring = libmemcached(nodes.clone(), KeyHash::Md5);
         let of = |s: u32| ring.points.iter().filter(|p| p.1 == s).count();
         // share 3/6 of 4 servers: floor(0.5 * 40 * 4) * 4 = 320; 1/6: floor(26.67) * 4 = 104.
         assert_eq!((of(0), of(1)), (320, 104));
@@ -436,13 +436,7 @@ mod tests {
     #[test]
     fn hash_tags_keep_related_keys_together() {
         let nodes: Vec<Node> = (0..8).map(|i| Node::new("10.0.0.1", 20_000 + i)).collect();
-        let ring = Ring::new(
-            nodes,
-            Distribution::Ketama(KetamaDialect::Libmemcached),
-            KeyHash::Fnv1a64,
-        )
-        .unwrap()
-        .with_hash_tag(Some(*b"{}"));
+        let ring = libmemcached(nodes, KeyHash::Fnv1a64).with_hash_tag(Some(*b"{}"));
         for user in 0..50 {
             let a = ring.pick(format!("user:{{{user}}}:name").as_bytes());
             let b = ring.pick(format!("user:{{{user}}}:mail").as_bytes());
@@ -475,12 +469,7 @@ mod tests {
 
     #[test]
     fn a_ketama_live_ring_moves_only_the_ejected_servers_keys() {
-        let ring = Ring::new(
-            four(),
-            Distribution::Ketama(KetamaDialect::Libmemcached),
-            KeyHash::Fnv1a64,
-        )
-        .unwrap();
+        let ring = libmemcached(four(), KeyHash::Fnv1a64);
         let live = ring.without(&[2]).unwrap();
         // Equal weights: the same points, less the ejected server's (twemproxy's rebuild).
         let kept: Vec<_> = ring.points.iter().filter(|p| p.1 != 2).copied().collect();

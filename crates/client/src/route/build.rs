@@ -1,4 +1,4 @@
-//! Routes built from their checked configuration (`memfleet_routing::routes`).
+//! Routes built from their checked configuration (`memfleet_routing::route_config`).
 
 use super::{Route, RouteCounters};
 use crate::Pool;

@@ -8,13 +8,13 @@
 //!   or all replicas stored it), else the worst reply;
 //! - anything else answers the worst reply.
 
-use super::{Reply, ReplyFuture};
+use super::request::{ReplyFuture, RouteReply};
 use memfleet_protocol::reply::{self, Verdict};
 use memfleet_routing::WritePolicy;
 
 /// How bad a reply is, for answering the worst of several: a failure, then a server error,
 /// then a refusal (not found, not stored, exists), then success.
-pub(super) fn badness(reply: &Reply) -> u8 {
+pub(super) fn badness(reply: &RouteReply) -> u8 {
     match reply {
         Err(_) => 4,
         Ok(r) => match reply::verdict(r) {
@@ -73,8 +73,8 @@ pub(super) fn by_policy(calls: Vec<ReplyFuture>, policy: WritePolicy) -> ReplyFu
 }
 
 /// The worst of `replies` (the first of equally bad ones).
-fn worst(replies: Vec<Reply>) -> Reply {
-    let mut worst: Option<Reply> = None;
+fn worst(replies: Vec<RouteReply>) -> RouteReply {
+    let mut worst: Option<RouteReply> = None;
     for r in replies {
         if worst.as_ref().is_none_or(|w| badness(&r) > badness(w)) {
             worst = Some(r);
@@ -88,22 +88,22 @@ mod tests {
     use super::*;
     use crate::backend::BackendError;
 
-    fn ok(r: &[u8]) -> Reply {
+    fn ok(r: &[u8]) -> RouteReply {
         Ok(r.to_vec())
     }
 
-    fn down() -> Reply {
+    fn down() -> RouteReply {
         Err(BackendError::Down("x".into()))
     }
 
-    fn run(f: ReplyFuture) -> Reply {
+    fn run(f: ReplyFuture) -> RouteReply {
         tokio::runtime::Builder::new_current_thread()
             .build()
             .unwrap()
             .block_on(f)
     }
 
-    fn calls(replies: Vec<Reply>) -> Vec<ReplyFuture> {
+    fn calls(replies: Vec<RouteReply>) -> Vec<ReplyFuture> {
         replies
             .into_iter()
             .map(|r| Box::pin(std::future::ready(r)) as ReplyFuture)
@@ -112,7 +112,7 @@ mod tests {
 
     #[test]
     fn the_worst_reply_wins() {
-        let se: Reply = ok(b"SERVER_ERROR out of memory\r\n");
+        let se: RouteReply = ok(b"SERVER_ERROR out of memory\r\n");
         assert!(badness(&ok(b"DELETED\r\n")) < badness(&ok(b"NOT_FOUND\r\n")));
         assert!(badness(&ok(b"NOT_FOUND\r\n")) < badness(&se));
         assert!(badness(&se) < badness(&down()));

@@ -1,22 +1,22 @@
 //! A pool leaf: the key's server, and the delete spool for what it cannot take.
 
-use super::{Class, Ctx, Form, Op, ReplyFuture};
+use super::request::{ReplyFuture, RequestClass, RequestForm, RouteContext, RouteRequest};
 use crate::backend::{Backend, BackendError};
-use crate::spool::Queue;
+use crate::spool::SpoolQueue;
 use crate::Pool;
 use memfleet_protocol::reply::ReplyKind;
 use std::sync::Arc;
 
 /// A pool leaf: the key's server; a delete it cannot deliver waits in the spool, and so
 /// does a copy for the key's own server while `auto_eject_hosts` has it out of the ring.
-pub(super) fn pool_call(pool: &Arc<Pool>, op: Op, ctx: Ctx) -> ReplyFuture {
+pub(super) fn pool_call(pool: &Arc<Pool>, op: RouteRequest, ctx: RouteContext) -> ReplyFuture {
     let (backend, queue) = pool.server_for(&op.key);
     let bytes = op.bytes();
     let Some(queue) = queue else {
         return Box::pin(backend.call(ctx.lane, bytes, op.reply_kind()));
     };
-    if op.class != Class::Delete {
-        if op.class == Class::Get && queue.holds_reads() {
+    if op.class != RequestClass::Delete {
+        if op.class == RequestClass::Get && queue.holds_reads() {
             // Replay first, serve second: what it holds may be what the spool deletes.
             // Failing (not missing) lets a gutter or another replica answer instead.
             let name = backend.name().to_string();
@@ -25,7 +25,7 @@ pub(super) fn pool_call(pool: &Arc<Pool>, op: Op, ctx: Ctx) -> ReplyFuture {
         return Box::pin(backend.call(ctx.lane, bytes, op.reply_kind()));
     }
     let spooled_reply: &'static [u8] = match op.form {
-        Form::Raw { .. } => b"NF\r\n",
+        RequestForm::Raw { .. } => b"NF\r\n",
         _ => b"NOT_FOUND\r\n",
     };
     let home = pool
@@ -59,7 +59,7 @@ pub(super) fn pool_call(pool: &Arc<Pool>, op: Op, ctx: Ctx) -> ReplyFuture {
 /// go first) or the server does not answer.
 fn deliver(
     backend: Arc<Backend>,
-    queue: Arc<Queue>,
+    queue: Arc<SpoolQueue>,
     bytes: Vec<u8>,
     kind: ReplyKind,
     spooled_reply: &'static [u8],

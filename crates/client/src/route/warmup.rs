@@ -1,6 +1,7 @@
 //! Cold-cluster warm-up (paper §4.3): a cold cluster's misses filled from a warm one.
 
-use super::{Class, Ctx, Form, Op, ReplyFuture, Route, RouteCounters};
+use super::request::{ReplyFuture, RequestClass, RequestForm, RouteContext, RouteRequest};
+use super::{Route, RouteCounters};
 use memfleet_protocol::reply::{self, is_hit, MetaCode, MetaReply, ReplyKind, ServerReply};
 use memfleet_protocol::StoreCommand;
 use std::sync::atomic::Ordering;
@@ -13,19 +14,19 @@ pub(super) fn warm_call(
     warm: &Arc<Route>,
     holdoff: u32,
     counters: &Arc<RouteCounters>,
-    op: Op,
-    ctx: Ctx,
+    op: RouteRequest,
+    ctx: RouteContext,
 ) -> ReplyFuture {
     match (&op.form, op.class) {
-        (Form::Delete { holdoff: 0 }, _) => {
+        (RequestForm::Delete { holdoff: 0 }, _) => {
             // A delete leaves the key closed to adds for a while, so that a fill racing
             // it (read from warm before the delete reached warm) fails.
             let mut op = op;
-            op.form = Form::Delete { holdoff };
+            op.form = RequestForm::Delete { holdoff };
             cold.call(op, ctx)
         }
-        (Form::Raw { .. }, Class::Delete) => meta_delete(cold, holdoff, op, ctx),
-        (Form::Get { .. }, _) | (Form::Raw { .. }, Class::Get) => {
+        (RequestForm::Raw { .. }, RequestClass::Delete) => meta_delete(cold, holdoff, op, ctx),
+        (RequestForm::Get { .. }, _) | (RequestForm::Raw { .. }, RequestClass::Get) => {
             warm_get(cold, warm, counters, op, ctx)
         }
         _ => cold.call(op, ctx),
@@ -63,20 +64,25 @@ fn is_hd(reply: &[u8]) -> bool {
 /// item (`I`, `x`): then the hold-off follows its reply — after a deletion that happened
 /// for `C`, and for `I`/`x` only where no item was left to refuse a fill. The client gets
 /// the `md`'s own reply.
-fn meta_delete(cold: &Arc<Route>, holdoff: u32, op: Op, ctx: Ctx) -> ReplyFuture {
+fn meta_delete(
+    cold: &Arc<Route>,
+    holdoff: u32,
+    op: RouteRequest,
+    ctx: RouteContext,
+) -> ReplyFuture {
     let call = cold.call(op.clone(), ctx);
     if holdoff == 0 || !text_key(&op.key) {
         return call;
     }
-    let Form::Raw { tail, .. } = &op.form else {
+    let RequestForm::Raw { tail, .. } = &op.form else {
         return call;
     };
     let flag = |c: u8| meta_flags(tail).any(|w| w.first() == Some(&c));
     let (conditional, keeps_item) = (flag(b'C'), flag(b'I') || flag(b'x'));
-    let hold = Op {
-        class: Class::Delete,
+    let hold = RouteRequest {
+        class: RequestClass::Delete,
         key: op.key.clone(),
-        form: Form::Delete { holdoff },
+        form: RequestForm::Delete { holdoff },
     };
     if !conditional && !keeps_item {
         let hold_call = cold.call(hold, ctx);
@@ -110,9 +116,9 @@ enum ColdAnswer {
     Won,
 }
 
-fn cold_answer(op: &Op, reply: &[u8]) -> ColdAnswer {
+fn cold_answer(op: &RouteRequest, reply: &[u8]) -> ColdAnswer {
     match &op.form {
-        Form::Get { head } => match reply::decode(reply, ReplyKind::Retrieval) {
+        RequestForm::Get { head } => match reply::decode(reply, ReplyKind::Retrieval) {
             Ok(ServerReply::Values(values)) => match values.first() {
                 None => ColdAnswer::Miss,
                 // A lease-get miss that won (token 1 is a hot miss: another client fills).
@@ -124,7 +130,7 @@ fn cold_answer(op: &Op, reply: &[u8]) -> ColdAnswer {
             },
             _ => ColdAnswer::Final,
         },
-        Form::Raw { .. } => match meta_reply(reply) {
+        RequestForm::Raw { .. } => match meta_reply(reply) {
             Some(m) if m.code == MetaCode::En => ColdAnswer::Miss,
             Some(m) if m.flag(b'W').is_some_and(|t| t.is_empty()) => ColdAnswer::Won,
             _ => ColdAnswer::Final,
@@ -143,8 +149,8 @@ fn warm_get(
     cold: &Arc<Route>,
     warm: &Arc<Route>,
     counters: &Arc<RouteCounters>,
-    op: Op,
-    ctx: Ctx,
+    op: RouteRequest,
+    ctx: RouteContext,
 ) -> ReplyFuture {
     let call = cold.call(op.clone(), ctx);
     let (cold, warm, counters) = (cold.clone(), warm.clone(), counters.clone());
@@ -158,8 +164,8 @@ fn warm_get(
             return Ok(reply);
         }
         counters.cold_misses.fetch_add(1, Ordering::Relaxed);
-        let fetch = Op::raw(
-            Class::Get,
+        let fetch = RouteRequest::raw(
+            RequestClass::Get,
             &op.key,
             b"mg ",
             b" v f t\r\n".to_vec(),
@@ -177,10 +183,10 @@ fn warm_get(
                     ColdAnswer::Lease(token) => (StoreCommand::LeaseSet, token),
                     _ => (StoreCommand::Add, 0),
                 };
-                let store = Op {
-                    class: Class::Set,
+                let store = RouteRequest {
+                    class: RequestClass::Set,
                     key: op.key.clone(),
-                    form: Form::Store {
+                    form: RequestForm::Store {
                         command,
                         flags,
                         exptime: ttl,
@@ -198,7 +204,7 @@ fn warm_get(
         }
         counters.warm_fills.fetch_add(1, Ordering::Relaxed);
         match &op.form {
-            Form::Get { head } if head == b"get" || head == b"lease-get" => {
+            RequestForm::Get { head } if head == b"get" || head == b"lease-get" => {
                 // A lease-get that is answered with a value answers as a get does.
                 let mut out = Vec::with_capacity(data.len() + op.key.len() + 32);
                 memfleet_protocol::response::value(&mut out, &op.key, flags, &data, None);
@@ -221,9 +227,15 @@ async fn fill_won(
     flags: u32,
     ttl: i64,
     data: &[u8],
-    ctx: Ctx,
+    ctx: RouteContext,
 ) -> bool {
-    let ask = Op::raw(Class::Get, key, b"mg ", b" c\r\n".to_vec(), ReplyKind::Meta);
+    let ask = RouteRequest::raw(
+        RequestClass::Get,
+        key,
+        b"mg ",
+        b" c\r\n".to_vec(),
+        ReplyKind::Meta,
+    );
     let Ok(placeholder) = cold.call(ask, ctx).await else {
         return false;
     };
@@ -233,7 +245,7 @@ async fn fill_won(
     let mut tail = format!(" {} C{cas} F{flags} T{ttl}\r\n", data.len()).into_bytes();
     tail.extend_from_slice(data);
     tail.extend_from_slice(b"\r\n");
-    let store = Op::raw(Class::Set, key, b"ms ", tail, ReplyKind::Meta);
+    let store = RouteRequest::raw(RequestClass::Set, key, b"ms ", tail, ReplyKind::Meta);
     matches!(cold.call(store, ctx).await, Ok(r) if is_hd(&r))
 }
 
@@ -260,9 +272,9 @@ fn parse_mg_value(reply: &[u8]) -> Option<(u32, i64, Vec<u8>)> {
 mod tests {
     use super::*;
 
-    fn op(form: Form) -> Op {
-        Op {
-            class: Class::Get,
+    fn op(form: RequestForm) -> RouteRequest {
+        RouteRequest {
+            class: RequestClass::Get,
             key: b"k".to_vec(),
             form,
         }
@@ -270,14 +282,14 @@ mod tests {
 
     #[test]
     fn cold_misses_are_told_apart() {
-        let get = op(Form::Get {
+        let get = op(RequestForm::Get {
             head: b"get".to_vec(),
         });
-        let lease = op(Form::Get {
+        let lease = op(RequestForm::Get {
             head: b"lease-get".to_vec(),
         });
-        let mg = Op::raw(
-            Class::Get,
+        let mg = RouteRequest::raw(
+            RequestClass::Get,
             b"k",
             b"mg ",
             b" v\r\n".to_vec(),

@@ -32,8 +32,8 @@
 //! mode = "all-sync"
 //! ```
 //!
-//! This module only reads and checks the tree (names exist, no cycles); running it is the
-//! router's (and the client library's) job.
+//! This module only reads and checks the tree (names exist, no cycles); running it is
+//! `memfleet_client::route`'s job (for the router and applications alike).
 
 use serde::Deserialize;
 use std::collections::{BTreeMap, HashMap};
@@ -260,16 +260,8 @@ pub(crate) fn parse(name: &str, t: TomlRoute) -> Result<RouteConfig, String> {
             default: need(t.default, "default")?,
         },
         "replicated" => {
-            let replicas = t.replicas.unwrap_or_default();
-            if replicas.is_empty() {
-                return Err("a replicated route needs \"replicas\"".into());
-            }
-            let write = match t.write.as_deref().unwrap_or("any") {
-                "any" => WritePolicy::Any,
-                "majority" => WritePolicy::Majority,
-                "all" => WritePolicy::All,
-                w => return Err(format!("unknown write policy {w:?} (any, majority, all)")),
-            };
+            let replicas = need_list(t.replicas, "replicated", "replicas")?;
+            let write = one_of(t.write, "write policy", &WRITE_POLICIES)?;
             RouteKind::Replicated {
                 replicas,
                 client_id: t.client_id,
@@ -282,15 +274,8 @@ pub(crate) fn parse(name: &str, t: TomlRoute) -> Result<RouteConfig, String> {
             ttl: t.gutter_ttl.unwrap_or(10).max(1),
         },
         "broadcast" => {
-            let to = t.to.unwrap_or_default();
-            if to.is_empty() {
-                return Err("a broadcast route needs \"to\"".into());
-            }
-            let mode = match t.mode.as_deref().unwrap_or("all-sync") {
-                "all-sync" => BroadcastMode::AllSync,
-                "all-async" => BroadcastMode::AllAsync,
-                m => return Err(format!("unknown mode {m:?} (all-sync, all-async)")),
-            };
+            let to = need_list(t.to, "broadcast", "to")?;
+            let mode = one_of(t.mode, "mode", &BROADCAST_MODES)?;
             RouteKind::Broadcast { to, mode }
         }
         _ => RouteKind::WarmUp {
@@ -305,6 +290,39 @@ pub(crate) fn parse(name: &str, t: TomlRoute) -> Result<RouteConfig, String> {
         listen: t.listen,
         kind,
     })
+}
+
+/// `write` values, the default first.
+const WRITE_POLICIES: [(&str, WritePolicy); 3] = [
+    ("any", WritePolicy::Any),
+    ("majority", WritePolicy::Majority),
+    ("all", WritePolicy::All),
+];
+
+/// `mode` values, the default first.
+const BROADCAST_MODES: [(&str, BroadcastMode); 2] = [
+    ("all-sync", BroadcastMode::AllSync),
+    ("all-async", BroadcastMode::AllAsync),
+];
+
+/// The value `given` names among `choices` (the first when not given); the error lists them.
+fn one_of<T: Copy>(given: Option<String>, what: &str, choices: &[(&str, T)]) -> Result<T, String> {
+    let name = given.as_deref().unwrap_or(choices[0].0);
+    match choices.iter().find(|(n, _)| *n == name) {
+        Some((_, value)) => Ok(*value),
+        None => {
+            let names: Vec<&str> = choices.iter().map(|(n, _)| *n).collect();
+            Err(format!("unknown {what} {name:?} ({})", names.join(", ")))
+        }
+    }
+}
+
+/// A list a route type needs (`field` of a `kind` route): at least one name.
+fn need_list(list: Option<Vec<String>>, kind: &str, field: &str) -> Result<Vec<String>, String> {
+    match list {
+        Some(list) if !list.is_empty() => Ok(list),
+        _ => Err(format!("a {kind} route needs {field:?}")),
+    }
 }
 
 /// Checks that every name a route uses exists and that no route reaches itself.

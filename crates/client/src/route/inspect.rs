@@ -1,0 +1,138 @@
+//! Reading a route without running it: where a get would go (for UDP), which pools it
+//! reaches (`stats`, `flush_all`), which servers a key can reach (the router's admin key).
+
+use super::request::RouteContext;
+use super::Route;
+use crate::Pool;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+impl Route {
+    /// The one server a get of `key` would be sent to, when the route sends gets to a
+    /// single server unchanged (so the get can go there over UDP instead); `None` when the
+    /// route rewrites the key, fills, or the server is marked down (then TCP and the route
+    /// decide).
+    pub fn get_target(&self, key: &[u8], ctx: RouteContext) -> Option<std::net::SocketAddr> {
+        match self {
+            // A datagram can neither authenticate nor be encrypted: the gets of a pool that
+            // logs in or speaks TLS to its servers stay on that connection.
+            Route::Pool(pool) if pool.config().auth.is_some() || pool.config().tls.is_some() => {
+                None
+            }
+            Route::Pool(pool) => {
+                let (backend, queue) = pool.server_for(key);
+                let held = queue.is_some_and(|q| q.holds_reads());
+                (!held && !backend.health().down.load(Ordering::Acquire)).then(|| backend.addr())
+            }
+            Route::Prefix {
+                prefixes,
+                default,
+                strip,
+            } => match prefixes.iter().find(|(p, _)| key.starts_with(p)) {
+                Some(_) if *strip => None,
+                Some((_, route)) => route.get_target(key, ctx),
+                None => default.get_target(key, ctx),
+            },
+            Route::Operation { get, .. } => get.get_target(key, ctx),
+            Route::Replicated {
+                replicas,
+                client_id,
+                ..
+            } => {
+                let first = (client_id.unwrap_or(ctx.client) % replicas.len() as u64) as usize;
+                replicas[first].get_target(key, ctx)
+            }
+            Route::Gutter { main, .. } => main.get_target(key, ctx),
+            Route::Broadcast { to, .. } => to[0].get_target(key, ctx),
+            Route::WarmUp { cold, enabled, .. } => {
+                if *enabled {
+                    None
+                } else {
+                    cold.get_target(key, ctx)
+                }
+            }
+        }
+    }
+
+    /// Every pool the route reaches (for flush_all, stats).
+    pub fn pools(&self, out: &mut Vec<Arc<Pool>>) {
+        let mut add = |r: &Arc<Route>| r.pools(out);
+        match self {
+            Route::Pool(p) => {
+                if !out.iter().any(|q| Arc::ptr_eq(q, p)) {
+                    out.push(p.clone());
+                }
+            }
+            Route::Prefix {
+                prefixes, default, ..
+            } => {
+                prefixes.iter().for_each(|(_, r)| add(r));
+                add(default);
+            }
+            Route::Operation {
+                get,
+                set,
+                delete,
+                other,
+            } => [get, set, delete, other].into_iter().for_each(add),
+            Route::Replicated { replicas, .. } => replicas.iter().for_each(add),
+            Route::Gutter { main, gutter, .. } => [main, gutter].into_iter().for_each(add),
+            Route::Broadcast { to, .. } => to.iter().for_each(add),
+            Route::WarmUp { cold, warm, .. } => [cold, warm].into_iter().for_each(add),
+        }
+    }
+
+    /// Every server (`host:port`) an operation on `key` can reach through this route, once
+    /// each: where a get goes first (for `ctx`'s client), then where other operations,
+    /// failover (replicas, gutter) and fills can take it. A prefix route's destination sees
+    /// the key as it is sent, stripped or not. Read-only: for the router's admin key.
+    pub fn servers_for(&self, key: &[u8], ctx: RouteContext, out: &mut Vec<String>) {
+        match self {
+            Route::Pool(pool) => {
+                let server = pool.ring().nodes()[pool.pick(key)].addr();
+                if !out.contains(&server) {
+                    out.push(server);
+                }
+            }
+            Route::Prefix {
+                prefixes,
+                default,
+                strip,
+            } => match prefixes.iter().find(|(p, _)| key.starts_with(p)) {
+                Some((p, route)) if *strip => route.servers_for(&key[p.len()..], ctx, out),
+                Some((_, route)) => route.servers_for(key, ctx, out),
+                None => default.servers_for(key, ctx, out),
+            },
+            Route::Operation {
+                get,
+                set,
+                delete,
+                other,
+            } => {
+                for r in [get, set, delete, other] {
+                    r.servers_for(key, ctx, out);
+                }
+            }
+            Route::Replicated {
+                replicas,
+                client_id,
+                ..
+            } => {
+                let n = replicas.len();
+                let first = (client_id.unwrap_or(ctx.client) % n as u64) as usize;
+                for i in 0..n {
+                    replicas[(first + i) % n].servers_for(key, ctx, out);
+                }
+            }
+            Route::Gutter { main, gutter, .. } => {
+                main.servers_for(key, ctx, out);
+                gutter.servers_for(key, ctx, out);
+            }
+            Route::Broadcast { to, .. } => to.iter().for_each(|r| r.servers_for(key, ctx, out)),
+            Route::WarmUp { cold, warm, .. } => {
+                cold.servers_for(key, ctx, out);
+                warm.servers_for(key, ctx, out);
+            }
+        }
+    }
+}

@@ -1,0 +1,289 @@
+//! A router's listeners: bound from a configuration ([`bind`]), accepting clients (TCP,
+//! TLS, Unix sockets) into `proxy`, and a reload applied to them in place.
+
+use crate::admin;
+use crate::proxy;
+use crate::reloadable::{ClientAuth, RouteSlot, ServedTopology};
+use anyhow::Context;
+use memfleet_client::{Route, Topology};
+use memfleet_routing::RouterConfig;
+use memfleet_tls::ServerTls;
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// (listen address, pool or route name, what it serves) of every listener `config` asks
+/// for, in configuration order.
+fn listeners(
+    config: &RouterConfig,
+    topology: &Topology,
+) -> anyhow::Result<Vec<(String, String, Arc<Route>)>> {
+    let mut out = Vec::new();
+    let wanted = config
+        .pools
+        .iter()
+        .filter_map(|p| Some((p.listen.clone()?, p.name.clone())))
+        .chain(
+            config
+                .routes
+                .iter()
+                .filter_map(|r| Some((r.listen.clone()?, r.name.clone()))),
+        );
+    let mut seen = std::collections::HashSet::new();
+    for (listen, name) in wanted {
+        anyhow::ensure!(
+            seen.insert(listen.clone()),
+            "{name}: {listen} is already another listener's"
+        );
+        let route = topology
+            .route(&name)
+            .expect("built from this configuration");
+        out.push((listen, name, route));
+    }
+    anyhow::ensure!(!out.is_empty(), "no pool or route has a listen address");
+    Ok(out)
+}
+
+/// Pools and routes bound to their listeners, not yet serving.
+pub struct BoundRouter {
+    /// Each TCP listener's address, in configuration order (Unix sockets are where the
+    /// configuration says).
+    pub addrs: Vec<SocketAddr>,
+    /// The admin port's address (`/metrics`), if asked for.
+    pub admin_addr: Option<SocketAddr>,
+    listeners: Vec<(String, RouteSlot, Listener)>,
+    admin: Option<tokio::net::TcpListener>,
+    served: ServedTopology,
+    tls: Option<Arc<ServerTls>>,
+    auth: ClientAuth,
+}
+
+/// A listener: TCP (`host:port`) or a Unix socket (a path starting with `/`, as twemproxy
+/// writes it).
+pub enum Listener {
+    /// `host:port`.
+    Tcp(tokio::net::TcpListener),
+    /// A socket file.
+    Unix(tokio::net::UnixListener),
+}
+
+impl Listener {
+    /// Binds `listen`; a Unix socket file left by an earlier run is replaced.
+    async fn bind(listen: &str) -> std::io::Result<Listener> {
+        if listen.starts_with('/') {
+            let path = std::path::Path::new(listen);
+            let stale = std::fs::symlink_metadata(path)
+                .is_ok_and(|m| std::os::unix::fs::FileTypeExt::is_socket(&m.file_type()));
+            if stale {
+                std::fs::remove_file(path)?;
+            }
+            Ok(Listener::Unix(tokio::net::UnixListener::bind(path)?))
+        } else {
+            Ok(Listener::Tcp(tokio::net::TcpListener::bind(listen).await?))
+        }
+    }
+
+    /// The TCP address (none for a Unix socket).
+    fn tcp_addr(&self) -> Option<SocketAddr> {
+        match self {
+            Listener::Tcp(l) => l.local_addr().ok(),
+            Listener::Unix(_) => None,
+        }
+    }
+}
+
+/// Builds `config` and binds a listener for every pool and route that has a `listen`
+/// address, and the admin port at `admin` if given.
+pub async fn bind(config: RouterConfig, admin: Option<&str>) -> anyhow::Result<BoundRouter> {
+    let topology = Topology::build(&config, None)?;
+    let mut addrs = Vec::new();
+    let mut listeners = Vec::new();
+    for (listen, name, route) in self::listeners(&config, &topology)? {
+        let listener = Listener::bind(&listen)
+            .await
+            .with_context(|| format!("{name}: cannot listen on {listen}"))?;
+        if let Some(addr) = listener.tcp_addr() {
+            addrs.push(addr);
+        }
+        tracing::info!(%name, %listen, "routing");
+        let slot: RouteSlot = Arc::new(arc_swap::ArcSwap::new(route));
+        listeners.push((listen, slot, listener));
+    }
+    let admin = match admin {
+        Some(a) => Some(
+            tokio::net::TcpListener::bind(a)
+                .await
+                .with_context(|| format!("cannot listen on admin address {a}"))?,
+        ),
+        None => None,
+    };
+    let admin_addr = admin.as_ref().map(|l| l.local_addr()).transpose()?;
+    Ok(BoundRouter {
+        addrs,
+        admin_addr,
+        listeners,
+        admin,
+        served: Arc::new(arc_swap::ArcSwap::from_pointee(topology)),
+        tls: None,
+        auth: ClientAuth::default(),
+    })
+}
+
+impl BoundRouter {
+    /// Serves TLS on the TCP listeners (Unix sockets stay plain), with `tls`'s certificate
+    /// at each handshake: reloading it changes what new clients get.
+    pub fn with_tls(mut self, tls: Arc<ServerTls>) -> BoundRouter {
+        self.tls = Some(tls);
+        self
+    }
+
+    /// Requires clients to authenticate against what `auth` holds (swapped on reload).
+    pub fn with_auth(mut self, auth: ClientAuth) -> BoundRouter {
+        self.auth = auth;
+        self
+    }
+
+    /// Accepts and serves clients until `stop` resolves; each configuration `reloads` yields
+    /// is applied (see [`ServingListeners::reload`]).
+    pub async fn run(
+        self,
+        stop: impl std::future::Future<Output = ()>,
+        mut reloads: tokio::sync::mpsc::UnboundedReceiver<RouterConfig>,
+    ) {
+        let mut serving = ServingListeners {
+            listeners: HashMap::new(),
+            served: self.served,
+            tls: self.tls,
+            auth: self.auth,
+        };
+        for (listen, slot, listener) in self.listeners {
+            serving.accept(listen, slot, listener);
+        }
+        let admin = self
+            .admin
+            .map(|l| tokio::spawn(admin::serve(l, serving.served.clone())));
+        tokio::pin!(stop);
+        loop {
+            tokio::select! {
+                () = &mut stop => break,
+                Some(config) = reloads.recv() => serving.reload(config).await,
+            }
+        }
+        for (_, (_, task)) in serving.listeners.drain() {
+            task.abort();
+        }
+        if let Some(task) = admin {
+            task.abort();
+        }
+    }
+}
+
+/// The listeners being served, by listen address.
+pub struct ServingListeners {
+    listeners: HashMap<String, (RouteSlot, tokio::task::JoinHandle<()>)>,
+    served: ServedTopology,
+    tls: Option<Arc<ServerTls>>,
+    auth: ClientAuth,
+}
+
+impl ServingListeners {
+    fn accept(&mut self, listen: String, slot: RouteSlot, listener: Listener) {
+        let accepting = slot.clone();
+        let served = self.served.clone();
+        let tls = self.tls.clone();
+        let auth = self.auth.clone();
+        let task = tokio::spawn(async move {
+            let mut lane = 0usize;
+            loop {
+                lane = lane.wrapping_add(1);
+                let accepted = match &listener {
+                    Listener::Tcp(l) => l.accept().await.map(|(stream, _)| {
+                        let (slot, served, auth) =
+                            (accepting.clone(), served.clone(), auth.clone());
+                        match tls.clone() {
+                            None => tokio::spawn(proxy::serve(slot, served, auth, stream, lane)),
+                            Some(tls) => tokio::spawn(async move {
+                                match tls.accept(stream).await {
+                                    Ok(session) => {
+                                        proxy::serve_tls(slot, served, auth, session, lane).await
+                                    }
+                                    Err(e) => tracing::debug!(error = %e, "TLS handshake failed"),
+                                }
+                            }),
+                        };
+                    }),
+                    Listener::Unix(l) => l.accept().await.map(|(stream, _)| {
+                        let (slot, served, auth) =
+                            (accepting.clone(), served.clone(), auth.clone());
+                        tokio::spawn(proxy::serve_unix(slot, served, auth, stream, lane));
+                    }),
+                };
+                if let Err(e) = accepted {
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+            }
+        });
+        self.listeners.insert(listen, (slot, task));
+    }
+
+    /// Applies a new configuration, all or nothing: listen addresses already served get
+    /// the new pool or route in place (their clients stay connected, and servers that stay
+    /// keep their connections); new addresses start listening; addresses gone stop
+    /// accepting (their open connections finish on the old routes). A configuration that
+    /// cannot be applied (a port that cannot be bound, a server that does not resolve) is
+    /// logged and the old one keeps serving.
+    pub async fn reload(&mut self, config: RouterConfig) {
+        let built = Topology::build(&config, Some(&self.served.load()))
+            .and_then(|t| Ok((self::listeners(&config, &t)?, t)));
+        let (wanted, topology) = match built {
+            Ok(b) => b,
+            Err(e) => {
+                tracing::error!(error = %format!("{e:#}"), "reload refused");
+                return;
+            }
+        };
+        let mut swaps = Vec::new();
+        let mut binds = Vec::new();
+        for (listen, name, route) in wanted {
+            match self.listeners.get(&listen) {
+                Some((slot, _)) => swaps.push((slot.clone(), name, route)),
+                None => match Listener::bind(&listen).await {
+                    Ok(l) => binds.push((listen, name, route, l)),
+                    Err(e) => {
+                        tracing::error!(%name, %listen, error = %e, "reload refused: cannot listen");
+                        return;
+                    }
+                },
+            }
+        }
+        let kept: std::collections::HashSet<String> = config
+            .pools
+            .iter()
+            .filter_map(|p| p.listen.clone())
+            .chain(config.routes.iter().filter_map(|r| r.listen.clone()))
+            .collect();
+        self.served.store(Arc::new(topology));
+        for (slot, name, route) in swaps {
+            tracing::info!(%name, "reloaded");
+            slot.store(route);
+        }
+        let gone: Vec<String> = self
+            .listeners
+            .keys()
+            .filter(|k| !kept.contains(*k))
+            .cloned()
+            .collect();
+        for listen in gone {
+            if let Some((_, task)) = self.listeners.remove(&listen) {
+                tracing::info!(%listen, "listener removed");
+                task.abort();
+            }
+        }
+        for (listen, name, route, listener) in binds {
+            tracing::info!(%name, %listen, "listener added");
+            self.accept(listen, Arc::new(arc_swap::ArcSwap::new(route)), listener);
+        }
+    }
+}

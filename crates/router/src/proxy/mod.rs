@@ -1,0 +1,238 @@
+//! One client connection: requests are parsed as they arrive, routed to their servers at
+//! once (so a client's pipelined requests run in parallel across servers), and the replies
+//! written back in request order.
+//!
+//! The reader half parses and dispatches: for each request it sends the server requests
+//! and queues a [`QueuedReply`] (what to wait for and how to build the client's reply).
+//! The writer half takes them in order, awaits them, and writes. A multi-key get is split by server,
+//! sent to each in parallel and reassembled in the client's key order; a failed server's
+//! keys are misses, not an error for the whole request.
+//!
+//! With `--auth-file`, a connection first passes memcached's ASCII authentication
+//! (`memfleet_protocol::auth`, the server's `-Y` rules and replies): until a `set` carries a
+//! known `user password`, every request is refused and nothing reaches a server.
+//!
+//! What is forwarded is always a request that gets a reply (`noreply` and meta `q` are
+//! stripped going out and applied coming back), so every connection to a server keeps
+//! one reply per request and never loses its place.
+//!
+//! | file | what it holds |
+//! |------|---------------|
+//! | (this file) | the connection: the reader that parses and dispatches, the writer that replies in order |
+//! | `pool.rs` | a plain pool listener's fast path: one server per key, multi-gets split per server |
+//! | `tree.rs` | a route tree: one `RouteRequest` per key, reassembled |
+//! | `local.rs` | what the router answers itself: `stats`, `flush_all`, `version`, the admin route key |
+//! | `rewrite.rs` | requests rewritten for forwarding (`noreply` and `q` stripped, meta lines split) |
+//! | `queued.rs` | [`QueuedReply`], what the writer waits for; a forwarded request's reply |
+
+mod local;
+mod pool;
+mod queued;
+mod rewrite;
+mod tree;
+
+use self::queued::{local, QueuedReply};
+use crate::reloadable::{ClientAuth, RouteSlot, ServedTopology};
+use memfleet_client::{Route, RouteContext};
+use memfleet_protocol::auth::Attempt;
+use memfleet_protocol::{parse, ParseError, ParserConfig, Request};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::sync::mpsc;
+
+/// Queued replies a client may have in flight before the reader waits.
+const IN_FLIGHT: usize = 1024;
+/// Bytes of unparsed input a client may leave (one request, at most a large value).
+const MAX_PENDING_INPUT: usize = (1 << 20) + 64 * 1024;
+/// A client's buffers shrink back to this once a large request or reply has passed (the
+/// server's rule too: an idle connection must not pin the largest thing it ever sent).
+const KEEP_CAPACITY: usize = 32 * 1024;
+
+/// Serves one client until it closes. `lane` picks the connection to each server this
+/// client's requests use (always the same one, which keeps them in order).
+pub async fn serve(
+    slot: RouteSlot,
+    served: ServedTopology,
+    auth: ClientAuth,
+    stream: TcpStream,
+    lane: usize,
+) {
+    let _ = stream.set_nodelay(true);
+    // Replicated reads pick a replica per client host, as the paper's clients do.
+    let client = stream.peer_addr().map_or(0, |a| client_hash(a.ip()));
+    let (rd, wr) = stream.into_split();
+    serve_halves(slot, served, auth, rd, wr, RouteContext { lane, client }).await;
+}
+
+/// Which replica a client host's replicated reads go to.
+fn client_hash(ip: std::net::IpAddr) -> u64 {
+    match ip {
+        std::net::IpAddr::V4(ip) => xxhash_rust::xxh3::xxh3_64(&ip.octets()),
+        std::net::IpAddr::V6(ip) => xxhash_rust::xxh3::xxh3_64(&ip.octets()),
+    }
+}
+
+/// [`serve`] for a TLS client, its handshake done.
+pub async fn serve_tls(
+    slot: RouteSlot,
+    served: ServedTopology,
+    auth: ClientAuth,
+    stream: memfleet_tls::tokio_rustls::server::TlsStream<TcpStream>,
+    lane: usize,
+) {
+    let socket = stream.get_ref().0;
+    let _ = socket.set_nodelay(true);
+    let client = socket.peer_addr().map_or(0, |a| client_hash(a.ip()));
+    let (rd, wr) = tokio::io::split(stream);
+    serve_halves(slot, served, auth, rd, wr, RouteContext { lane, client }).await;
+}
+
+/// [`serve`] for a Unix-socket client (twemproxy's `listen: /path`).
+pub async fn serve_unix(
+    slot: RouteSlot,
+    served: ServedTopology,
+    auth: ClientAuth,
+    stream: tokio::net::UnixStream,
+    lane: usize,
+) {
+    let (rd, wr) = stream.into_split();
+    serve_halves(slot, served, auth, rd, wr, RouteContext { lane, client: 0 }).await;
+}
+
+async fn serve_halves(
+    slot: RouteSlot,
+    served: ServedTopology,
+    auth: ClientAuth,
+    mut rd: impl tokio::io::AsyncRead + Unpin + Send + 'static,
+    mut wr: impl tokio::io::AsyncWrite + Unpin + Send + 'static,
+    ctx: RouteContext,
+) {
+    let (tx, mut rx) = mpsc::channel::<QueuedReply>(IN_FLIGHT);
+    let writer = tokio::spawn(async move {
+        let mut out = Vec::new();
+        while let Some(next) = rx.recv().await {
+            match next {
+                QueuedReply::Reply(reply) => out.extend_from_slice(&reply.await),
+                QueuedReply::Close => {
+                    let _ = wr.write_all(&out).await;
+                    return;
+                }
+            }
+            // Write once nothing else is next (replies to a pipelined batch go out
+            // together).
+            if rx.is_empty() {
+                if wr.write_all(&out).await.is_err() {
+                    return;
+                }
+                out.clear();
+                if out.capacity() > KEEP_CAPACITY {
+                    out = Vec::new();
+                }
+            }
+        }
+        let _ = wr.write_all(&out).await;
+    });
+    let cfg = ParserConfig::default();
+    let mut buf: Vec<u8> = Vec::with_capacity(16 * 1024);
+    let mut swallow = 0usize;
+    // Nothing to pass when the router does not require authentication.
+    let mut authenticated = auth.load().is_none();
+    'read: loop {
+        buf.reserve(16 * 1024);
+        match rd.read_buf(&mut buf).await {
+            Ok(0) | Err(_) => break,
+            Ok(_) => {}
+        }
+        let mut at = 0;
+        if swallow > 0 {
+            let n = swallow.min(buf.len());
+            at += n;
+            swallow -= n;
+        }
+        while at < buf.len() {
+            match parse(&buf[at..], &cfg) {
+                Ok((request, used)) if !authenticated && !matches!(request, Request::Quit) => {
+                    // Judged by the auth file as loaded now (a reload applies to the next
+                    // attempt; connections already in stay in, as with memcached).
+                    let reply = match &*auth.load() {
+                        Some(credentials) => {
+                            let attempt = credentials.attempt(&request);
+                            authenticated = attempt == Attempt::Accepted;
+                            attempt.reply()
+                        }
+                        None => {
+                            authenticated = true;
+                            continue;
+                        }
+                    };
+                    at += used;
+                    if tx.send(local(reply.to_vec())).await.is_err() {
+                        break 'read;
+                    }
+                }
+                Ok((request, used)) => {
+                    // The route as configured now (a reload applies from the next request).
+                    let root = slot.load_full();
+                    let raw = &buf[at..at + used];
+                    let next = match &*root {
+                        // A spooling pool's deletes take the route path, which spools; so does
+                        // everything while a server replays spooled deletes (reads wait).
+                        Route::Pool(pool)
+                            if !pool.replaying()
+                                && (!pool.spools_deletes()
+                                    || !matches!(
+                                        request,
+                                        Request::Delete { .. } | Request::MetaDelete(_)
+                                    )) =>
+                        {
+                            pool::route(pool, &served, ctx.lane, &request, raw)
+                        }
+                        _ => tree::tree(&root, &served, ctx, &request, raw),
+                    };
+                    at += used;
+                    let stop = matches!(next, QueuedReply::Close);
+                    if tx.send(next).await.is_err() || stop {
+                        break 'read;
+                    }
+                }
+                Err(ParseError::Incomplete) => break,
+                Err(ParseError::Invalid(rejection)) => {
+                    let reply = if authenticated {
+                        rejection.reply()
+                    } else {
+                        memfleet_protocol::auth::rejection_reply(rejection.kind)
+                    }
+                    .to_vec();
+                    let close = rejection.close();
+                    if !reply.is_empty() {
+                        let _ = tx
+                            .send(QueuedReply::Reply(Box::pin(async move { reply })))
+                            .await;
+                    }
+                    if close {
+                        let _ = tx.send(QueuedReply::Close).await;
+                        break 'read;
+                    }
+                    let skip = rejection.skip;
+                    let available = buf.len() - at;
+                    if skip > available {
+                        swallow = skip - available;
+                        at = buf.len();
+                    } else {
+                        at += skip;
+                    }
+                }
+            }
+        }
+        buf.drain(..at);
+        if buf.capacity() > KEEP_CAPACITY && buf.len() < buf.capacity() / 4 {
+            buf.shrink_to(buf.len().max(16 * 1024));
+        }
+        if buf.len() > MAX_PENDING_INPUT {
+            let _ = tx.send(QueuedReply::Close).await;
+            break;
+        }
+    }
+    drop(tx);
+    let _ = writer.await;
+}

@@ -1,0 +1,157 @@
+//! The configuration as read: pools (with their TLS and authentication settings), the
+//! router-wide settings, and why a file was refused.
+
+use crate::ring::{Ring, RingError};
+use crate::route_config::RouteConfig;
+use crate::{Distribution, KeyHash, Node};
+
+/// One pool, resolved.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PoolConfig {
+    /// The pool's name.
+    pub name: String,
+    /// Where the router listens for this pool's clients (`host:port`, or a Unix socket
+    /// path starting with `/`), if it has its own listener.
+    pub listen: Option<String>,
+    /// How keys are spread.
+    pub distribution: Distribution,
+    /// The key hash (ketama and modula).
+    pub hash: KeyHash,
+    /// Hash only the part of a key between these two characters, when both are present.
+    pub hash_tag: Option<[u8; 2]>,
+    /// Per-request timeout, ms.
+    pub timeout_ms: u64,
+    /// Connections to each server.
+    pub server_connections: u32,
+    /// Rehash a down server's keys over the live servers (twemproxy's `auto_eject_hosts`):
+    /// while a server is marked down the pool routes by a ring without it, and its keys go
+    /// back to it when it is up again. Off (the default in both formats), a down server's
+    /// keys fail fast until it is back; a gutter route is the other way to keep them served.
+    pub auto_eject_hosts: bool,
+    /// Consecutive failures before a server is marked down (in every pool: requests to it
+    /// then fail fast, or are rehashed with `auto_eject_hosts`).
+    pub server_failure_limit: u32,
+    /// How long a down server stays down before it is tried again, ms (a `version` probe;
+    /// its success brings the server back). With `auto_eject_hosts` it is tried every
+    /// `server_retry_timeout_ms`, as twemproxy does; without, the pause doubles up to a
+    /// minute.
+    pub server_retry_timeout_ms: u64,
+    /// The servers, in the order the distribution indexes them.
+    pub servers: Vec<Node>,
+    /// A delete that cannot be delivered to a server waits in the spool and is replayed,
+    /// before the server serves reads again, when it is back (default: on). Off, such a
+    /// delete is answered with an error.
+    pub spool_deletes: bool,
+    /// TLS to the servers; `None`: plain TCP.
+    pub tls: Option<PoolTls>,
+    /// memcached's ASCII authentication towards the servers (their `-Y` file); `None`:
+    /// connections start with requests.
+    pub auth: Option<PoolAuth>,
+}
+
+/// How a pool's connections authenticate to its servers (`auth_user` and one of
+/// `auth_password_file` or `auth_password` in a TOML pool): memcached's ASCII auth, a
+/// `set` carrying `<user> <password>` right after connecting (after the TLS handshake).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PoolAuth {
+    /// The user name (no spaces: memcached splits at the first one).
+    pub user: String,
+    /// Where the password comes from.
+    pub password: PasswordSource,
+}
+
+/// Where a pool's authentication password comes from.
+#[derive(Clone, PartialEq, Eq)]
+pub enum PasswordSource {
+    /// A file holding it (its content, without a final line break), read when the pool is
+    /// built (at start and at each reload), so the secret stays out of the configuration.
+    File(String),
+    /// Written in the configuration itself (`auth_password`): for tests and throwaway
+    /// setups; anyone who can read the configuration can read it.
+    Inline(String),
+}
+
+/// Passwords stay out of logs and `--print-config`.
+impl std::fmt::Debug for PasswordSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PasswordSource::File(path) => f.debug_tuple("File").field(path).finish(),
+            PasswordSource::Inline(_) => f.write_str("Inline(<hidden>)"),
+        }
+    }
+}
+
+/// TLS on a pool's server connections (`tls = true` and the `tls_*` keys of a TOML pool).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PoolTls {
+    /// CA certificates (a PEM file) the servers' certificates are checked against.
+    pub ca: String,
+    /// The name the servers' certificates must carry; `None`: each server's host as
+    /// written in `servers` (a DNS name or an IP address).
+    pub server_name: Option<String>,
+    /// A client certificate chain (PEM file) for servers that verify clients.
+    pub cert: Option<String>,
+    /// Its private key (PEM file).
+    pub key: Option<String>,
+}
+
+/// Everything a router serves: pools, the routes over them, and router-wide settings.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RouterConfig {
+    /// The pools.
+    pub pools: Vec<PoolConfig>,
+    /// The routes (none for a twemproxy file).
+    pub routes: Vec<RouteConfig>,
+    /// Where undeliverable deletes are kept (none: a slot of the state directory, see
+    /// `memfleet_client::spool`); pools with `spool_deletes = false` do not use it.
+    pub spool_dir: Option<String>,
+}
+
+impl From<Vec<PoolConfig>> for RouterConfig {
+    fn from(pools: Vec<PoolConfig>) -> RouterConfig {
+        RouterConfig {
+            pools,
+            ..RouterConfig::default()
+        }
+    }
+}
+
+impl PoolConfig {
+    /// The ring of this pool's servers.
+    pub fn ring(&self) -> Result<Ring, RingError> {
+        Ok(
+            Ring::new(self.servers.clone(), self.distribution, self.hash)?
+                .with_hash_tag(self.hash_tag),
+        )
+    }
+}
+
+/// Why a configuration is refused (the router keeps its old one and logs this).
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum ConfigError {
+    /// Not valid TOML or YAML, or an unknown or mistyped key.
+    #[error("{0}")]
+    Syntax(String),
+    /// A pool that cannot work.
+    #[error("pool {pool}: {problem}")]
+    Pool {
+        /// The pool.
+        pool: String,
+        /// What is wrong.
+        problem: String,
+    },
+    /// Nothing to route.
+    #[error("no pools")]
+    Empty,
+    /// A route that cannot work.
+    #[error("route {route}: {problem}")]
+    Route {
+        /// The route.
+        route: String,
+        /// What is wrong.
+        problem: String,
+    },
+    /// Routes that do not fit together (an unknown name, a loop).
+    #[error("{0}")]
+    Routes(String),
+}
