@@ -23,8 +23,10 @@ use crate::hashtable::{hash, ChainGuard, HashTable, Slot, Table};
 use crate::heap::Heap;
 use crate::item::{self, Header};
 use crate::segment::{state, SegmentHeader};
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use crate::sync::atomic::{AtomicU32, AtomicU64};
+use crate::sync::{Mutex, MutexGuard};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
 /// Everything the handles of one cache share. Fields are private: the components with
 /// their own invariants (heap, segment headers, hash table, chains, free pool) are lent out

@@ -11,6 +11,7 @@
 //!
 //! | module          | what it holds |
 //! |-----------------|---------------|
+//! | `sync`          | the protocols' atomics, mutexes and spin-waits: `std`'s, or loom's under `--cfg loom` (`tests/loom_protocol.rs`) |
 //! | `heap`          | the one allocation of fixed-size segments (the memory limit); all `unsafe` byte access |
 //! | `segment`       | per-segment shared metadata: expiry, reader count, chain links, life cycle |
 //! | `item`          | the ≤5-byte item header, client flags, marks for leases and hold-offs |
@@ -82,6 +83,7 @@ mod numeric;
 mod persist;
 mod segment;
 mod stats;
+mod sync;
 mod ttl;
 
 mod cache;

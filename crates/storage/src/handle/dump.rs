@@ -173,7 +173,7 @@ impl Handle {
 /// it was replaced) is re-read once: its new value is what counts.
 fn pin<'a>(
     engine: &'a EngineState,
-    slot: &std::sync::atomic::AtomicU64,
+    slot: &crate::sync::atomic::AtomicU64,
     mut s: Slot,
     now: u32,
     generation: u32,

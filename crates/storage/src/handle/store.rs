@@ -15,7 +15,8 @@ use crate::engine_state::EngineState;
 use crate::hashtable::{hash, tag_of, ChainGuard, Slot, Table, TableFull};
 use crate::item::{self, Extras, Header, Lease, MARK_DELETED, MARK_TOMBSTONE};
 use crate::lease::Visibility;
-use std::sync::atomic::{AtomicU64, Ordering};
+use crate::sync::atomic::AtomicU64;
+use std::sync::atomic::Ordering;
 
 /// The item currently in a locked chain for a key.
 pub(crate) struct Existing<'a> {

@@ -172,6 +172,7 @@ impl Handle {
         // Counted before reserving (see `SegmentHeader::writers`): whoever sees the SEALED
         // bit and no writer knows no reservation is outstanding.
         h.writers.fetch_add(1, Ordering::SeqCst);
+        crate::sync::seq_cst_handshake();
         let mut cur = h.write_offset.load(Ordering::SeqCst);
         while cur & SEALED == 0 && cur as usize + want.size <= self.engine.heap().segment_size() {
             match h.write_offset.compare_exchange_weak(

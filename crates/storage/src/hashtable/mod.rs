@@ -32,9 +32,11 @@ mod table;
 pub use slot::{hash, tag_of, Slot, MAX_FREQ, MAX_OFFSET_UNITS, MAX_SEGMENTS};
 pub use table::{ChainGuard, Moved, Table, TableFull, TableImage};
 
+use crate::sync::atomic::AtomicU64;
+use crate::sync::Mutex;
 use slot::{CAS_SHIFT, MOVED, TS_MASK};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
 /// The table plus its growth machinery.
 ///

@@ -2,7 +2,9 @@
 //! lock ([`ChainGuard`]) and the shared CAS; and a table's image for warm restarts.
 
 use super::slot::*;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use crate::sync::atomic::{AtomicU64, AtomicUsize};
+use crate::sync::spin_wait;
+use std::sync::atomic::Ordering;
 
 #[repr(align(64))]
 pub(super) struct Bucket {
@@ -10,8 +12,9 @@ pub(super) struct Bucket {
 }
 
 impl Bucket {
-    /// An empty bucket, built field by field (the tests compare `zeroed_buckets` with it).
-    #[cfg(test)]
+    /// An empty bucket, built field by field (the tests compare `zeroed_buckets` with it;
+    /// loom's atomics cannot be made from zeroed memory).
+    #[cfg(any(test, loom))]
     pub(super) fn new() -> Bucket {
         Bucket {
             slots: std::array::from_fn(|_| AtomicU64::new(0)),
@@ -22,6 +25,7 @@ impl Bucket {
 /// `n` empty buckets, allocated as fresh zeroed memory that is advised to use huge pages
 /// before anything touches it (advice given after the pages were faulted in as small pages
 /// would come too late). An empty bucket is all zero bits.
+#[cfg(not(loom))]
 pub(super) fn zeroed_buckets(n: usize) -> Box<[Bucket]> {
     if n == 0 {
         return Box::new([]);
@@ -38,6 +42,12 @@ pub(super) fn zeroed_buckets(n: usize) -> Box<[Bucket]> {
     // for `Bucket`, and all-zero bytes are a valid `Bucket` (seven `AtomicU64` zeros, the
     // same value `Bucket::new` builds; the unit test `zeroed_buckets_are_empty` checks it).
     unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(ptr.cast::<Bucket>(), n)) }
+}
+
+/// `n` empty buckets, built one by one (loom's atomics cannot be made from zeroed memory).
+#[cfg(loom)]
+pub(super) fn zeroed_buckets(n: usize) -> Box<[Bucket]> {
+    (0..n).map(|_| Bucket::new()).collect()
 }
 
 /// One generation of the table.
@@ -212,12 +222,7 @@ impl Table {
             {
                 return Ok(ChainGuard { table: self, head });
             }
-            spins += 1;
-            if spins < 128 {
-                std::hint::spin_loop();
-            } else {
-                std::thread::yield_now();
-            }
+            spin_wait(&mut spins, 128);
         }
     }
 
@@ -287,12 +292,12 @@ impl<'a> ChainGuard<'a> {
 
     /// Replaces an item slot found by [`ChainGuard::scan`].
     pub fn replace(&self, slot: &AtomicU64, value: Slot) {
-        slot.store(value.0, Ordering::Release);
+        set_slot(slot, value.0);
     }
 
     /// Clears an item slot found by [`ChainGuard::scan`].
     pub fn remove(&self, slot: &AtomicU64) {
-        slot.store(0, Ordering::Release);
+        set_slot(slot, 0);
         self.add_count(-1);
     }
 
@@ -305,7 +310,7 @@ impl<'a> ChainGuard<'a> {
             let slots = &buckets[bucket].slots;
             for slot in &slots[first..SLOTS - 1] {
                 if slot.load(Ordering::Relaxed) == 0 {
-                    slot.store(value.0, Ordering::Release);
+                    set_slot(slot, value.0);
                     self.add_count(1);
                     return Ok(());
                 }
@@ -313,7 +318,7 @@ impl<'a> ChainGuard<'a> {
             let last = &slots[SLOTS - 1];
             let v = last.load(Ordering::Relaxed);
             if v == 0 {
-                last.store(value.0, Ordering::Release);
+                set_slot(last, value.0);
                 self.add_count(1);
                 return Ok(());
             }
@@ -328,13 +333,29 @@ impl<'a> ChainGuard<'a> {
                 return Err(TableFull);
             };
             let next_slots = &buckets[next].slots;
-            next_slots[0].store(v, Ordering::Release);
-            next_slots[1].store(value.0, Ordering::Release);
-            last.store((next as u64) << TAG_BITS, Ordering::Release);
+            set_slot(&next_slots[0], v);
+            set_slot(&next_slots[1], value.0);
+            set_slot(last, (next as u64) << TAG_BITS);
             self.add_count(1);
             return Ok(());
         }
     }
+}
+
+/// Writes a slot of a locked chain (a Release store: readers Acquire it).
+///
+/// Under loom it is a swap with the same ordering: loom 0.7 can let a concurrent
+/// compare-exchange (a reader marking an access, `Table::start_second`) read the value this
+/// store overwrote and still succeed after it (tokio-rs/loom#254, #282), a history the memory
+/// model forbids (a store and an RMW of one location are totally ordered). As an RMW the
+/// store takes its place in that order in the model too; the only executions it leaves out
+/// are ones where a later reader synchronises with an earlier writer of the slot through it.
+#[inline]
+fn set_slot(slot: &AtomicU64, value: u64) {
+    #[cfg(not(loom))]
+    slot.store(value, Ordering::Release);
+    #[cfg(loom)]
+    slot.swap(value, Ordering::Release);
 }
 
 impl Drop for ChainGuard<'_> {
