@@ -17,9 +17,9 @@
 //! stale place is recognised and replaced. Opening a segment takes the (shard, bucket)'s
 //! mutex, so two writers that find no room do not both open one.
 
+use crate::sync::{Mutex, MutexGuard};
 use crate::ttl::N_BUCKETS;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, MutexGuard};
 
 /// Segments open at once per shard and TTL bucket.
 pub(crate) const PER_BUCKET: usize = 4;

@@ -5,9 +5,9 @@
 //! per-request paths (the paper's "macro management").
 
 use crate::segment::{SegmentHeader, NONE};
+use crate::sync::{Mutex, MutexGuard};
 use crate::ttl::N_BUCKETS;
 use std::sync::atomic::Ordering;
-use std::sync::{Mutex, MutexGuard};
 
 /// The ends of one TTL bucket's chain.
 #[derive(Debug)]

@@ -16,7 +16,7 @@
 //! compaction stops there: items already moved were relinked, and the source being copied
 //! goes back to SEALED with those items dead in it.
 
-use crate::cache::Shared;
+use crate::engine_state::EngineState;
 use crate::segment::{state, NONE, SEALED};
 use crate::ttl::N_BUCKETS;
 use std::sync::atomic::Ordering;
@@ -28,11 +28,11 @@ const MAX_RUN: usize = 16;
 const MAX_COPIED_PER_FREED: usize = 6;
 
 /// One compaction, if a run is worth it; true when it freed a segment.
-pub(crate) fn compact_once(shared: &Shared) -> bool {
-    let Some((bucket, run)) = claim_best_run(shared) else {
+pub(crate) fn compact_once(engine: &EngineState) -> bool {
+    let Some((bucket, run)) = claim_best_run(engine) else {
         return false;
     };
-    compact(shared, bucket, &run) > 0
+    compact(engine, bucket, &run) > 0
 }
 
 /// A run the scan found: its chain, first segment, length and live bytes.
@@ -50,12 +50,12 @@ impl Candidate {
 }
 
 /// Finds the best run in the heap and claims it (MERGING) under its chain's lock.
-fn claim_best_run(shared: &Shared) -> Option<(usize, Vec<u32>)> {
-    let now = shared.clock.now();
-    let generation = shared.current_generation(now);
-    let seg_size = shared.heap.segment_size();
+fn claim_best_run(engine: &EngineState) -> Option<(usize, Vec<u32>)> {
+    let now = engine.clock().now();
+    let generation = engine.current_generation(now);
+    let seg_size = engine.heap().segment_size();
     let compactable = |seg: u32| {
-        let h = &shared.headers[seg as usize];
+        let h = engine.segment(seg);
         h.state.load(Ordering::Acquire) == state::SEALED
             && h.is_settled()
             && !h.is_dead(now, generation)
@@ -63,7 +63,7 @@ fn claim_best_run(shared: &Shared) -> Option<(usize, Vec<u32>)> {
     let mut best: Option<Candidate> = None;
     let mut lives = Vec::new();
     for bucket in 0..N_BUCKETS {
-        let chain = shared.chains.lock(bucket);
+        let chain = engine.chains().lock(bucket);
         if chain.segments < 2 {
             continue;
         }
@@ -71,7 +71,7 @@ fn claim_best_run(shared: &Shared) -> Option<(usize, Vec<u32>)> {
         lives.clear();
         let mut at = chain.head;
         while at != NONE {
-            let h = &shared.headers[at as usize];
+            let h = engine.segment(at);
             lives.push((
                 at,
                 h.live_bytes.load(Ordering::Relaxed) as usize,
@@ -109,22 +109,20 @@ fn claim_best_run(shared: &Shared) -> Option<(usize, Vec<u32>)> {
     }
     let best = best?;
     // Claim it again under the lock: the chain may have changed since the scan.
-    let chain = shared.chains.lock(best.bucket);
+    let chain = engine.chains().lock(best.bucket);
     let mut run = Vec::with_capacity(best.len);
     let mut at = best.first;
-    let in_chain = shared.headers[at as usize]
-        .ttl_bucket
-        .load(Ordering::Relaxed) as usize
-        == best.bucket;
+    let in_chain = engine.segment(at).ttl_bucket.load(Ordering::Relaxed) as usize == best.bucket;
     while in_chain && at != NONE && run.len() < best.len && compactable(at) {
         run.push(at);
-        at = shared.headers[at as usize].next.load(Ordering::Relaxed);
+        at = engine.segment(at).next.load(Ordering::Relaxed);
     }
     if run.len() < 2 {
         return None;
     }
     for &seg in &run {
-        shared.headers[seg as usize]
+        engine
+            .segment(seg)
             .state
             .store(state::MERGING, Ordering::Release);
     }
@@ -140,43 +138,48 @@ struct Destination {
 
 /// Copies every live item of `run` (claimed MERGING, consecutive in `bucket`'s chain) into
 /// as few fresh segments as they need; returns the net number of segments freed.
-fn compact(shared: &Shared, bucket: usize, run: &[u32]) -> usize {
-    let seg_size = shared.heap.segment_size();
-    let first = &shared.headers[run[0] as usize];
+fn compact(engine: &EngineState, bucket: usize, run: &[u32]) -> usize {
+    let seg_size = engine.heap().segment_size();
+    let first = engine.segment(run[0]);
     let (create_at, generation) = (
         first.create_at.load(Ordering::Relaxed),
         first.generation.load(Ordering::Relaxed),
     );
-    let mut table = shared.table.load();
+    let mut table = engine.table().load();
     let mut dst: Option<Destination> = None;
     let (mut opened, mut freed, mut moved) = (0usize, 0usize, 0u64);
     let mut finished = 0;
     'sources: for &src in run {
-        let h = &shared.headers[src as usize];
+        let h = engine.segment(src);
         let (lo, hi) = (h.min_deadline(), h.max_deadline());
         if let Some(d) = &dst {
-            shared.headers[d.seg as usize].include_deadlines(lo, hi);
+            engine.segment(d.seg).include_deadlines(lo, hi);
         }
-        for (offset, header, size) in shared.items_in(src) {
+        // SAFETY: `src` is sealed, settled and MERGING (claimed by this compaction): its
+        // bytes below the write offset are final and it cannot be reused until retired below.
+        let items = unsafe { engine.items_in(src) };
+        for (offset, header, size) in items {
             if dst.as_ref().is_none_or(|d| d.used + size > seg_size) {
                 if let Some(full) = dst.take() {
-                    seal(shared, full);
+                    seal(engine, full);
                 }
-                let Some(seg) = shared.free.take_reserved() else {
+                let Some(seg) = engine.free_pool().take_reserved() else {
                     break 'sources;
                 };
-                let d = &shared.headers[seg as usize];
+                let d = engine.segment(seg);
                 d.open(create_at, bucket, generation, state::MERGING);
                 d.include_deadlines(lo, hi);
-                shared
-                    .chains
+                engine
+                    .chains()
                     .lock(bucket)
-                    .insert_before(&shared.headers, seg, src);
+                    .insert_before(engine.segments(), seg, src);
                 opened += 1;
                 dst = Some(Destination { seg, used: 0 });
             }
             let d = dst.as_mut().expect("a destination with room");
-            shared.with_item_slot(&mut table, src, offset, &header, |chain, found, _| {
+            // SAFETY: as for `items_in` above: the item's bytes are final.
+            let hash = unsafe { engine.item_hash(src, offset, &header) };
+            engine.with_item_slot(&mut table, src, offset, hash, |chain, found| {
                 let Some((slot, s)) = found else {
                     return; // dead
                 };
@@ -184,7 +187,7 @@ fn compact(shared: &Shared, bucket: usize, run: &[u32]) -> usize {
                 // so its bytes are final; [d.used, +size) in `d.seg` is this compaction's and
                 // not yet published.
                 unsafe {
-                    shared.move_item(
+                    engine.move_item(
                         chain,
                         slot,
                         s,
@@ -199,30 +202,31 @@ fn compact(shared: &Shared, bucket: usize, run: &[u32]) -> usize {
             });
         }
         // Every live item of `src` moved: free it now, so it can be the next destination.
-        shared.chains.lock(bucket).unlink(&shared.headers, src);
-        shared.retire_emptied(src);
+        engine.chains().lock(bucket).unlink(engine.segments(), src);
+        engine.retire_emptied(src);
         freed += 1;
         finished += 1;
     }
     if let Some(last) = dst.take() {
-        seal(shared, last);
+        seal(engine, last);
     }
     // Sources not reached (no free segment for a destination) go back as they were; the one
     // being copied keeps its unmoved items, and those already moved are dead in it.
     for &seg in &run[finished..] {
-        shared.headers[seg as usize]
+        engine
+            .segment(seg)
             .state
             .store(state::SEALED, Ordering::Release);
     }
-    let c = &shared.counters;
+    let c = &engine.counters();
     c.compactions.fetch_add(1, Ordering::Relaxed);
     c.compacted_items.fetch_add(moved, Ordering::Relaxed);
     freed.saturating_sub(opened)
 }
 
 /// A full (or last) destination takes no more items and becomes an ordinary sealed segment.
-fn seal(shared: &Shared, d: Destination) {
-    let h = &shared.headers[d.seg as usize];
+fn seal(engine: &EngineState, d: Destination) {
+    let h = engine.segment(d.seg);
     h.write_offset
         .store(d.used as u32 | SEALED, Ordering::Release);
     h.state.store(state::SEALED, Ordering::Release);

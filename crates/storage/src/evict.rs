@@ -38,67 +38,53 @@
 //! Only one eviction runs at a time (an eviction frees megabytes; callers that queued behind
 //! it usually find a free segment when they get the lock).
 
-use crate::cache::{EvictionPolicy, Shared};
+use crate::config::EvictionPolicy;
+use crate::engine_state::EngineState;
+use crate::evictor_state::EvictorState;
 use crate::segment::{state, NONE, SEALED};
 use crate::ttl::N_BUCKETS;
 use std::sync::atomic::Ordering;
-
-/// Round-robin credit and the last expiration pass, kept between evictions.
-pub(crate) struct EvictorState {
-    /// Smooth weighted round-robin credit per TTL bucket (weights: chain lengths).
-    credit: Vec<i64>,
-    last_expire_pass: Option<u32>,
-}
-
-impl Default for EvictorState {
-    fn default() -> Self {
-        EvictorState {
-            credit: vec![0; N_BUCKETS],
-            last_expire_pass: None,
-        }
-    }
-}
 
 /// Nothing could be evicted.
 #[derive(Debug)]
 pub(crate) struct NoVictim;
 
 /// Frees at least one segment, or fails when nothing can be freed.
-pub(crate) fn make_room(shared: &Shared) -> Result<(), NoVictim> {
-    let mut st = shared.evictor.lock().unwrap_or_else(|e| e.into_inner());
-    if shared.free.len() > 1 {
+pub(crate) fn make_room(engine: &EngineState) -> Result<(), NoVictim> {
+    let mut st = engine.lock_evictor();
+    if engine.free_pool().len() > 1 {
         return Ok(()); // another thread made room while we waited
     }
     // Expired segments are free for the taking: reclaim them before evicting live data.
-    let now = shared.clock.now();
+    let now = engine.clock().now();
     if st.last_expire_pass != Some(now) {
         st.last_expire_pass = Some(now);
-        if crate::expire::expire_pass(shared) > 0 && shared.free.len() > 1 {
+        if crate::expire::expire_pass(engine) > 0 && engine.free_pool().len() > 1 {
             return Ok(());
         }
     }
-    match shared.config.eviction {
+    match engine.config().eviction {
         EvictionPolicy::None => Err(NoVictim),
-        EvictionPolicy::Fifo => evict_oldest(shared),
+        EvictionPolicy::Fifo => evict_oldest(engine),
         EvictionPolicy::Merge => {
-            if crate::compact::compact_once(shared) || merge_once(shared, &mut st) {
+            if crate::compact::compact_once(engine) || merge_once(engine, &mut st) {
                 Ok(())
             } else {
-                evict_oldest(shared)
+                evict_oldest(engine)
             }
         }
     }
 }
 
 /// Frees the oldest segment that is not already being merged or retired.
-fn evict_oldest(shared: &Shared) -> Result<(), NoVictim> {
+fn evict_oldest(engine: &EngineState) -> Result<(), NoVictim> {
     loop {
         let mut best: Option<(u32, usize, u32)> = None;
         for b in 0..N_BUCKETS {
-            let chain = shared.chains.lock(b);
+            let chain = engine.chains().lock(b);
             let mut at = chain.head;
             while at != NONE {
-                let h = &shared.headers[at as usize];
+                let h = engine.segment(at);
                 let st = h.state.load(Ordering::Acquire);
                 if st == state::SEALED || st == state::ACTIVE {
                     let created = h.create_at.load(Ordering::Relaxed);
@@ -114,25 +100,27 @@ fn evict_oldest(shared: &Shared) -> Result<(), NoVictim> {
             return Err(NoVictim);
         };
         let claimed = {
-            let mut chain = shared.chains.lock(bucket);
-            let h = &shared.headers[victim as usize];
+            let mut chain = engine.chains().lock(bucket);
+            let h = engine.segment(victim);
             let st = h.state.load(Ordering::Acquire);
             let ok = (st == state::SEALED || st == state::ACTIVE)
                 && h.state
                     .compare_exchange(st, state::RETIRING, Ordering::AcqRel, Ordering::Acquire)
                     .is_ok();
             if ok {
-                chain.unlink(&shared.headers, victim);
+                chain.unlink(engine.segments(), victim);
             }
             ok
         };
         if claimed {
-            let dropped = shared.retire(victim);
-            shared
-                .counters
+            let dropped = engine.retire(victim);
+            engine
+                .counters()
                 .evicted_items
                 .fetch_add(dropped as u64, Ordering::Relaxed);
-            shared.counters.evicted_segment(created, shared.clock.now());
+            engine
+                .counters()
+                .evicted_segment(created, engine.clock().now());
             return Ok(());
         }
     }
@@ -144,13 +132,13 @@ fn evict_oldest(shared: &Shared) -> Result<(), NoVictim> {
 pub(crate) const MAX_MERGE: usize = 8;
 
 /// One merge eviction; false when no bucket has two mergeable segments in a row.
-fn merge_once(shared: &Shared, st: &mut EvictorState) -> bool {
-    let now = shared.clock.now();
-    let generation = shared.current_generation(now);
+fn merge_once(engine: &EngineState, st: &mut EvictorState) -> bool {
+    let now = engine.clock().now();
+    let generation = engine.current_generation(now);
     // Merge pressure in proportion to each bucket's size (smooth weighted round-robin), so a
     // small TTL class is not squeezed as hard as a large one.
     let weights: Vec<i64> = (0..N_BUCKETS)
-        .map(|b| i64::from(shared.chains.lock(b).segments))
+        .map(|b| i64::from(engine.chains().lock(b).segments))
         .collect();
     let total: i64 = weights.iter().sum();
     for (c, w) in st.credit.iter_mut().zip(&weights) {
@@ -161,7 +149,7 @@ fn merge_once(shared: &Shared, st: &mut EvictorState) -> bool {
     for bucket in order {
         let mut run = Vec::with_capacity(MAX_MERGE);
         {
-            let mut chain = shared.chains.lock(bucket);
+            let mut chain = engine.chains().lock(bucket);
             if chain.segments < 2 {
                 continue;
             }
@@ -169,7 +157,7 @@ fn merge_once(shared: &Shared, st: &mut EvictorState) -> bool {
                 run.clear();
                 let mut at = if start == NONE { chain.head } else { start };
                 while at != NONE && run.len() < MAX_MERGE {
-                    let h = &shared.headers[at as usize];
+                    let h = engine.segment(at);
                     let mergeable = h.state.load(Ordering::Acquire) == state::SEALED
                         && h.is_settled()
                         && !h.is_dead(now, generation)
@@ -192,13 +180,14 @@ fn merge_once(shared: &Shared, st: &mut EvictorState) -> bool {
                 continue;
             }
             for &seg in &run {
-                shared.headers[seg as usize]
+                engine
+                    .segment(seg)
                     .state
                     .store(state::MERGING, Ordering::Release);
             }
         }
         st.credit[bucket] -= total;
-        merge(shared, bucket, &run);
+        merge(engine, bucket, &run);
         return true;
     }
     false
@@ -209,37 +198,38 @@ fn merge_once(shared: &Shared, st: &mut EvictorState) -> bool {
 /// always frees a segment), ranked together, the most valuable items that fit one segment
 /// kept. Sources whose live items all fit lose nothing: a merge over mostly dead segments is
 /// a compaction. Sources not consumed go back to SEALED.
-fn merge(shared: &Shared, bucket: usize, run: &[u32]) {
-    let seg_size = shared.heap.segment_size();
-    let Some(dst) = shared.free.take_reserved() else {
+fn merge(engine: &EngineState, bucket: usize, run: &[u32]) {
+    let seg_size = engine.heap().segment_size();
+    let Some(dst) = engine.free_pool().take_reserved() else {
         // No destination: fall back to freeing the first two sources whole.
         let (whole, rest) = run.split_at(2);
-        let mut chain = shared.chains.lock(bucket);
+        let mut chain = engine.chains().lock(bucket);
         for &seg in whole {
-            chain.unlink(&shared.headers, seg);
+            chain.unlink(engine.segments(), seg);
         }
         for &seg in rest {
-            shared.headers[seg as usize]
+            engine
+                .segment(seg)
                 .state
                 .store(state::SEALED, Ordering::Release);
         }
         drop(chain);
         for &seg in whole {
-            let created = shared.headers[seg as usize]
-                .create_at
-                .load(Ordering::Relaxed);
-            let dropped = shared.retire(seg);
-            shared
-                .counters
+            let created = engine.segment(seg).create_at.load(Ordering::Relaxed);
+            let dropped = engine.retire(seg);
+            engine
+                .counters()
                 .evicted_items
                 .fetch_add(dropped as u64, Ordering::Relaxed);
-            shared.counters.evicted_segment(created, shared.clock.now());
+            engine
+                .counters()
+                .evicted_segment(created, engine.clock().now());
         }
         return;
     };
-    let first = &shared.headers[run[0] as usize];
+    let first = engine.segment(run[0]);
     let first_created = first.create_at.load(Ordering::Relaxed);
-    let d = &shared.headers[dst as usize];
+    let d = engine.segment(dst);
     d.open(
         first_created,
         bucket,
@@ -247,7 +237,7 @@ fn merge(shared: &Shared, bucket: usize, run: &[u32]) {
         state::MERGING,
     );
 
-    let n = shared.config.merge_segments;
+    let n = engine.config().merge_segments;
     // How many sources: enough that their live bytes would fill N segments (with full
     // sources, N, whose tails are never quite full, hence 15/16; with mostly dead ones,
     // more, up to the run), and never fewer than two.
@@ -258,20 +248,23 @@ fn merge(shared: &Shared, bucket: usize, run: &[u32]) {
             break;
         }
         consumed += 1;
-        live_total += shared.headers[src as usize]
-            .live_bytes
-            .load(Ordering::Relaxed) as usize;
+        live_total += engine.segment(src).live_bytes.load(Ordering::Relaxed) as usize;
     }
     let sources = &run[..consumed];
     // Pass 1: how many live bytes of each worth class the sources hold (a histogram, so a
     // merge needs no memory per item, whatever the item count).
-    let mut table = shared.table.load();
+    let mut table = engine.table().load();
     let mut bytes_of_class = [0usize; WORTH_CLASSES];
     for &src in sources {
-        let h = &shared.headers[src as usize];
+        let h = engine.segment(src);
         d.include_deadlines(h.min_deadline(), h.max_deadline());
-        for (offset, header, size) in shared.items_in(src) {
-            let freq = shared.with_item_slot(&mut table, src, offset, &header, |_, found, _| {
+        // SAFETY: every source is sealed, settled and MERGING (claimed by this merge): its
+        // bytes below the write offset are final and it is not reused before it is retired.
+        let items = unsafe { engine.items_in(src) };
+        for (offset, header, size) in items {
+            // SAFETY: as for `items_in` above.
+            let hash = unsafe { engine.item_hash(src, offset, &header) };
+            let freq = engine.with_item_slot(&mut table, src, offset, hash, |_, found| {
                 found.map(|(_, s)| s.freq())
             });
             if let Some(freq) = freq {
@@ -298,9 +291,13 @@ fn merge(shared: &Shared, bucket: usize, run: &[u32]) {
     let mut retained = 0u64;
     let mut unfetched = 0u64;
     for &src in sources {
-        let h = &shared.headers[src as usize];
-        for (offset, header, size) in shared.items_in(src) {
-            shared.with_item_slot(&mut table, src, offset, &header, |chain, found, hash| {
+        let h = engine.segment(src);
+        // SAFETY: as in pass 1: the sources are still MERGING, their bytes final.
+        let items = unsafe { engine.items_in(src) };
+        for (offset, header, size) in items {
+            // SAFETY: as for `items_in` above.
+            let hash = unsafe { engine.item_hash(src, offset, &header) };
+            engine.with_item_slot(&mut table, src, offset, hash, |chain, found| {
                 let Some((slot, s)) = found else {
                     return; // dead: overwritten or deleted
                 };
@@ -314,7 +311,7 @@ fn merge(shared: &Shared, bucket: usize, run: &[u32]) {
                     // so its bytes are final; [dst_used, +size) in `dst` is this merge's and
                     // not yet published.
                     unsafe {
-                        shared.move_item(
+                        engine.move_item(
                             chain,
                             slot,
                             s,
@@ -330,7 +327,7 @@ fn merge(shared: &Shared, bucket: usize, run: &[u32]) {
                     chain.remove(slot);
                     chain.bump_cas();
                     h.remove_live(size);
-                    shared.ghosts.remember(hash, s.freq());
+                    engine.ghosts().remember(hash, s.freq());
                     evicted += 1;
                     unfetched += u64::from(s.freq() == 0);
                 }
@@ -341,13 +338,14 @@ fn merge(shared: &Shared, bucket: usize, run: &[u32]) {
     d.write_offset
         .store(dst_used as u32 | SEALED, Ordering::Release);
     {
-        let mut chain = shared.chains.lock(bucket);
-        chain.insert_before(&shared.headers, dst, run[0]);
+        let mut chain = engine.chains().lock(bucket);
+        chain.insert_before(engine.segments(), dst, run[0]);
         for &seg in done {
-            chain.unlink(&shared.headers, seg);
+            chain.unlink(engine.segments(), seg);
         }
         for &seg in rest {
-            shared.headers[seg as usize]
+            engine
+                .segment(seg)
                 .state
                 .store(state::SEALED, Ordering::Release);
         }
@@ -355,20 +353,20 @@ fn merge(shared: &Shared, bucket: usize, run: &[u32]) {
         chain.merge_cursor = rest
             .first()
             .copied()
-            .unwrap_or_else(|| shared.headers[dst as usize].next.load(Ordering::Relaxed));
+            .unwrap_or_else(|| engine.segment(dst).next.load(Ordering::Relaxed));
         d.state.store(state::SEALED, Ordering::Release);
     }
     for &seg in done {
         // Every live item was moved or dropped above; only readers need draining.
-        shared.retire_emptied(seg);
+        engine.retire_emptied(seg);
     }
-    let c = &shared.counters;
+    let c = &engine.counters();
     c.merges.fetch_add(1, Ordering::Relaxed);
     c.evicted_segments
         .fetch_add(done.len() as u64, Ordering::Relaxed);
     // The merged run's first segment is its oldest (a chain is in creation order).
     c.last_evicted_age.store(
-        u64::from(shared.clock.now().saturating_sub(first_created)),
+        u64::from(engine.clock().now().saturating_sub(first_created)),
         Ordering::Relaxed,
     );
     c.evicted_unfetched.fetch_add(unfetched, Ordering::Relaxed);

@@ -7,20 +7,20 @@
 //! segments it frees. A flush makes every older segment dead wherever it sits, so the first
 //! pass after a flush walks the chains whole.
 
-use crate::cache::Shared;
+use crate::engine_state::EngineState;
 use crate::segment::{state, NONE};
 use crate::ttl::{lower_bound, NEVER_BUCKET, N_BUCKETS};
 use std::sync::atomic::Ordering;
 
 /// Frees every dead segment it can claim; returns how many.
-pub(crate) fn expire_pass(shared: &Shared) -> usize {
-    shared
-        .counters
+pub(crate) fn expire_pass(engine: &EngineState) -> usize {
+    engine
+        .counters()
         .expire_passes
         .fetch_add(1, Ordering::Relaxed);
-    let now = shared.clock.now();
-    let generation = shared.current_generation(now);
-    let full = shared.reclaimed_generation.load(Ordering::Acquire) != generation;
+    let now = engine.clock().now();
+    let generation = engine.current_generation(now);
+    let full = !engine.reclaimed_through(generation);
     let mut victims = Vec::new();
     let mut freed = 0;
     for bucket in 0..N_BUCKETS {
@@ -29,10 +29,10 @@ pub(crate) fn expire_pass(shared: &Shared) -> usize {
         }
         let lo = lower_bound(bucket);
         {
-            let mut chain = shared.chains.lock(bucket);
+            let mut chain = engine.chains().lock(bucket);
             let mut at = chain.head;
             while at != NONE {
-                let h = &shared.headers[at as usize];
+                let h = engine.segment(at);
                 let next = h.next.load(Ordering::Relaxed);
                 if !full && h.create_at.load(Ordering::Relaxed).saturating_add(lo) > now {
                     break;
@@ -44,7 +44,7 @@ pub(crate) fn expire_pass(shared: &Shared) -> usize {
                         .compare_exchange(st, state::RETIRING, Ordering::AcqRel, Ordering::Acquire)
                         .is_ok()
                 {
-                    chain.unlink(&shared.headers, at);
+                    chain.unlink(engine.segments(), at);
                     let flushed = h.generation.load(Ordering::Relaxed) != generation;
                     victims.push((at, flushed));
                 }
@@ -52,8 +52,8 @@ pub(crate) fn expire_pass(shared: &Shared) -> usize {
             }
         }
         for (seg, flushed) in victims.drain(..) {
-            let dropped = shared.retire(seg) as u64;
-            let c = &shared.counters;
+            let dropped = engine.retire(seg) as u64;
+            let c = &engine.counters();
             if flushed {
                 c.flushed_items.fetch_add(dropped, Ordering::Relaxed);
             } else {
@@ -64,9 +64,7 @@ pub(crate) fn expire_pass(shared: &Shared) -> usize {
         }
     }
     if full {
-        shared
-            .reclaimed_generation
-            .store(generation, Ordering::Release);
+        engine.set_reclaimed(generation);
     }
     freed
 }

@@ -25,6 +25,9 @@ pub struct Heap {
     backing: Backing,
     segment_size: usize,
     segments: usize,
+    /// Under loom: every byte access, checked for races (see [`Shadow`]).
+    #[cfg(loom)]
+    shadow: Shadow,
 }
 
 /// Where the heap's bytes live.
@@ -85,6 +88,8 @@ impl Heap {
             backing: Backing::Allocated(layout),
             segment_size,
             segments,
+            #[cfg(loom)]
+            shadow: Shadow::default(),
         }
     }
 
@@ -99,6 +104,8 @@ impl Heap {
             backing: Backing::Mapped(mapping),
             segment_size,
             segments,
+            #[cfg(loom)]
+            shadow: Shadow::default(),
         }
     }
 
@@ -154,6 +161,8 @@ impl Heap {
     #[inline]
     pub unsafe fn bytes(&self, seg: u32, offset: usize, len: usize) -> &[u8] {
         let at = self.check(seg, offset, len);
+        #[cfg(loom)]
+        self.shadow.read(at, len);
         // SAFETY: `check` proved `at + len` lies inside the allocation; the caller guarantees
         // nobody writes the range while the slice lives.
         unsafe { std::slice::from_raw_parts(self.base.as_ptr().add(at), len) }
@@ -167,6 +176,8 @@ impl Heap {
     #[inline]
     pub unsafe fn write(&self, seg: u32, offset: usize, data: &[u8]) {
         let at = self.check(seg, offset, data.len());
+        #[cfg(loom)]
+        self.shadow.write(at, data.len());
         // SAFETY: `check` proved the destination lies inside the allocation; `data` is a
         // separate borrow that cannot overlap a range nobody else may touch.
         unsafe {
@@ -187,6 +198,11 @@ impl Heap {
             src + len <= dst || dst + len <= src,
             "overlapping heap copy"
         );
+        #[cfg(loom)]
+        {
+            self.shadow.read(src, len);
+            self.shadow.write(dst, len);
+        }
         // SAFETY: both ranges are inside the allocation and disjoint (checked above); the
         // caller guarantees the access rules for each.
         unsafe {
@@ -195,6 +211,39 @@ impl Heap {
                 self.base.as_ptr().add(dst),
                 len,
             )
+        }
+    }
+}
+
+/// Under loom, a model of the heap's bytes for the race checker: a loom `UnsafeCell` per byte
+/// touched, read for every [`Heap::bytes`] and written for every [`Heap::write`] (and both for
+/// [`Heap::copy`]), so that a read not ordered after the write of the same byte (a missing
+/// Release/Acquire pair in publication, or a segment reused while a reader still holds it)
+/// fails the model. The access is recorded when the view is taken, not for the view's life.
+#[cfg(loom)]
+#[derive(Default)]
+struct Shadow {
+    cells: std::sync::Mutex<
+        std::collections::HashMap<usize, std::sync::Arc<loom::cell::UnsafeCell<()>>>,
+    >,
+}
+
+#[cfg(loom)]
+impl Shadow {
+    fn cell(&self, at: usize) -> std::sync::Arc<loom::cell::UnsafeCell<()>> {
+        let mut cells = self.cells.lock().unwrap_or_else(|e| e.into_inner());
+        cells.entry(at).or_default().clone()
+    }
+
+    fn read(&self, at: usize, len: usize) {
+        for i in at..at + len {
+            self.cell(i).with(|_| ());
+        }
+    }
+
+    fn write(&self, at: usize, len: usize) {
+        for i in at..at + len {
+            self.cell(i).with_mut(|_| ());
         }
     }
 }

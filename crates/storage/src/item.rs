@@ -128,6 +128,7 @@ fn width_of(code: u8) -> usize {
 }
 
 /// The size an item with these fields needs, before alignment.
+#[inline]
 pub fn encoded_len(key_len: usize, value_len: usize, flags: u32, extras: &Extras) -> usize {
     HEADER_LEN
         + if extras.own_deadline.is_some() { 4 } else { 0 }
@@ -139,6 +140,7 @@ pub fn encoded_len(key_len: usize, value_len: usize, flags: u32, extras: &Extras
 
 /// Writes the header and key of an item into `out` (which is exactly `key_offset + key_len`
 /// long) and returns the offset at which the value must go.
+#[inline]
 pub fn encode_prefix(
     out: &mut [u8],
     key: &[u8],
@@ -172,6 +174,7 @@ pub fn encode_prefix(
 }
 
 /// Bytes needed for the header, extensions and key (the part [`encode_prefix`] writes).
+#[inline]
 pub fn prefix_len(key_len: usize, flags: u32, extras: &Extras) -> usize {
     encoded_len(key_len, 0, flags, extras)
 }
@@ -223,15 +226,22 @@ pub fn decode(bytes: &[u8]) -> Header {
     }
 }
 
+/// Bytes of extensions (own deadline, lease, client flags) that follow the fixed header
+/// `fixed` (at least [`HEADER_LEN`] bytes: only the flag byte is read).
+#[inline]
+pub fn extensions_len(fixed: &[u8]) -> usize {
+    let bits = fixed[4];
+    (if bits & OWN_DEADLINE != 0 { 4 } else { 0 })
+        + (if bits & MARK_TOKEN != 0 { LEASE_LEN } else { 0 })
+        + width_of(bits)
+}
+
 /// Decodes the item at the start of `bytes` only if its header, key and value all lie
 /// within `bytes` and the key is not empty (for checking untrusted state, e.g. a restored
 /// heap); `None` otherwise.
 pub fn decode_within(bytes: &[u8]) -> Option<Header> {
-    let bits = *bytes.get(4)?;
-    let prefix = HEADER_LEN
-        + if bits & OWN_DEADLINE != 0 { 4 } else { 0 }
-        + if bits & MARK_TOKEN != 0 { LEASE_LEN } else { 0 }
-        + width_of(bits);
+    let fixed = bytes.get(..HEADER_LEN)?;
+    let prefix = HEADER_LEN + extensions_len(fixed);
     if bytes.len() < prefix {
         return None;
     }

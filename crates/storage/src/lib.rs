@@ -7,25 +7,31 @@
 //!
 //! # Layout
 //!
-//! | module        | what it holds |
-//! |---------------|---------------|
-//! | `heap`        | the one allocation of fixed-size segments (the memory limit); all `unsafe` byte access |
-//! | `segment`     | per-segment shared metadata: expiry, reader count, chain links, life cycle |
-//! | `item`        | the ≤5-byte item header, client flags, marks for leases and hold-offs |
-//! | `lease`       | leases, stale values, and what each mark means to each command |
-//! | `persist`     | warm restart: the snapshot of everything outside a file-mapped heap |
-//! | `ttl`         | the 1024 TTL buckets and the early-expiry tolerance |
-//! | `hashtable`   | the bulk-chained table: cache-line buckets, shared CAS, growth |
-//! | `chains`      | per-TTL-bucket segment chains and the free pool |
-//! | `active`      | the active segments writers append to, shared by handles |
-//! | `handle`      | a thread's view: lock-free lookups, the frequency counter |
-//! | `append`      | the append path: room in an active segment, the item's bytes |
-//! | `compact`     | compaction: segments rewritten without their dead copies |
-//! | `evict`       | merge-based (and FIFO) segment eviction |
-//! | `expire`      | proactive expiration and flush_all |
-//! | `dump`        | key dumps: a growth-proof incremental walk of the hash table |
-//! | `numeric`     | memcached's incr/decr number rules |
-//! | `stats`       | counters, aggregated on demand |
+//! Layers, bottom up; a module uses only modules of its own or lower layers:
+//!
+//! | module          | what it holds |
+//! |-----------------|---------------|
+//! | `sync`          | the protocols' atomics, mutexes and spin-waits: `std`'s, or loom's under `--cfg loom` (`tests/loom_protocol.rs`) |
+//! | `heap`          | the one allocation of fixed-size segments (the memory limit); all `unsafe` byte access |
+//! | `segment`       | per-segment shared metadata: expiry, reader count, chain links, life cycle |
+//! | `item`          | the ≤5-byte item header, client flags, marks for leases and hold-offs |
+//! | `ttl`, `clock`  | the 1024 TTL buckets and the early-expiry tolerance; the engine's seconds |
+//! | `hashtable`     | the bulk-chained table: the key hash, cache-line buckets, chain lock, shared CAS, growth |
+//! | `chains`        | per-TTL-bucket segment chains and the free pool |
+//! | `active`        | the active segments writers append to, shared by handles |
+//! | `ghost`         | what is remembered of evicted keys |
+//! | `config`        | settings and the geometry they give the engine |
+//! | `counters`      | engine and per-handle counters |
+//! | `lease`         | the lease rules: what each mark means to each command |
+//! | `engine_state`  | `EngineState`: what every handle shares, private fields behind methods; segment-level operations (read an item in place, move it, retire a segment) |
+//! | `compact`       | compaction: segments rewritten without their dead copies |
+//! | `expire`        | proactive expiration and flush_all |
+//! | `evict`         | merge-based (and FIFO) segment eviction |
+//! | `handle`        | a thread's view: reads, writes, stores, read-modify-writes, leases, dumps |
+//! | `stats`         | counters, aggregated on demand |
+//! | `cache`         | the public [`Cache`] |
+//! | `persist`       | warm restart: the snapshot of everything outside a file-mapped heap |
+//! | `numeric`       | memcached's incr/decr number rules |
 //!
 //! # Use
 //!
@@ -58,12 +64,14 @@
 //! pointer updates. Eviction and expiration work a whole segment at a time.
 
 mod active;
-mod append;
 mod chains;
 mod clock;
 mod compact;
-mod dump;
+mod config;
+mod counters;
+mod engine_state;
 mod evict;
+mod evictor_state;
 mod expire;
 mod ghost;
 mod handle;
@@ -72,26 +80,30 @@ mod heap;
 mod item;
 mod lease;
 mod numeric;
-mod ops;
 mod persist;
 mod segment;
 mod stats;
+mod sync;
 mod ttl;
 
 mod cache;
 
-pub use cache::{Cache, Config, ConfigError, EvictionPolicy, Expirer};
+pub use cache::{Cache, Expirer};
 pub use clock::{Clock, Expiry, MEMCACHED_MAX_RELATIVE};
-pub use dump::{DumpCursor, DumpItem};
-pub use handle::{DeltaError, Handle, ItemRef, StoreError, StoreMode, StoreStatus};
+pub use config::{Config, ConfigError, EvictionPolicy};
+pub use counters::HandleTotals;
+pub use handle::{
+    DeltaError, DumpCursor, DumpItem, Handle, ItemRef, LeaseOutcome, StoreError, StoreMode,
+    StoreStatus,
+};
 pub use item::{
     Lease, MARK_DELETED, MARK_EMPTY, MARK_STALE, MARK_TOKEN, MARK_TOMBSTONE, MAX_KEY_LEN,
 };
-pub use lease::{LeaseOutcome, LeaseRead};
+pub use lease::LeaseRead;
 pub use memmap2;
 pub use numeric::parse_u64 as parse_memcached_u64;
 pub use persist::{Restored, SnapshotError};
-pub use stats::{HandleTotals, Stats};
+pub use stats::Stats;
 pub use ttl::early_expiry_bound;
 
 #[cfg(test)]

@@ -14,9 +14,11 @@
 //!
 //! I/O stays with the caller (the server): this module turns state into bytes and back.
 
-use crate::cache::{Cache, Config, ConfigError, Shared};
-use crate::chains::{Chains, FreePool};
-use crate::hashtable::{HashTable, Table, TableImage};
+use crate::cache::Cache;
+use crate::chains::Chains;
+use crate::config::{Config, ConfigError, Geometry};
+use crate::engine_state::{EngineState, RestartWords, RestoredParts};
+use crate::hashtable::{Table, TableImage};
 use crate::heap::Heap;
 use crate::segment::{state, SegmentHeader};
 use crate::ttl::N_BUCKETS;
@@ -179,16 +181,11 @@ impl Cache {
     /// (see the module docs). Call it after every [`crate::Handle`] is dropped and the
     /// expirer stopped; it flushes the mapping too.
     pub fn snapshot(&self) -> Result<Vec<u8>, SnapshotError> {
-        let s = &*self.shared;
-        if !s.heap.is_mapped() {
+        let s = &*self.engine;
+        if !s.heap().is_mapped() {
             return Err(SnapshotError::NotMapped);
         }
-        let live = s
-            .handles
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .live
-            .len();
+        let live = s.live_handles();
         if live > 0 {
             return Err(SnapshotError::InUse(live));
         }
@@ -196,16 +193,17 @@ impl Cache {
         w.0.extend_from_slice(MAGIC);
         w.u32(FORMAT);
         w.bytes(env!("CARGO_PKG_VERSION").as_bytes());
-        w.u64(s.heap.segments() as u64);
-        w.u64(s.heap.segment_size() as u64);
-        w.u32(s.align_shift);
-        w.u64(s.clock.start_unix());
-        w.u32(s.clock.now());
-        w.u32(s.generation.load(Ordering::Acquire));
-        w.u32(s.flush_at.load(Ordering::Acquire));
-        w.u32(s.reclaimed_generation.load(Ordering::Acquire));
-        w.u64(s.next_token.load(Ordering::Acquire));
-        for (i, h) in s.headers.iter().enumerate() {
+        w.u64(s.heap().segments() as u64);
+        w.u64(s.heap().segment_size() as u64);
+        w.u32(s.align_shift());
+        w.u64(s.clock().start_unix());
+        w.u32(s.clock().now());
+        let words = s.restart_words();
+        w.u32(words.generation);
+        w.u32(words.flush_at);
+        w.u32(words.reclaimed_generation);
+        w.u64(words.next_token);
+        for (i, h) in s.segments().iter().enumerate() {
             let st = h.state.load(Ordering::Acquire);
             if st == state::MERGING || st == state::RETIRING {
                 return Err(SnapshotError::Busy(i as u32));
@@ -235,17 +233,17 @@ impl Cache {
             }
         }
         for b in 0..N_BUCKETS {
-            let c = s.chains.lock(b);
+            let c = s.chains().lock(b);
             for v in [c.head, c.tail, c.merge_cursor, c.segments] {
                 w.u32(v);
             }
         }
-        let free = s.free.list();
+        let free = s.free_pool().list();
         w.u64(free.len() as u64);
         for id in free {
             w.u32(id);
         }
-        let image = s.table.load().image();
+        let image = s.table().load().image();
         w.u32(image.power);
         w.u64(image.next_overflow);
         w.u64(image.slots.len() as u64);
@@ -254,7 +252,7 @@ impl Cache {
         }
         let sum = xxhash_rust::xxh3::xxh3_64(&w.0);
         w.u64(sum);
-        s.heap
+        s.heap()
             .flush()
             .map_err(|e| SnapshotError::Invalid(format!("flushing the memory file: {e}")))?;
         Ok(w.0)
@@ -268,7 +266,7 @@ impl Cache {
         snapshot: &[u8],
     ) -> Result<(Cache, Restored), SnapshotError> {
         let started = Instant::now();
-        let geometry = crate::cache::Geometry::of(&config)?;
+        let geometry = Geometry::of(&config)?;
         if snapshot.len() < MAGIC.len() + 8 {
             return Err(invalid("too short"));
         }
@@ -401,31 +399,24 @@ impl Cache {
             items += 1;
         }
         let clock = config.clock.resumed(start_unix, saved_now);
-        let shared = Shared {
-            active: crate::active::ActiveSegments::new(geometry.segments),
+        let parts = RestoredParts {
             heap,
             headers,
-            table: HashTable::from_table(table, geometry.max_power),
+            table,
             chains,
-            free: FreePool::from_list(free, 1),
+            free,
             clock,
-            align_shift: geometry.align_shift,
-            generation: std::sync::atomic::AtomicU32::new(generation),
-            flush_at: std::sync::atomic::AtomicU32::new(flush_at),
-            reclaimed_generation: std::sync::atomic::AtomicU32::new(reclaimed),
-            counters: Default::default(),
-            handles: Default::default(),
-            evictor: Default::default(),
-            // Ghosts are hints, not state: a restart forgets them.
-            ghosts: crate::ghost::Ghosts::for_heap(geometry.segments * config.segment_size),
-            next_token: std::sync::atomic::AtomicU64::new(
-                next_token.max(crate::lease::first_token()),
-            ),
-            config,
+            words: RestartWords {
+                generation,
+                flush_at,
+                reclaimed_generation: reclaimed,
+                next_token,
+            },
         };
-        let segments_in_use = segments - shared.free.len();
+        let engine = EngineState::restored(config, geometry, parts);
+        let segments_in_use = segments - engine.free_pool().len();
         let cache = Cache {
-            shared: std::sync::Arc::new(shared),
+            engine: std::sync::Arc::new(engine),
         };
         Ok((
             cache,

@@ -20,7 +20,9 @@
 //!   every hash entry pointing into it was removed; `epoch` then changes, so a writer that
 //!   still remembers it as its active segment notices.
 
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering};
+use crate::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8};
+use crate::sync::{seq_cst_handshake, spin_wait};
+use std::sync::atomic::Ordering;
 
 /// No segment (chain ends).
 pub const NONE: u32 = u32::MAX;
@@ -138,6 +140,7 @@ impl SegmentHeader {
     #[inline]
     pub fn acquire(&self) -> bool {
         self.refcount.fetch_add(1, Ordering::SeqCst);
+        seq_cst_handshake();
         if self.accessible.load(Ordering::SeqCst) {
             true
         } else {
@@ -161,21 +164,19 @@ impl SegmentHeader {
     /// so a merge may read them while readers go on reading.
     #[inline]
     pub fn is_settled(&self) -> bool {
-        self.write_offset.load(Ordering::SeqCst) & SEALED != 0
-            && self.writers.load(Ordering::SeqCst) == 0
+        self.write_offset.load(Ordering::SeqCst) & SEALED != 0 && {
+            seq_cst_handshake();
+            self.writers.load(Ordering::SeqCst) == 0
+        }
     }
 
     /// Makes the segment inaccessible and waits until no reader or writer is inside.
     pub fn drain(&self) {
         self.accessible.store(false, Ordering::SeqCst);
+        seq_cst_handshake();
         let mut spins = 0u32;
         while self.refcount.load(Ordering::SeqCst) != 0 {
-            spins += 1;
-            if spins < 64 {
-                std::hint::spin_loop();
-            } else {
-                std::thread::yield_now();
-            }
+            spin_wait(&mut spins, 64);
         }
     }
 

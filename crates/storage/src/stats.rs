@@ -5,68 +5,10 @@
 //! Facebook found a global stats lock costing 20–30% of CPU (2008 post); there is none here.
 //! Rare events (evictions, expirations, merges) use shared atomics.
 
-use crate::cache::Shared;
+use crate::counters::HandleTotals;
+use crate::engine_state::EngineState;
 use crate::segment::state;
 use std::sync::atomic::{AtomicU64, Ordering};
-
-/// Counters bumped by eviction, expiration and table growth.
-#[derive(Default)]
-pub(crate) struct EngineCounters {
-    pub evicted_items: AtomicU64,
-    pub evicted_segments: AtomicU64,
-    pub merges: AtomicU64,
-    pub merge_retained_items: AtomicU64,
-    pub evicted_unfetched: AtomicU64,
-    pub compactions: AtomicU64,
-    pub compacted_items: AtomicU64,
-    pub expired_items: AtomicU64,
-    pub expired_segments: AtomicU64,
-    pub flushed_items: AtomicU64,
-    pub hash_growths: AtomicU64,
-    pub out_of_memory: AtomicU64,
-    pub handles_created: AtomicU64,
-    /// The age, in seconds, that the most recently evicted segment had reached (its items'
-    /// time since the segment was opened for writing): memcached's `evicted_time`.
-    pub last_evicted_age: AtomicU64,
-    pub expire_passes: AtomicU64,
-}
-
-impl EngineCounters {
-    /// Records that a segment created at `create_at` (clock seconds) was evicted at `now`.
-    pub fn evicted_segment(&self, create_at: u32, now: u32) {
-        self.evicted_segments.fetch_add(1, Ordering::Relaxed);
-        self.last_evicted_age
-            .store(u64::from(now.saturating_sub(create_at)), Ordering::Relaxed);
-    }
-}
-
-/// Sums of per-handle counters.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct HandleTotals {
-    /// Lookups that found a live item.
-    pub get_hits: u64,
-    /// Lookups that found nothing (or only an expired, flushed or marked item).
-    pub get_misses: u64,
-    /// Lookups that found an item whose segment had expired (a subset of misses).
-    pub expired_on_access: u64,
-    /// Items written.
-    pub writes: u64,
-    /// Deletes that removed an item.
-    pub deletes: u64,
-    /// Bytes appended to segments, including copies that lost a race and were discarded.
-    pub bytes_written: u64,
-}
-
-impl HandleTotals {
-    pub(crate) fn add(&mut self, other: &HandleTotals) {
-        self.get_hits += other.get_hits;
-        self.get_misses += other.get_misses;
-        self.expired_on_access += other.expired_on_access;
-        self.writes += other.writes;
-        self.deletes += other.deletes;
-        self.bytes_written += other.bytes_written;
-    }
-}
 
 /// A snapshot of the engine's state and counters.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -142,13 +84,13 @@ pub struct Stats {
     pub expire_passes: u64,
 }
 
-pub(crate) fn collect(shared: &Shared) -> Stats {
+pub(crate) fn collect(engine: &EngineState) -> Stats {
     let mut items = 0u64;
     let mut bytes = 0u64;
     let mut active = 0u64;
     let mut used = 0u64;
     let mut oldest: Option<u32> = None;
-    for h in shared.headers.iter() {
+    for h in engine.segments().iter() {
         let live = u64::from(h.live_bytes.load(Ordering::Relaxed));
         let live_items = h.live_items.load(Ordering::Relaxed);
         items += u64::from(live_items);
@@ -164,27 +106,20 @@ pub(crate) fn collect(shared: &Shared) -> Stats {
         }
         used += (h.used() as u64).max(live);
     }
-    let heap_bytes = (shared.heap.segments() * shared.heap.segment_size()) as u64;
-    let table = shared.table.load();
-    let c = &shared.counters;
+    let heap_bytes = (engine.heap().segments() * engine.heap().segment_size()) as u64;
+    let table = engine.table().load();
+    let c = &engine.counters();
     let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
-    let mut totals = HandleTotals::default();
-    {
-        let registry = shared.handles.lock().unwrap_or_else(|e| e.into_inner());
-        totals.add(&registry.retired);
-        for h in &registry.live {
-            totals.add(&h.snapshot());
-        }
-    }
+    let totals = engine.handle_totals();
     Stats {
         items,
         bytes,
         dead_bytes: used - bytes,
         unwritten_bytes: heap_bytes.saturating_sub(used),
         heap_bytes,
-        segment_size: shared.heap.segment_size() as u64,
-        segments: shared.heap.segments() as u64,
-        segments_free: shared.free.len() as u64,
+        segment_size: engine.heap().segment_size() as u64,
+        segments: engine.heap().segments() as u64,
+        segments_free: engine.free_pool().len() as u64,
         segments_active: active,
         evicted_items: get(&c.evicted_items),
         evicted_segments: get(&c.evicted_segments),
@@ -202,10 +137,10 @@ pub(crate) fn collect(shared: &Shared) -> Stats {
         hash_overflow_capacity: table.overflow_capacity() as u64,
         hash_bytes: table.bytes() as u64,
         hash_growths: get(&c.hash_growths),
-        ghost_bytes: shared.ghosts.bytes() as u64,
+        ghost_bytes: engine.ghosts().bytes() as u64,
         hash_load: items as f64 / (table.primary_buckets() as f64 * 7.0),
         handles: totals,
-        oldest_item_age: oldest.map_or(0, |o| u64::from(shared.clock.now().saturating_sub(o))),
+        oldest_item_age: oldest.map_or(0, |o| u64::from(engine.clock().now().saturating_sub(o))),
         last_evicted_age: get(&c.last_evicted_age),
         expire_passes: get(&c.expire_passes),
     }

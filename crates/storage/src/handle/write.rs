@@ -1,13 +1,14 @@
 //! The append path every write takes: reserve room in an active segment of the item's TTL
 //! bucket (shared with the other handles of this handle's shard, see `active.rs`), opening
 //! one (and evicting if needed) when none fits, then write the item's bytes, unpublished.
-//! Publishing under the key's chain lock is `ops.rs`'s.
+//! Publishing under the key's chain lock is `store.rs`'s.
 
+use super::status::StoreError;
+use super::Handle;
 use crate::active::{self, Active};
 use crate::clock::NEVER;
-use crate::handle::{Handle, HandleCounters};
+use crate::counters::HandleCounters;
 use crate::item::{self, Extras};
-use crate::ops::StoreError;
 use crate::segment::{state, SEALED};
 use crate::ttl;
 use std::sync::atomic::Ordering;
@@ -45,15 +46,15 @@ impl Handle {
             return Err(StoreError::TooLarge);
         }
         let len = item::encoded_len(key.len(), value_len, flags, &extras);
-        let size = self.shared.aligned(len);
-        if size > self.shared.heap.segment_size() {
+        let size = self.engine.aligned(len);
+        if size > self.engine.heap().segment_size() {
             return Err(StoreError::TooLarge);
         }
-        let now = self.shared.clock.now();
+        let now = self.engine.clock().now();
         let ttl = (deadline != NEVER).then(|| deadline.saturating_sub(now));
         let bucket = ttl::bucket_for(ttl);
         let (seg, offset) = self.reserve(bucket, size, deadline, now)?;
-        let shared = &*self.shared;
+        let engine = &*self.engine;
         let mut prefix = [0u8; item::MAX_PREFIX + item::MAX_KEY_LEN];
         let prefix_len = item::prefix_len(key.len(), flags, &extras);
         item::encode_prefix(&mut prefix[..prefix_len], key, value_len, flags, &extras);
@@ -61,10 +62,10 @@ impl Handle {
         // SAFETY: `reserve` gave this handle [offset, offset + size) exclusively; nothing is
         // published there until the caller installs the slot.
         unsafe {
-            shared.heap.write(seg, at, &prefix[..prefix_len]);
+            engine.heap().write(seg, at, &prefix[..prefix_len]);
             at += prefix_len;
             for part in value {
-                shared.heap.write(seg, at, part);
+                engine.heap().write(seg, at, part);
                 at += part.len();
             }
         }
@@ -86,9 +87,9 @@ impl Handle {
         deadline: u32,
         now: u32,
     ) -> Result<(u32, usize), StoreError> {
-        let tolerance = ttl::tolerance_with(bucket, self.shared.config.expiry_precision_shift);
-        let generation = self.shared.current_generation(now);
-        let want = Want {
+        let tolerance = ttl::tolerance_with(bucket, self.engine.config().expiry_precision_shift);
+        let generation = self.engine.current_generation(now);
+        let want = ReserveRequest {
             size,
             deadline,
             tolerance,
@@ -96,16 +97,16 @@ impl Handle {
             generation,
         };
         loop {
-            if let Found::Room(at) = self.reserve_in_active(bucket, &want) {
+            if let ActiveSearch::Room(at) = self.reserve_in_active(bucket, &want) {
                 return Ok(at);
             }
-            let shared = &*self.shared;
-            let _opening = shared.active.open_lock(self.shard, bucket);
+            let engine = &*self.engine;
+            let _opening = engine.active().open_lock(self.shard, bucket);
             // Another writer may have opened one while this one waited for the lock.
             let place = match self.reserve_in_active(bucket, &want) {
-                Found::Room(at) => return Ok(at),
-                Found::Empty(i) => i,
-                Found::Oldest(i, active) => {
+                ActiveSearch::Room(at) => return Ok(at),
+                ActiveSearch::Empty(i) => i,
+                ActiveSearch::Oldest(i, active) => {
                     self.seal_active(bucket, i, active);
                     i
                 }
@@ -115,8 +116,8 @@ impl Handle {
     }
 
     /// Tries every active segment of `bucket`, dropping the unusable ones.
-    fn reserve_in_active(&self, bucket: usize, want: &Want) -> Found {
-        let active = &self.shared.active;
+    fn reserve_in_active(&self, bucket: usize, want: &ReserveRequest) -> ActiveSearch {
+        let active = &self.engine.active();
         let mut empty = None;
         let mut oldest: Option<(usize, Active, u32)> = None;
         for i in 0..active::PER_BUCKET {
@@ -125,11 +126,9 @@ impl Handle {
                 continue;
             };
             match self.try_reserve(a, want) {
-                Reservation::At(offset) => return Found::Room((a.seg, offset)),
+                Reservation::At(offset) => return ActiveSearch::Room((a.seg, offset)),
                 Reservation::Mismatch => {
-                    let created = self.shared.headers[a.seg as usize]
-                        .create_at
-                        .load(Ordering::Relaxed);
+                    let created = self.engine.segment(a.seg).create_at.load(Ordering::Relaxed);
                     if oldest.is_none_or(|(_, _, c)| created < c) {
                         oldest = Some((i, a, created));
                     }
@@ -141,16 +140,16 @@ impl Handle {
             }
         }
         match (empty, oldest) {
-            (Some(i), _) => Found::Empty(i),
-            (None, Some((i, a, _))) => Found::Oldest(i, a),
+            (Some(i), _) => ActiveSearch::Empty(i),
+            (None, Some((i, a, _))) => ActiveSearch::Oldest(i, a),
             (None, None) => unreachable!("every place is either empty or holds a segment"),
         }
     }
 
     /// Reserves room in `active` if it is still live and fits the item (its deadline within
     /// the segment's tolerance, which then includes it).
-    fn try_reserve(&self, active: Active, want: &Want) -> Reservation {
-        let h = &self.shared.headers[active.seg as usize];
+    fn try_reserve(&self, active: Active, want: &ReserveRequest) -> Reservation {
+        let h = &self.engine.segment(active.seg);
         if h.epoch.load(Ordering::Acquire) != active.epoch || !h.acquire() {
             return Reservation::Unusable;
         }
@@ -161,7 +160,7 @@ impl Handle {
             h.release();
             return Reservation::Unusable;
         }
-        if h.used() + want.size > self.shared.heap.segment_size() {
+        if h.used() + want.size > self.engine.heap().segment_size() {
             h.release();
             return Reservation::Unusable;
         }
@@ -173,8 +172,9 @@ impl Handle {
         // Counted before reserving (see `SegmentHeader::writers`): whoever sees the SEALED
         // bit and no writer knows no reservation is outstanding.
         h.writers.fetch_add(1, Ordering::SeqCst);
+        crate::sync::seq_cst_handshake();
         let mut cur = h.write_offset.load(Ordering::SeqCst);
-        while cur & SEALED == 0 && cur as usize + want.size <= self.shared.heap.segment_size() {
+        while cur & SEALED == 0 && cur as usize + want.size <= self.engine.heap().segment_size() {
             match h.write_offset.compare_exchange_weak(
                 cur,
                 cur + want.size as u32,
@@ -193,10 +193,10 @@ impl Handle {
     /// Stops writing to an active segment of `bucket` (it stays in its chain), if it is
     /// still in place `i`.
     fn seal_active(&self, bucket: usize, i: usize, active: Active) {
-        if !self.shared.active.remove(self.shard, bucket, i, active) {
+        if !self.engine.active().remove(self.shard, bucket, i, active) {
             return; // another writer replaced it already
         }
-        let h = &self.shared.headers[active.seg as usize];
+        let h = &self.engine.segment(active.seg);
         if h.epoch.load(Ordering::Acquire) == active.epoch {
             // The bit first: a merge takes SEALED segments and must find no new reservations.
             h.seal();
@@ -218,23 +218,26 @@ impl Handle {
         now: u32,
         generation: u32,
     ) -> Result<(), StoreError> {
-        let shared = &*self.shared;
+        let engine = &*self.engine;
         let seg = loop {
-            if let Some(seg) = shared.free.take() {
+            if let Some(seg) = engine.free_pool().take() {
                 break seg;
             }
-            if crate::evict::make_room(shared).is_err() {
-                shared
-                    .counters
+            if crate::evict::make_room(engine).is_err() {
+                engine
+                    .counters()
                     .out_of_memory
                     .fetch_add(1, Ordering::Relaxed);
                 return Err(StoreError::OutOfMemory);
             }
         };
-        let h = &shared.headers[seg as usize];
+        let h = engine.segment(seg);
         h.open(now, bucket, generation, state::ACTIVE);
-        shared.chains.lock(bucket).push_back(&shared.headers, seg);
-        shared.active.install(
+        engine
+            .chains()
+            .lock(bucket)
+            .push_back(engine.segments(), seg);
+        engine.active().install(
             self.shard,
             bucket,
             i,
@@ -248,7 +251,7 @@ impl Handle {
 }
 
 /// What an append needs of a segment.
-struct Want {
+struct ReserveRequest {
     size: usize,
     deadline: u32,
     tolerance: u32,
@@ -257,7 +260,7 @@ struct Want {
 }
 
 /// What [`Handle::reserve_in_active`] found.
-enum Found {
+enum ActiveSearch {
     /// Room reserved: (segment, offset).
     Room((u32, usize)),
     /// No room; place `.0` is empty.

@@ -1,93 +1,25 @@
-//! A thread's handle on the cache: lock-free reads and the frequency counter.
-//!
-//! Writes append to active segments shared by the handles of a shard (`active.rs`, the path
-//! in `append.rs`); items written by one handle are visible to every other as soon as the
-//! hash slot is published. The memcached operations themselves are in `ops.rs`.
+//! Lock-free lookups: a hash probe, a reader reference on the item's segment, a re-check
+//! of the slot, a key compare; and [`ItemRef`], the pinned item a lookup returns. Counts an
+//! access (the fetched mark and the frequency counter) at most once per item per second.
 
-use crate::cache::Shared;
+use super::{client_cas, Handle};
 use crate::clock::NEVER;
-use crate::hashtable::{tag_of, ChainGuard, Moved, Slot, Table, MAX_FREQ};
+use crate::counters::HandleCounters;
+use crate::engine_state::EngineState;
+use crate::hashtable::{hash, tag_of, Slot, Table};
 use crate::item::{self, Header, Lease};
 use crate::lease::Visibility;
-use crate::stats::HandleTotals;
-use std::cell::{Cell, Ref, RefCell};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
-
-pub(crate) use crate::append::Written;
-pub use crate::ops::{DeltaError, StoreError, StoreMode, StoreStatus};
-
-/// The hash of a key (stable across processes and versions: xxh3).
-#[inline]
-pub fn hash(key: &[u8]) -> u64 {
-    xxhash_rust::xxh3::xxh3_64(key)
-}
-
-/// Per-handle counters, written only by the owning thread.
-#[derive(Default)]
-pub(crate) struct HandleCounters {
-    pub get_hits: AtomicU64,
-    pub get_misses: AtomicU64,
-    pub expired_on_access: AtomicU64,
-    pub writes: AtomicU64,
-    pub deletes: AtomicU64,
-    pub bytes_written: AtomicU64,
-}
-
-impl HandleCounters {
-    /// Adds without a locked instruction: only the owner writes.
-    #[inline]
-    pub fn bump(counter: &AtomicU64, n: u64) {
-        counter.store(counter.load(Ordering::Relaxed) + n, Ordering::Relaxed);
-    }
-
-    pub fn snapshot(&self) -> HandleTotals {
-        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
-        HandleTotals {
-            get_hits: get(&self.get_hits),
-            get_misses: get(&self.get_misses),
-            expired_on_access: get(&self.expired_on_access),
-            writes: get(&self.writes),
-            deletes: get(&self.deletes),
-            bytes_written: get(&self.bytes_written),
-        }
-    }
-}
-
-/// The CAS unique clients see: the hash bucket's shared 32-bit write counter (Segcache
-/// keeps one per bucket, not one per item) in the high half, and 32 bits of the key's hash in
-/// the low half. It changes whenever any key of the bucket is written, and, unlike the bare
-/// counter, differs between keys (unless their hashes agree in those 32 bits), as memcached's
-/// global counter does; it survives table growth because it does not depend on the bucket's
-/// position.
-pub(crate) fn client_cas(bucket_cas: u32, h: u64) -> u64 {
-    (u64::from(bucket_cas) << 32) | (h & 0xffff_ffff)
-}
-
-/// One thread's way into the cache. `Send`, not `Sync`: give each thread its own.
-pub struct Handle {
-    pub(crate) shared: Arc<Shared>,
-    /// Which shard of the shared active segments this handle appends to (`active.rs`).
-    pub(crate) shard: usize,
-    pub(crate) counters: Arc<HandleCounters>,
-    rng: Cell<u64>,
-    /// The hash table as of version `.0` (see `HashTable::version`).
-    table: RefCell<(u64, Arc<Table>)>,
-    /// Set when an insert found the hash table's overflow area running low.
-    pub(crate) grow_hint: Cell<Option<u32>>,
-    /// Reused buffer for read-modify-write operations.
-    pub(crate) scratch: Vec<u8>,
-}
+use std::sync::atomic::Ordering;
 
 /// A live item, pinned in memory until dropped. Keep it briefly: while any reference to a
 /// segment exists, that segment cannot be evicted or expired.
 pub struct ItemRef<'a> {
-    shared: &'a Shared,
+    engine: &'a EngineState,
     seg: u32,
     offset: usize,
     header: Header,
     cas: u64,
-    pub(crate) slot: Slot,
+    pub(super) slot: Slot,
     deadline: u32,
     last_access: u16,
 }
@@ -95,11 +27,14 @@ pub struct ItemRef<'a> {
 impl ItemRef<'_> {
     /// The key.
     pub fn key(&self) -> &[u8] {
-        self.shared.key_at(self.seg, self.offset, &self.header)
+        // SAFETY: this `ItemRef` holds a reader reference on the segment (released on drop),
+        // taken while a slot pointed at this published item, so its bytes stay final.
+        unsafe { self.engine.key_at(self.seg, self.offset, &self.header) }
     }
     /// The value.
     pub fn value(&self) -> &[u8] {
-        self.shared.value_at(self.seg, self.offset, &self.header)
+        // SAFETY: as for `key`.
+        unsafe { self.engine.value_at(self.seg, self.offset, &self.header) }
     }
     /// The client's 32-bit flags, as stored.
     pub fn flags(&self) -> u32 {
@@ -107,7 +42,7 @@ impl ItemRef<'_> {
     }
     /// The CAS unique: the outstanding lease's token if the item carries one (so a meta
     /// client's `mg ... c` then `ms ... C<cas>` is exactly a lease-set), else the bucket's
-    /// (see [`client_cas`]).
+    /// (see `client_cas`).
     pub fn cas(&self) -> u64 {
         match self.header.lease {
             Some(l) => l.token,
@@ -162,7 +97,7 @@ impl ItemRef<'_> {
 
 impl Drop for ItemRef<'_> {
     fn drop(&mut self) {
-        self.shared.headers[self.seg as usize].release();
+        self.engine.segment(self.seg).release();
     }
 }
 
@@ -183,46 +118,6 @@ enum Probe<T> {
 }
 
 impl Handle {
-    pub(crate) fn new(shared: Arc<Shared>) -> Handle {
-        let counters = Arc::new(HandleCounters::default());
-        shared
-            .handles
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .live
-            .push(counters.clone());
-        // Deterministic per handle, so simulations replay identically.
-        let nth = shared
-            .counters
-            .handles_created
-            .fetch_add(1, Ordering::Relaxed);
-        let seed = hash(&nth.to_le_bytes()) | 1;
-        let table = RefCell::new((shared.table.version(), shared.table.load()));
-        Handle {
-            shard: shared.active.shard_of(nth),
-            table,
-            shared,
-            counters,
-            rng: Cell::new(seed),
-            grow_hint: Cell::new(None),
-            scratch: Vec::new(),
-        }
-    }
-
-    /// The current hash table. Callers must not hold the returned reference across another
-    /// call of this function that could refresh it (none do: lookups and chain updates each
-    /// take it once).
-    #[inline]
-    pub(crate) fn table(&self) -> Ref<'_, Arc<Table>> {
-        let version = self.shared.table.version();
-        if self.table.borrow().0 != version {
-            if let Ok(mut cached) = self.table.try_borrow_mut() {
-                *cached = (version, self.shared.table.load());
-            }
-        }
-        Ref::map(self.table.borrow(), |t| &t.1)
-    }
-
     /// Starts loading the hash bucket a lookup of `key` reads first. A server running a
     /// batch of pipelined requests calls this for every key, then [`Handle::prefetch_item`]
     /// for every key, then runs them: the cache misses of different keys overlap instead of
@@ -241,16 +136,16 @@ impl Handle {
     pub fn prefetch_item(&self, key: &[u8]) {
         let h = hash(key);
         let tag = tag_of(h);
-        let shared = &*self.shared;
+        let engine = &*self.engine;
         let table = self.table();
         table.scan(table.head_of(h), |_, s| {
-            (s.tag() == tag).then(|| shared.heap.prefetch(s.seg(), shared.offset_of(s)))
+            (s.tag() == tag).then(|| engine.heap().prefetch(s.seg(), engine.offset_of(s)))
         });
     }
 
     /// The current time on the cache's clock.
     pub fn now(&self) -> u32 {
-        self.shared.clock.now()
+        self.engine.clock().now()
     }
 
     /// Looks up what memcached's `get` returns: a value (possibly stale after meta `md I`, as
@@ -273,7 +168,7 @@ impl Handle {
         if key.is_empty() || key.len() > item::MAX_KEY_LEN {
             return None;
         }
-        let now = self.shared.clock.now();
+        let now = self.engine.clock().now();
         let found = self.find(key, hash(key), now, true);
         if found.is_none() {
             HandleCounters::bump(&self.counters.get_misses, 1);
@@ -287,7 +182,7 @@ impl Handle {
         if key.is_empty() || key.len() > item::MAX_KEY_LEN {
             return None;
         }
-        self.find(key, hash(key), self.shared.clock.now(), false)
+        self.find(key, hash(key), self.engine.clock().now(), false)
     }
 
     /// What [`Handle::get`] would find, looked at as [`Handle::peek`] does (no access
@@ -305,8 +200,8 @@ impl Handle {
         now: u32,
         count_access: bool,
     ) -> Option<ItemRef<'_>> {
-        let shared = &*self.shared;
-        let generation = shared.current_generation(now);
+        let engine = &*self.engine;
+        let generation = engine.current_generation(now);
         loop {
             let table = self.table();
             match self.probe(&table, key, h, now, generation, count_access) {
@@ -325,7 +220,7 @@ impl Handle {
         generation: u32,
         count_access: bool,
     ) -> Probe<Option<ItemRef<'_>>> {
-        let shared = &*self.shared;
+        let engine = &*self.engine;
         let head = table.head_of(h);
         let tag = tag_of(h);
         // Read the CAS before the slot: a reader may pair a new value with an old CAS (the
@@ -336,7 +231,7 @@ impl Handle {
                 return None;
             }
             let seg = s.seg();
-            let header = &shared.headers[seg as usize];
+            let header = engine.segment(seg);
             if !header.acquire() {
                 // The segment is being retired: the item is on its way out (expired or
                 // evicted), and a key has at most one slot, so this is a miss.
@@ -349,9 +244,13 @@ impl Handle {
                 header.release();
                 return Some(Probe::Retry);
             }
-            let offset = shared.offset_of(s);
-            let item_header = shared.header_at(seg, offset);
-            if shared.key_at(seg, offset, &item_header) != key {
+            let offset = engine.offset_of(s);
+            // SAFETY: this thread holds a reader reference on `seg`, taken before it re-read
+            // the slot (Acquire) still pointing here: the item is published and its segment
+            // cannot be retired until the reference is released.
+            let item_header = unsafe { engine.header_at(seg, offset) };
+            // SAFETY: as above.
+            if unsafe { engine.key_at(seg, offset, &item_header) } != key {
                 header.release();
                 return None;
             }
@@ -402,7 +301,7 @@ impl Handle {
                 }
             }
             Some(Probe::Found(Some(ItemRef {
-                shared,
+                engine,
                 seg,
                 offset,
                 header: item_header,
@@ -413,73 +312,5 @@ impl Handle {
             })))
         });
         found.unwrap_or(Probe::Found(None))
-    }
-
-    /// Segcache's approximate smoothed frequency counter: +1 per counted access below 16,
-    /// then +1 with probability 1/freq (a Morris counter), saturating at [`MAX_FREQ`].
-    fn next_frequency(&self, freq: u8) -> u8 {
-        if freq < 16 {
-            return freq + 1;
-        }
-        if freq >= MAX_FREQ {
-            return MAX_FREQ;
-        }
-        let mut x = self.rng.get();
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        self.rng.set(x);
-        if x.is_multiple_of(u64::from(freq)) {
-            freq + 1
-        } else {
-            freq
-        }
-    }
-
-    /// Runs `f` with `key`'s hash chain locked, retrying across table growth.
-    pub(crate) fn with_chain<T>(
-        &self,
-        h: u64,
-        mut f: impl FnMut(&Table, &ChainGuard<'_>) -> T,
-    ) -> T {
-        loop {
-            let table = self.table();
-            let done = match table.lock(table.head_of(h)) {
-                Ok(chain) => Some(f(&table, &chain)),
-                Err(Moved) => None,
-            };
-            match done {
-                Some(v) => return v,
-                None => {
-                    drop(table);
-                    self.shared.table.wait_for_growth();
-                }
-            }
-        }
-    }
-
-    /// Grows the hash table (called when an insert found no room).
-    pub(crate) fn grow_table(&self, seen_power: u32) {
-        let shared = &*self.shared;
-        let grew = shared.table.grow(seen_power, |slot| {
-            let offset = shared.offset_of(slot);
-            let header = shared.header_at(slot.seg(), offset);
-            hash(shared.key_at(slot.seg(), offset, &header))
-        });
-        if grew {
-            shared.counters.hash_growths.fetch_add(1, Ordering::Relaxed);
-        }
-    }
-}
-impl Drop for Handle {
-    fn drop(&mut self) {
-        // The active segments are shared with other handles and stay open.
-        let mut registry = self
-            .shared
-            .handles
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
-        registry.retired.add(&self.counters.snapshot());
-        registry.live.retain(|c| !Arc::ptr_eq(c, &self.counters));
     }
 }

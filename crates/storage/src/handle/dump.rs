@@ -20,9 +20,9 @@
 //! stops asking), and segment order (compaction and merges move items between segments,
 //! but never between chains, so a walk of the table is the one that can keep the promise).
 
-use crate::cache::Shared;
+use super::{client_cas, Handle};
 use crate::clock::NEVER;
-use crate::handle::{client_cas, hash, Handle};
+use crate::engine_state::EngineState;
 use crate::hashtable::Slot;
 use crate::item::Header;
 use crate::lease::Visibility;
@@ -54,7 +54,7 @@ impl DumpCursor {
 
 /// One live item met by a dump, pinned in memory until the callback returns.
 pub struct DumpItem<'a> {
-    shared: &'a Shared,
+    engine: &'a EngineState,
     seg: u32,
     offset: usize,
     header: Header,
@@ -66,7 +66,9 @@ pub struct DumpItem<'a> {
 impl DumpItem<'_> {
     /// The key.
     pub fn key(&self) -> &[u8] {
-        self.shared.key_at(self.seg, self.offset, &self.header)
+        // SAFETY: this `DumpItem` holds a reader reference on the segment (released on drop),
+        // taken while a slot pointed at this published item, so its bytes stay final.
+        unsafe { self.engine.key_at(self.seg, self.offset, &self.header) }
     }
 
     /// The value's length in bytes.
@@ -103,7 +105,8 @@ impl DumpItem<'_> {
     /// The cache-clock second its segment was opened: the item was written then or later
     /// (per-item write and access times are not kept).
     pub fn written_at(&self) -> u32 {
-        self.shared.headers[self.seg as usize]
+        self.engine
+            .segment(self.seg)
             .create_at
             .load(Ordering::Relaxed)
     }
@@ -111,7 +114,7 @@ impl DumpItem<'_> {
 
 impl Drop for DumpItem<'_> {
     fn drop(&mut self) {
-        self.shared.headers[self.seg as usize].release();
+        self.engine.segment(self.seg).release();
     }
 }
 
@@ -129,13 +132,13 @@ impl Handle {
         if cursor.done {
             return 0;
         }
-        let shared = &*self.shared;
-        let now = shared.clock.now();
-        let generation = shared.current_generation(now);
+        let engine = &*self.engine;
+        let now = engine.clock().now();
+        let generation = engine.current_generation(now);
         let mut table = self.table().clone();
         if table.power() < cursor.power {
             // This handle's cached table is older than the one the last step saw.
-            table = shared.table.load();
+            table = engine.table().load();
         }
         let power = table.power();
         if cursor.power < power {
@@ -153,7 +156,7 @@ impl Handle {
             cursor.position += 1;
             let bucket_cas = table.cas(head);
             table.scan(head, |slot, s| {
-                if let Some(item) = pin(shared, slot, s, now, generation, bucket_cas) {
+                if let Some(item) = pin(engine, slot, s, now, generation, bucket_cas) {
                     seen += 1;
                     f(&item);
                 }
@@ -169,8 +172,8 @@ impl Handle {
 /// changed under us (compaction or a merge moved the item, then retired its old segment; or
 /// it was replaced) is re-read once: its new value is what counts.
 fn pin<'a>(
-    shared: &'a Shared,
-    slot: &std::sync::atomic::AtomicU64,
+    engine: &'a EngineState,
+    slot: &crate::sync::atomic::AtomicU64,
     mut s: Slot,
     now: u32,
     generation: u32,
@@ -178,7 +181,7 @@ fn pin<'a>(
 ) -> Option<DumpItem<'a>> {
     for _ in 0..2 {
         let seg = s.seg();
-        let header = &shared.headers[seg as usize];
+        let header = engine.segment(seg);
         let pinned = header.acquire();
         let current = Slot(slot.load(Ordering::Acquire));
         if !pinned && current.same_location(s) {
@@ -197,8 +200,11 @@ fn pin<'a>(
             s = current;
             continue;
         }
-        let offset = shared.offset_of(s);
-        let item_header = shared.header_at(seg, offset);
+        let offset = engine.offset_of(s);
+        // SAFETY: this thread holds a reader reference on `seg` (`pinned`), taken before it
+        // re-read the slot (Acquire) still pointing here: the item is published and its
+        // segment cannot be retired until the reference is released.
+        let item_header = unsafe { engine.header_at(seg, offset) };
         let seg_deadline = header.min_deadline();
         let deadline = item_header
             .own_deadline
@@ -208,9 +214,12 @@ fn pin<'a>(
             header.release();
             return None;
         }
-        let cas = client_cas(bucket_cas, hash(shared.key_at(seg, offset, &item_header)));
+        // SAFETY: as for the header above.
+        let cas = client_cas(bucket_cas, unsafe {
+            engine.item_hash(seg, offset, &item_header)
+        });
         return Some(DumpItem {
-            shared,
+            engine,
             seg,
             offset,
             header: item_header,
