@@ -2,9 +2,9 @@
 //! servers and routers: committed invalidations reach every cluster, rolled-back ones never;
 //! a destination that is down holds the slot back and gets every delete once it is back.
 
-use memfleet_invalidator::scratch::Postgres;
 use memfleet_invalidator::{run, setup, source::PgLogical, Config, Counters};
 use memfleet_server::{Server, Settings};
+use memfleet_testkit::Postgres;
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::sync::atomic::Ordering;

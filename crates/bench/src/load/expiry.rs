@@ -34,8 +34,8 @@ use tokio::net::TcpStream;
 use memfleet_results::plot::{self, Timeline};
 
 use super::server_stats::{resident_bytes, Stats, StatsConn};
-use super::target::Spawned;
 use super::{command_line, load_average, runtime, start, LoadArgs, Target};
+use memfleet_testkit::Spawned;
 
 /// The TTL of long-lived items: longer than any run, so they never expire in one.
 const LONG_TTL: u32 = 3600;

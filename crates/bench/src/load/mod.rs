@@ -26,6 +26,7 @@ pub mod floor_proxy;
 pub mod gutter;
 pub mod herd;
 pub mod invalidation;
+mod invalidator_metrics;
 pub mod open_loop;
 pub mod replay;
 pub mod replay_client;
@@ -45,10 +46,12 @@ use anyhow::{bail, Context, Result};
 
 use self::client::{LoadConfig, Measured};
 use self::report::Row;
-use self::target::{ExternalTarget, ServerSettings, SpawnSpec, Spawned};
+use self::target::{ExternalTarget, ServerSettings, SpawnSpec};
 use self::workload::{Mix, Protocol, Workload, WorkloadSpec};
+use memfleet_sim::duration::parse_duration;
 use memfleet_sim::sizes::{KeySizes, SizeDistribution, ValueSizes};
 use memfleet_sim::workload::TtlMix;
+use memfleet_testkit::Spawned;
 
 pub use memfleet_results::provenance::{command_line, load_average};
 
@@ -297,15 +300,6 @@ pub enum Scenario {
     /// Segcache §3.5's proactive expiration: bytes each --spawn/--target server holds in
     /// expired items per second while short- and long-TTL items are written.
     Expiry,
-}
-
-/// Parses `10s`, `250ms`, `1.5s`, `2m` or a plain number of seconds (the grammar of
-/// [`memfleet_sim::duration`], which also takes `min`, `h` and `d`).
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    memfleet_sim::duration::parse_seconds(s)
-        .ok()
-        .and_then(|secs| Duration::try_from_secs_f64(secs).ok())
-        .ok_or_else(|| format!("bad duration {s:?} (like 10s, 500ms, 1m)"))
 }
 
 pub(crate) enum Target {
@@ -751,22 +745,4 @@ async fn run_target(
     // Dropping `spawned` stops the server before the next target starts.
     drop(spawned);
     Ok(rows)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn durations() {
-        assert_eq!(parse_duration("10s"), Ok(Duration::from_secs(10)));
-        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
-        assert_eq!(parse_duration("1.5"), Ok(Duration::from_millis(1500)));
-        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
-        assert!(parse_duration("soon").is_err());
-        assert!(parse_duration("-1s").is_err());
-        assert_eq!(parse_duration("1h"), Ok(Duration::from_secs(3600)));
-        assert_eq!(parse_duration("5min"), Ok(Duration::from_secs(300)));
-        assert!(parse_duration("1e30d").is_err());
-    }
 }

@@ -38,9 +38,10 @@ use super::client;
 use super::conn::Conn;
 use super::reply::Reply;
 use super::server_stats::StatsConn;
-use super::target::{free_port, Router, Spawned};
+use super::target::free_port;
 use super::workload::{conn_rng, Op, Workload};
 use super::{command_line, load_average, runtime, LoadArgs};
+use memfleet_testkit::{Router, RouterConfig, Spawned};
 
 /// Servers in each cluster.
 const SERVERS_PER_CLUSTER: usize = 2;
@@ -227,21 +228,16 @@ fn label(warm_up: bool) -> &'static str {
 /// The router's configuration: the `warmup` route on `front`, the warm pool also on its own
 /// listener `fill` (to fill it).
 fn router_config(front: u16, fill: u16, cold: &[u16], warm: &[u16], enabled: bool) -> String {
-    let list = |ports: &[u16]| {
-        ports
-            .iter()
-            .map(|p| format!("\"127.0.0.1:{p}\""))
-            .collect::<Vec<_>>()
-            .join(", ")
-    };
-    format!(
-        "[pools.cold]\nservers = [{}]\ntimeout_ms = 2000\n\n\
-         [pools.warm]\nlisten = \"127.0.0.1:{fill}\"\nservers = [{}]\ntimeout_ms = 2000\n\n\
-         [routes.{ROUTE}]\nlisten = \"127.0.0.1:{front}\"\ntype = \"warmup\"\ncold = \"cold\"\n\
-         warm = \"warm\"\nholdoff = 2\nenabled = {enabled}\n",
-        list(cold),
-        list(warm)
-    )
+    let mut c = RouterConfig::new();
+    c.pool("cold", cold).set("timeout_ms", 2000);
+    c.pool("warm", warm).listen(fill).set("timeout_ms", 2000);
+    c.route(ROUTE, "warmup")
+        .listen(front)
+        .set_str("cold", "cold")
+        .set_str("warm", "warm")
+        .set("holdoff", 2)
+        .set("enabled", enabled);
+    c.text()
 }
 
 async fn run(args: &LoadArgs, workload: &Rc<Workload>, warm_up: bool) -> Result<Outcome> {
