@@ -16,10 +16,7 @@
 //! a 2-core machine it can sit on one core (`--client-cpu`) and the server on
 //! the other (`--server-cpu`, via `taskset`).
 
-pub mod client;
 pub mod client_bench;
-pub mod conn;
-pub mod cpu;
 pub mod expiry;
 pub mod floor;
 pub mod floor_proxy;
@@ -27,17 +24,16 @@ pub mod gutter;
 pub mod herd;
 pub mod invalidation;
 mod invalidator_metrics;
-pub mod open_loop;
 pub mod replay;
 pub mod replay_client;
-pub mod reply;
 pub mod report;
 pub mod restart;
-pub mod server_stats;
-pub mod target;
 pub mod udp;
 pub mod warmup;
-pub mod workload;
+
+// The load generator the experiments share (`memfleet-loadgen`), under the paths the
+// experiments and tests have always used.
+pub use memfleet_loadgen::{client, conn, cpu, open_loop, reply, server_stats, target, workload};
 
 use std::rc::Rc;
 use std::time::{Duration, Instant};
