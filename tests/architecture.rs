@@ -3,7 +3,7 @@
 //! - no file-level import cycle inside a crate, beyond the known ones listed in
 //!   [`KNOWN_CYCLES`] (a list that may only shrink: a new cycle, or a file joining a known
 //!   one, fails);
-//! - no tool crate (a binary's library: server, router, invalidator, bench) depends on
+//! - no tool crate (a binary's library: server, router, invalidator, bench, floor) depends on
 //!   another tool crate, without exception;
 //! - the test kit (`memfleet-testkit`: scratch PostgreSQL, child processes) is no product
 //!   crate's normal dependency, only a dev-dependency (the tools that start real servers,
@@ -49,6 +49,7 @@ const KNOWN_CYCLES: &[(&str, &[&str])] = &[
 /// The crates behind one `memfleet` subcommand each; none may depend on another.
 const TOOLS: &[&str] = &[
     "memfleet-bench",
+    "memfleet-floor",
     "memfleet-invalidator",
     "memfleet-router",
     "memfleet-server",

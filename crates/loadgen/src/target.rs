@@ -57,7 +57,7 @@ pub enum SpawnSpec {
     Memcached,
     /// `memfleet server`.
     Memfleet,
-    /// `memfleet bench --floor-server`: the do-nothing server of [`super::floor`].
+    /// `memfleet floor`: the do-nothing server of the `memfleet-floor` crate.
     Floor,
     /// Any command.
     Custom {
@@ -170,8 +170,8 @@ impl SpawnSpec {
             // from the same build.
             SpawnSpec::Floor => [
                 s.memfleet_bin.as_str(),
-                "bench",
-                "--floor-server",
+                "floor",
+                "--port",
                 &p,
                 "--value-size",
                 &s.value_size.to_string(),
@@ -240,7 +240,7 @@ mod tests {
         );
         assert_eq!(
             parse_spawn("floor").unwrap().argv(7, &s).join(" "),
-            "target/release/memfleet bench --floor-server 7 --value-size 100"
+            "target/release/memfleet floor --port 7 --value-size 100"
         );
         assert_eq!(parse_spawn("floor").unwrap().name(), "floor");
         let c = parse_spawn("old=/opt/mc -p {port} -t 2").unwrap();

@@ -18,8 +18,6 @@
 
 pub mod client_bench;
 pub mod expiry;
-pub mod floor;
-pub mod floor_proxy;
 pub mod gutter;
 pub mod herd;
 pub mod invalidation;
@@ -140,10 +138,6 @@ pub struct LoadArgs {
     /// herd: which modes to run where the server speaks them (plain, lease, meta).
     #[arg(long, value_delimiter = ',', default_value = "plain,lease,meta")]
     pub herd_modes: Vec<String>,
-    /// Be the floor server on 127.0.0.1:PORT (with --value-size) instead of loading
-    /// anything: what --spawn floor runs.
-    #[arg(long, hide = true, value_name = "PORT")]
-    pub floor_server: Option<u16>,
     /// invalidation: committed transactions per second across all writers (0: as fast as
     /// they go).
     #[arg(long, default_value_t = 0)]
@@ -163,13 +157,6 @@ pub struct LoadArgs {
     /// gutter: the longest TTL of a set into the gutter, seconds.
     #[arg(long, default_value_t = 10)]
     pub gutter_ttl: u32,
-    /// Be the floor proxy on 127.0.0.1:PORT in front of --floor-backend instead of loading
-    /// anything (scripts/bench-router runs it beside the proxies it bounds).
-    #[arg(long, hide = true, value_name = "PORT", requires = "floor_backend")]
-    pub floor_proxy: Option<u16>,
-    /// The one server the floor proxy forwards to.
-    #[arg(long, hide = true, value_name = "HOST:PORT")]
-    pub floor_backend: Option<std::net::SocketAddr>,
     /// Write the results as JSON (and figures as PNG) into this directory, with the
     /// command that made them.
     #[arg(long, value_name = "DIR")]
@@ -513,15 +500,6 @@ fn say(progress: Option<&indicatif::ProgressBar>, line: impl std::fmt::Display) 
 /// Runs the benchmark and fails (after printing everything) if any reply was wrong or any
 /// connection failed.
 pub fn run(args: &LoadArgs) -> Result<()> {
-    if let Some(port) = args.floor_server {
-        let value_size = args.fixed_value_size("the floor server")?;
-        return floor::serve(port, value_size)
-            .with_context(|| format!("floor server on 127.0.0.1:{port}"));
-    }
-    if let (Some(port), Some(backend)) = (args.floor_proxy, args.floor_backend) {
-        return floor_proxy::serve(port, backend)
-            .with_context(|| format!("floor proxy on 127.0.0.1:{port} to {backend}"));
-    }
     match args.scenario {
         Scenario::Herd => return herd::bench(args),
         Scenario::Udp => return udp::bench(args),
