@@ -9,10 +9,11 @@
 //! | `conn` | one connection: its reply buffer, counters and latencies |
 //! | `reply` | every reply delimited and verified |
 //! | `cpu` | server and client CPU time from /proc, pinning |
+//! | `report` | rows, medians of repeats, the side-by-side table, latency CDFs, the JSON of `--out` |
 //! | `server_stats` | a server's `stats` as numbers |
 //! | `target` | the servers under test: `--spawn` command lines and `--target` addresses |
 //!
-//! Not here: the experiments and their reports (`memfleet-bench`), starting and stopping
+//! Not here: the experiments (`memfleet-bench`), starting and stopping
 //! processes (`memfleet-testkit`), trace and synthetic workloads (`memfleet-sim`).
 
 pub mod client;
@@ -20,6 +21,7 @@ pub mod conn;
 pub mod cpu;
 pub mod open_loop;
 pub mod reply;
+pub mod report;
 pub mod server_stats;
 pub mod target;
 pub mod workload;
