@@ -7,6 +7,7 @@
 //! | `client` | the closed loop: N pipelined connections on one current-thread runtime |
 //! | `open_loop` | the open loop (`--rate`): a Poisson schedule per connection |
 //! | `conn` | one connection: its reply buffer, counters and latencies |
+//! | `replay` | a trace replayed look-aside against one live server, counted as `memfleet sim` counts |
 //! | `reply` | every reply delimited and verified |
 //! | `cpu` | server and client CPU time from /proc, pinning |
 //! | `report` | rows, medians of repeats, the side-by-side table, latency CDFs, the JSON of `--out` |
@@ -20,6 +21,7 @@ pub mod client;
 pub mod conn;
 pub mod cpu;
 pub mod open_loop;
+pub mod replay;
 pub mod reply;
 pub mod report;
 pub mod server_stats;

@@ -24,7 +24,6 @@ pub mod herd;
 pub mod invalidation;
 mod invalidator_metrics;
 pub mod replay;
-pub mod replay_client;
 pub mod restart;
 pub mod udp;
 pub mod warmup;
@@ -32,7 +31,8 @@ pub mod warmup;
 // The load generator the experiments share (`memfleet-loadgen`), under the paths the
 // experiments and tests have always used.
 pub use memfleet_loadgen::{
-    client, conn, cpu, open_loop, reply, report, server_stats, target, workload,
+    client, conn, cpu, open_loop, replay as replay_client, reply, report, server_stats, target,
+    workload,
 };
 
 use std::rc::Rc;
