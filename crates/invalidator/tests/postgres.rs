@@ -109,11 +109,7 @@ async fn behind_a_router(
     pb: u16,
     spool_deletes: bool,
 ) -> (memfleet_router::Running, String, String) {
-    let router_port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let router_port = memfleet_testkit::free_port();
     let router_toml = format!(
         "[pools.main]\nlisten = \"127.0.0.1:{router_port}\"\nservers = [\"127.0.0.1:{pb}\"]\n"
     );
