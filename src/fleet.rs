@@ -17,6 +17,7 @@
 //! offset, so a fleet's addresses are predictable.
 
 use anyhow::{bail, Context};
+use memfleet_testkit::RouterConfig;
 use std::fmt::Write as _;
 use std::net::TcpStream;
 use std::os::unix::process::CommandExt;
@@ -96,44 +97,36 @@ fn layout(up: &UpArgs) -> (Vec<Member>, String, String) {
     let regional = base + 51;
     members.push(server("gutter".into(), gutter));
     members.push(server("regional".into(), regional));
-    let list = |ports: &[u16]| {
-        ports
-            .iter()
-            .map(|p| format!("\"127.0.0.1:{p}\""))
-            .collect::<Vec<_>>()
-            .join(", ")
-    };
     let router_config = |local: &[u16], other: &[u16], listen: u16, spool: &str| {
-        let mut t = String::new();
-        let _ = writeln!(t, "[router]\nspool_dir = \"{spool}\"\n");
+        let mut c = RouterConfig::new();
+        c.section("router").set_str("spool_dir", spool);
         for (name, ports) in [
             ("local", local),
             ("other", other),
             ("gutter", &[gutter][..]),
             ("regional", &[regional][..]),
         ] {
-            let _ = writeln!(
-                t,
-                "[pools.{name}]\nservers = [{}]\ntimeout_ms = 200\nserver_failure_limit = 2\n\
-                 server_retry_timeout_ms = 1000\n",
-                list(ports)
-            );
+            c.pool(name, ports).quick_failover();
         }
         // The prefix route comes first, for every operation: a `/regional/` key's delete
         // must reach the regional pool with the prefix stripped, as its set did (a delete
         // broadcast placed before the prefix route would carry the prefix and find nothing).
-        let _ = writeln!(
-            t,
-            "[routes.front]\nlisten = \"127.0.0.1:{listen}\"\ntype = \"prefix\"\n\
-             prefixes = {{ \"/regional/\" = \"regional\" }}\nstrip = true\n\
-             default = \"by_operation\"\n\n\
-             [routes.by_operation]\ntype = \"operation\"\ndelete = \"invalidate\"\n\
-             default = \"cache\"\n\n\
-             [routes.cache]\ntype = \"gutter\"\nmain = \"local\"\ngutter = \"gutter\"\ngutter_ttl = 10\n\n\
-             [routes.invalidate]\ntype = \"broadcast\"\nmode = \"all-sync\"\n\
-             to = [\"local\", \"other\"]"
-        );
-        t
+        c.route("front", "prefix")
+            .listen(listen)
+            .set("prefixes", "{ \"/regional/\" = \"regional\" }")
+            .set("strip", true)
+            .set_str("default", "by_operation");
+        c.route("by_operation", "operation")
+            .set_str("delete", "invalidate")
+            .set_str("default", "cache");
+        c.route("cache", "gutter")
+            .set_str("main", "local")
+            .set_str("gutter", "gutter")
+            .set("gutter_ttl", 10);
+        c.route("invalidate", "broadcast")
+            .set_str("mode", "all-sync")
+            .set_strs("to", &["local", "other"]);
+        c.text()
     };
     let dir = up.dir.dir.display().to_string();
     let r1 = router_config(

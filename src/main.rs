@@ -32,6 +32,9 @@ enum Command {
     /// --target) and print ops/s, latency percentiles and server CPU time per operation.
     // Boxed: the load generator's flags make its variant several times the size of the others.
     Bench(Box<memfleet_bench::load::LoadArgs>),
+    /// The floor server (answers `memfleet bench`'s requests with no cache: the socket I/O
+    /// floor) or, with --backend, the floor proxy: yardsticks for the bench.
+    Floor(memfleet_floor::FloorArgs),
     /// Tail PostgreSQL's logical replication stream and delete the keys committed
     /// transactions invalidate in every cache cluster (the paper's mcsqueal).
     Invalidator(memfleet_invalidator::InvalidatorArgs),
@@ -61,6 +64,7 @@ fn main() -> anyhow::Result<()> {
             memfleet_sim::run(&args, &segcache)
         }
         Command::Bench(args) => memfleet_bench::load::run(&args),
+        Command::Floor(args) => memfleet_floor::run(&args),
         Command::Fleet(command) => fleet::run(&command),
         Command::Invalidator(args) => memfleet_invalidator::run_cli(&args),
     }

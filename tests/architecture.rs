@@ -3,8 +3,11 @@
 //! - no file-level import cycle inside a crate, beyond the known ones listed in
 //!   [`KNOWN_CYCLES`] (a list that may only shrink: a new cycle, or a file joining a known
 //!   one, fails);
-//! - no tool crate (a binary's library: server, router, invalidator, bench) depends on
-//!   another tool crate, beyond [`KNOWN_TOOL_DEPENDENCIES`];
+//! - no tool crate (a binary's library: server, router, invalidator, bench, floor) depends on
+//!   another tool crate, without exception;
+//! - the test kit (`memfleet-testkit`: scratch PostgreSQL, child processes) is no product
+//!   crate's normal dependency, only a dev-dependency (the tools that start real servers,
+//!   bench and the `memfleet` binary, may link it);
 //! - every file path and every type-like name (`CamelCase`) that `docs/ARCHITECTURE.md`
 //!   puts in backquotes exists in the repository.
 //!
@@ -36,17 +39,25 @@ const KNOWN_CYCLES: &[(&str, &[&str])] = &[
     ),
 ];
 
-/// Tool crates that depend on another tool crate today: (from, to).
-const KNOWN_TOOL_DEPENDENCIES: &[(&str, &str)] = &[
-    // `memfleet bench --scenario invalidation` runs the invalidator in-process.
-    ("memfleet-bench", "memfleet-invalidator"),
-];
-
+/// The crates behind one `memfleet` subcommand each; none may depend on another.
 const TOOLS: &[&str] = &[
     "memfleet-bench",
+    "memfleet-floor",
     "memfleet-invalidator",
     "memfleet-router",
     "memfleet-server",
+];
+
+/// What ships to operators: the test kit may be only their dev-dependency.
+const PRODUCT: &[&str] = &[
+    "memfleet-client",
+    "memfleet-invalidator",
+    "memfleet-protocol",
+    "memfleet-router",
+    "memfleet-routing",
+    "memfleet-server",
+    "memfleet-storage",
+    "memfleet-tls",
 ];
 
 fn root() -> PathBuf {
@@ -274,9 +285,9 @@ fn workspace_dependencies(manifest: &str) -> Vec<String> {
     deps
 }
 
-#[test]
-fn no_tool_crate_depends_on_another() {
-    let mut problems = Vec::new();
+/// Every workspace crate's (package name, normal `memfleet-*` dependencies).
+fn crate_dependencies() -> Vec<(String, Vec<String>)> {
+    let mut crates = Vec::new();
     for dir in crate_dirs() {
         let manifest = fs::read_to_string(root().join(&dir).join("Cargo.toml")).unwrap();
         let Some(name) = manifest
@@ -286,19 +297,49 @@ fn no_tool_crate_depends_on_another() {
         else {
             continue;
         };
-        if !TOOLS.contains(&name.as_str()) {
-            continue;
-        }
-        for dep in workspace_dependencies(&manifest) {
-            let known = KNOWN_TOOL_DEPENDENCIES.contains(&(name.as_str(), dep.as_str()));
-            if TOOLS.contains(&dep.as_str()) && !known {
-                problems.push(format!("{name} -> {dep}"));
-            }
-        }
+        crates.push((name, workspace_dependencies(&manifest)));
     }
+    crates
+}
+
+#[test]
+fn no_tool_crate_depends_on_another() {
+    let crates = crate_dependencies();
+    // The rule is checked against manifests that exist: every tool is found.
+    for tool in TOOLS {
+        assert!(crates.iter().any(|(n, _)| n == tool), "no crate {tool}");
+    }
+    let problems: Vec<String> = crates
+        .iter()
+        .filter(|(name, _)| TOOLS.contains(&name.as_str()))
+        .flat_map(|(name, deps)| {
+            deps.iter()
+                .filter(|dep| TOOLS.contains(&dep.as_str()))
+                .map(move |dep| format!("{name} -> {dep}"))
+        })
+        .collect();
     assert!(
         problems.is_empty(),
-        "tool crates depending on tool crates: {problems:?}"
+        "tool crates depending on tool crates (start the other tool as a process, or move \
+         what both need to a library crate): {problems:?}"
+    );
+}
+
+#[test]
+fn the_test_kit_is_no_product_crates_dependency() {
+    let crates = crate_dependencies();
+    assert!(crates.iter().any(|(n, _)| n == "memfleet-testkit"));
+    let problems: Vec<&String> = crates
+        .iter()
+        .filter(|(name, deps)| {
+            PRODUCT.contains(&name.as_str()) && deps.iter().any(|d| d == "memfleet-testkit")
+        })
+        .map(|(name, _)| name)
+        .collect();
+    assert!(
+        problems.is_empty(),
+        "product crates with memfleet-testkit as a normal dependency (make it a \
+         dev-dependency): {problems:?}"
     );
 }
 

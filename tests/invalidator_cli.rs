@@ -50,7 +50,7 @@ fn invalidator(config: &std::path::Path) -> Killed {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_invalidator_loses_no_committed_invalidation() {
-    let postgres = memfleet_invalidator::scratch::Postgres::start().unwrap();
+    let postgres = memfleet_testkit::Postgres::start().unwrap();
     let db = postgres.connect().await.unwrap();
     let cache = Server::start(Settings {
         port: 0,
@@ -160,8 +160,7 @@ async fn bad_credentials_and_wal_level_are_named() {
         assert!(!out.status.success(), "{stderr}");
         assert!(stderr.contains(want), "wanted {want:?} in: {stderr}");
     };
-    let replica =
-        memfleet_invalidator::scratch::Postgres::start_with(&["wal_level=replica"]).unwrap();
+    let replica = memfleet_testkit::Postgres::start_with(&["wal_level=replica"]).unwrap();
     refused(
         &config_file(&dir, replica.port, 1, true),
         "wal_level = replica; logical decoding needs wal_level = logical",

@@ -1,8 +1,9 @@
 //! The machinery: cases and steps, server processes, one connection per case, the sentinel
 //! read, and the mismatch report.
 
+use memfleet_testkit::free_port;
 use std::io::{ErrorKind, Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -408,13 +409,6 @@ pub struct Server {
     pub addr: SocketAddr,
     child: Child,
     log: PathBuf,
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("free port")
 }
 
 impl Server {

@@ -1,12 +1,14 @@
-//! memfleet-bench: memfleet's network load generator and its experiments.
+//! memfleet-bench: memfleet's experiments.
 //!
-//! - [`load`], behind `memfleet bench`: the load generator that compares memcached-protocol
+//! - [`load`], behind `memfleet bench`: the load scenario that compares memcached-protocol
 //!   servers side by side (ops/s, latency percentiles, server CPU time per operation), and
-//!   the scenarios built on it.
+//!   the other scenarios, each starting what it needs.
 //!
-//! Not here: the in-process cache simulator behind `memfleet sim` and the workloads both
-//! share (trace readers, synthetic generator, size distributions, TTL mixes: the
-//! `memfleet-sim` crate), and the JSON and PNG files both leave in `--out DIR`
+//! Not here: the load generator they all drive (workload, connections, reply checks, CPU
+//! time, the report table: `memfleet-loadgen`), starting servers, routers, PostgreSQL and
+//! the invalidator as processes (`memfleet-testkit`), the floor server and proxy
+//! (`memfleet floor`), the in-process cache simulator behind `memfleet sim` and the
+//! workloads both share (`memfleet-sim`), and the JSON and PNG files left in `--out DIR`
 //! (`memfleet-results`).
 
 pub mod load;

@@ -2,6 +2,7 @@
 //! (must pass with zero errors and a server CPU figure) and a fake server that
 //! returns wrong values (must be caught and fail the run).
 
+use memfleet_testkit::free_port;
 use std::io::{BufRead, BufReader, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::Path;
@@ -35,14 +36,6 @@ fn have_memcached() -> bool {
     }
     eprintln!("skipped: {MEMCACHED} is not installed (apt-get install memcached)");
     false
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 /// A memcached started by the test (rather than by `--spawn`), killed on drop.

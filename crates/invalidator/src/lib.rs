@@ -10,7 +10,6 @@
 //! | `config` | the TOML file: database, slot, batching, and the destinations as memfleet pools and routes |
 //! | `source` | the commit log behind a small trait; PostgreSQL's logical replication (pgoutput) |
 //! | `setup` | checks (`wal_level`, slot, credentials) with errors that say what to do |
-//! | `scratch` | a throwaway PostgreSQL (initdb in a temp dir) for tests and benchmarks |
 //! | `delivery` | when spooled deletes were replayed: commit-to-delivered latency |
 //! | `metrics` | Prometheus metrics (`metrics_listen`): counters, latency, spool depth and age |
 //! | (this file) | the loop: batch, delete everywhere, acknowledge |
@@ -27,7 +26,6 @@
 pub mod config;
 pub mod delivery;
 pub mod metrics;
-pub mod scratch;
 pub mod setup;
 pub mod source;
 

@@ -1,6 +1,9 @@
 //! Prometheus metrics at `metrics_listen` (`GET /metrics`): what was invalidated, how long
-//! from commit to delivery, and every destination's spool (depth, oldest waiting delete,
-//! deliveries), served by `memfleet_client::metrics_http`.
+//! from commit to delivery (a summary whose quantile 1 is the maximum, and a histogram of
+//! ten buckets a decade from 100 µs to 100 s, which dashboards aggregate and
+//! `memfleet bench --scenario invalidation` reads its CDF from), and every destination's
+//! spool (depth, oldest waiting delete, deliveries), served by
+//! `memfleet_client::metrics_http`.
 
 use crate::Counters;
 use std::fmt::Write as _;
@@ -15,7 +18,7 @@ pub async fn serve(listener: TcpListener, counters: Arc<Counters>) {
 
 /// The series read from one counter each, in the order [`render`] reads them: name (after
 /// `memfleet_invalidator_`), Prometheus type, help.
-const PLAIN: [[&str; 3]; 8] = [
+const PLAIN: [[&str; 3]; 9] = [
     [
         "transactions_total",
         "counter",
@@ -44,6 +47,11 @@ const PLAIN: [[&str; 3]; 8] = [
         "the last commit log position acknowledged",
     ],
     [
+        "checked_total",
+        "counter",
+        "sampled keys looked up in every destination after their delete",
+    ],
+    [
         "check_failures_total",
         "counter",
         "sampled keys some destination still held after their delete",
@@ -62,6 +70,7 @@ pub fn render(counters: &Counters) -> String {
         &c.spooled_batches,
         &c.undelivered_batches,
         &c.acked,
+        &c.checked,
         &c.check_failures,
     ];
     for ([name, kind, help], value) in PLAIN.iter().zip(values) {
@@ -81,15 +90,43 @@ pub fn render(counters: &Counters) -> String {
             "# HELP {name} from a transaction's commit to its last delete's delivery (spool replays included)"
         );
         let _ = writeln!(text, "# TYPE {name} summary");
-        for q in [0.5, 0.99, 0.999] {
+        for q in [0.5, 0.99, 0.999, 1.0] {
             let v = h.value_at_quantile(q) as f64 / 1e6;
             let _ = writeln!(text, "{name}{{quantile=\"{q}\"}} {v}");
         }
+        let _ = writeln!(text, "{name}_count {}", h.len());
+        let name = "memfleet_invalidator_delivery_latency_seconds";
+        let _ = writeln!(
+            text,
+            "# HELP {name} commit-to-delivered latency (as above) in buckets"
+        );
+        let _ = writeln!(text, "# TYPE {name} histogram");
+        for le in bucket_bounds_us() {
+            let count = h.count_between(0, le);
+            let _ = writeln!(text, "{name}_bucket{{le=\"{}\"}} {count}", le as f64 / 1e6);
+        }
+        let _ = writeln!(text, "{name}_bucket{{le=\"+Inf\"}} {}", h.len());
+        let sum = h.mean() * h.len() as f64 / 1e6;
+        let _ = writeln!(text, "{name}_sum {sum}");
         let _ = writeln!(text, "{name}_count {}", h.len());
     }
     let spool = counters.spool.lock().unwrap_or_else(|e| e.into_inner());
     memfleet_client::spool::prometheus("memfleet_invalidator", &spool, &mut text);
     text
+}
+
+/// The histogram's upper bounds, µs: ten a decade (1, 1.25, 1.6, 2, 2.5, 3.2, 4, 5, 6.3, 8
+/// times a power of ten) from 100 µs to 100 s.
+pub fn bucket_bounds_us() -> Vec<u64> {
+    const STEPS: [u64; 10] = [100, 125, 160, 200, 250, 320, 400, 500, 630, 800];
+    let mut bounds = Vec::new();
+    let mut decade = 1u64;
+    while decade <= 1_000_000 {
+        bounds.extend(STEPS.iter().map(|s| s * decade));
+        decade *= 10;
+    }
+    bounds.push(100_000_000);
+    bounds
 }
 
 #[cfg(test)]
@@ -107,6 +144,7 @@ mod tests {
             &counters.spooled_batches,
             &counters.undelivered_batches,
             &counters.acked,
+            &counters.checked,
             &counters.check_failures,
         ];
         for (i, field) in fields.into_iter().enumerate() {
@@ -121,7 +159,8 @@ mod tests {
             ("spooled_batches_total counter", 104),
             ("undelivered_batches gauge", 105),
             ("acked_position gauge", 106),
-            ("check_failures_total counter", 107),
+            ("checked_total counter", 107),
+            ("check_failures_total counter", 108),
         ] {
             let (name, kind) = series.split_once(' ').unwrap();
             let name = format!("memfleet_invalidator_{name}");
@@ -134,5 +173,42 @@ mod tests {
             "# HELP memfleet_invalidator_retries_total batches sent again because a destination \
              could neither take nor spool them\n"
         ));
+    }
+
+    #[test]
+    fn latency_is_a_summary_with_its_maximum_and_a_cumulative_histogram() {
+        let counters = Counters::default();
+        counters.checked.store(7, Ordering::Relaxed);
+        {
+            let mut h = counters.latency_us.lock().unwrap();
+            for us in [150, 900, 2_000_000] {
+                h.record(us).unwrap();
+            }
+        }
+        let text = render(&counters);
+        let value = |prefix: &str| -> f64 {
+            text.lines()
+                .find_map(|l| l.strip_prefix(prefix))
+                .and_then(|v| v.trim().parse().ok())
+                .unwrap_or_else(|| panic!("no {prefix} in:\n{text}"))
+        };
+        assert_eq!(value("memfleet_invalidator_checked_total "), 7.0);
+        let max = value("memfleet_invalidator_commit_to_delivered_seconds{quantile=\"1\"} ");
+        assert!((max - 2.0).abs() < 0.01, "{max}");
+        let bucket = |le: &str| {
+            value(&format!(
+                "memfleet_invalidator_delivery_latency_seconds_bucket{{le=\"{le}\"}} "
+            ))
+        };
+        assert_eq!(bucket("0.0001"), 0.0);
+        assert_eq!(bucket("0.00016"), 1.0);
+        assert_eq!(bucket("0.001"), 2.0);
+        assert_eq!(bucket("1"), 2.0);
+        assert_eq!(bucket("2.5"), 3.0);
+        assert_eq!(bucket("+Inf"), 3.0);
+        assert_eq!(
+            value("memfleet_invalidator_delivery_latency_seconds_count "),
+            3.0
+        );
     }
 }

@@ -2,9 +2,9 @@
 //! servers and routers: committed invalidations reach every cluster, rolled-back ones never;
 //! a destination that is down holds the slot back and gets every delete once it is back.
 
-use memfleet_invalidator::scratch::Postgres;
 use memfleet_invalidator::{run, setup, source::PgLogical, Config, Counters};
 use memfleet_server::{Server, Settings};
+use memfleet_testkit::Postgres;
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::sync::atomic::Ordering;
@@ -113,11 +113,7 @@ async fn behind_a_router(
     pb: u16,
     spool_deletes: bool,
 ) -> (memfleet_router::RunningRouter, String, String) {
-    let router_port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let router_port = memfleet_testkit::free_port();
     let router_toml = format!(
         "[pools.main]\nlisten = \"127.0.0.1:{router_port}\"\nservers = [\"127.0.0.1:{pb}\"]\n"
     );

@@ -8,6 +8,7 @@ use memfleet_routing::from_toml;
 mod support;
 
 use memfleet_server::Server;
+use memfleet_testkit::free_port;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::time::{Duration, Instant};
@@ -28,14 +29,6 @@ fn restart(port: u16) -> Server {
             Err(e) => panic!("backend restarts on {port}: {e:#}"),
         }
     }
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 struct Client(BufReader<TcpStream>);

@@ -6,9 +6,9 @@ use memfleet_router::RunningRouter;
 use memfleet_routing::from_toml;
 mod support;
 
+use memfleet_testkit::free_port;
 use std::collections::HashMap;
 use std::io::{BufRead, Write};
-use std::net::TcpListener;
 use support::{backend, Client};
 
 /// Every line of one `stats` reply, as `(name, value)`, checked to be `STAT name value`.
@@ -29,14 +29,6 @@ fn stats(c: &mut Client) -> Vec<(String, String)> {
         assert!(!fields[2].is_empty(), "no value: {l:?}");
         rows.push((fields[1].to_string(), fields[2].to_string()));
     }
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 #[test]

@@ -41,9 +41,34 @@ pub fn parse_seconds(s: &str) -> Result<f64, DurationError> {
     }
 }
 
+/// A flag's duration: [`parse_seconds`] as a [`std::time::Duration`], with the error a
+/// command line shows. What `memfleet bench`'s duration flags (`--duration`, `--warmup`,
+/// ...) take; `humantime` is not used because it has no plain numbers of seconds and no
+/// fractions (`1.5`, `1.5s`).
+pub fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
+    parse_seconds(s)
+        .ok()
+        .and_then(|secs| std::time::Duration::try_from_secs_f64(secs).ok())
+        .ok_or_else(|| format!("bad duration {s:?} (like 10s, 500ms, 1m)"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn flag_durations() {
+        assert_eq!(parse_duration("10s"), Ok(Duration::from_secs(10)));
+        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
+        assert_eq!(parse_duration("1.5"), Ok(Duration::from_millis(1500)));
+        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+        assert!(parse_duration("soon").is_err());
+        assert!(parse_duration("-1s").is_err());
+        assert_eq!(parse_duration("1h"), Ok(Duration::from_secs(3600)));
+        assert_eq!(parse_duration("5min"), Ok(Duration::from_secs(300)));
+        assert!(parse_duration("1e30d").is_err());
+    }
 
     #[test]
     fn numbers_with_and_without_units() {

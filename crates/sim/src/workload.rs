@@ -105,7 +105,7 @@ impl TtlMix {
 }
 
 /// Parses a TTL: whole seconds, plain or with a unit (the grammar of [`crate::duration`]).
-fn parse_duration(t: &str) -> Result<u32, String> {
+fn parse_ttl(t: &str) -> Result<u32, String> {
     let t = t.trim();
     let secs = parse_seconds(t).map_err(|e| match e {
         DurationError::NotANumber => format!("TTL {t:?} is not a duration"),
@@ -139,7 +139,7 @@ impl FromStr for TtlMix {
                 .trim()
                 .parse()
                 .map_err(|_| format!("share {share:?} is not a number"))?;
-            classes.push((parse_duration(ttl)?, share));
+            classes.push((parse_ttl(ttl)?, share));
         }
         TtlMix::new(classes)
     }

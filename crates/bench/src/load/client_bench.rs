@@ -18,10 +18,11 @@ use rand::SeedableRng;
 use serde_json::json;
 
 use super::cpu::{cpu_time, Who};
-use super::target::{free_port, Router, Spawned};
+use super::target::free_port;
 use super::workload::Workload;
 use super::{client, command_line, load_average, report, runtime, LoadArgs};
 use memfleet_results::plot::Series;
+use memfleet_testkit::{Router, RouterConfig, Spawned};
 
 /// How the application reaches the server.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -89,8 +90,10 @@ pub fn bench(args: &LoadArgs) -> Result<()> {
     let server = Spawned::start(&argv, server_addr, server_cpu)?;
     let router_port = free_port()?;
     let router_addr: SocketAddr = ([127, 0, 0, 1], router_port).into();
-    let config =
-        format!("[pools.main]\nlisten = \"{router_addr}\"\nservers = [\"{server_addr}\"]\n");
+    let config = RouterConfig::new()
+        .pool("main", &[server_addr.port()])
+        .listen(router_port)
+        .text();
     let router = Router::start(bin, &config, router_addr, server_cpu)?;
     println!(
         "server pid {} on {server_addr} (TCP and UDP), router pid {} on {router_addr}",

@@ -21,11 +21,12 @@ use std::net::SocketAddr;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
-use super::target::{free_port, Router, Spawned};
+use super::target::free_port;
 use super::workload::Workload;
 use super::{command_line, load_average, runtime, LoadArgs};
 use anyhow::{bail, Context, Result};
 use memfleet_results::plot::{self, Timeline};
+use memfleet_testkit::{Router, RouterConfig, Spawned};
 use rand::rngs::SmallRng;
 use rand::SeedableRng;
 use serde_json::json;
@@ -212,27 +213,22 @@ fn json_report(args: &LoadArgs, outcomes: &[Outcome], load_at_end: &str) -> serd
 }
 
 fn router_config(listen: u16, servers: &[u16], gutter: Option<u16>, ttl: u32) -> String {
-    let list = |ports: &[u16]| {
-        ports
-            .iter()
-            .map(|p| format!("\"127.0.0.1:{p}\""))
-            .collect::<Vec<_>>()
-            .join(", ")
-    };
-    let pool = "timeout_ms = 200\nserver_failure_limit = 2\nserver_retry_timeout_ms = 1000\n";
+    let mut c = RouterConfig::new();
     match gutter {
-        None => format!(
-            "[pools.main]\nlisten = \"127.0.0.1:{listen}\"\nservers = [{}]\n{pool}",
-            list(servers)
-        ),
-        Some(g) => format!(
-            "[pools.main]\nservers = [{}]\n{pool}\n[pools.gutter]\nservers = [{}]\n\n\
-             [routes.cache]\nlisten = \"127.0.0.1:{listen}\"\ntype = \"gutter\"\nmain = \"main\"\n\
-             gutter = \"gutter\"\ngutter_ttl = {ttl}\n",
-            list(servers),
-            list(&[g])
-        ),
+        None => {
+            c.pool("main", servers).listen(listen).quick_failover();
+        }
+        Some(g) => {
+            c.pool("main", servers).quick_failover();
+            c.pool("gutter", &[g]);
+            c.route("cache", "gutter")
+                .listen(listen)
+                .set_str("main", "main")
+                .set_str("gutter", "gutter")
+                .set("gutter_ttl", ttl);
+        }
     }
+    c.text()
 }
 
 async fn run(args: &LoadArgs, workload: &Rc<Workload>, with_gutter: bool) -> Result<Outcome> {

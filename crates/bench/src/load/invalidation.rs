@@ -1,27 +1,29 @@
 //! `memfleet bench --scenario invalidation`: commit-to-deleted latency of the invalidator
 //! (Facebook §4.1, §7.3: mcsqueal; the paper reports four 9s of deletes within a second in
-//! the master region). A scratch PostgreSQL, two clusters of one `memfleet server` each,
-//! `memfleet invalidator` (in this process, on its own runtime threads) with a broadcast
+//! the master region). A scratch PostgreSQL, two clusters of one `memfleet router` in front
+//! of one `memfleet server` each (the paper's mcsqueal talks to each cluster's mcrouters),
+//! `memfleet invalidator` (a child process, `--memfleet-bin invalidator`) with a broadcast
 //! route to both; `--conns` writers commit transactions in a closed loop, each invalidating
 //! one key with `pg_logical_emit_message`. Reported: committed transactions per second,
 //! the invalidator's commit-to-deleted-everywhere latency percentiles (the database's
 //! commit timestamp to the last cluster's reply), keys per batch, and the sampled check
-//! that deleted keys are gone. Each cluster is a `memfleet router` in front of its server,
-//! as the paper's mcsqueal talks to each cluster's mcrouters. `--invalidation-outage 2s`
-//! hangs the second cluster's router (SIGSTOP) for that long a third of the way in: its
-//! deletes are spooled by the invalidator and count only once replayed, so the tail shows the outage plus the replay (with
-//! `--invalidation-no-spool`, the invalidator's retries instead). With `--out DIR`: `invalidation.json` (with the latency CDF)
-//! and `invalidation-latency-cdf.png`.
+//! that deleted keys are gone. `--invalidation-outage 2s` hangs the second cluster's router
+//! (SIGSTOP) for that long a third of the way in: its deletes are spooled by the invalidator
+//! and count only once replayed, so the tail shows the outage plus the replay (with
+//! `--invalidation-no-spool`, the invalidator's retries instead). What the invalidator did
+//! is read from its Prometheus metrics (`invalidator_metrics`). With `--out DIR`:
+//! `invalidation.json` (with the latency CDF) and `invalidation-latency-cdf.png`.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use memfleet_invalidator::{run, scratch::Postgres, setup, source::PgLogical, Config, Counters};
+use memfleet_testkit::{Postgres, Router, RouterConfig, Spawned};
 use serde_json::json;
 
-use super::target::{free_port, Router, Spawned};
+use super::invalidator_metrics::Scrape;
+use super::target::free_port;
 use super::{command_line, load_average, report, LoadArgs};
 
 /// `--scenario invalidation`.
@@ -31,7 +33,7 @@ pub fn bench(args: &LoadArgs) -> Result<()> {
     }
     println!(
         "memfleet bench --scenario invalidation: {} writers committing one invalidation per \
-         transaction for {:?} ({}); two clusters; the invalidator in this process",
+         transaction for {:?} ({}); two clusters; the invalidator a process of its own",
         args.conns,
         args.duration,
         if args.invalidation_rate > 0 {
@@ -45,7 +47,8 @@ pub fn bench(args: &LoadArgs) -> Result<()> {
     let pg = Postgres::start().context("starting a scratch PostgreSQL")?;
     let bin = &args.memfleet_bin;
     // Each cluster as in the paper: a router in front of its server (mcsqueal talks to the
-    // cluster's mcrouters). The routers keep their own delete spools, private to this run.
+    // cluster's mcrouters). Every delete spool of this run (the routers' and the
+    // invalidator's) lives under one private directory.
     let spool = std::env::temp_dir().join(format!("memfleet-bench-spool-{}", std::process::id()));
     let mut clusters = Vec::new();
     for name in ["a", "b"] {
@@ -55,37 +58,62 @@ pub fn bench(args: &LoadArgs) -> Result<()> {
             .to_vec();
         let server = Spawned::start(&argv, ([127, 0, 0, 1], port).into(), None)?;
         let router_port = free_port()?;
-        let router_config = format!(
-            "[router]\nspool_dir = \"{}\"\n\n[pools.{name}]\nlisten = \"127.0.0.1:{router_port}\"\n\
-             servers = [\"127.0.0.1:{port}\"]\n",
-            spool.join(format!("router-{name}")).display(),
+        let mut router_config = RouterConfig::new();
+        router_config.section("router").set_str(
+            "spool_dir",
+            &spool.join(format!("router-{name}")).display().to_string(),
         );
+        router_config.pool(name, &[port]).listen(router_port);
         let router = Router::start(
             bin,
-            &router_config,
+            &router_config.text(),
             ([127, 0, 0, 1], router_port).into(),
             None,
         )?;
         clusters.push((server, router, router_port));
     }
-    // The invalidator's own spool, for a cluster whose router does not answer.
-    let config = Config::parse(&format!(
-        "[database]\nhost = \"127.0.0.1\"\nport = {}\nuser = \"postgres\"\ndbname = \"postgres\"\n\
-         create = true\n\n[invalidator]\nroute = \"everywhere\"\ncheck_one_in = 100\n\
-         report_every_s = 3600\n\n\
-         [router]\nspool_dir = \"{}\"\n\n\
-         [pools.a]\nservers = [\"127.0.0.1:{}\"]\n{spooling}[pools.b]\nservers = [\"127.0.0.1:{}\"]\n\
-         {spooling}[routes.everywhere]\ntype = \"broadcast\"\nto = [\"a\", \"b\"]\n",
-        pg.port,
-        spool.join("invalidator").display(),
-        clusters[0].2,
-        clusters[1].2,
-        spooling = if args.invalidation_no_spool {
-            "spool_deletes = false\n"
-        } else {
-            ""
-        },
-    ))?;
+    let metrics_port = free_port()?;
+    let metrics: std::net::SocketAddr = ([127, 0, 0, 1], metrics_port).into();
+    let mut config = RouterConfig::new();
+    config
+        .section("database")
+        .set_str("host", "127.0.0.1")
+        .set("port", pg.port)
+        .set_str("user", "postgres")
+        .set_str("dbname", "postgres")
+        .set("create", true);
+    config
+        .section("invalidator")
+        .set_str("route", "everywhere")
+        .set("check_one_in", 100)
+        .set("report_every_s", 3600)
+        .set_str("metrics_listen", &metrics.to_string());
+    config.section("router").set_str(
+        "spool_dir",
+        &spool.join("invalidator").display().to_string(),
+    );
+    for (name, (_, _, port)) in ["a", "b"].into_iter().zip(&clusters) {
+        config.pool(name, &[*port]);
+        if args.invalidation_no_spool {
+            config.set("spool_deletes", false);
+        }
+    }
+    config
+        .route("everywhere", "broadcast")
+        .set_strs("to", &["a", "b"]);
+    let config_path = spool.with_extension("toml");
+    std::fs::write(&config_path, config.text())
+        .with_context(|| format!("writing {}", config_path.display()))?;
+    // Its metrics listener opens once the database is set up (the slot exists), so every
+    // transaction from here on is in the slot.
+    let argv: Vec<String> = [bin.as_str(), "invalidator", "--config"]
+        .map(String::from)
+        .into_iter()
+        .chain([config_path.display().to_string()])
+        .collect();
+    let started_invalidator = Spawned::start(&argv, metrics, None);
+    let _ = std::fs::remove_file(&config_path);
+    let mut invalidator = started_invalidator?;
     let outage = args.invalidation_outage;
     let hung = &clusters[1].1.spawned;
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -93,13 +121,6 @@ pub fn bench(args: &LoadArgs) -> Result<()> {
         .enable_all()
         .build()?;
     let (mut results, latency_cdf) = rt.block_on(async {
-        setup::prepare(&config.database).await?;
-        let counters = Arc::new(Counters::default());
-        let log = PgLogical::connect(&config.database).await?;
-        let invalidator = {
-            let (config, counters) = (config.clone(), counters.clone());
-            tokio::spawn(async move { run(&config, log, counters).await })
-        };
         let committed = Arc::new(AtomicU64::new(0));
         let started = Instant::now();
         let deadline = started + args.duration;
@@ -151,29 +172,29 @@ pub fn bench(args: &LoadArgs) -> Result<()> {
         let total = committed.load(Ordering::Relaxed);
         // Let the invalidator finish the tail, spooled deletes included.
         let drain = Instant::now() + Duration::from_secs(30);
-        while counters.transactions.load(Ordering::Relaxed) < total
-            || counters.undelivered_batches.load(Ordering::Relaxed) > 0
-        {
-            if Instant::now() > drain || invalidator.is_finished() {
-                bail!(
-                    "the invalidator handled {} of {total} transactions",
-                    counters.transactions.load(Ordering::Relaxed)
-                );
+        loop {
+            let m = Scrape::fetch(metrics)?;
+            let handled = m.counter("transactions_total");
+            if handled >= total && m.counter("undelivered_batches") == 0 {
+                break;
+            }
+            if Instant::now() > drain || invalidator.check_alive().is_err() {
+                bail!("the invalidator handled {handled} of {total} transactions");
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
-        invalidator.abort();
-        let (p50, p99, p999, max) = counters.latency();
-        let keys = counters.keys.load(Ordering::Relaxed);
-        let batches = counters.batches.load(Ordering::Relaxed).max(1);
-        let h = counters
-            .latency_us
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
-        let within_1s = h.count_between(0, 1_000_000) as f64 / h.len().max(1) as f64;
-        let latency_cdf = report::histogram_cdf(&h, 1.0);
-        drop(h);
+        let m = Scrape::fetch(metrics)?;
+        let (p50, p99, p999, max) = (
+            m.quantile_us("0.5"),
+            m.quantile_us("0.99"),
+            m.quantile_us("0.999"),
+            m.quantile_us("1"),
+        );
+        let keys = m.counter("keys_total");
+        let batches = m.counter("batches_total").max(1);
+        let within_1s = m.share_within(1e6);
+        let latency_cdf = m.latency_cdf();
         println!(
             "\n{total} transactions committed in {:.1} s ({:.0}/s) by {} writers",
             elapsed.as_secs_f64(),
@@ -184,7 +205,7 @@ pub fn bench(args: &LoadArgs) -> Result<()> {
             "invalidator: {keys} keys deleted in 2 clusters, {batches} batches ({:.1} keys per \
              batch), {} retries",
             keys as f64 / batches as f64,
-            counters.retries.load(Ordering::Relaxed)
+            m.counter("retries_total")
         );
         println!(
             "commit-to-deleted latency: p50 {p50} µs, p99 {p99} µs, p99.9 {p999} µs, max {max} \
@@ -192,13 +213,13 @@ pub fn bench(args: &LoadArgs) -> Result<()> {
             within_1s * 100.0
         );
         let (check_failures, checked) = (
-            counters.check_failures.load(Ordering::Relaxed),
-            counters.checked.load(Ordering::Relaxed),
+            m.counter("check_failures_total"),
+            m.counter("checked_total"),
         );
         println!("sampled check: {check_failures} of {checked} deleted keys still cached");
         let (spooled, undelivered) = (
-            counters.spooled_batches.load(Ordering::Relaxed),
-            counters.undelivered_batches.load(Ordering::Relaxed),
+            m.counter("spooled_batches_total"),
+            m.counter("undelivered_batches"),
         );
         println!("spooled batches: {spooled}; still undelivered at the end: {undelivered}");
         let results = json!({
@@ -218,7 +239,7 @@ pub fn bench(args: &LoadArgs) -> Result<()> {
             "keys_deleted": keys,
             "batches": batches,
             "keys_per_batch": keys as f64 / batches as f64,
-            "retries": counters.retries.load(Ordering::Relaxed),
+            "retries": m.counter("retries_total"),
             "latency_p50_us": p50,
             "latency_p99_us": p99,
             "latency_p999_us": p999,
@@ -231,6 +252,7 @@ pub fn bench(args: &LoadArgs) -> Result<()> {
     })?;
     let load_at_end = load_average();
     println!("load average at end: {load_at_end}");
+    drop(invalidator);
     drop(clusters);
     let _ = std::fs::remove_dir_all(&spool);
     if let Some(dir) = &args.out {

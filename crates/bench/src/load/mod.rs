@@ -16,27 +16,24 @@
 //! a 2-core machine it can sit on one core (`--client-cpu`) and the server on
 //! the other (`--server-cpu`, via `taskset`).
 
-pub mod client;
+pub mod args;
 pub mod client_bench;
-pub mod conn;
-pub mod cpu;
 pub mod expiry;
-pub mod floor;
-pub mod floor_proxy;
 pub mod gutter;
 pub mod herd;
 pub mod invalidation;
-pub mod open_loop;
+mod invalidator_metrics;
 pub mod replay;
-pub mod replay_client;
-pub mod reply;
-pub mod report;
 pub mod restart;
-pub mod server_stats;
-pub mod target;
 pub mod udp;
 pub mod warmup;
-pub mod workload;
+
+// The load generator the experiments share (`memfleet-loadgen`), under the paths the
+// experiments and tests have always used.
+pub use memfleet_loadgen::{
+    client, conn, cpu, open_loop, replay as replay_client, reply, report, server_stats, target,
+    workload,
+};
 
 use std::rc::Rc;
 use std::time::{Duration, Instant};
@@ -45,282 +42,13 @@ use anyhow::{bail, Context, Result};
 
 use self::client::{LoadConfig, Measured};
 use self::report::Row;
-use self::target::{ExternalTarget, ServerSettings, SpawnSpec, Spawned};
-use self::workload::{Mix, Protocol, Workload, WorkloadSpec};
-use memfleet_sim::sizes::{KeySizes, SizeDistribution, ValueSizes};
-use memfleet_sim::workload::TtlMix;
+use self::target::{ServerSettings, SpawnSpec};
+use self::workload::{Protocol, Workload, WorkloadSpec};
+use memfleet_testkit::Spawned;
+
+pub use self::args::{parse_ttl, LoadArgs, Scenario, Target, WorkloadPreset};
 
 pub use memfleet_results::provenance::{command_line, load_average};
-
-/// Arguments of `memfleet bench`.
-#[derive(Debug, Clone, clap::Args)]
-pub struct LoadArgs {
-    /// Start this server for the run, on a free port: memcached, memfleet, floor (a server
-    /// that only reads and writes its socket, not a cache: the cost of socket I/O alone), or
-    /// NAME='COMMAND ... {port} ...' ({memory} and {threads} become --server-memory, or each
-    /// --memory-sizes entry, and --server-threads). Repeatable; spawned servers come before
-    /// --target ones, and the first target is the anchor of the ratio columns.
-    #[arg(long, value_parser = target::parse_spawn)]
-    pub spawn: Vec<SpawnSpec>,
-    /// A running server: NAME=HOST:PORT[,pid=PID] (the PID gives its CPU time). Repeatable.
-    #[arg(long, value_parser = target::parse_target)]
-    pub target: Vec<ExternalTarget>,
-    /// Client connections.
-    #[arg(short = 'c', long, default_value_t = 50)]
-    pub conns: usize,
-    /// Pipeline depths (requests per batch, written at once), comma-separated; one run each.
-    #[arg(long, value_delimiter = ',', default_value = "1,16")]
-    pub pipeline: Vec<usize>,
-    /// Distinct keys (key:0 .. key:N-1), all stored before measuring.
-    #[arg(long, default_value_t = 100_000)]
-    pub keys: u64,
-    /// Value sizes in bytes: N, A-B (uniform), fb-wildcard, fb-app, fb-replicated,
-    /// fb-regional (Facebook's Table 3 pools) or etc (the ETC workload); a key's size is
-    /// fixed. Scenarios other than load take N only.
-    #[arg(long, default_value = "100")]
-    pub value_size: ValueSizes,
-    /// Fraction of requests that are gets (the rest are sets).
-    #[arg(long, default_value_t = 0.9)]
-    pub get_ratio: f64,
-    /// Draw keys from a Zipf distribution with this exponent instead of uniformly.
-    #[arg(long)]
-    pub zipf: Option<f64>,
-    /// Measured time per run, e.g. 10s, 500ms, 1m.
-    #[arg(long, value_parser = parse_duration, default_value = "10s")]
-    pub duration: Duration,
-    /// Unmeasured load before each measured phase.
-    #[arg(long, value_parser = parse_duration, default_value = "2s")]
-    pub warmup: Duration,
-    /// Run everything N times (targets interleaved) and report medians.
-    #[arg(long, default_value_t = 1)]
-    pub repeat: usize,
-    /// RNG seed of the request streams.
-    #[arg(long, default_value_t = 1)]
-    pub seed: u64,
-    /// Do not store every key first (the servers already hold them).
-    #[arg(long)]
-    pub no_prefill: bool,
-    /// Worker threads of spawned servers (-t).
-    #[arg(long, default_value_t = 1)]
-    pub server_threads: u32,
-    /// Memory of spawned servers in MiB (-m).
-    #[arg(long, default_value_t = 1024)]
-    pub server_memory: u64,
-    /// The memcached executable for --spawn memcached.
-    #[arg(long, default_value = "memcached")]
-    pub memcached_bin: String,
-    /// The memfleet executable for --spawn memfleet and --spawn floor.
-    #[arg(long, default_value = "target/release/memfleet")]
-    pub memfleet_bin: String,
-    /// CPU that spawned servers are pinned to (taskset -c).
-    #[arg(long, default_value_t = 1)]
-    pub server_cpu: usize,
-    /// CPU the load generator is pinned to.
-    #[arg(long, default_value_t = 0)]
-    pub client_cpu: usize,
-    /// Pin nothing.
-    #[arg(long)]
-    pub no_pin: bool,
-    /// What to run: `load` (the request mix above) or `herd` (one hot key invalidated
-    /// every --herd-invalidate while --conns readers fill it from a simulated database,
-    /// with and without leases: Facebook §3.2.1's thundering herd).
-    #[arg(long, value_enum, default_value = "load")]
-    pub scenario: Scenario,
-    /// herd: time between database updates, each followed by a delete of the key.
-    #[arg(long, value_parser = parse_duration, default_value = "300ms")]
-    pub herd_invalidate: Duration,
-    /// herd: how long a simulated database query takes.
-    #[arg(long, value_parser = parse_duration, default_value = "10ms")]
-    pub herd_db_latency: Duration,
-    /// herd: pause before a reader told to wait (hot miss) asks again.
-    #[arg(long, value_parser = parse_duration, default_value = "2ms")]
-    pub herd_retry: Duration,
-    /// herd: a reader told to wait takes a stale value when one is offered.
-    #[arg(long)]
-    pub herd_accept_stale: bool,
-    /// herd: which modes to run where the server speaks them (plain, lease, meta).
-    #[arg(long, value_delimiter = ',', default_value = "plain,lease,meta")]
-    pub herd_modes: Vec<String>,
-    /// Be the floor server on 127.0.0.1:PORT (with --value-size) instead of loading
-    /// anything: what --spawn floor runs.
-    #[arg(long, hide = true, value_name = "PORT")]
-    pub floor_server: Option<u16>,
-    /// invalidation: committed transactions per second across all writers (0: as fast as
-    /// they go).
-    #[arg(long, default_value_t = 0)]
-    pub invalidation_rate: u64,
-    /// invalidation: hang the second cluster's router (SIGSTOP, then SIGCONT) for this long,
-    /// starting a third of the way into the run: its deletes wait in the invalidator's
-    /// spool and count as delivered only when replayed (0s: no outage).
-    #[arg(long, value_parser = parse_duration, default_value = "0s")]
-    pub invalidation_outage: Duration,
-    /// invalidation: no delete spool (`spool_deletes = false`): a delete a cluster cannot
-    /// take fails its batch, which the invalidator retries until it is delivered.
-    #[arg(long)]
-    pub invalidation_no_spool: bool,
-    /// gutter: when a server of the main pool is killed.
-    #[arg(long, value_parser = parse_duration, default_value = "5s")]
-    pub gutter_fail_at: Duration,
-    /// gutter: the longest TTL of a set into the gutter, seconds.
-    #[arg(long, default_value_t = 10)]
-    pub gutter_ttl: u32,
-    /// Be the floor proxy on 127.0.0.1:PORT in front of --floor-backend instead of loading
-    /// anything (scripts/bench-router runs it beside the proxies it bounds).
-    #[arg(long, hide = true, value_name = "PORT", requires = "floor_backend")]
-    pub floor_proxy: Option<u16>,
-    /// The one server the floor proxy forwards to.
-    #[arg(long, hide = true, value_name = "HOST:PORT")]
-    pub floor_backend: Option<std::net::SocketAddr>,
-    /// Write the results as JSON (and figures as PNG) into this directory, with the
-    /// command that made them.
-    #[arg(long, value_name = "DIR")]
-    pub out: Option<std::path::PathBuf>,
-    /// replay: the trace to replay (Twitter CSV, Twitter/libCacheSim twr, oracleGeneral);
-    /// without it, a synthetic workload (--replay-workload, --keys, --zipf, --seed).
-    #[arg(long, value_name = "FILE")]
-    pub trace: Option<std::path::PathBuf>,
-    /// replay: the trace's format; by default guessed from its name (.csv, *oracleGeneral*).
-    #[arg(long, value_enum)]
-    pub trace_format: Option<memfleet_sim::trace::TraceFormat>,
-    /// replay: memory sizes in MiB, comma-separated; a fresh server is started at each.
-    #[arg(long, value_delimiter = ',', default_value = "16,32,64")]
-    pub memory_sizes: Vec<u64>,
-    /// replay: requests to replay [default: 1000000 synthetic, the whole trace otherwise].
-    #[arg(long)]
-    pub replay_requests: Option<u64>,
-    /// replay: trace seconds per wall second; TTLs are divided by it (0: unpaced, TTLs as
-    /// recorded).
-    #[arg(long, default_value_t = 100.0)]
-    pub speedup: f64,
-    /// replay: synthetic workload without --trace: c, u1, u2, n, mix or a TTL mix like
-    /// 120:0.5,3600:0.5 (as memfleet sim --workload).
-    #[arg(long, default_value = "mix")]
-    pub replay_workload: String,
-    /// replay: width of a miss-ratio window, in trace seconds.
-    #[arg(long, default_value_t = 60)]
-    pub replay_window: u32,
-    /// replay: connections (a key always goes over the same one).
-    #[arg(long, default_value_t = 4)]
-    pub replay_conns: usize,
-    /// replay: requests per pipelined batch on each connection.
-    #[arg(long, default_value_t = 32)]
-    pub replay_depth: usize,
-
-    // The load scenario's open loop, request mix, key sizes, TTLs and protocol.
-    /// Open loop: send this many requests per second across all connections on a schedule
-    /// that ignores replies, measuring latency from each request's intended send time
-    /// (without it: closed loop, as fast as replies come back).
-    #[arg(long, value_name = "OPS")]
-    pub rate: Option<f64>,
-    /// Fraction of requests that are deletes (the rest after gets are sets).
-    #[arg(long, default_value_t = 0.0)]
-    pub delete_ratio: f64,
-    /// The request mix as shares summing to 1, e.g. get=0.8,set=0.15,delete=0.05
-    /// (instead of --get-ratio and --delete-ratio).
-    #[arg(long, conflicts_with_all = ["get_ratio", "delete_ratio"])]
-    pub mix: Option<Mix>,
-    /// Key sizes in bytes: N, A-B (uniform) or etc (the ETC workload); keys are key:<n>
-    /// padded to the size (never shorter than key:<n>). Default: key:<n> unpadded.
-    #[arg(long)]
-    pub key_size: Option<KeySizes>,
-    /// TTL of sets: seconds (0 never expires), a mix such as 120:0.5,1h:0.5 (a key's
-    /// TTL is fixed), or a Segcache Table 3 preset: c, u1, u2, n, mix.
-    #[arg(long, value_parser = parse_ttl, default_value = "0")]
-    pub ttl: TtlMix,
-    /// Request protocol: text (get/set/delete) or meta (mg/ms/md).
-    #[arg(long, value_enum, default_value = "text")]
-    pub protocol: Protocol,
-    /// A published workload: etc (Atikoglu et al. SIGMETRICS '12 as mutilate models it:
-    /// ETC key and value sizes, 30 gets per set).
-    #[arg(long, value_enum, conflicts_with_all = ["key_size", "value_size", "mix", "get_ratio"])]
-    pub workload: Option<WorkloadPreset>,
-
-    /// warmup: database queries served at once; more wait their turn, so the database
-    /// answers at most this many per --herd-db-latency.
-    #[arg(long, default_value_t = 8)]
-    pub warmup_db_concurrency: usize,
-    /// expiry: sets per second, each of a new key, spread evenly over each second.
-    #[arg(long, default_value_t = 20_000)]
-    pub expiry_rate: u64,
-    /// expiry: the short TTLs, seconds, drawn uniformly from MIN-MAX.
-    #[arg(long, value_parser = expiry::parse_ttl_range, default_value = "2-10")]
-    pub expiry_short_ttl: expiry::TtlRange,
-    /// expiry: the fraction of sets with a long TTL (an hour: live for the whole run).
-    #[arg(long, default_value_t = 0.2)]
-    pub expiry_long_share: f64,
-}
-
-/// A published workload for `--workload`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum WorkloadPreset {
-    /// Facebook's ETC pool: GEV key sizes, generalized Pareto value sizes, 30:1 get:set.
-    Etc,
-}
-
-/// Parses `--ttl`: plain seconds, or a [`TtlMix`] (preset or `ttl:share,...`).
-pub fn parse_ttl(s: &str) -> Result<TtlMix, String> {
-    match s.trim().parse::<u32>() {
-        Ok(seconds) => Ok(TtlMix::single(seconds)),
-        Err(_) => s.parse(),
-    }
-}
-
-/// What `memfleet bench` runs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum Scenario {
-    /// The get/set mix at each pipeline depth.
-    Load,
-    /// The hot-key thundering herd, with and without leases.
-    Herd,
-    /// Get latency over TCP and over UDP at the same load (servers get `-U` on the same
-    /// port number).
-    Udp,
-    /// Warm restart: fill a memfleet server that keeps its memory in a file, read every
-    /// key, stop it with SIGUSR1, start it again, read every key again.
-    Restart,
-    /// A server of four killed behind a router, without and with a gutter pool: database
-    /// load and client-visible failures per second, the gutter's hit rate.
-    Gutter,
-    /// The client library straight to a server over TCP, over UDP, and through the router:
-    /// latency and CPU per get of each part.
-    Client,
-    /// Commit-to-deleted latency of the invalidator, from a scratch PostgreSQL to two
-    /// clusters.
-    Invalidation,
-    /// Trace replay at each --memory-sizes against fresh servers, look-aside: miss ratio per
-    /// server and size (the sizing curve) and over the trace.
-    Replay,
-    /// Facebook §4.3's cold cluster warm-up: an empty cluster behind a router's warmup
-    /// route, with and without it: its hit rate and the database's queries per second
-    /// (Zipf 1.0 keys unless --zipf; database latency --herd-db-latency).
-    Warmup,
-    /// Segcache §3.5's proactive expiration: bytes each --spawn/--target server holds in
-    /// expired items per second while short- and long-TTL items are written.
-    Expiry,
-}
-
-/// Parses `10s`, `250ms`, `1.5s`, `2m` or a plain number of seconds (the grammar of
-/// [`memfleet_sim::duration`], which also takes `min`, `h` and `d`).
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    memfleet_sim::duration::parse_seconds(s)
-        .ok()
-        .and_then(|secs| Duration::try_from_secs_f64(secs).ok())
-        .ok_or_else(|| format!("bad duration {s:?} (like 10s, 500ms, 1m)"))
-}
-
-pub(crate) enum Target {
-    Spawn(SpawnSpec),
-    External(ExternalTarget),
-}
-
-impl Target {
-    pub(crate) fn name(&self) -> &str {
-        match self {
-            Target::Spawn(s) => s.name(),
-            Target::External(t) => &t.name,
-        }
-    }
-}
 
 /// Runs the benchmark, prints the per-run lines and the table, and returns the table's
 /// rows (medians over repeats) without judging them. [`run`] is this plus the verdict.
@@ -448,7 +176,7 @@ pub fn bench(args: &LoadArgs) -> Result<Vec<Row>> {
     );
     println!("command: {command}");
     if let Some(dir) = &args.out {
-        let results = report::LoadResults::new(report::RunSettings::new(args, &spec), &rows);
+        let results = report::LoadResults::new(run_settings(args, &spec), &rows);
         let path = memfleet_results::write_json(dir, "load", "load", &results)?;
         println!("results: {}", path.display());
         let figure = dir.join("load-latency-cdf.png");
@@ -456,6 +184,20 @@ pub fn bench(args: &LoadArgs) -> Result<Vec<Row>> {
         println!("figure: {}", figure.display());
     }
     Ok(rows)
+}
+
+/// What `--out` records of a load run: its flags and its resolved workload `spec`.
+fn run_settings(args: &LoadArgs, spec: &WorkloadSpec) -> report::RunSettings {
+    report::RunSettings {
+        conns: args.conns,
+        pipeline: args.pipeline.clone(),
+        rate: args.rate,
+        warmup_s: args.warmup.as_secs_f64(),
+        duration_s: args.duration.as_secs_f64(),
+        repeat: args.repeat,
+        seed: args.seed,
+        ..report::RunSettings::of_workload(spec)
+    }
 }
 
 /// One CDF line per table row (target at a pipeline depth), for the figure beside load.json.
@@ -523,15 +265,6 @@ fn say(progress: Option<&indicatif::ProgressBar>, line: impl std::fmt::Display) 
 /// Runs the benchmark and fails (after printing everything) if any reply was wrong or any
 /// connection failed.
 pub fn run(args: &LoadArgs) -> Result<()> {
-    if let Some(port) = args.floor_server {
-        let value_size = args.fixed_value_size("the floor server")?;
-        return floor::serve(port, value_size)
-            .with_context(|| format!("floor server on 127.0.0.1:{port}"));
-    }
-    if let (Some(port), Some(backend)) = (args.floor_proxy, args.floor_backend) {
-        return floor_proxy::serve(port, backend)
-            .with_context(|| format!("floor proxy on 127.0.0.1:{port} to {backend}"));
-    }
     match args.scenario {
         Scenario::Herd => return herd::bench(args),
         Scenario::Udp => return udp::bench(args),
@@ -550,90 +283,6 @@ pub fn run(args: &LoadArgs) -> Result<()> {
         bail!("{errors} error(s): wrong replies or failed connections (details above)");
     }
     Ok(())
-}
-
-impl LoadArgs {
-    /// `--value-size` of a scenario that takes one fixed size (`what` names it).
-    pub fn fixed_value_size(&self, what: &str) -> Result<usize> {
-        self.value_size.fixed(what).map_err(anyhow::Error::msg)
-    }
-
-    /// The workload of a scenario that only reads: gets of `--keys` keys with `popularity`
-    /// (uniform when `None`) and one fixed `--value-size` (`scenario` names the scenario in
-    /// the error when a size distribution was given).
-    pub fn gets_workload(&self, scenario: &str, popularity: Option<f64>) -> Result<Workload> {
-        Workload::new(self.keys, 1.0, self.fixed_value_size(scenario)?, popularity)
-            .map_err(anyhow::Error::msg)
-    }
-
-    /// The requests of the load scenario: `--workload`, or the mix, sizes, TTLs and
-    /// protocol given one by one.
-    pub fn workload_spec(&self) -> Result<WorkloadSpec, String> {
-        let (mix, key_sizes, value_sizes) = match self.workload {
-            Some(WorkloadPreset::Etc) => (
-                Mix::new(30.0 / 31.0, 1.0 / 31.0, 0.0)?,
-                Some(SizeDistribution::etc_keys()),
-                SizeDistribution::etc_values(),
-            ),
-            None => (
-                match self.mix {
-                    Some(mix) => mix,
-                    None => Mix::from_ratios(self.get_ratio, self.delete_ratio)?,
-                },
-                self.key_size.as_ref().map(|k| k.0.clone()),
-                self.value_size.0.clone(),
-            ),
-        };
-        Ok(WorkloadSpec {
-            keys: self.keys,
-            mix,
-            zipf: self.zipf,
-            key_sizes,
-            value_sizes,
-            ttl: self.ttl.clone(),
-            protocol: self.protocol,
-        })
-    }
-
-    /// The targets in report order: spawned servers first, then `--target` ones.
-    pub(crate) fn targets(&self) -> Vec<Target> {
-        self.spawn
-            .iter()
-            .cloned()
-            .map(Target::Spawn)
-            .chain(self.target.iter().cloned().map(Target::External))
-            .collect()
-    }
-
-    /// How spawned servers are started (`udp`: also serve UDP on the TCP port number).
-    pub(crate) fn server_settings(&self, udp: bool) -> ServerSettings {
-        ServerSettings {
-            memcached_bin: self.memcached_bin.clone(),
-            memfleet_bin: self.memfleet_bin.clone(),
-            threads: self.server_threads,
-            memory_mib: self.server_memory,
-            // Only the floor server reads it, and `bench` refuses floor with a distribution.
-            value_size: self.value_size.0.fixed().unwrap_or_default(),
-            udp,
-        }
-    }
-
-    /// CPUs for the load generator and the spawned servers, unless `--no-pin` or a CPU is
-    /// not online (said on stdout).
-    pub(crate) fn pins(&self) -> (Option<usize>, Option<usize>) {
-        let cpus = cpu::online_cpus();
-        if self.no_pin {
-            (None, None)
-        } else if self.client_cpu < cpus && self.server_cpu < cpus {
-            (Some(self.client_cpu), Some(self.server_cpu))
-        } else {
-            println!(
-                "note: not pinning (CPU {} or {} is not online)",
-                self.client_cpu, self.server_cpu
-            );
-            (None, None)
-        }
-    }
 }
 
 /// The load generator's single-threaded runtime.
@@ -751,22 +400,4 @@ async fn run_target(
     // Dropping `spawned` stops the server before the next target starts.
     drop(spawned);
     Ok(rows)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn durations() {
-        assert_eq!(parse_duration("10s"), Ok(Duration::from_secs(10)));
-        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
-        assert_eq!(parse_duration("1.5"), Ok(Duration::from_millis(1500)));
-        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
-        assert!(parse_duration("soon").is_err());
-        assert!(parse_duration("-1s").is_err());
-        assert_eq!(parse_duration("1h"), Ok(Duration::from_secs(3600)));
-        assert_eq!(parse_duration("5min"), Ok(Duration::from_secs(300)));
-        assert!(parse_duration("1e30d").is_err());
-    }
 }

@@ -1,4 +1,4 @@
-//! The connections of `memfleet bench --scenario replay`: they replay a stream of trace
+//! The connections of `memfleet bench --scenario replay` (`memfleet_bench::load::replay`): they replay a stream of trace
 //! requests against one live server with look-aside semantics and count what happened into a
 //! [`Report`], overall and per window of trace time, exactly as `memfleet sim`'s in-process
 //! replay does (same [`Report`], same rules), so a live miss ratio and a simulated one mean
@@ -24,7 +24,7 @@
 //! the hot key's connection, and the replay runs at a fraction of the server's speed.)
 //!
 //! Pacing and TTLs: see [`Pacing`]. Not here: starting servers, tables and files
-//! (`replay`).
+//! (the bench's `replay` scenario).
 
 use std::cell::RefCell;
 use std::net::SocketAddr;

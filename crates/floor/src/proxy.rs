@@ -1,5 +1,5 @@
-//! The "floor" proxy (`memfleet bench --floor-proxy PORT --floor-backend ADDR`): the least a
-//! memcached proxy can do for the bench's requests, to bound what any proxy can cost on
+//! The "floor" proxy (`memfleet floor --port PORT --backend ADDR`): the least a memcached
+//! proxy can do for the bench's requests, to bound what any proxy can cost on
 //! this machine. It routes nothing (one backend), parses nothing beyond finding where a
 //! request and a reply end, and keeps no statistics; what it spends is the socket I/O.
 //!
@@ -21,7 +21,7 @@ use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd, OwnedFd, RawFd};
 
 use memfleet_protocol::reply::{frame, Frame, ReplyKind};
 
-use super::floor::{set_nodelay, Epoll};
+use crate::epoll::{set_nodelay, Epoll};
 
 /// Events taken from the kernel per `epoll_wait`.
 const EVENTS: usize = 256;

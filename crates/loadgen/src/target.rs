@@ -1,19 +1,12 @@
 //! The servers under test: external ones (`--target NAME=ADDR[,pid=PID]`) and
 //! ones this process starts itself (`--spawn memcached|memfleet|floor|NAME=COMMAND`),
-//! on a free loopback port, optionally pinned with `taskset`, waited for until
-//! they accept connections, and stopped (SIGTERM, then SIGKILL) when dropped.
-//! Not here: the load itself (`client`).
+//! on a free loopback port: their command lines. Starting them, waiting until they accept
+//! connections and stopping them is `memfleet_testkit::Spawned`'s. Not here: the load
+//! itself (`client`).
 
-use std::fs::File;
-use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::net::{SocketAddr, ToSocketAddrs};
 
-use anyhow::{bail, Context, Result};
-
-/// How long a spawned server may take to accept connections.
-const START_TIMEOUT: Duration = Duration::from_secs(10);
+use anyhow::{Context, Result};
 
 /// A server given on the command line with `--target`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -64,7 +57,7 @@ pub enum SpawnSpec {
     Memcached,
     /// `memfleet server`.
     Memfleet,
-    /// `memfleet bench --floor-server`: the do-nothing server of [`super::floor`].
+    /// `memfleet floor`: the do-nothing server of the `memfleet-floor` crate.
     Floor,
     /// Any command.
     Custom {
@@ -177,8 +170,8 @@ impl SpawnSpec {
             // from the same build.
             SpawnSpec::Floor => [
                 s.memfleet_bin.as_str(),
-                "bench",
-                "--floor-server",
+                "floor",
+                "--port",
                 &p,
                 "--value-size",
                 &s.value_size.to_string(),
@@ -202,191 +195,7 @@ impl SpawnSpec {
 
 /// A port on 127.0.0.1 that was free a moment ago.
 pub fn free_port() -> Result<u16> {
-    let l = TcpListener::bind("127.0.0.1:0").context("finding a free port")?;
-    Ok(l.local_addr()?.port())
-}
-
-/// A server process this run started; stopped on drop.
-pub struct Spawned {
-    child: Child,
-    /// Where it listens.
-    pub addr: SocketAddr,
-    /// The full command line it was started with (taskset included).
-    pub command: Vec<String>,
-    stderr_path: PathBuf,
-}
-
-impl Spawned {
-    /// Starts `argv` (under `taskset -c CPU` when `cpu` is given) and waits until `addr`
-    /// accepts connections.
-    pub fn start(argv: &[String], addr: SocketAddr, cpu: Option<usize>) -> Result<Spawned> {
-        let mut command = Vec::new();
-        if let Some(cpu) = cpu {
-            command.extend(["taskset".to_string(), "-c".into(), cpu.to_string()]);
-        }
-        command.extend(argv.iter().cloned());
-        let stderr_path = std::env::temp_dir().join(format!(
-            "memfleet-bench-{}-{}.stderr",
-            std::process::id(),
-            addr.port()
-        ));
-        let stderr = File::create(&stderr_path)
-            .with_context(|| format!("creating {}", stderr_path.display()))?;
-        let child = Command::new(&command[0])
-            .args(&command[1..])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(stderr)
-            .spawn()
-            .with_context(|| format!("starting {}", command[0]))?;
-        let mut server = Spawned {
-            child,
-            addr,
-            command,
-            stderr_path,
-        };
-        server.wait_ready()?;
-        Ok(server)
-    }
-
-    /// The server's PID: taskset execs the server, so it is the child's.
-    pub fn pid(&self) -> u32 {
-        self.child.id()
-    }
-
-    /// Sends `signal` (SIGSTOP, SIGCONT, ...) without waiting for anything.
-    pub fn signal(&self, signal: i32) {
-        // SAFETY: kill only sends a signal to our own child, which has not been reaped
-        // (it is still ours to wait for), so the PID cannot have been reused.
-        unsafe { libc::kill(self.child.id() as libc::pid_t, signal) };
-    }
-
-    /// Sends `signal` and waits (up to a minute) for the process to exit successfully;
-    /// returns how long that took.
-    pub fn stop_with(&mut self, signal: i32) -> Result<Duration> {
-        let started = Instant::now();
-        // SAFETY: kill only sends a signal to our own child, which has not been reaped
-        // (it is still ours to wait for), so the PID cannot have been reused.
-        unsafe { libc::kill(self.child.id() as libc::pid_t, signal) };
-        loop {
-            if let Some(status) = self.child.try_wait()? {
-                if !status.success() {
-                    bail!(
-                        "the server exited with {status}: {}",
-                        self.stderr_text().trim()
-                    );
-                }
-                return Ok(started.elapsed());
-            }
-            if started.elapsed() > Duration::from_secs(60) {
-                bail!("the server did not stop within a minute of signal {signal}");
-            }
-            std::thread::sleep(Duration::from_millis(2));
-        }
-    }
-
-    /// What the server wrote to stderr so far.
-    pub fn stderr_text(&self) -> String {
-        std::fs::read_to_string(&self.stderr_path).unwrap_or_default()
-    }
-
-    fn wait_ready(&mut self) -> Result<()> {
-        let start = Instant::now();
-        loop {
-            if let Some(status) = self.child.try_wait()? {
-                bail!(
-                    "{} exited at start ({status}): {}",
-                    memfleet_results::provenance::shell_line(&self.command),
-                    self.stderr_text().trim()
-                );
-            }
-            if TcpStream::connect_timeout(&self.addr, Duration::from_millis(200)).is_ok() {
-                return Ok(());
-            }
-            if start.elapsed() > START_TIMEOUT {
-                bail!(
-                    "{} did not accept connections on {} within {START_TIMEOUT:?}",
-                    memfleet_results::provenance::shell_line(&self.command),
-                    self.addr
-                );
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-
-    /// Whether the server is still running.
-    pub fn check_alive(&mut self) -> Result<()> {
-        if let Some(status) = self.child.try_wait()? {
-            bail!(
-                "the server {} died ({status}): {}",
-                memfleet_results::provenance::shell_line(&self.command),
-                self.stderr_text().trim()
-            );
-        }
-        Ok(())
-    }
-}
-
-impl Drop for Spawned {
-    fn drop(&mut self) {
-        if let Ok(None) = self.child.try_wait() {
-            // SIGTERM first so a server can exit cleanly (and flush what it prints).
-            let pid = self.child.id() as libc::pid_t;
-            // SAFETY: kill only sends a signal to our own child, which has not been reaped
-            // (try_wait said it is running), so the PID cannot have been reused.
-            unsafe { libc::kill(pid, libc::SIGTERM) };
-            let start = Instant::now();
-            while start.elapsed() < Duration::from_secs(3) {
-                if let Ok(Some(_)) = self.child.try_wait() {
-                    break;
-                }
-                std::thread::sleep(Duration::from_millis(10));
-            }
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-        let _ = std::fs::remove_file(&self.stderr_path);
-    }
-}
-
-/// A `memfleet router -t 1` started for a scenario, with its configuration in a temporary
-/// file that goes away with it.
-pub struct Router {
-    /// The process (stopped when dropped).
-    pub spawned: Spawned,
-    config: PathBuf,
-}
-
-impl Router {
-    /// Writes `config` (which must make the router listen on `addr`) and starts `bin router`
-    /// on it, pinned to `cpu` if given; returns once `addr` accepts connections.
-    pub fn start(bin: &str, config: &str, addr: SocketAddr, cpu: Option<usize>) -> Result<Router> {
-        let path = std::env::temp_dir().join(format!(
-            "memfleet-bench-router-{}-{}.toml",
-            std::process::id(),
-            addr.port()
-        ));
-        std::fs::write(&path, config).with_context(|| format!("writing {}", path.display()))?;
-        let argv: Vec<String> = [bin, "router", "-t", "1", "--config"]
-            .map(String::from)
-            .into_iter()
-            .chain([path.display().to_string()])
-            .collect();
-        let spawned = Spawned::start(&argv, addr, cpu);
-        if spawned.is_err() {
-            let _ = std::fs::remove_file(&path);
-        }
-        Ok(Router {
-            spawned: spawned?,
-            config: path,
-        })
-    }
-}
-
-impl Drop for Router {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.config);
-    }
+    memfleet_testkit::try_free_port().context("finding a free port")
 }
 
 #[cfg(test)]
@@ -431,7 +240,7 @@ mod tests {
         );
         assert_eq!(
             parse_spawn("floor").unwrap().argv(7, &s).join(" "),
-            "target/release/memfleet bench --floor-server 7 --value-size 100"
+            "target/release/memfleet floor --port 7 --value-size 100"
         );
         assert_eq!(parse_spawn("floor").unwrap().name(), "floor");
         let c = parse_spawn("old=/opt/mc -p {port} -t 2").unwrap();

@@ -1,4 +1,4 @@
-//! The floor server (`memfleet bench --spawn floor`) through real sockets: the
+//! The floor server (`memfleet floor`, `memfleet bench --spawn floor`) through real sockets: the
 //! bench's own reply verification passes against it with zero errors, and its
 //! replies are byte-exact for pipelined batches, requests split across reads,
 //! big data blocks and a client that does not read its replies for a while.
@@ -8,7 +8,8 @@ use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::time::Duration;
 
 use clap::Parser;
-use memfleet_bench::load::{self, floor, workload::Workload, LoadArgs};
+use memfleet_bench::load::{self, workload::Workload, LoadArgs};
+use memfleet_floor::server as floor;
 
 #[derive(Parser)]
 struct Cli {

@@ -358,12 +358,13 @@ impl From<Mix> for MixShares {
 }
 
 impl RunSettings {
-    /// The settings of `args` with its resolved workload `spec`.
-    pub fn new(args: &super::LoadArgs, spec: &WorkloadSpec) -> RunSettings {
+    /// The workload half of the settings, from the resolved `spec`; the run half (`conns`
+    /// to `seed`) is left empty for the caller to fill from its flags.
+    pub fn of_workload(spec: &WorkloadSpec) -> RunSettings {
         RunSettings {
-            conns: args.conns,
-            pipeline: args.pipeline.clone(),
-            rate: args.rate,
+            conns: 0,
+            pipeline: Vec::new(),
+            rate: None,
             keys: spec.keys,
             zipf: spec.zipf,
             mix: spec.mix.into(),
@@ -374,10 +375,10 @@ impl RunSettings {
             value_size: spec.value_sizes.to_string(),
             ttl: spec.ttl.classes().to_vec(),
             protocol: protocol_name(spec.protocol).into(),
-            warmup_s: args.warmup.as_secs_f64(),
-            duration_s: args.duration.as_secs_f64(),
-            repeat: args.repeat,
-            seed: args.seed,
+            warmup_s: 0.0,
+            duration_s: 0.0,
+            repeat: 0,
+            seed: 0,
         }
     }
 }
@@ -490,8 +491,8 @@ pub fn ttl_text(ttl: &TtlMix) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::load::client::Measured;
-    use crate::load::conn::Stats;
+    use crate::client::Measured;
+    use crate::conn::Stats;
     use std::time::Duration;
 
     fn row(target: &str, depth: usize, ops: f64, cpu: Option<f64>) -> Row {

@@ -379,7 +379,7 @@ mod tests {
 
     #[test]
     fn deletes_and_meta_replies() {
-        use crate::load::workload::{Mix, WorkloadSpec};
+        use crate::workload::{Mix, WorkloadSpec};
         use memfleet_sim::workload::TtlMix;
         let text = w();
         for (reply, want) in [

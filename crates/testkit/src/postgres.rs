@@ -1,4 +1,4 @@
-//! A scratch PostgreSQL for tests and benchmarks: `initdb` into a temporary directory,
+//! A scratch PostgreSQL for tests and experiments: `initdb` into a temporary directory,
 //! `wal_level = logical`, a free port on 127.0.0.1, no fsync, stopped (immediately) and
 //! deleted when dropped. PostgreSQL refuses to run as root, so as root it runs as `nobody`
 //! (through `su`). Not for production data.

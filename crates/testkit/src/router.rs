@@ -1,0 +1,50 @@
+//! A `memfleet router -t 1` on a configuration file of its own (written to the temporary
+//! directory, removed with the router). Not here: what the configuration says
+//! (`router_config`).
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use anyhow::{Context, Result};
+
+use crate::process::Spawned;
+
+/// A `memfleet router -t 1` started for a test or an experiment, with its configuration in
+/// a temporary file that goes away with it.
+pub struct Router {
+    /// The process (stopped when dropped).
+    pub spawned: Spawned,
+    config: PathBuf,
+}
+
+impl Router {
+    /// Writes `config` (which must make the router listen on `addr`) and starts `bin router`
+    /// on it, pinned to `cpu` if given; returns once `addr` accepts connections.
+    pub fn start(bin: &str, config: &str, addr: SocketAddr, cpu: Option<usize>) -> Result<Router> {
+        let path = std::env::temp_dir().join(format!(
+            "memfleet-bench-router-{}-{}.toml",
+            std::process::id(),
+            addr.port()
+        ));
+        std::fs::write(&path, config).with_context(|| format!("writing {}", path.display()))?;
+        let argv: Vec<String> = [bin, "router", "-t", "1", "--config"]
+            .map(String::from)
+            .into_iter()
+            .chain([path.display().to_string()])
+            .collect();
+        let spawned = Spawned::start(&argv, addr, cpu);
+        if spawned.is_err() {
+            let _ = std::fs::remove_file(&path);
+        }
+        Ok(Router {
+            spawned: spawned?,
+            config: path,
+        })
+    }
+}
+
+impl Drop for Router {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.config);
+    }
+}
