@@ -7,6 +7,9 @@
 
 mod binary;
 mod meta;
+mod pins;
+
+pub use pins::ReadPins;
 
 use crate::admin_stats::StatsReport;
 use crate::stats::WorkerCounters;
@@ -49,6 +52,8 @@ pub struct Executor<'w> {
     pub shared: &'w Shared,
     /// Serve reads without side effects: no lease tokens, placeholders or touches (UDP).
     pub read_only: bool,
+    /// The items this batch's replies hold (how `incr` and `decr` write back).
+    pub pins: ReadPins,
 }
 
 impl Executor<'_> {
@@ -61,6 +66,7 @@ impl Executor<'_> {
         start: usize,
         budget: usize,
     ) -> Next {
+        self.pins.next_request();
         match req {
             Request::Get(get) => return self.get(get, out, start, budget),
             Request::Store(s) => {
@@ -146,7 +152,11 @@ impl Executor<'_> {
             Request::MetaSet(m) => self.meta_set(m, out),
             Request::MetaDelete(m) => self.meta_delete(m, out),
             Request::MetaArithmetic(m) => self.meta_arith(m, out),
-            Request::MetaNoop => response::meta_noop(out),
+            Request::MetaNoop => {
+                // memcached sends the replies so far at `mn`.
+                self.pins.release();
+                response::meta_noop(out);
+            }
             Request::MetaDebug { key } => self.meta_debug(key, out),
             Request::Other { command, .. } => match *command {
                 b"shutdown" => out.extend_from_slice(b"SERVER_ERROR: shutdown not enabled\r\n"),
@@ -171,10 +181,15 @@ impl Executor<'_> {
                 self.lease_get(key, out);
                 continue;
             }
+            let mut held = None;
             self.fetch(key, touch, |item, _| {
                 let cas = with_cas.then(|| item.cas());
                 response::value(out, key, item.flags(), item.value(), cas);
+                held = Some(item.cas());
             });
+            if let Some(cas) = held {
+                self.pins.hold(key, cas);
+            }
         }
         response::end(out);
         Next::Continue
@@ -348,9 +363,14 @@ impl Executor<'_> {
     }
 
     fn arith(&mut self, op: ArithOp, key: &[u8], delta: u64) -> Result<Option<u64>, DeltaError> {
-        let result = match op {
-            ArithOp::Incr => self.handle.incr(key, delta),
-            ArithOp::Decr => self.handle.decr(key, delta),
+        let result = if self.pins.holds(self.handle, key) {
+            // A reply of this batch holds the item: memcached writes a new one (`pins.rs`).
+            self.handle.delta_new_item(key, delta, op == ArithOp::Incr)
+        } else {
+            match op {
+                ArithOp::Incr => self.handle.incr(key, delta),
+                ArithOp::Decr => self.handle.decr(key, delta),
+            }
         };
         let c = self.counters;
         let hit = matches!(result, Ok(Some(_)));

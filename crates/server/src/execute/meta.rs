@@ -33,10 +33,12 @@ impl Executor<'_> {
         };
         let c = self.counters;
         let now = self.handle.now();
+        let mut held = None;
         let found = self.handle.lease_read(&key, ask, |found| {
             let LeaseOutcome::Found { item, won } = found else {
                 return false;
             };
+            held = Some(item.cas());
             if won {
                 c.lease_grants.incr();
             }
@@ -78,6 +80,10 @@ impl Executor<'_> {
                 return;
             }
         };
+        if let Some(cas) = held {
+            // Until this reply is sent, memcached holds the item (see `pins.rs`).
+            self.pins.hold(&key, cas);
+        }
         if touch == Some(Expiry::Expired) && found {
             self.handle.delete(&key);
         }
