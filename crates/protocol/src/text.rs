@@ -35,7 +35,8 @@ pub(crate) fn parse_line<'a>(buf: &'a [u8], line: &Line<'a>, cfg: &ParserConfig)
     }
     let n = t.n;
     let ok = |r: Request<'a>| Ok((r, consumed));
-    let unknown = || not_found(line, &t);
+    // Not a command `process_request` names: maybe one memcached finds by its first token.
+    let unknown = || admin(line, &t).unwrap_or_else(|| not_found(line, &t));
     let other = || {
         ok(Request::Other {
             command: cmd,
@@ -68,7 +69,7 @@ pub(crate) fn parse_line<'a>(buf: &'a [u8], line: &Line<'a>, cfg: &ParserConfig)
             b"stats" => ok(Request::Stats {
                 args: Tokens::new(after_tokens(line.text, 1)),
             }),
-            _ => admin(line, &t).unwrap_or_else(unknown),
+            _ => unknown(),
         },
         b'a' => match cmd {
             b"add" => store(buf, line, &t, StoreCommand::Add, cfg),
@@ -77,7 +78,7 @@ pub(crate) fn parse_line<'a>(buf: &'a [u8], line: &Line<'a>, cfg: &ParserConfig)
         },
         b'c' => match cmd {
             b"cas" => store(buf, line, &t, StoreCommand::Cas, cfg),
-            _ => admin(line, &t).unwrap_or_else(unknown),
+            _ => unknown(),
         },
         b'i' if cmd == b"incr" => arith(line, &t, ArithOp::Incr),
         b'd' => match cmd {
@@ -96,7 +97,7 @@ pub(crate) fn parse_line<'a>(buf: &'a [u8], line: &Line<'a>, cfg: &ParserConfig)
             b"lease-get" if n >= 2 => get(line, &t, GetKind::LeaseGet),
             b"lease-set" => store(buf, line, &t, StoreCommand::LeaseSet, cfg),
             // `bget` is gone from memcached 1.6.45 (1.6.18 took it for `get`).
-            _ => admin(line, &t).unwrap_or_else(unknown),
+            _ => unknown(),
         },
     }
 }
@@ -116,7 +117,9 @@ fn admin<'a>(line: &Line<'a>, t: &Tokenized<'a>) -> Option<Parsed<'a>> {
     ));
     let error = Err(reject(ErrorKind::UnknownCommand, consumed, false));
     Some(match cmd {
-        b"shutdown" | b"slabs" | b"lru_crawler" | b"refresh_certs" => other,
+        // `debugtime` is in memcached's debug build only; a server answers `ERROR` unless it
+        // offers it (memfleet: `--debug-time`).
+        b"shutdown" | b"slabs" | b"lru_crawler" | b"refresh_certs" | b"debugtime" => other,
         b"cache_memlimit" if t.n == 2 || t.n == 3 => other,
         b"lru" | b"extstore" if t.n >= 2 => other,
         b"cache_memlimit" | b"lru" | b"extstore" => error,

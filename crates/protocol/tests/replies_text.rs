@@ -49,6 +49,8 @@ fn cases() -> Vec<Case> {
         c("  mn\r\n", ERR),
         c("  flush_all\r\n", "OK\r\n"),
         c("  verbosity 1\r\n", "OK\r\n"),
+        // memcached's debug build only (memfleet: --debug-time).
+        c("debugtime 3\r\n", ERR),
         // Under four bytes with the line ending is a format error.
         c("ab\n", BCLF),
         c("mn\n", BCLF),

@@ -158,8 +158,12 @@ impl Executor<'_> {
                 response::meta_noop(out);
             }
             Request::MetaDebug { key } => self.meta_debug(key, out),
-            Request::Other { command, .. } => match *command {
+            Request::Other { command, args } => match *command {
                 b"shutdown" => out.extend_from_slice(b"SERVER_ERROR: shutdown not enabled\r\n"),
+                b"debugtime" => out.extend_from_slice(match &self.shared.debug_clock {
+                    Some(clock) => clock.command({ *args }.next()),
+                    None => b"ERROR\r\n",
+                }),
                 _ => response::status(out, Status::Error),
             },
         }
@@ -206,7 +210,7 @@ impl Executor<'_> {
     ) -> bool {
         let c = self.counters;
         let now = self.handle.now();
-        let found = match touch {
+        let found = match touch.map(|e| self.already_past(e)) {
             None => self.handle.get(key).map(|item| f(&item, now)).is_some(),
             Some(Expiry::Expired) => {
                 let found = self.handle.get(key).map(|item| f(&item, now)).is_some();
@@ -226,6 +230,15 @@ impl Executor<'_> {
         };
         count_lookup(c, touch.is_some(), found);
         found
+    }
+
+    /// An absolute expiry at or before now is as expired as a negative one: memcached's
+    /// `gat` and `mg T` then return the item one last time too.
+    fn already_past(&self, expiry: Expiry) -> Expiry {
+        match expiry {
+            Expiry::AtUnix(t) if t <= self.shared.cache.clock().unix_now() => Expiry::Expired,
+            e => e,
+        }
     }
 
     /// One key of mcrouter's `lease-get`: `VALUE` for a value; otherwise an `LVALUE` line

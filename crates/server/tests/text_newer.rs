@@ -141,3 +141,25 @@ fn command_lines_are_read_as_memcached_1_6_45_reads_them() {
     c.send("sx / HTTP/1.1\r\n");
     assert!(c.is_closed());
 }
+
+#[test]
+fn debugtime_moves_the_clock_only_with_debug_time() {
+    let plain = TestServer::start();
+    plain.connect().check("debugtime 3\r\n", "ERROR\r\n");
+    let s = TestServer::with(|s| s.debug_time = true);
+    let mut c = s.connect();
+    c.check(
+        "set k 0 3 1\r\nx\r\nset j 0 100 1\r\ny\r\n",
+        "STORED\r\nSTORED\r\n",
+    );
+    c.check("get k\r\n", "VALUE k 0 1\r\nx\r\nEND\r\n");
+    c.check("debugtime 3\r\n", "OK\r\n");
+    c.check("get k j\r\n", "VALUE j 0 1\r\ny\r\nEND\r\n");
+    // Stopped, the clock still moves when told to.
+    c.check("debugtime p\r\n", "OK\r\n");
+    c.check("debugtime 100\r\n", "OK\r\n");
+    c.check("get j\r\n", "END\r\n");
+    c.check("debugtime r\r\n", "OK\r\n");
+    c.check("debugtime\r\n", "ERROR\r\n");
+    c.check("debugtime soon\r\n", "ERROR\r\n");
+}

@@ -14,7 +14,10 @@ impl Executor<'_> {
     pub(super) fn meta_get(&mut self, m: &Meta<'_>, out: &mut Vec<u8>) {
         self.counters.cmd_meta.incr();
         let key = m.key.bytes();
-        let touch = m.flags.ttl().map(Expiry::from_memcached);
+        let touch = m
+            .flags
+            .ttl()
+            .map(|t| self.already_past(Expiry::from_memcached(t)));
         if let Some(expiry) = touch.filter(|e| *e != Expiry::Expired) {
             // Like gat: a new expiry first (a placeholder or stale value keeps its own).
             let _ = self.handle.touch(&key, expiry);
