@@ -30,13 +30,13 @@ pub(crate) fn parse_line<'a>(buf: &'a [u8], line: &Line<'a>, cfg: &ParserConfig)
         return Err(reject(ErrorKind::BadCommandLineFormat, consumed, false));
     }
     let cmd = t.get(0);
+    // Not a command `process_request` names: maybe one memcached finds by its first token.
+    let unknown = || admin(line, &t).unwrap_or_else(|| not_found(line, &t));
     if line.text.first() == Some(&b' ') || cmd.len() < 2 {
-        return admin(line, &t).unwrap_or_else(|| not_found(line, &t));
+        return unknown();
     }
     let n = t.n;
     let ok = |r: Request<'a>| Ok((r, consumed));
-    // Not a command `process_request` names: maybe one memcached finds by its first token.
-    let unknown = || admin(line, &t).unwrap_or_else(|| not_found(line, &t));
     let other = || {
         ok(Request::Other {
             command: cmd,

@@ -54,13 +54,6 @@ pub struct ParseState {
     in_block: bool,
 }
 
-impl ParseState {
-    /// Whether the replies of the batch just run wait for the rest of a data block.
-    pub fn holds_replies(&self) -> bool {
-        self.in_block
-    }
-}
-
 /// What a batch of processing ended with.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Flow {
@@ -493,7 +486,7 @@ async fn serve_stream<T: Transport>(ctx: &Rc<WorkerContext>, stream: &mut T) -> 
             pending_in.shrink_to(pending_in.len().max(KEEP_CAPACITY));
         }
 
-        if flow == Flow::NeedInput && state.holds_replies() {
+        if flow == Flow::NeedInput && state.in_block {
             // memcached sends nothing while it reads a value into its item.
             held_out.extend_from_slice(&ctx.write_buf.borrow());
         } else {
