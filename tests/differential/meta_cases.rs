@@ -1,7 +1,7 @@
 //! Meta protocol cases: parsing and errors (after `crates/protocol/tests/replies_meta.rs`),
 //! then semantics of mg, ms, md, ma, mn and me on stored items.
 
-use crate::harness::{cat, text, Case, Group};
+use crate::harness::{cat, text, text_at_send, Case, Group};
 
 fn errors() -> Vec<Case> {
     let k250 = vec![b'k'; 250];
@@ -383,6 +383,21 @@ fn semantics() -> Vec<Case> {
             "ms a 1 T0 F1\r\n1\r\nms b 2 q\r\n22\r\nmg a v f k\r\nma a v\r\nmd b q\r\nmg b v\r\n\
              ma c N0 J100 v\r\nmg c v s\r\nmn\r\nms a 1 MA\r\n9\r\nmg a v\r\nget a c\r\n",
         )],
+    );
+    g.named(
+        "an absolute time already past: gat and mg T return the item one last time",
+        vec![text_at_send(|| {
+            let past = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_secs()
+                - 100;
+            format!(
+                "set a 0 0 1\r\nx\r\ngat {past} a\r\nget a\r\nset b 0 0 1\r\ny\r\n\
+                 mg b v T{past}\r\nmg b v\r\nset c 0 0 1\r\nz\r\ntouch c {past}\r\nget c\r\n"
+            )
+            .into_bytes()
+        })],
     );
     g.cases
 }

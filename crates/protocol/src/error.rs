@@ -50,14 +50,22 @@ impl Rejection {
 }
 
 /// Every rejection memcached 1.6 makes while reading a request. The reply strings are
-/// memcached 1.6.18's, byte for byte (including the two spaces in the `delete` usage line and
-/// the two different "options flags" messages).
+/// memcached's (1.6.45's where it differs from 1.6.18), byte for byte (including the two
+/// spaces in the `delete` usage line and the two different "options flags" messages).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum ErrorKind {
     /// Unknown command or wrong number of tokens: `ERROR`.
     UnknownCommand,
     /// `CLIENT_ERROR bad command line format`: key too long, bad number, bad length, ...
     BadCommandLineFormat,
+    /// A retrieval command (`get`, `gets`, `gat`, `gats`) with a key over 250 bytes:
+    /// `CLIENT_ERROR bad command line format` and an empty line. memcached 1.6.45 discards
+    /// the replies it has not sent yet and re-sends this error line through `out_string`,
+    /// which ends it a second time. (memfleet keeps the replies to earlier requests.)
+    GetKeyTooLong,
+    /// The same under `noreply` (`get` and `gets` only): the error line is suppressed but
+    /// memcached 1.6.45 still sends the empty line.
+    GetKeyTooLongNoreply,
     /// The data block was not followed by `\r\n`: `CLIENT_ERROR bad data chunk`.
     BadDataChunk,
     /// The value cannot fit in an item: `SERVER_ERROR object too large for cache`.
@@ -108,6 +116,8 @@ impl ErrorKind {
         match self {
             ErrorKind::UnknownCommand => b"ERROR\r\n",
             ErrorKind::BadCommandLineFormat => b"CLIENT_ERROR bad command line format\r\n",
+            ErrorKind::GetKeyTooLong => b"CLIENT_ERROR bad command line format\r\n\r\n",
+            ErrorKind::GetKeyTooLongNoreply => b"\r\n",
             ErrorKind::BadDataChunk => b"CLIENT_ERROR bad data chunk\r\n",
             ErrorKind::TooLarge => b"SERVER_ERROR object too large for cache\r\n",
             ErrorKind::InvalidExptime => b"CLIENT_ERROR invalid exptime argument\r\n",
@@ -143,6 +153,7 @@ impl fmt::Display for ErrorKind {
         match self {
             ErrorKind::LineTooLong => f.write_str("command line too long (connection closed)"),
             ErrorKind::Http => f.write_str("HTTP request (connection closed)"),
+            ErrorKind::GetKeyTooLongNoreply => f.write_str("key too long (noreply)"),
             k => f.write_str(String::from_utf8_lossy(k.reply()).trim_end()),
         }
     }

@@ -17,8 +17,8 @@
 //! - [`response`] appends replies (`VALUE`, `STORED`, meta `VA`/`HD`/`EN`, `STAT`, ...) to a
 //!   `Vec<u8>`; [`Request::encode`] writes a request back out (for the router and clients).
 //!
-//! Every error string and edge case was checked against memcached 1.6.18 (Debian's build);
-//! the tests name the exact bytes. The deliberate difference: this parser validates a whole
+//! Every error string and edge case was checked against memcached 1.6.18 (Debian's build)
+//! and, where the two differ, follows 1.6.45; the tests name the exact bytes. The deliberate difference: this parser validates a whole
 //! request before anything runs, where memcached sometimes notices a problem halfway (a bad
 //! key in the middle of a multi-get, an over-long opaque after an `ma` applied its delta).
 //! The reply is the same; only those half-done side effects are absent.

@@ -34,7 +34,7 @@ pub(crate) fn parse_meta<'a>(
         b'n' => return Ok((Request::MetaNoop, consumed)),
         b'e' => return debug(line, t),
         b'g' | b's' | b'd' | b'a' => {}
-        _ => return fail(ErrorKind::UnknownCommand),
+        _ => return crate::text::not_found(line, t),
     }
     if t.n < 2 {
         // memcached 1.6.45 (1.6.18 said `ERROR`).

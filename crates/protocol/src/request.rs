@@ -14,7 +14,7 @@ use core::ops::Deref;
 /// One parsed request. Borrowed slices point into the buffer given to [`crate::parse`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Request<'a> {
-    /// `get`/`gets`/`gat`/`gats`/`bget`: one or more keys (each at most 250 bytes, checked).
+    /// `get`/`gets`/`gat`/`gats`: one or more keys (each at most 250 bytes, checked).
     /// The reply is a `VALUE` block per hit and `END`.
     Get(Get<'a>),
     /// `set`/`add`/`replace`/`append`/`prepend`/`cas` with its data block.
@@ -105,7 +105,7 @@ pub enum Request<'a> {
 /// Which retrieval command.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum GetKind {
-    /// `get` (and the ancient alias `bget`).
+    /// `get`.
     Get,
     /// `gets`: also return CAS.
     Gets,

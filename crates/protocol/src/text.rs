@@ -16,21 +16,25 @@ use crate::{ParserConfig, MAX_KEY_LEN};
 type Parsed<'a> = Result<(Request<'a>, usize), ParseError>;
 
 /// Parses the request whose command line is `line` (at the start of `buf`).
+///
+/// memcached 1.6.45's `process_request` names the command by the bytes before the line's
+/// first space. A line starting with a space, or with a one-byte command, names none: only
+/// the administrative commands, which memcached looks up by their first token instead
+/// (`flush_all`, `verbosity`, ...), still run; anything else is unknown.
 pub(crate) fn parse_line<'a>(buf: &'a [u8], line: &Line<'a>, cfg: &ParserConfig) -> Parsed<'a> {
     let t = Tokenized::new(line.text);
     let consumed = line.consumed;
-    let unknown = || Err(reject(ErrorKind::UnknownCommand, consumed, false));
-    // memcached 1.6.45: a line shorter than two bytes (before the line ending, NULs
-    // included) is a format error; a longer one without a two-byte command is unknown.
-    if t.n == 0 || t.get(0).len() < 2 {
-        let raw_len = consumed
-            .saturating_sub(1 + usize::from(buf.get(consumed.wrapping_sub(2)) == Some(&b'\r')));
-        if raw_len < 2 {
-            return Err(reject(ErrorKind::BadCommandLineFormat, consumed, false));
-        }
-        return unknown();
+    // memcached 1.6.45: a line under four bytes, its `\n` included, is a format error (so
+    // `mn\n` is one, `mn\r\n` is not).
+    if consumed < 4 {
+        return Err(reject(ErrorKind::BadCommandLineFormat, consumed, false));
     }
     let cmd = t.get(0);
+    // Not a command `process_request` names: maybe one memcached finds by its first token.
+    let unknown = || admin(line, &t).unwrap_or_else(|| not_found(line, &t));
+    if line.text.first() == Some(&b' ') || cmd.len() < 2 {
+        return unknown();
+    }
     let n = t.n;
     let ok = |r: Request<'a>| Ok((r, consumed));
     let other = || {
@@ -48,28 +52,23 @@ pub(crate) fn parse_line<'a>(buf: &'a [u8], line: &Line<'a>, cfg: &ParserConfig)
             } else {
                 2
             };
+            let kind = match cmd {
+                b"get" => GetKind::Get,
+                b"gets" => GetKind::Gets,
+                b"gat" => GetKind::Gat,
+                b"gats" => GetKind::Gats,
+                _ => return unknown(),
+            };
             if n < min {
-                return match cmd {
-                    b"get" | b"gets" | b"gat" | b"gats" => {
-                        Err(reject(ErrorKind::BadCommandLineFormat, consumed, false))
-                    }
-                    _ => unknown(),
-                };
+                return Err(reject(ErrorKind::BadCommandLineFormat, consumed, false));
             }
-            match cmd {
-                b"get" => get(line, &t, GetKind::Get),
-                b"gets" => get(line, &t, GetKind::Gets),
-                b"gat" => get(line, &t, GetKind::Gat),
-                b"gats" => get(line, &t, GetKind::Gats),
-                _ => unknown(),
-            }
+            get(line, &t, kind)
         }
         b's' => match cmd {
             b"set" => store(buf, line, &t, StoreCommand::Set, cfg),
             b"stats" => ok(Request::Stats {
                 args: Tokens::new(after_tokens(line.text, 1)),
             }),
-            b"shutdown" | b"slabs" => other(),
             _ => unknown(),
         },
         b'a' => match cmd {
@@ -79,7 +78,6 @@ pub(crate) fn parse_line<'a>(buf: &'a [u8], line: &Line<'a>, cfg: &ParserConfig)
         },
         b'c' => match cmd {
             b"cas" => store(buf, line, &t, StoreCommand::Cas, cfg),
-            b"cache_memlimit" if n == 2 || n == 3 => other(),
             _ => unknown(),
         },
         b'i' if cmd == b"incr" => arith(line, &t, ArithOp::Incr),
@@ -93,22 +91,53 @@ pub(crate) fn parse_line<'a>(buf: &'a [u8], line: &Line<'a>, cfg: &ParserConfig)
         _ => match cmd {
             b"replace" => store(buf, line, &t, StoreCommand::Replace, cfg),
             b"prepend" => store(buf, line, &t, StoreCommand::Prepend, cfg),
-            b"bget" if n >= 2 => get(line, &t, GetKind::Get),
-            b"bget" => unknown(),
-            b"flush_all" => flush_all(line, &t),
             b"version" => ok(Request::Version),
             b"quit" => ok(Request::Quit),
-            b"verbosity" => verbosity(line, &t),
+            b"watch" => other(),
             b"lease-get" if n >= 2 => get(line, &t, GetKind::LeaseGet),
             b"lease-set" => store(buf, line, &t, StoreCommand::LeaseSet, cfg),
-            b"lru_crawler" | b"watch" | b"refresh_certs" => other(),
-            b"lru" | b"extstore" if n >= 2 => other(),
-            b"lru" | b"extstore" => unknown(),
-            // A stray HTTP request: memcached hangs up without a word.
-            _ if t.last().starts_with(b"HTTP/") => Err(reject(ErrorKind::Http, consumed, false)),
+            // `bget` is gone from memcached 1.6.45 (1.6.18 took it for `get`).
             _ => unknown(),
         },
     }
+}
+
+/// The administrative commands memcached 1.6.45 finds by their first token once
+/// `process_request` has named no command (its `text_cmd_entries`), with the token-count
+/// checks it makes before running them; `None` for any other word.
+fn admin<'a>(line: &Line<'a>, t: &Tokenized<'a>) -> Option<Parsed<'a>> {
+    let consumed = line.consumed;
+    let cmd = t.get(0);
+    let other = Ok((
+        Request::Other {
+            command: cmd,
+            args: Tokens::new(after_tokens(line.text, 1)),
+        },
+        consumed,
+    ));
+    let error = Err(reject(ErrorKind::UnknownCommand, consumed, false));
+    Some(match cmd {
+        // `debugtime` is in memcached's debug build only; a server answers `ERROR` unless it
+        // offers it (memfleet: `--debug-time`).
+        b"shutdown" | b"slabs" | b"lru_crawler" | b"refresh_certs" | b"debugtime" => other,
+        b"cache_memlimit" if t.n == 2 || t.n == 3 => other,
+        b"lru" | b"extstore" if t.n >= 2 => other,
+        b"cache_memlimit" | b"lru" | b"extstore" => error,
+        b"flush_all" => flush_all(line, t),
+        b"verbosity" => verbosity(line, t),
+        _ => return None,
+    })
+}
+
+/// A line naming no command memcached knows: `ERROR`, or, when it has more than one token
+/// and the last starts with `HTTP/` (a stray HTTP request), a silent close.
+pub(crate) fn not_found<'a>(line: &Line<'a>, t: &Tokenized<'a>) -> Parsed<'a> {
+    let kind = if t.n > 1 && t.last().starts_with(b"HTTP/") {
+        ErrorKind::Http
+    } else {
+        ErrorKind::UnknownCommand
+    };
+    Err(reject(kind, line.consumed, false))
 }
 
 fn key_too_long(key: &[u8]) -> bool {
@@ -128,7 +157,14 @@ fn get<'a>(line: &Line<'a>, t: &Tokenized<'a>, kind: GetKind) -> Parsed<'a> {
     }
     let keys = Tokens::new(after_tokens(line.text, skip));
     if keys.into_iter().any(key_too_long) {
-        return Err(reject(ErrorKind::BadCommandLineFormat, consumed, false));
+        // memcached 1.6.45 ends this error with a second `\r\n`, and under `noreply`
+        // (which it reads for `get` and `gets` only) sends just that (see `ErrorKind`).
+        let kind = match kind {
+            GetKind::LeaseGet => ErrorKind::BadCommandLineFormat,
+            GetKind::Get | GetKind::Gets if t.noreply() => ErrorKind::GetKeyTooLongNoreply,
+            _ => ErrorKind::GetKeyTooLong,
+        };
+        return Err(reject(kind, consumed, false));
     }
     Ok((
         Request::Get(Get {

@@ -1,12 +1,12 @@
-//! Command-line framing and tokenizing exactly as memcached 1.6's `try_read_command_ascii`
-//! and `tokenize_command` do, plus [`Tokens`], the borrowed token iterator the parsed requests
-//! expose (multi-get keys, `stats` arguments).
+//! Command-line framing and tokenizing as memcached 1.6.45's `try_read_command_ascii` and
+//! its tokenizer (`mcmc_tokenize`) do, plus [`Tokens`], the borrowed token iterator the parsed
+//! requests expose (multi-get keys, `stats` arguments).
 //!
-//! Not here: what the tokens mean (see `text.rs`, `meta.rs`). The framing rules, checked
-//! against memcached 1.6.18:
+//! Not here: what the tokens mean (see `text.rs`, `meta.rs`). The framing rules:
 //! - a line ends at the first `\n`; one `\r` before it is dropped unless the line is just
-//!   `\r` (so `\r\n` alone is the one-byte command `\r`, answered `ERROR`);
-//! - the line is a C string: an embedded NUL ends it (the bytes after it are still consumed);
+//!   `\r` (`text.rs` refuses a line that short anyway);
+//! - a NUL is an ordinary byte of the line: 1.6.45's parser works on lengths (1.6.18 read
+//!   the line as a C string, which a NUL ended);
 //! - tokens are separated by `' '` only (a tab is part of a token);
 //! - at most 23 tokens are split out; the remainder of the line is kept as a tail (only the
 //!   multi-get commands read it).
@@ -23,7 +23,7 @@ pub(crate) const MAX_SPLIT_TOKENS: usize = 23;
 
 /// A complete command line found at the start of the buffer.
 pub(crate) struct Line<'a> {
-    /// The command text: without the line ending, cut at the first NUL.
+    /// The command text: without the line ending.
     pub text: &'a [u8],
     /// Bytes of the buffer the line occupies, `\n` included.
     pub consumed: usize,
@@ -50,9 +50,6 @@ pub(crate) fn frame(buf: &[u8]) -> Framing<'_> {
     if text.len() > 1 && text[text.len() - 1] == b'\r' {
         text = &text[..text.len() - 1];
     }
-    if let Some(nul) = memchr::memchr(0, text) {
-        text = &text[..nul];
-    }
     Framing::Line(Line {
         text,
         consumed: nl + 1,
@@ -60,7 +57,7 @@ pub(crate) fn frame(buf: &[u8]) -> Framing<'_> {
 }
 
 /// memcached lets only `get ` and `gets ` lines (after at most 100 leading spaces) grow past
-/// [`MAX_PARTIAL_LINE`] bytes; `gat`, `gats` and `bget` are not exempt.
+/// [`MAX_PARTIAL_LINE`] bytes; `gat` and `gats` are not exempt.
 fn is_large_multiget(buf: &[u8]) -> bool {
     let spaces = buf.iter().take_while(|&&b| b == b' ').count();
     let rest = &buf[spaces..];
@@ -193,7 +190,7 @@ mod tests {
         assert_eq!(line(b"\r\n"), (b"\r".to_vec(), 2));
         assert_eq!(line(b"\n"), (b"".to_vec(), 1));
         assert_eq!(line(b"get a\r\r\n"), (b"get a\r".to_vec(), 8));
-        assert_eq!(line(b"get a\0b\r\n"), (b"get a".to_vec(), 9));
+        assert_eq!(line(b"get a\0b\r\n"), (b"get a\0b".to_vec(), 9));
         assert!(matches!(frame(b"get a\r"), Framing::Incomplete));
         assert!(matches!(frame(&[b'x'; 2048]), Framing::Incomplete));
         assert!(matches!(frame(&[b'x'; 2049]), Framing::TooLong));

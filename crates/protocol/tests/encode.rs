@@ -125,7 +125,6 @@ fn requests_encode_canonically() {
     let cfg = ParserConfig::default();
     let cases: &[(&[u8], &[u8])] = &[
         (b"get  a   b\r\n", b"get a b\r\n"),
-        (b"bget a\r\n", b"get a\r\n"),
         (b"gats +10 a\r\n", b"gats 10 a\r\n"),
         (
             b"set k 4294967297 0 1 noreply\r\nx\r\n",

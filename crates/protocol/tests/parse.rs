@@ -47,7 +47,6 @@ const SAMPLES: &[&[u8]] = &[
     b"gets a\r\n",
     b"gat 100 a b\r\n",
     b"gats -1 a\r\n",
-    b"bget a\r\n",
     b"set k 5 10 3\r\nabc\r\n",
     b"set k 5 10 0\r\n\r\n",
     b"set k 0 0 4 noreply\r\na\r\nb\r\n",

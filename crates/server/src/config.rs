@@ -136,6 +136,13 @@ pub struct ServerArgs {
     )]
     pub disable_flush_all: bool,
 
+    /// For tests only: accept `debugtime <secs>|p|r`, the command of memcached's debug build
+    /// that moves the server's clock forward (memcached's own t/expirations.t uses it).
+    /// Anyone connected can then make every item expire [default: off, `debugtime` is
+    /// `ERROR`].
+    #[arg(long = "debug-time", env = "MEMFLEET_DEBUG_TIME")]
+    pub debug_time: bool,
+
     /// Listen backlog (memcached's -b) [default: 1024].
     #[arg(short = 'b', long = "listen-backlog", env = "MEMFLEET_LISTEN_BACKLOG")]
     pub backlog: Option<u32>,
@@ -208,6 +215,8 @@ pub struct Settings {
     pub tls: Option<ServerTlsFiles>,
     /// `flush_all` refused (memcached's -F).
     pub flush_disabled: bool,
+    /// `debugtime` moves the clock (tests only; `debug_clock.rs`).
+    pub debug_time: bool,
 }
 
 impl Default for Settings {
@@ -230,6 +239,7 @@ impl Default for Settings {
             auth_file: None,
             tls: None,
             flush_disabled: false,
+            debug_time: false,
         }
     }
 }
@@ -316,6 +326,12 @@ impl Settings {
         }
         s.tls = tls;
         s.flush_disabled = args.disable_flush_all;
+        s.debug_time = args.debug_time;
+        if s.debug_time && s.memory_file.is_some() {
+            bail!(
+                "--debug-time and --memory-file cannot be combined: a moved clock would be saved"
+            );
+        }
         if s.memory_bytes < 8 * s.segment_size() {
             bail!(
                 "--memory-limit must hold at least 8 segments of {} MiB (the item size \
@@ -483,6 +499,26 @@ mod tests {
         let err = Settings::resolve(&args).unwrap_err();
         assert!(format!("{err:#}").contains("unknown field"), "{err:#}");
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn debug_time_is_off_unless_asked_for_and_not_with_a_memory_file() {
+        assert!(
+            !Settings::resolve(&ServerArgs::default())
+                .unwrap()
+                .debug_time
+        );
+        let debug = ServerArgs {
+            debug_time: true,
+            ..ServerArgs::default()
+        };
+        assert!(Settings::resolve(&debug).unwrap().debug_time);
+        let warm = ServerArgs {
+            memory_file: Some("/nonexistent/memfleet.mem".into()),
+            ..debug
+        };
+        let err = Settings::resolve(&warm).unwrap_err();
+        assert!(format!("{err:#}").contains("--debug-time"), "{err:#}");
     }
 
     #[test]

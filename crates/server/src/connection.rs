@@ -48,6 +48,10 @@ pub struct ParseState {
     binary: Option<bool>,
     /// Passed memcached's ASCII authentication (meaningful only with `--auth-file`).
     authenticated: bool,
+    /// The last batch stopped inside a data block (a text command line has arrived, its data
+    /// has not) or while swallowing a refused one: the replies so far are held, as memcached
+    /// holds them while it reads a value into its item.
+    in_block: bool,
 }
 
 /// What a batch of processing ended with.
@@ -57,6 +61,10 @@ pub enum Flow {
     NeedInput,
     /// The output budget was reached; write, then process the rest.
     OutputFull,
+    /// A data block that spanned reads is complete: write the replies held meanwhile, then
+    /// process the rest (memcached reads exactly the rest of a block, so it answers before
+    /// seeing what follows).
+    Flush,
     /// Close after writing.
     Close,
 }
@@ -72,14 +80,22 @@ pub fn process(
     budget: usize,
 ) -> (usize, Flow) {
     let mut pos = 0;
+    let resumed_block = std::mem::take(&mut state.in_block);
     if state.swallow > 0 {
         let n = state.swallow.min(input.len());
         pos += n;
         state.swallow -= n;
         if state.swallow > 0 {
+            state.in_block = true;
             return (pos, Flow::NeedInput);
         }
+        if resumed_block && pos < input.len() {
+            return (pos, Flow::Flush);
+        }
     }
+    // A block held over from the last read completes at the first request: flush after it.
+    let block_start = pos;
+    let block_done = |pos: usize| resumed_block && pos > block_start && pos < input.len();
     let binary = match (state.binary, input.get(pos)) {
         (Some(b), _) => b,
         (None, Some(&first)) => *state.binary.insert(binary::is_binary(first)),
@@ -94,6 +110,9 @@ pub fn process(
         return process_binary(exec, config, input, pos, state, out, budget);
     }
     loop {
+        if block_done(pos) {
+            return (pos, Flow::Flush);
+        }
         // Parse up to LOOKAHEAD requests, prefetch what they will touch, then run them. Each
         // request is parsed once; a lone request (pipeline depth 1) skips the prefetch.
         let mut batch: [Option<(Request<'_>, usize)>; LOOKAHEAD] = [None; LOOKAHEAD];
@@ -120,6 +139,9 @@ pub fn process(
         for &(request, used) in batch.iter().flatten() {
             if out.len() >= budget {
                 return (pos, Flow::OutputFull);
+            }
+            if block_done(pos) {
+                return (pos, Flow::Flush);
             }
             if !state.authenticated {
                 if let Some(credentials) = &exec.shared.auth {
@@ -157,7 +179,11 @@ pub fn process(
                     },
                 )
             }
-            Some(ParseError::Incomplete) => return (pos, Flow::NeedInput),
+            Some(ParseError::Incomplete) => {
+                // A complete command line means its data block is what is missing.
+                state.in_block = memchr_newline(&input[pos..]).is_some();
+                return (pos, Flow::NeedInput);
+            }
             Some(ParseError::Invalid(rejection)) => {
                 if out.len() >= budget {
                     // Answer the rejection after the client has taken the replies so far.
@@ -181,7 +207,10 @@ pub fn process(
                 });
                 match skip_rejected(input.len(), pos, rejection.skip, rejection.close(), state) {
                     Ok(next) => pos = next,
-                    Err(end) => return end,
+                    Err(end) => {
+                        state.in_block = state.swallow > 0;
+                        return end;
+                    }
                 }
             }
         }
@@ -351,6 +380,8 @@ async fn serve_stream<T: Transport>(ctx: &Rc<WorkerContext>, stream: &mut T) -> 
     let max_pending = settings.max_item_size + 64 * 1024;
     let mut pending_in: Vec<u8> = Vec::new();
     let mut pending_out: Vec<u8> = Vec::new();
+    // Replies held while a data block arrives (at most one batch's).
+    let mut held_out: Vec<u8> = Vec::new();
     let mut state = ParseState::default();
     let mut input_waiting = false;
     let mut batches = 0u32;
@@ -419,6 +450,7 @@ async fn serve_stream<T: Transport>(ctx: &Rc<WorkerContext>, stream: &mut T) -> 
                 counters: &ctx.counters,
                 shared,
                 read_only: false,
+                pins: Default::default(),
             };
             if pending_in.is_empty() {
                 let (used, flow) = process(
@@ -454,11 +486,23 @@ async fn serve_stream<T: Transport>(ctx: &Rc<WorkerContext>, stream: &mut T) -> 
             pending_in.shrink_to(pending_in.len().max(KEEP_CAPACITY));
         }
 
-        write_replies(ctx, stream, &mut pending_out).await?;
+        if flow == Flow::NeedInput && state.in_block {
+            // memcached sends nothing while it reads a value into its item.
+            held_out.extend_from_slice(&ctx.write_buf.borrow());
+        } else {
+            if !held_out.is_empty() {
+                let mut out = ctx.write_buf.borrow_mut();
+                held_out.extend_from_slice(&out);
+                out.clear();
+                out.extend_from_slice(&held_out);
+                held_out = Vec::new();
+            }
+            write_replies(ctx, stream, &mut pending_out).await?;
+        }
 
         match flow {
             Flow::Close => return Ok(()),
-            Flow::OutputFull => input_waiting = true,
+            Flow::OutputFull | Flow::Flush => input_waiting = true,
             Flow::NeedInput => {
                 input_waiting = false;
                 if pending_in.len() > max_pending {

@@ -7,6 +7,9 @@
 
 mod binary;
 mod meta;
+mod pins;
+
+pub use pins::ReadPins;
 
 use crate::admin_stats::StatsReport;
 use crate::stats::WorkerCounters;
@@ -49,6 +52,8 @@ pub struct Executor<'w> {
     pub shared: &'w Shared,
     /// Serve reads without side effects: no lease tokens, placeholders or touches (UDP).
     pub read_only: bool,
+    /// The items this batch's replies hold (how `incr` and `decr` write back).
+    pub pins: ReadPins,
 }
 
 impl Executor<'_> {
@@ -61,6 +66,7 @@ impl Executor<'_> {
         start: usize,
         budget: usize,
     ) -> Next {
+        self.pins.next_request();
         match req {
             Request::Get(get) => return self.get(get, out, start, budget),
             Request::Store(s) => {
@@ -146,10 +152,18 @@ impl Executor<'_> {
             Request::MetaSet(m) => self.meta_set(m, out),
             Request::MetaDelete(m) => self.meta_delete(m, out),
             Request::MetaArithmetic(m) => self.meta_arith(m, out),
-            Request::MetaNoop => response::meta_noop(out),
+            Request::MetaNoop => {
+                // memcached sends the replies so far at `mn`.
+                self.pins.release();
+                response::meta_noop(out);
+            }
             Request::MetaDebug { key } => self.meta_debug(key, out),
-            Request::Other { command, .. } => match *command {
+            Request::Other { command, args } => match *command {
                 b"shutdown" => out.extend_from_slice(b"SERVER_ERROR: shutdown not enabled\r\n"),
+                b"debugtime" => out.extend_from_slice(match &self.shared.debug_clock {
+                    Some(clock) => clock.command({ *args }.next()),
+                    None => b"ERROR\r\n",
+                }),
                 _ => response::status(out, Status::Error),
             },
         }
@@ -171,10 +185,15 @@ impl Executor<'_> {
                 self.lease_get(key, out);
                 continue;
             }
+            let mut held = None;
             self.fetch(key, touch, |item, _| {
                 let cas = with_cas.then(|| item.cas());
                 response::value(out, key, item.flags(), item.value(), cas);
+                held = Some(item.cas());
             });
+            if let Some(cas) = held {
+                self.pins.hold(key, cas);
+            }
         }
         response::end(out);
         Next::Continue
@@ -191,7 +210,7 @@ impl Executor<'_> {
     ) -> bool {
         let c = self.counters;
         let now = self.handle.now();
-        let found = match touch {
+        let found = match touch.map(|e| self.already_past(e)) {
             None => self.handle.get(key).map(|item| f(&item, now)).is_some(),
             Some(Expiry::Expired) => {
                 let found = self.handle.get(key).map(|item| f(&item, now)).is_some();
@@ -211,6 +230,15 @@ impl Executor<'_> {
         };
         count_lookup(c, touch.is_some(), found);
         found
+    }
+
+    /// An absolute expiry at or before now is as expired as a negative one: memcached's
+    /// `gat` and `mg T` then return the item one last time too.
+    fn already_past(&self, expiry: Expiry) -> Expiry {
+        match expiry {
+            Expiry::AtUnix(t) if t <= self.shared.cache.clock().unix_now() => Expiry::Expired,
+            e => e,
+        }
     }
 
     /// One key of mcrouter's `lease-get`: `VALUE` for a value; otherwise an `LVALUE` line
@@ -348,9 +376,14 @@ impl Executor<'_> {
     }
 
     fn arith(&mut self, op: ArithOp, key: &[u8], delta: u64) -> Result<Option<u64>, DeltaError> {
-        let result = match op {
-            ArithOp::Incr => self.handle.incr(key, delta),
-            ArithOp::Decr => self.handle.decr(key, delta),
+        let result = if self.pins.holds(self.handle, key) {
+            // A reply of this batch holds the item: memcached writes a new one (`pins.rs`).
+            self.handle.delta_new_item(key, delta, op == ArithOp::Incr)
+        } else {
+            match op {
+                ArithOp::Incr => self.handle.incr(key, delta),
+                ArithOp::Decr => self.handle.decr(key, delta),
+            }
         };
         let c = self.counters;
         let hit = matches!(result, Ok(Some(_)));

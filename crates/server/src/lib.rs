@@ -15,6 +15,7 @@
 //! | `admin_stats` | `stats`, `stats settings/items/slabs`, Prometheus text |
 //! | `dump`        | key dumps: `stats cachedump`, `lru_crawler metadump/mgdump`, streamed |
 //! | `admin`       | the optional `/metrics` HTTP port |
+//! | `debug_clock` | `debugtime` (tests only, `--debug-time`): a clock that can be moved |
 //!
 //! # Use
 //!
@@ -32,6 +33,7 @@ pub mod auth;
 pub mod config;
 pub(crate) mod conn_stats;
 pub mod connection;
+mod debug_clock;
 pub mod dump;
 pub mod execute;
 pub mod stats;
@@ -137,10 +139,16 @@ impl Server {
         }
         // The cache comes last: opening a memory file consumes its snapshot, so a start that
         // fails on a taken port must fail before that.
-        let config = Config::new(settings.memory_bytes)
+        let debug_clock = settings.debug_time.then(debug_clock::DebugClock::new);
+        let mut config = Config::new(settings.memory_bytes)
             .segment_size(settings.segment_size())
             .lease_interval(settings.lease_interval)
             .stale_after_delete(settings.stale_after_delete);
+        if let Some(debug) = &debug_clock {
+            tracing::warn!("--debug-time: any client can move the clock with `debugtime`");
+            config = config.clock(debug.clock());
+            debug.spawn()?;
+        }
         let (cache, memory_file, start) = match &settings.memory_file {
             Some(path) => {
                 let (cache, file, start) = warm::open(path, config)?;
@@ -175,6 +183,7 @@ impl Server {
             auth,
             tls,
             crawler: Default::default(),
+            debug_clock,
         });
         let mut threads = Vec::new();
         let sockets = listeners.into_iter().zip(udp_sockets);

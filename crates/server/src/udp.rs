@@ -147,7 +147,7 @@ fn run_all(exec: &mut Executor<'_>, payload: &[u8], reply: &mut Vec<u8>) {
         }
         // The rest of a command will not come: a datagram is the whole request.
         Flow::NeedInput if used < payload.len() => reply.extend_from_slice(INCOMPLETE),
-        Flow::NeedInput | Flow::OutputFull | Flow::Close => {}
+        Flow::NeedInput | Flow::OutputFull | Flow::Flush | Flow::Close => {}
     }
 }
 
@@ -185,6 +185,7 @@ pub async fn serve(ctx: Rc<WorkerContext>, socket: std::net::UdpSocket) -> std::
                 counters: &ctx.counters,
                 shared: &ctx.shared,
                 read_only: !writes,
+                pins: Default::default(),
             };
             answer(&mut exec, &datagram[..n], &mut reply, writes)
         };

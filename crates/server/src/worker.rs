@@ -54,6 +54,8 @@ pub struct Shared {
     pub tls: Option<Arc<memfleet_tls::ServerTls>>,
     /// `lru_crawler enable|disable` (key dumps, `dump.rs`).
     pub crawler: crate::dump::Crawler,
+    /// The clock `debugtime` moves, with `--debug-time`.
+    pub debug_clock: Option<Arc<crate::debug_clock::DebugClock>>,
 }
 
 /// What `stats reset` zeroes, as the values it saw: the command counters and, as in

@@ -284,7 +284,7 @@ fn refused_value_is_swallowed_across_many_writes() {
     for chunk in block.chunks(2000) {
         c.send(chunk);
     }
-    // (memfleet replies at once, memcached once the block has arrived: same bytes.)
+    // (Both memfleet and memcached reply once the block has arrived.)
     c.check(
         "get big evil\r\n",
         "SERVER_ERROR object too large for cache\r\nEND\r\n",

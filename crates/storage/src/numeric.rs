@@ -4,7 +4,8 @@
 //! by whitespace or the end of the value (its data always ends in "\r\n"). Leading whitespace
 //! and a sign are accepted, but a `-` that makes the number wrap is refused. After a `decr`
 //! that shortens the number, memcached updates the item in place and pads it with spaces to
-//! its old length; memfleet reproduces that, because clients can see it.
+//! its old length, unless a reader still holds the item (then the number is a new item of
+//! its own length); memfleet reproduces both, because clients can see them.
 
 /// Parses a stored value the way memcached's `safe_strtoull` does.
 pub fn parse_u64(value: &[u8]) -> Option<u64> {

@@ -14,7 +14,10 @@ impl Executor<'_> {
     pub(super) fn meta_get(&mut self, m: &Meta<'_>, out: &mut Vec<u8>) {
         self.counters.cmd_meta.incr();
         let key = m.key.bytes();
-        let touch = m.flags.ttl().map(Expiry::from_memcached);
+        let touch = m
+            .flags
+            .ttl()
+            .map(|t| self.already_past(Expiry::from_memcached(t)));
         if let Some(expiry) = touch.filter(|e| *e != Expiry::Expired) {
             // Like gat: a new expiry first (a placeholder or stale value keeps its own).
             let _ = self.handle.touch(&key, expiry);
@@ -33,10 +36,12 @@ impl Executor<'_> {
         };
         let c = self.counters;
         let now = self.handle.now();
+        let mut held = None;
         let found = self.handle.lease_read(&key, ask, |found| {
             let LeaseOutcome::Found { item, won } = found else {
                 return false;
             };
+            held = Some(item.cas());
             if won {
                 c.lease_grants.incr();
             }
@@ -78,6 +83,10 @@ impl Executor<'_> {
                 return;
             }
         };
+        if let Some(cas) = held {
+            // Until this reply is sent, memcached holds the item (see `pins.rs`).
+            self.pins.hold(&key, cas);
+        }
         if touch == Some(Expiry::Expired) && found {
             self.handle.delete(&key);
         }

@@ -21,8 +21,9 @@ use crate::numeric;
 enum Rewrite {
     /// touch / gat: same value, new expiry.
     Touch,
-    /// incr / decr.
-    Delta,
+    /// incr / decr; `in_place` unless a reader still holds the item (see
+    /// [`Handle::delta_new_item`]).
+    Delta { in_place: bool },
     /// append / prepend.
     Concat,
 }
@@ -69,7 +70,7 @@ impl Handle {
             };
             let keep_stale = match kind {
                 Rewrite::Touch => true,
-                Rewrite::Delta => buf.len() <= item.value().len(),
+                Rewrite::Delta { in_place } => in_place && buf.len() <= item.value().len(),
                 Rewrite::Concat => false,
             };
             let marks = if keep_stale {
@@ -163,19 +164,37 @@ impl Handle {
 
     /// memcached's `incr`: `Ok(None)` when the key holds nothing.
     pub fn incr(&mut self, key: &[u8], delta: u64) -> Result<Option<u64>, DeltaError> {
-        self.delta(key, delta, true)
+        self.delta(key, delta, true, true)
     }
 
     /// memcached's `decr` (stops at 0).
     pub fn decr(&mut self, key: &[u8], delta: u64) -> Result<Option<u64>, DeltaError> {
-        self.delta(key, delta, false)
+        self.delta(key, delta, false, true)
     }
 
-    fn delta(&mut self, key: &[u8], delta: u64, incr: bool) -> Result<Option<u64>, DeltaError> {
-        self.rewrite(key, None, Rewrite::Delta, |old, buf| {
+    /// memcached's `incr` (`incr` true) or `decr` on an item a reader still holds (a reply
+    /// not sent yet): memcached cannot update it in place, so the number becomes a new item
+    /// exactly as long as its digits (never space padded), without the old item's stale mark.
+    pub fn delta_new_item(
+        &mut self,
+        key: &[u8],
+        delta: u64,
+        incr: bool,
+    ) -> Result<Option<u64>, DeltaError> {
+        self.delta(key, delta, incr, false)
+    }
+
+    fn delta(
+        &mut self,
+        key: &[u8],
+        delta: u64,
+        incr: bool,
+        in_place: bool,
+    ) -> Result<Option<u64>, DeltaError> {
+        self.rewrite(key, None, Rewrite::Delta { in_place }, |old, buf| {
             let current = numeric::parse_u64(old).ok_or(DeltaError::NonNumeric)?;
             let new = numeric::apply(current, delta, incr);
-            numeric::render(new, old.len(), buf);
+            numeric::render(new, if in_place { old.len() } else { 0 }, buf);
             Ok(new)
         })
     }
