@@ -72,7 +72,9 @@ impl Request<'_> {
             } => {
                 out.extend_from_slice(b"delete ");
                 out.extend_from_slice(key);
-                if *holdoff != 0 {
+                // memcached takes a last token `noreply` as the flag, even when it is the
+                // key: a key named so, with replies, carries an explicit zero hold-off.
+                if *holdoff != 0 || (!*nr && key == b"noreply") {
                     out.push(b' ');
                     push_u64(out, u64::from(*holdoff));
                 }
