@@ -134,7 +134,7 @@ fn requests_encode_canonically() {
         (b"delete k 0\r\n", b"delete k\r\n"),
         // A key named `noreply`, with replies: the zero keeps it from reading as the flag.
         (b"delete noreply b\r\n", b"delete noreply 0\r\n"),
-        (b"delete noreply\r\n", b"delete noreply\r\n"),
+        (b"delete noreply\r\n", b"delete noreply noreply\r\n"),
         (b"decr k 3 noreply\r\n", b"decr k 3 noreply\r\n"),
         (b"touch k 5\r\n", b"touch k 5\r\n"),
         (b"flush_all 0 noreply\r\n", b"flush_all noreply\r\n"),
