@@ -1,9 +1,9 @@
 //! The optional admin port: Prometheus metrics over plain HTTP (`GET /metrics`), with the
-//! wire format from `memfleet_protocol::http`.
+//! wire format from `memfleet_http`.
 
 use crate::admin_stats::StatsReport;
 use crate::worker::Shared;
-use memfleet_protocol::http;
+use memfleet_http as http;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
