@@ -3,7 +3,7 @@
 //!
 //! A dump is a producer the connection runs like a paused multi-get: each call walks a
 //! bounded number of hash chains ([`memfleet_storage::Handle::dump_step`]), appends lines to
-//! the worker's output buffer, and returns [`Next::Resume`] once the buffer reaches its
+//! the worker's output buffer, and returns [`AfterRequest::Resume`] once the buffer reaches its
 //! budget or the call has done its share of work. The connection then writes (waiting for
 //! the client if it reads slowly) and calls again; the cursor between calls is a few words
 //! in the connection's [`Dump`]. Nothing grows with the cache, no lock is held between
@@ -19,11 +19,11 @@
 //!
 //! Not here: the hash table walk itself (`memfleet-storage`'s `dump` module).
 
-use crate::execute::{Executor, Next};
+use crate::execute::{AfterRequest, Executor};
+use crate::state::Crawler;
 use memfleet_protocol::number::push_u64;
 use memfleet_protocol::{base64, Request, Tokens};
 use memfleet_storage::{DumpCursor, DumpItem};
-use std::sync::atomic::{AtomicBool, Ordering};
 
 /// Hash chains visited per engine call (about 7 items each when the table is well filled).
 const CHAINS_PER_STEP: usize = 16;
@@ -40,20 +40,6 @@ const MAX_SLAB_CLASSES: u32 = 64;
 
 /// memfleet's one pseudo slab class.
 const CLASS: u32 = 1;
-
-/// Server-wide `lru_crawler` state.
-#[derive(Debug, Default)]
-pub struct Crawler {
-    /// `lru_crawler disable` was the last word (memcached starts with the crawler on).
-    disabled: AtomicBool,
-}
-
-impl Crawler {
-    /// Whether dumps are allowed (`lru_crawler enable`, the default, or no `disable` since).
-    pub fn enabled(&self) -> bool {
-        !self.disabled.load(Ordering::Relaxed)
-    }
-}
 
 /// What a dump prints per item.
 #[derive(Clone, Copy, Debug)]
@@ -93,7 +79,7 @@ pub fn handles(request: &Request<'_>) -> bool {
 }
 
 /// Runs (or resumes, when `state` holds one) a request [`handles`] accepts, appending to
-/// `out`. Returns [`Next::Resume`] when the dump paused; the connection writes, then runs
+/// `out`. Returns [`AfterRequest::Resume`] when the dump paused; the connection writes, then runs
 /// the same request again with the same `state`.
 pub fn run(
     exec: &mut Executor<'_>,
@@ -101,24 +87,24 @@ pub fn run(
     state: &mut Option<Box<Dump>>,
     out: &mut Vec<u8>,
     budget: usize,
-) -> Next {
+) -> AfterRequest {
     let dump = match state {
         Some(dump) => dump,
         None => match start(exec, request, out) {
             Some(dump) => state.insert(Box::new(dump)),
-            None => return Next::Continue,
+            None => return AfterRequest::Continue,
         },
     };
-    let epoch = exec.shared.cache.clock().start_unix();
+    let epoch = exec.server.cache.clock().start_unix();
     let mut visited = 0;
     loop {
         if dump.full || dump.cursor.is_done() {
             out.extend_from_slice(trailer(dump.format));
             *state = None;
-            return Next::Continue;
+            return AfterRequest::Continue;
         }
         if out.len() >= budget || visited >= CHAINS_PER_CALL {
-            return Next::Resume(0);
+            return AfterRequest::Resume(0);
         }
         let Dump {
             cursor,
@@ -164,7 +150,7 @@ fn start(exec: &Executor<'_>, request: &Request<'_>, out: &mut Vec<u8>) -> Optio
             })
         }
         Request::Other { args, .. } => {
-            let (format, ours) = lru_crawler(&exec.shared.crawler, *args, out)?;
+            let (format, ours) = lru_crawler(&exec.server.crawler, *args, out)?;
             out.extend_from_slice(b"OK\r\n");
             if ours {
                 return new(format);
@@ -210,7 +196,7 @@ fn lru_crawler(
     let words: [Option<&[u8]>; 3] = [args.next(), args.next(), args.next()];
     let reply: &[u8] = match words {
         [Some(sub), Some(arg), None] => {
-            let disabled = crawler.disabled.load(Ordering::Relaxed);
+            let disabled = !crawler.enabled();
             if is(sub, b"crawl") {
                 match classes(arg) {
                     _ if disabled => b"CLIENT_ERROR lru crawler disabled\r\n",
@@ -254,14 +240,14 @@ fn lru_crawler(
         }
         [Some(sub), None, None] if is(sub, b"enable") => {
             // memcached refuses to start a crawler that is already running.
-            if crawler.disabled.swap(false, Ordering::Relaxed) {
+            if crawler.enable() {
                 b"OK\r\n"
             } else {
                 b"ERROR failed to start lru crawler thread\r\n"
             }
         }
         [Some(sub), None, None] if is(sub, b"disable") => {
-            crawler.disabled.store(true, Ordering::Relaxed);
+            crawler.disable();
             b"OK\r\n"
         }
         _ => b"ERROR\r\n",

@@ -12,8 +12,9 @@ mod pins;
 pub use pins::ReadPins;
 
 use crate::admin_stats::StatsReport;
+use crate::state::ServerState;
 use crate::stats::WorkerCounters;
-use crate::worker::Shared;
+use crate::version::VERSION;
 use memfleet_protocol::response::{self, Status, HOT_MISS_TOKEN};
 use memfleet_protocol::{ArithOp, Get, GetKind, Request, StoreCommand, Tokens};
 use memfleet_storage::{
@@ -21,18 +22,13 @@ use memfleet_storage::{
     StoreStatus, MARK_DELETED, MARK_EMPTY, MARK_STALE,
 };
 
-/// The version string: memcached's protocol level, then ours. Clients that parse the
-/// version as numbers (libmemcached, spymemcached) see 1.6.18, which enables the commands
-/// they gate on it (touch, gat, meta).
-pub const VERSION: &[u8] = concat!("1.6.18-memfleet-", env!("CARGO_PKG_VERSION")).as_bytes();
-
 const NON_NUMERIC: &[u8] = b"CLIENT_ERROR cannot increment or decrement non-numeric value\r\n";
 const OUT_OF_MEMORY: &[u8] = b"SERVER_ERROR out of memory storing object\r\n";
 const TOO_LARGE: &[u8] = b"SERVER_ERROR object too large for cache\r\n";
 
 /// What the connection should do after a request.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Next {
+pub enum AfterRequest {
     /// Go on with the next request.
     Continue,
     /// Close the connection once the replies so far are written.
@@ -49,7 +45,7 @@ pub struct Executor<'w> {
     /// The worker's counters.
     pub counters: &'w WorkerCounters,
     /// Server-wide state (settings, other workers' counters for `stats`).
-    pub shared: &'w Shared,
+    pub server: &'w ServerState,
     /// Serve reads without side effects: no lease tokens, placeholders or touches (UDP).
     pub read_only: bool,
     /// The items this batch's replies hold (how `incr` and `decr` write back).
@@ -65,7 +61,7 @@ impl Executor<'_> {
         out: &mut Vec<u8>,
         start: usize,
         budget: usize,
-    ) -> Next {
+    ) -> AfterRequest {
         self.pins.next_request();
         match req {
             Request::Get(get) => return self.get(get, out, start, budget),
@@ -134,7 +130,7 @@ impl Executor<'_> {
                     }
                 }
             }
-            Request::FlushAll { noreply, .. } if self.shared.settings.flush_disabled => {
+            Request::FlushAll { noreply, .. } if self.server.settings.flush_disabled => {
                 if !noreply {
                     out.extend_from_slice(b"CLIENT_ERROR flush_all not allowed\r\n");
                 }
@@ -147,7 +143,7 @@ impl Executor<'_> {
             Request::Version => response::version(out, VERSION),
             Request::Verbosity { noreply, .. } => reply_status(out, Status::Ok, *noreply),
             Request::Stats { args } => self.stats(*args, out),
-            Request::Quit => return Next::Close,
+            Request::Quit => return AfterRequest::Close,
             Request::MetaGet(m) => self.meta_get(m, out),
             Request::MetaSet(m) => self.meta_set(m, out),
             Request::MetaDelete(m) => self.meta_delete(m, out),
@@ -160,17 +156,23 @@ impl Executor<'_> {
             Request::MetaDebug { key } => self.meta_debug(key, out),
             Request::Other { command, args } => match *command {
                 b"shutdown" => out.extend_from_slice(b"SERVER_ERROR: shutdown not enabled\r\n"),
-                b"debugtime" => out.extend_from_slice(match &self.shared.debug_clock {
+                b"debugtime" => out.extend_from_slice(match &self.server.debug_clock {
                     Some(clock) => clock.command({ *args }.next()),
                     None => b"ERROR\r\n",
                 }),
                 _ => response::status(out, Status::Error),
             },
         }
-        Next::Continue
+        AfterRequest::Continue
     }
 
-    fn get(&mut self, get: &Get<'_>, out: &mut Vec<u8>, start: usize, budget: usize) -> Next {
+    fn get(
+        &mut self,
+        get: &Get<'_>,
+        out: &mut Vec<u8>,
+        start: usize,
+        budget: usize,
+    ) -> AfterRequest {
         let touch = get
             .kind
             .touches()
@@ -179,7 +181,7 @@ impl Executor<'_> {
         let lease = get.kind == GetKind::LeaseGet;
         for (i, key) in get.keys.enumerate().skip(start) {
             if out.len() >= budget && i > start {
-                return Next::Resume(i);
+                return AfterRequest::Resume(i);
             }
             if lease {
                 self.lease_get(key, out);
@@ -196,7 +198,7 @@ impl Executor<'_> {
             }
         }
         response::end(out);
-        Next::Continue
+        AfterRequest::Continue
     }
 
     /// Looks `key` up, first giving it a new expiry when `touch` says so (gat, mg with `T`),
@@ -236,7 +238,7 @@ impl Executor<'_> {
     /// `gat` and `mg T` then return the item one last time too.
     fn already_past(&self, expiry: Expiry) -> Expiry {
         match expiry {
-            Expiry::AtUnix(t) if t <= self.shared.cache.clock().unix_now() => Expiry::Expired,
+            Expiry::AtUnix(t) if t <= self.server.cache.clock().unix_now() => Expiry::Expired,
             e => e,
         }
     }
@@ -248,7 +250,7 @@ impl Executor<'_> {
         let c = self.counters;
         c.cmd_get.incr();
         let ask = LeaseRead {
-            vivify: Some(Expiry::After(self.shared.settings.lease_interval)),
+            vivify: Some(Expiry::After(self.server.settings.lease_interval)),
             recache_below: None,
             see_deleted: true,
             read_only: false,
@@ -329,7 +331,7 @@ impl Executor<'_> {
             // limit with NOT_STORED (its allocation fails), not with an error.
             let too_large = self.handle.get(key).is_some_and(|old| {
                 !self
-                    .shared
+                    .server
                     .parser
                     .fits(key.len(), old.flags(), old.value().len() + data.len())
             });
@@ -413,7 +415,7 @@ impl Executor<'_> {
         let secs = match Expiry::from_memcached(delay) {
             Expiry::After(s) => s,
             Expiry::AtUnix(t) => {
-                let now = self.shared.cache.clock().unix_now();
+                let now = self.server.cache.clock().unix_now();
                 u32::try_from(t.saturating_sub(now)).unwrap_or(u32::MAX)
             }
             Expiry::Never | Expiry::Expired => 0,
@@ -423,7 +425,7 @@ impl Executor<'_> {
 
     fn stats(&mut self, args: Tokens<'_>, out: &mut Vec<u8>) {
         let mut words = args;
-        let report = StatsReport::new(self.shared);
+        let report = StatsReport::new(self.server);
         match words.next() {
             Some(b"reset") => {
                 report.reset();

@@ -33,8 +33,8 @@
 //! on it and replies from it, with the worker's engine handle and counters.
 
 use crate::connection::{process, Flow, ParseState};
-use crate::execute::{Executor, Next};
-use crate::worker::WorkerContext;
+use crate::execute::{AfterRequest, Executor};
+use crate::state::WorkerContext;
 use memfleet_protocol::udp::{fragment, Header};
 use memfleet_protocol::{binary, parse, GetKind, Request};
 use socket2::{Domain, Protocol, Socket, Type};
@@ -86,7 +86,7 @@ pub fn answer(exec: &mut Executor<'_>, datagram: &[u8], reply: &mut Vec<u8>, wri
         reply.extend_from_slice(BINARY);
         return true;
     }
-    let config = &exec.shared.parser;
+    let config = &exec.server.parser;
     let request = match parse(payload, config) {
         Ok((request, used)) if used == payload.len() => request,
         Ok(_) | Err(_) => {
@@ -114,7 +114,7 @@ pub fn answer(exec: &mut Executor<'_>, datagram: &[u8], reply: &mut Vec<u8>, wri
     }
     exec.counters.udp_requests.incr();
     match exec.run(&request, reply, 0, MAX_UDP_REPLY) {
-        Next::Continue if reply.len() <= MAX_UDP_REPLY => {}
+        AfterRequest::Continue if reply.len() <= MAX_UDP_REPLY => {}
         _ => {
             exec.counters.udp_too_large.incr();
             reply.clear();
@@ -128,11 +128,11 @@ pub fn answer(exec: &mut Executor<'_>, datagram: &[u8], reply: &mut Vec<u8>, wri
 /// replies, at most [`MAX_UDP_REPLY`] bytes of them, go to `reply`.
 fn run_all(exec: &mut Executor<'_>, payload: &[u8], reply: &mut Vec<u8>) {
     exec.counters.udp_requests.incr();
-    let shared = exec.shared;
+    let server = exec.server;
     let mut state = ParseState::default();
     let (used, flow) = process(
         exec,
-        &shared.parser,
+        &server.parser,
         payload,
         &mut state,
         reply,
@@ -154,8 +154,8 @@ fn run_all(exec: &mut Executor<'_>, payload: &[u8], reply: &mut Vec<u8>) {
 /// Serves datagrams on `socket` until shutdown.
 pub async fn serve(ctx: Rc<WorkerContext>, socket: std::net::UdpSocket) -> std::io::Result<()> {
     let socket = tokio::net::UdpSocket::from_std(socket)?;
-    let mut shutdown = ctx.shared.shutdown.clone();
-    let writes = ctx.shared.settings.udp_writes;
+    let mut shutdown = ctx.server.shutdown.clone();
+    let writes = ctx.server.settings.udp_writes;
     let mut datagram = vec![0u8; MAX_REQUEST];
     let mut reply = Vec::with_capacity(MAX_UDP_REPLY + 1024);
     let mut framed = Vec::with_capacity(MAX_UDP_REPLY * 2);
@@ -183,7 +183,7 @@ pub async fn serve(ctx: Rc<WorkerContext>, socket: std::net::UdpSocket) -> std::
             let mut exec = Executor {
                 handle: &mut handle,
                 counters: &ctx.counters,
-                shared: &ctx.shared,
+                server: &ctx.server,
                 read_only: !writes,
                 pins: Default::default(),
             };
