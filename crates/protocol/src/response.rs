@@ -66,6 +66,18 @@ pub fn end(out: &mut Vec<u8>) {
     status(out, Status::End);
 }
 
+/// `incr`, `decr` or `ma` on a value that is not a decimal number.
+pub const NON_NUMERIC: &[u8] = b"CLIENT_ERROR cannot increment or decrement non-numeric value\r\n";
+/// A write the cache has no memory for.
+pub const OUT_OF_MEMORY: &[u8] = b"SERVER_ERROR out of memory storing object\r\n";
+/// A write larger than the largest item the cache holds.
+pub const TOO_LARGE: &[u8] = b"SERVER_ERROR object too large for cache\r\n";
+/// `flush_all` on a server started with flushing disabled (memcached's `-F`).
+pub const FLUSH_DISABLED: &[u8] = b"CLIENT_ERROR flush_all not allowed\r\n";
+/// `shutdown` on a server that does not allow it (memcached without `-A`; the colon is
+/// memcached's).
+pub const SHUTDOWN_DISABLED: &[u8] = b"SERVER_ERROR: shutdown not enabled\r\n";
+
 /// Appends `VALUE <key> <flags> <bytes>[ <cas>]\r\n`, the header of one retrieval hit.
 pub fn value_header(out: &mut Vec<u8>, key: &[u8], flags: u32, len: usize, cas: Option<u64>) {
     out.extend_from_slice(b"VALUE ");
