@@ -22,7 +22,8 @@
 use crate::execute::{AfterRequest, Executor};
 use crate::state::Crawler;
 use memfleet_protocol::number::push_u64;
-use memfleet_protocol::{base64, Request, Tokens};
+use memfleet_protocol::response::{self, Status};
+use memfleet_protocol::{base64, ErrorKind, Request, Tokens};
 use memfleet_storage::{DumpCursor, DumpItem};
 
 /// Hash chains visited per engine call (about 7 items each when the table is well filled).
@@ -140,7 +141,7 @@ fn start(exec: &Executor<'_>, request: &Request<'_>, out: &mut Vec<u8>) -> Optio
                 }
             };
             if class != CLASS {
-                out.extend_from_slice(b"END\r\n");
+                response::end(out);
                 return None;
             }
             new(Format::Items {
@@ -151,7 +152,7 @@ fn start(exec: &Executor<'_>, request: &Request<'_>, out: &mut Vec<u8>) -> Optio
         }
         Request::Other { args, .. } => {
             let (format, ours) = lru_crawler(&exec.server.crawler, *args, out)?;
-            out.extend_from_slice(b"OK\r\n");
+            response::status(out, Status::Ok);
             if ours {
                 return new(format);
             }
@@ -166,8 +167,8 @@ fn start(exec: &Executor<'_>, request: &Request<'_>, out: &mut Vec<u8>) -> Optio
 /// The line that ends a dump.
 fn trailer(format: Format) -> &'static [u8] {
     match format {
-        Format::Mg => b"EN\r\n",
-        _ => b"END\r\n",
+        Format::Mg => response::MGDUMP_END,
+        _ => Status::End.as_bytes(),
     }
 }
 
@@ -175,13 +176,13 @@ fn trailer(format: Format) -> &'static [u8] {
 fn cachedump_args(mut words: Tokens<'_>) -> Result<(u32, u32), &'static [u8]> {
     words.next(); // "cachedump"
     let (Some(class), Some(limit)) = (words.next(), words.next()) else {
-        return Err(b"CLIENT_ERROR bad command line\r\n");
+        return Err(response::BAD_COMMAND_LINE);
     };
     let (Some(class), Some(limit)) = (token_u32(class), token_u32(limit)) else {
-        return Err(b"CLIENT_ERROR bad command line format\r\n");
+        return Err(ErrorKind::BadCommandLineFormat.reply());
     };
     if class >= MAX_SLAB_CLASSES {
-        return Err(b"CLIENT_ERROR Illegal slab id\r\n");
+        return Err(response::ILLEGAL_SLAB_ID);
     }
     Ok((class, limit))
 }
@@ -199,13 +200,13 @@ fn lru_crawler(
             let disabled = !crawler.enabled();
             if is(sub, b"crawl") {
                 match classes(arg) {
-                    _ if disabled => b"CLIENT_ERROR lru crawler disabled\r\n",
+                    _ if disabled => response::CRAWLER_DISABLED,
                     // memcached's crawler walks LRUs only; memfleet's expirer already
                     // reclaims expired segments on its own, so a crawl has nothing to add.
-                    Classes::All | Classes::Some(_) => b"OK\r\n",
-                    Classes::Hash => b"ERROR an unknown error happened\r\n",
-                    Classes::None => b"NOTSTARTED no items to crawl\r\n",
-                    Classes::Bad => b"BADCLASS invalid class id\r\n",
+                    Classes::All | Classes::Some(_) => Status::Ok.as_bytes(),
+                    Classes::Hash => response::CRAWLER_UNKNOWN_ERROR,
+                    Classes::None => response::CRAWLER_NOTHING_TO_CRAWL,
+                    Classes::Bad => response::CRAWLER_BAD_CLASS,
                 }
             } else if is(sub, b"metadump") || is(sub, b"mgdump") {
                 let format = if is(sub, b"metadump") {
@@ -214,43 +215,41 @@ fn lru_crawler(
                     Format::Mg
                 };
                 match classes(arg) {
-                    _ if disabled => b"CLIENT_ERROR lru crawler disabled\r\n",
+                    _ if disabled => response::CRAWLER_DISABLED,
                     Classes::All | Classes::Hash => return Some((format, true)),
                     Classes::Some(ours) => return Some((format, ours)),
-                    Classes::None => b"NOTSTARTED no items to crawl\r\n",
-                    Classes::Bad => b"BADCLASS invalid class id\r\n",
+                    Classes::None => response::CRAWLER_NOTHING_TO_CRAWL,
+                    Classes::Bad => response::CRAWLER_BAD_CLASS,
                 }
             } else if is(sub, b"tocrawl") {
                 // Accepted and unused: dumps and the expirer have no per-class budget.
                 match token_u32(arg) {
-                    Some(_) => b"OK\r\n",
-                    None => b"CLIENT_ERROR bad command line format\r\n",
+                    Some(_) => Status::Ok.as_bytes(),
+                    None => ErrorKind::BadCommandLineFormat.reply(),
                 }
             } else if is(sub, b"sleep") {
                 match token_u32(arg) {
-                    Some(us) if us > 1_000_000 => {
-                        b"CLIENT_ERROR sleep must be one second or less\r\n"
-                    }
-                    Some(_) => b"OK\r\n",
-                    None => b"CLIENT_ERROR bad command line format\r\n",
+                    Some(us) if us > 1_000_000 => response::CRAWLER_SLEEP_TOO_LONG,
+                    Some(_) => Status::Ok.as_bytes(),
+                    None => ErrorKind::BadCommandLineFormat.reply(),
                 }
             } else {
-                b"ERROR\r\n"
+                Status::Error.as_bytes()
             }
         }
         [Some(sub), None, None] if is(sub, b"enable") => {
             // memcached refuses to start a crawler that is already running.
             if crawler.enable() {
-                b"OK\r\n"
+                Status::Ok.as_bytes()
             } else {
-                b"ERROR failed to start lru crawler thread\r\n"
+                response::CRAWLER_START_FAILED
             }
         }
         [Some(sub), None, None] if is(sub, b"disable") => {
             crawler.disable();
-            b"OK\r\n"
+            Status::Ok.as_bytes()
         }
-        _ => b"ERROR\r\n",
+        _ => Status::Error.as_bytes(),
     };
     out.extend_from_slice(reply);
     None

@@ -12,6 +12,7 @@ use crate::connection;
 use crate::state::{ServerState, WorkerContext};
 use crate::stats::WorkerCounters;
 use crate::transport::TlsTransport;
+use memfleet_protocol::response;
 use socket2::{Domain, Protocol, Socket, Type};
 use std::cell::{Cell, RefCell};
 use std::net::SocketAddr;
@@ -21,9 +22,6 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::AsyncWriteExt;
-
-/// The reply to a connection over the `--max-connections` limit (memcached's words).
-pub const TOO_MANY_CONNECTIONS: &[u8] = b"ERROR Too many open connections\r\n";
 
 /// Binds and listens on `addr` without SO_REUSEPORT: fails if anyone listens there already.
 /// (The port is then released and taken again by [`bind`] for every worker.)
@@ -137,7 +135,7 @@ async fn accept_loop(ctx: &Rc<WorkerContext>, listener: tokio::net::TcpListener)
             conns.rejected.fetch_add(1, Ordering::Relaxed);
             tokio::task::spawn_local(async move {
                 let mut stream = stream;
-                let _ = stream.write_all(TOO_MANY_CONNECTIONS).await;
+                let _ = stream.write_all(response::TOO_MANY_CONNECTIONS).await;
                 let _ = stream.shutdown().await;
             });
             continue;
