@@ -7,10 +7,13 @@
 //! | module        | what it does |
 //! |---------------|--------------|
 //! | `config`      | flags, environment, TOML file → validated [`Settings`] |
+//! | `state`       | what every worker shares (`ServerState`) and one worker's (`WorkerContext`) |
 //! | `worker`      | worker threads: SO_REUSEPORT listener, accept loop, connection limit |
+//! | `udp`         | each worker's UDP socket |
 //! | `connection`  | one connection: read, run a batch of requests, one write; bounded buffers |
 //! | `transport`   | what a connection reads and writes: plain TCP, or a TLS session over it |
-//! | `execute`     | a parsed request against the engine → memcached's reply bytes |
+//! | `execute`     | a parsed request against the engine → memcached's reply bytes, by family |
+//! | `limits`, `version` | the connection loop's sizes; the version string |
 //! | `stats`       | per-worker counters (single writer, summed on demand) |
 //! | `admin_stats` | `stats`, `stats settings/items/slabs`, Prometheus text |
 //! | `dump`        | key dumps: `stats cachedump`, `lru_crawler metadump/mgdump`, streamed |
