@@ -57,6 +57,7 @@ impl Executor<'_> {
         self.handle.flush_all(secs);
     }
 
+    /// `stats [group]`, `stats reset`, `stats detail ...`.
     pub(super) fn stats(&mut self, args: Tokens<'_>, out: &mut Vec<u8>) {
         let mut words = args;
         let report = StatsReport::new(self.server);

@@ -28,6 +28,7 @@ impl Executor<'_> {
         }
     }
 
+    /// Adds `delta` to (or takes it from) the number `key` holds, counted.
     pub(super) fn arith(
         &mut self,
         op: ArithOp,

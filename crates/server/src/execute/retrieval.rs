@@ -10,6 +10,8 @@ use memfleet_storage::{
 };
 
 impl Executor<'_> {
+    /// A classic retrieval of `get`'s keys from the `start`-th on, pausing before a key once
+    /// `out` has reached `budget`.
     pub(super) fn get(
         &mut self,
         get: &Get<'_>,

@@ -79,6 +79,7 @@ impl Executor<'_> {
         Ok(deleted)
     }
 
+    /// A write, counted as memcached counts it.
     pub(super) fn store(
         &mut self,
         mode: StoreMode,
@@ -143,6 +144,7 @@ impl Executor<'_> {
         result
     }
 
+    /// A delete without a hold-off, counted.
     pub(super) fn delete(&mut self, key: &[u8]) -> bool {
         let deleted = self.handle.delete(key);
         if deleted {
@@ -153,6 +155,7 @@ impl Executor<'_> {
         deleted
     }
 
+    /// A new expiry for `key`, counted.
     pub(super) fn touch(&mut self, key: &[u8], exptime: i64) -> Result<bool, StoreError> {
         self.counters.cmd_touch.incr();
         let found = self.handle.touch(key, Expiry::from_memcached(exptime))?;
@@ -165,6 +168,7 @@ impl Executor<'_> {
     }
 }
 
+/// The classic reply to a write the cache took or refused by its rules.
 fn text_status(status: StoreStatus) -> Status {
     match status {
         StoreStatus::Stored => Status::Stored,
