@@ -1,9 +1,9 @@
 //! `GET /metrics` for a process built on the client library (the router, the invalidator):
 //! the accept loop and one request per connection, each answered with what `render` says
-//! now. The wire format is `memfleet_protocol::http`; a peer gets 10 s and 64 KiB of
+//! now. The wire format is `memfleet_http`; a peer gets 10 s and 64 KiB of
 //! request head at most.
 
-use memfleet_protocol::http;
+use memfleet_http as http;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};

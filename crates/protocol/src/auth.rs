@@ -1,6 +1,7 @@
 //! memcached's ASCII authentication (`-Y authfile`, memcached 1.5.15+), both sides of it,
-//! without I/O: the `user:password` file and the check a server (or a router's listener)
-//! runs, and the request a client (the router towards its servers) sends.
+//! without I/O: the exchange a server (or a router's listener) runs, judging requests with
+//! the auth file's check (the file itself is `memfleet-authfile`'s), and the request a
+//! client (the router towards its servers) sends.
 //!
 //! A connection is refused every command (`CLIENT_ERROR unauthenticated`) until it sends
 //! `set <any key> <flags> <exptime> <len>` whose data is `<user> <password>` (`STORED`, and
@@ -22,35 +23,6 @@ pub const FAILURE: &[u8] = b"CLIENT_ERROR authentication failure\r\n";
 pub const BAD_TERMINATION: &[u8] = b"CLIENT_ERROR bad command line termination\r\n";
 /// The reply to a successful authentication.
 pub const ACCEPTED: &[u8] = b"STORED\r\n";
-
-/// Why an auth file is refused.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum AuthFileError {
-    /// A line without a colon.
-    #[error("line {0}: expected user:password")]
-    NoColon(usize),
-    /// A user name memcached could not match (empty, or containing a space).
-    #[error("line {0}: a user name must be non-empty and without spaces")]
-    BadUser(usize),
-    /// Nothing but comments and empty lines.
-    #[error("no users: every client would be refused")]
-    NoUsers,
-}
-
-/// The users allowed in.
-#[derive(Clone, PartialEq, Eq)]
-pub struct Credentials {
-    users: Vec<(Vec<u8>, Vec<u8>)>,
-}
-
-/// Passwords stay out of logs and `--print-config`.
-impl std::fmt::Debug for Credentials {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Credentials")
-            .field("users", &self.users.len())
-            .finish_non_exhaustive()
-    }
-}
 
 /// What a request sent before authenticating gets.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -74,58 +46,19 @@ impl Attempt {
     }
 }
 
-impl Credentials {
-    /// Parses `user:password` lines (empty lines and `#` comments skipped; the password is
-    /// everything after the first colon, colons included).
-    pub fn parse(text: &[u8]) -> Result<Credentials, AuthFileError> {
-        let mut users = Vec::new();
-        for (i, line) in text.split(|&b| b == b'\n').enumerate() {
-            let line = line.strip_suffix(b"\r").unwrap_or(line);
-            if line.is_empty() || line.starts_with(b"#") {
-                continue;
+/// Judges `request`, sent before the connection authenticated, given whether a `set`'s data
+/// names a known `<user> <password>` pair (`accepts`, the auth file's check; `quit` is the
+/// caller's: memcached honours it).
+pub fn attempt(request: &Request<'_>, accepts: impl FnOnce(&[u8]) -> bool) -> Attempt {
+    match request {
+        Request::Store(s) if s.command == StoreCommand::Set => {
+            if accepts(s.data) {
+                Attempt::Accepted
+            } else {
+                Attempt::Refused
             }
-            let Some(colon) = line.iter().position(|&b| b == b':') else {
-                return Err(AuthFileError::NoColon(i + 1));
-            };
-            let (user, password) = (&line[..colon], &line[colon + 1..]);
-            if user.is_empty() || user.contains(&b' ') {
-                return Err(AuthFileError::BadUser(i + 1));
-            }
-            users.push((user.to_vec(), password.to_vec()));
         }
-        if users.is_empty() {
-            return Err(AuthFileError::NoUsers);
-        }
-        Ok(Credentials { users })
-    }
-
-    /// Whether `data` (a `set`'s value) is `<user> <password>` of a known user. Every
-    /// entry is compared in full, so the time taken does not tell how much matched.
-    pub fn accepts(&self, data: &[u8]) -> bool {
-        let Some(space) = data.iter().position(|&b| b == b' ') else {
-            return false;
-        };
-        let (user, password) = (&data[..space], &data[space + 1..]);
-        let mut ok = false;
-        for (u, p) in &self.users {
-            ok |= same(u, user) & same(p, password);
-        }
-        ok
-    }
-
-    /// Judges `request`, sent before the connection authenticated (`quit` is the caller's:
-    /// memcached honours it).
-    pub fn attempt(&self, request: &Request<'_>) -> Attempt {
-        match request {
-            Request::Store(s) if s.command == StoreCommand::Set => {
-                if self.accepts(s.data) {
-                    Attempt::Accepted
-                } else {
-                    Attempt::Refused
-                }
-            }
-            _ => Attempt::NotAnAttempt,
-        }
+        _ => Attempt::NotAnAttempt,
     }
 }
 
@@ -175,60 +108,23 @@ pub fn login_request(user: &[u8], password: &[u8]) -> Result<Vec<u8>, LoginError
     Ok(out)
 }
 
-/// Equal bytes, in time that depends only on the lengths.
-fn same(a: &[u8], b: &[u8]) -> bool {
-    if a.len() != b.len() {
-        return false;
-    }
-    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::{parse, ParserConfig};
 
     #[test]
-    fn auth_files_parse_and_only_exact_pairs_pass() {
-        let c = Credentials::parse(b"# users\nalice:s3cret\r\n\nbob:pass:with:colons\n").unwrap();
-        assert!(c.accepts(b"alice s3cret"));
-        assert!(c.accepts(b"bob pass:with:colons"));
-        for bad in [
-            &b"alice s3cre"[..],
-            b"alice s3cret ",
-            b"alices3cret",
-            b"carol s3cret",
-            b"",
-        ] {
-            assert!(!c.accepts(bad), "{:?}", String::from_utf8_lossy(bad));
-        }
-        assert_eq!(
-            Credentials::parse(b"no colon here\n"),
-            Err(AuthFileError::NoColon(1))
-        );
-        assert_eq!(
-            Credentials::parse(b"\n# nothing\n"),
-            Err(AuthFileError::NoUsers)
-        );
-        assert_eq!(
-            Credentials::parse(b"ok:x\na b:c\n"),
-            Err(AuthFileError::BadUser(2))
-        );
-        assert!(!format!("{c:?}").contains("s3cret"));
-    }
-
-    #[test]
     fn a_login_request_is_a_set_the_check_accepts() {
-        let c = Credentials::parse(b"alice:pass:with:colons and spaces\n").unwrap();
+        let accepts = |data: &[u8]| data == b"alice pass:with:colons and spaces";
         let request = login_request(b"alice", b"pass:with:colons and spaces").unwrap();
         let (parsed, used) = parse(&request, &ParserConfig::default()).unwrap();
         assert_eq!(used, request.len());
-        assert_eq!(c.attempt(&parsed), Attempt::Accepted);
+        assert_eq!(attempt(&parsed, accepts), Attempt::Accepted);
         let wrong = login_request(b"alice", b"nope").unwrap();
         let (parsed, _) = parse(&wrong, &ParserConfig::default()).unwrap();
-        assert_eq!(c.attempt(&parsed), Attempt::Refused);
+        assert_eq!(attempt(&parsed, accepts), Attempt::Refused);
         let (get, _) = parse(b"get k\r\n", &ParserConfig::default()).unwrap();
-        assert_eq!(c.attempt(&get).reply(), UNAUTHENTICATED);
+        assert_eq!(attempt(&get, accepts).reply(), UNAUTHENTICATED);
         assert_eq!(login_request(b"a b", b"x"), Err(LoginError::BadUser));
         assert_eq!(login_request(b"", b"x"), Err(LoginError::BadUser));
         assert_eq!(login_request(b"a", b"x\r\n"), Err(LoginError::BadPassword));

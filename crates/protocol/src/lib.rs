@@ -11,8 +11,10 @@
 //!   `noreply` silences it, how many bytes to discard (a refused data block is swallowed) and
 //!   whether memcached would close the connection.
 //! - [`reply`] finds where a server's reply ends, for the router and clients.
-//! - [`auth`] is memcached's ASCII authentication (`-Y`): the auth file, the check, and
-//!   the request a client sends.
+//! - [`auth`] is memcached's ASCII authentication (`-Y`): which requests are attempts,
+//!   memcached's replies, and the request a client sends. The auth file's format is
+//!   `memfleet-authfile`'s and the admin port's HTTP `memfleet-http`'s: neither is
+//!   memcached's protocol.
 //! - [`udp`] is memcached's UDP frame header: parse, cut a reply into datagrams, rebuild it.
 //! - [`response`] appends replies (`VALUE`, `STORED`, meta `VA`/`HD`/`EN`, `STAT`, ...) to a
 //!   `Vec<u8>`; [`Request::encode`] writes a request back out (for the router and clients).
@@ -44,7 +46,7 @@ pub mod binary;
 mod encode;
 mod error;
 mod flags;
-pub mod http;
+mod line;
 mod meta;
 pub mod number;
 pub mod reply;

@@ -9,9 +9,9 @@
 
 use crate::error::{reject, ErrorKind, ParseError};
 use crate::flags::MetaFlags;
+use crate::line::{data_block, not_found, value_len};
 use crate::number::safe_strtol;
 use crate::request::{ArithOp, Meta, MetaArith, MetaKey, MetaSet, Request, StoreCommand};
-use crate::text::{data_block, value_len};
 use crate::tokens::{after_tokens, Line, Tokenized};
 use crate::{ParserConfig, MAX_KEY_LEN};
 
@@ -34,7 +34,7 @@ pub(crate) fn parse_meta<'a>(
         b'n' => return Ok((Request::MetaNoop, consumed)),
         b'e' => return debug(line, t),
         b'g' | b's' | b'd' | b'a' => {}
-        _ => return crate::text::not_found(line, t),
+        _ => return not_found(line, t),
     }
     if t.n < 2 {
         // memcached 1.6.45 (1.6.18 said `ERROR`).

@@ -66,6 +66,59 @@ pub fn end(out: &mut Vec<u8>) {
     status(out, Status::End);
 }
 
+/// `incr`, `decr` or `ma` on a value that is not a decimal number.
+pub const NON_NUMERIC: &[u8] = b"CLIENT_ERROR cannot increment or decrement non-numeric value\r\n";
+/// A write the cache has no memory for.
+pub const OUT_OF_MEMORY: &[u8] = b"SERVER_ERROR out of memory storing object\r\n";
+/// A write larger than the largest item the cache holds.
+pub const TOO_LARGE: &[u8] = b"SERVER_ERROR object too large for cache\r\n";
+/// `flush_all` on a server started with flushing disabled (memcached's `-F`).
+pub const FLUSH_DISABLED: &[u8] = b"CLIENT_ERROR flush_all not allowed\r\n";
+/// `shutdown` on a server that does not allow it (memcached without `-A`; the colon is
+/// memcached's).
+pub const SHUTDOWN_DISABLED: &[u8] = b"SERVER_ERROR: shutdown not enabled\r\n";
+/// A connection over the server's connection limit, before it is closed.
+pub const TOO_MANY_CONNECTIONS: &[u8] = b"ERROR Too many open connections\r\n";
+
+/// `stats cachedump` without a class and a limit.
+pub const BAD_COMMAND_LINE: &[u8] = b"CLIENT_ERROR bad command line\r\n";
+/// `stats cachedump` of a class id at or above memcached's number of slab classes.
+pub const ILLEGAL_SLAB_ID: &[u8] = b"CLIENT_ERROR Illegal slab id\r\n";
+/// The line that ends an `lru_crawler mgdump` (other dumps end with `END`).
+pub const MGDUMP_END: &[u8] = b"EN\r\n";
+/// `lru_crawler crawl|metadump|mgdump` after `lru_crawler disable`.
+pub const CRAWLER_DISABLED: &[u8] = b"CLIENT_ERROR lru crawler disabled\r\n";
+/// `lru_crawler crawl hash`, which memcached's crawler refuses this way.
+pub const CRAWLER_UNKNOWN_ERROR: &[u8] = b"ERROR an unknown error happened\r\n";
+/// An `lru_crawler` run over no class that holds items.
+pub const CRAWLER_NOTHING_TO_CRAWL: &[u8] = b"NOTSTARTED no items to crawl\r\n";
+/// An `lru_crawler` class list that does not parse.
+pub const CRAWLER_BAD_CLASS: &[u8] = b"BADCLASS invalid class id\r\n";
+/// `lru_crawler sleep` beyond a second.
+pub const CRAWLER_SLEEP_TOO_LONG: &[u8] = b"CLIENT_ERROR sleep must be one second or less\r\n";
+/// `lru_crawler enable` while it is enabled already.
+pub const CRAWLER_START_FAILED: &[u8] = b"ERROR failed to start lru crawler thread\r\n";
+
+/// memfleet's UDP refusals (memcached serves every command over UDP; memfleet serves reads
+/// only unless `--udp-writes`): a write.
+pub const UDP_NOT_A_READ: &[u8] =
+    b"CLIENT_ERROR UDP serves only get, gets and mg (writes need --udp-writes)\r\n";
+/// A datagram holding more than one command.
+pub const UDP_NOT_ONE_REQUEST: &[u8] =
+    b"CLIENT_ERROR a UDP request must be one complete command\r\n";
+/// A binary-protocol datagram without `--udp-writes`.
+pub const UDP_BINARY: &[u8] =
+    b"CLIENT_ERROR UDP serves the binary protocol only with --udp-writes\r\n";
+/// A datagram whose last command is cut short (memcached drops it without a word).
+pub const UDP_INCOMPLETE: &[u8] =
+    b"CLIENT_ERROR a UDP request must end with a complete command\r\n";
+/// memcached's words for a request spread over several datagrams.
+pub const UDP_MULTI_PACKET: &[u8] = b"SERVER_ERROR multi-packet request not supported\r\n";
+/// A UDP `mg` with a flag that has side effects.
+pub const UDP_NO_SIDE_EFFECTS: &[u8] = b"CLIENT_ERROR UDP mg takes no N, R, T or E flag\r\n";
+/// A reply over the UDP size cap.
+pub const UDP_TOO_LARGE: &[u8] = b"SERVER_ERROR reply too large for UDP; use TCP\r\n";
+
 /// Appends `VALUE <key> <flags> <bytes>[ <cas>]\r\n`, the header of one retrieval hit.
 pub fn value_header(out: &mut Vec<u8>, key: &[u8], flags: u32, len: usize, cas: Option<u64>) {
     out.extend_from_slice(b"VALUE ");

@@ -8,6 +8,7 @@
 //! front: the reply is the same, only the side effects (LRU bumps, touches) differ.
 
 use crate::error::{reject, ErrorKind, ParseError};
+use crate::line::{data_block, not_found, value_len};
 use crate::number::{safe_strtol, safe_strtoul, safe_strtoull};
 use crate::request::{ArithOp, Get, GetKind, Request, Store, StoreCommand};
 use crate::tokens::{after_tokens, Line, Tokenized, Tokens};
@@ -129,17 +130,6 @@ fn admin<'a>(line: &Line<'a>, t: &Tokenized<'a>) -> Option<Parsed<'a>> {
     })
 }
 
-/// A line naming no command memcached knows: `ERROR`, or, when it has more than one token
-/// and the last starts with `HTTP/` (a stray HTTP request), a silent close.
-pub(crate) fn not_found<'a>(line: &Line<'a>, t: &Tokenized<'a>) -> Parsed<'a> {
-    let kind = if t.n > 1 && t.last().starts_with(b"HTTP/") {
-        ErrorKind::Http
-    } else {
-        ErrorKind::UnknownCommand
-    };
-    Err(reject(kind, line.consumed, false))
-}
-
 fn key_too_long(key: &[u8]) -> bool {
     key.len() > MAX_KEY_LEN
 }
@@ -176,27 +166,6 @@ fn get<'a>(line: &Line<'a>, t: &Tokenized<'a>, kind: GetKind) -> Parsed<'a> {
     ))
 }
 
-/// The data block of a storage command: `len` bytes and `\r\n` after the command line.
-/// memcached reads exactly `len + 2` bytes whatever they are; if the last two are not
-/// `\r\n` it replies `CLIENT_ERROR bad data chunk` (suppressed by a classic `noreply`, never
-/// for `ms`) and goes on parsing right after them, so a longer block usually yields a second
-/// error (`ERROR`) for its tail.
-pub(crate) fn data_block(
-    buf: &[u8],
-    line_end: usize,
-    len: usize,
-    noreply: bool,
-) -> Result<(&[u8], usize), ParseError> {
-    let total = line_end + len + 2;
-    if buf.len() < total {
-        return Err(ParseError::Incomplete);
-    }
-    if &buf[total - 2..total] != b"\r\n" {
-        return Err(reject(ErrorKind::BadDataChunk, total, noreply));
-    }
-    Ok((&buf[line_end..line_end + len], total))
-}
-
 /// A storage command's length as memcached 1.6.45 reads it: decimal digits with an optional
 /// `-`, nothing else (no `+`, no whitespace), within `i32`.
 fn strict_i32(token: &[u8]) -> Option<i32> {
@@ -205,15 +174,6 @@ fn strict_i32(token: &[u8]) -> Option<i32> {
         return None;
     }
     std::str::from_utf8(token).ok()?.parse().ok()
-}
-
-/// memcached's value-length check: a negative length, or one too close to `INT_MAX` to add
-/// the `\r\n`, is a format error (and, unlike "too large", nothing is swallowed).
-pub(crate) fn value_len(v: i32) -> Option<usize> {
-    if !(0..=i32::MAX - 2).contains(&v) {
-        return None;
-    }
-    usize::try_from(v).ok()
 }
 
 fn store<'a>(

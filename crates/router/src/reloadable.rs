@@ -1,8 +1,8 @@
 //! What a reload swaps while clients stay connected: each listener's route, the topology
 //! `stats` and `/metrics` read, and the auth file's users.
 
+use memfleet_authfile::Credentials;
 use memfleet_client::{Route, Topology};
-use memfleet_protocol::auth::Credentials;
 use std::sync::Arc;
 
 /// The route a listener serves now (a pool is a route too): a reload swaps it, and every

@@ -4,7 +4,7 @@
 use crate::args::RouterArgs;
 use crate::reloadable::ClientAuth;
 use anyhow::Context;
-use memfleet_protocol::auth::Credentials;
+use memfleet_authfile::Credentials;
 use memfleet_routing::RouterConfig;
 use memfleet_tls::ServerTls;
 use std::path::{Path, PathBuf};

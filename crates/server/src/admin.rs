@@ -1,17 +1,17 @@
 //! The optional admin port: Prometheus metrics over plain HTTP (`GET /metrics`), with the
-//! wire format from `memfleet_protocol::http`.
+//! wire format from `memfleet_http`.
 
 use crate::admin_stats::StatsReport;
-use crate::worker::Shared;
-use memfleet_protocol::http;
+use crate::state::ServerState;
+use memfleet_http as http;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
 /// Serves `/metrics` until the shutdown signal.
-pub async fn serve(listener: TcpListener, shared: Arc<Shared>) {
-    let mut shutdown = shared.shutdown.clone();
+pub async fn serve(listener: TcpListener, server: Arc<ServerState>) {
+    let mut shutdown = server.shutdown.clone();
     loop {
         let accepted = tokio::select! {
             r = listener.accept() => r,
@@ -21,14 +21,14 @@ pub async fn serve(listener: TcpListener, shared: Arc<Shared>) {
             tokio::time::sleep(Duration::from_millis(10)).await;
             continue;
         };
-        let shared = shared.clone();
+        let server = server.clone();
         tokio::spawn(async move {
-            let _ = tokio::time::timeout(Duration::from_secs(10), answer(stream, &shared)).await;
+            let _ = tokio::time::timeout(Duration::from_secs(10), answer(stream, &server)).await;
         });
     }
 }
 
-async fn answer(mut stream: TcpStream, shared: &Shared) -> std::io::Result<()> {
+async fn answer(mut stream: TcpStream, server: &ServerState) -> std::io::Result<()> {
     let mut request = Vec::with_capacity(512);
     let mut chunk = [0u8; 1024];
     let reply = loop {
@@ -37,7 +37,7 @@ async fn answer(mut stream: TcpStream, shared: &Shared) -> std::io::Result<()> {
             http::Head::Refused => return Ok(()),
             http::Head::Request { method, target } => {
                 break http::answer(method, target, "/metrics", || {
-                    StatsReport::new(shared).prometheus()
+                    StatsReport::new(server).prometheus()
                 })
             }
         }

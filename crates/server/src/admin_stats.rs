@@ -22,16 +22,16 @@
 mod classes;
 mod settings;
 
-use crate::execute::VERSION;
+use crate::state::{Baseline, ServerState};
 use crate::stats::{rusage, CounterValues};
-use crate::worker::{Baseline, Shared};
+use crate::version::VERSION;
 use memfleet_protocol::response;
 use memfleet_storage::Stats;
 use std::sync::atomic::Ordering;
 
 /// A snapshot of everything reportable, taken once per `stats` request.
 pub struct StatsReport<'s> {
-    shared: &'s Shared,
+    server: &'s ServerState,
     engine: Stats,
     counters: CounterValues,
     base: Baseline,
@@ -46,11 +46,11 @@ enum Value {
 
 impl<'s> StatsReport<'s> {
     /// Collects the engine's and the workers' counters now.
-    pub fn new(shared: &'s Shared) -> Self {
-        let (counters, base) = shared.counters();
+    pub fn new(server: &'s ServerState) -> Self {
+        let (counters, base) = server.counters();
         StatsReport {
-            shared,
-            engine: shared.cache.stats(),
+            server,
+            engine: server.cache.stats(),
             counters,
             base,
         }
@@ -59,12 +59,12 @@ impl<'s> StatsReport<'s> {
     /// Zeroes the counters `stats reset` zeroes in memcached (command and hit counts), by
     /// moving the baseline.
     pub fn reset(&self) {
-        let shared = self.shared;
-        let mut base = shared.reset_base.lock().unwrap_or_else(|e| e.into_inner());
-        let engine = shared.cache.stats();
-        let conns = &shared.connections;
+        let server = self.server;
+        let mut base = server.reset_base.lock().unwrap_or_else(|e| e.into_inner());
+        let engine = server.cache.stats();
+        let conns = &server.connections;
         *base = Baseline {
-            counters: shared.raw_counters(),
+            counters: server.raw_counters(),
             total_connections: conns.total.load(Ordering::Relaxed),
             rejected_connections: conns.rejected.load(Ordering::Relaxed),
             evicted_items: engine.evicted_items,
@@ -76,7 +76,7 @@ impl<'s> StatsReport<'s> {
 
     fn general_values(&self) -> Vec<(&'static str, Value)> {
         use Value::*;
-        let s = self.shared;
+        let s = self.server;
         let e = &self.engine;
         let c = &self.counters;
         let conns = &s.connections;
@@ -127,7 +127,7 @@ impl<'s> StatsReport<'s> {
             ("read_buf_count", Int(s.settings.threads as u64)),
             (
                 "read_buf_bytes",
-                Int((s.settings.threads * crate::connection::READ_CHUNK * 2) as u64),
+                Int((s.settings.threads * crate::limits::READ_CHUNK * 2) as u64),
             ),
             ("read_buf_bytes_free", Int(0)),
             ("read_buf_oom", Int(0)),
@@ -272,10 +272,10 @@ impl<'s> StatsReport<'s> {
         Some(match name {
             b"" => pairs(self.general_values()),
             b"memfleet" => pairs(self.engine_values()),
-            b"settings" => settings::rows(self.shared),
+            b"settings" => settings::rows(self.server),
             b"items" => classes::items(&self.engine, &self.counters, &self.evictions()),
             b"slabs" => classes::slabs(&self.engine, &self.counters),
-            b"conns" => self.shared.connections.table.rows(),
+            b"conns" => self.server.connections.table.rows(),
             b"sizes" => Vec::new(),
             _ => return None,
         })

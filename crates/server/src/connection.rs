@@ -12,27 +12,19 @@
 //! A request whose replies would exceed [`WRITE_BUDGET`] (a multi-get of large values) is
 //! paused, flushed and resumed, so the output buffer stays bounded too.
 
-use crate::execute::{Executor, Next};
+use crate::execute::{AfterRequest, Executor};
+use crate::limits::BATCHES_BEFORE_YIELD;
+pub use crate::limits::{READ_CHUNK, WRITE_BUDGET};
+use crate::state::WorkerContext;
 use crate::transport::Transport;
-use crate::worker::WorkerContext;
 use memfleet_protocol::auth::Attempt;
 use memfleet_protocol::binary::{self, BinError};
 use memfleet_protocol::{parse, ErrorKind, KeyBytes, MetaKey, ParseError, ParserConfig, Request};
 use std::io;
 use std::rc::Rc;
 
-/// Bytes a read asks for at least.
-pub const READ_CHUNK: usize = 16 * 1024;
-
-/// Output size at which the server stops running requests and writes.
-pub const WRITE_BUDGET: usize = 256 * 1024;
-
 /// A connection's own buffers are released when drained if they grew beyond this.
 const KEEP_CAPACITY: usize = 4 * 1024;
-
-/// Batches a connection may run back to back before letting the worker's other connections
-/// have a turn.
-pub(crate) const BATCHES_BEFORE_YIELD: u32 = 32;
 
 /// Where the parser is between reads.
 #[derive(Debug, Default)]
@@ -102,7 +94,7 @@ pub fn process(
         (None, None) => return (pos, Flow::NeedInput),
     };
     if binary {
-        if exec.shared.auth.is_some() {
+        if exec.server.auth.is_some() {
             // Binary clients authenticate with SASL, which is not offered: memcached's ASCII
             // authentication is the only way in.
             return (pos, Flow::Close);
@@ -144,7 +136,7 @@ pub fn process(
                 return (pos, Flow::Flush);
             }
             if !state.authenticated {
-                if let Some(credentials) = &exec.shared.auth {
+                if let Some(credentials) = &exec.server.auth {
                     if !matches!(request, Request::Quit) {
                         authenticate(exec, credentials, &request, state, out);
                         pos += used;
@@ -159,9 +151,9 @@ pub fn process(
                 exec.run(&request, out, start, budget)
             };
             match next {
-                Next::Continue => pos += used,
-                Next::Close => return (pos + used, Flow::Close),
-                Next::Resume(key) => {
+                AfterRequest::Continue => pos += used,
+                AfterRequest::Close => return (pos + used, Flow::Close),
+                AfterRequest::Resume(key) => {
                     state.resume = Some(key);
                     return (pos, Flow::OutputFull);
                 }
@@ -199,7 +191,7 @@ pub fn process(
                 // Before authenticating, memcached refuses even malformed commands the same
                 // way, and a `set` whose data block is not followed by `\r\n` with its own
                 // words (the request is still skipped or the connection closed as usual).
-                let locked = exec.shared.auth.is_some() && !state.authenticated;
+                let locked = exec.server.auth.is_some() && !state.authenticated;
                 out.extend_from_slice(if locked {
                     memfleet_protocol::auth::rejection_reply(rejection.kind)
                 } else {
@@ -317,7 +309,7 @@ fn process_binary(
         match binary::parse(&input[pos..], config) {
             Ok((request, used)) => {
                 pos += used;
-                if exec.run_binary(&request, out) == Next::Close {
+                if exec.run_binary(&request, out) == AfterRequest::Close {
                     return (pos, Flow::Close);
                 }
             }
@@ -373,8 +365,8 @@ pub(crate) async fn serve<T: Transport>(ctx: &Rc<WorkerContext>, mut stream: T) 
 }
 
 async fn serve_stream<T: Transport>(ctx: &Rc<WorkerContext>, stream: &mut T) -> io::Result<()> {
-    let shared = &ctx.shared;
-    let settings = &shared.settings;
+    let server = &ctx.server;
+    let settings = &server.settings;
     // The longest input that can be a single valid request: a full-size item and its
     // command line, or a multi-get line of several thousand keys.
     let max_pending = settings.max_item_size + 64 * 1024;
@@ -448,14 +440,14 @@ async fn serve_stream<T: Transport>(ctx: &Rc<WorkerContext>, stream: &mut T) -> 
             let mut exec = Executor {
                 handle: &mut handle,
                 counters: &ctx.counters,
-                shared,
+                server,
                 read_only: false,
                 pins: Default::default(),
             };
             if pending_in.is_empty() {
                 let (used, flow) = process(
                     &mut exec,
-                    &shared.parser,
+                    &server.parser,
                     &shared_buf,
                     &mut state,
                     &mut out,
@@ -467,7 +459,7 @@ async fn serve_stream<T: Transport>(ctx: &Rc<WorkerContext>, stream: &mut T) -> 
             } else {
                 let (used, flow) = process(
                     &mut exec,
-                    &shared.parser,
+                    &server.parser,
                     &pending_in,
                     &mut state,
                     &mut out,
@@ -548,7 +540,7 @@ async fn write_replies<T: Transport>(
         }
         pending_out.extend_from_slice(&out[sent..]);
     }
-    let timeout = ctx.shared.settings.idle_timeout;
+    let timeout = ctx.server.settings.idle_timeout;
     // Until both our pending replies and the transport's own output (TLS records the
     // socket would not take yet) are gone.
     while !pending_out.is_empty() || !stream.try_flush()? {

@@ -10,6 +10,7 @@
 //!
 //! Not here: the clock itself (`memfleet_storage::Clock::manual`).
 
+use memfleet_protocol::response::Status;
 use memfleet_storage::Clock;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::Arc;
@@ -71,7 +72,7 @@ impl DebugClock {
     /// it.
     pub fn command(&self, argument: Option<&[u8]>) -> &'static [u8] {
         match argument {
-            None => return b"ERROR\r\n",
+            None => return Status::Error.as_bytes(),
             Some(b"p") => self.paused.store(true, Ordering::Release),
             Some(b"r") => self.paused.store(false, Ordering::Release),
             Some(secs) => {
@@ -79,7 +80,7 @@ impl DebugClock {
                     .ok()
                     .and_then(|s| s.parse::<i64>().ok())
                 else {
-                    return b"ERROR\r\n";
+                    return Status::Error.as_bytes();
                 };
                 self.offset.fetch_add(secs, Ordering::AcqRel);
                 if !self.paused.load(Ordering::Acquire) {
@@ -90,6 +91,6 @@ impl DebugClock {
                 }
             }
         }
-        b"OK\r\n"
+        Status::Ok.as_bytes()
     }
 }

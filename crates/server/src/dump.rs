@@ -3,7 +3,7 @@
 //!
 //! A dump is a producer the connection runs like a paused multi-get: each call walks a
 //! bounded number of hash chains ([`memfleet_storage::Handle::dump_step`]), appends lines to
-//! the worker's output buffer, and returns [`Next::Resume`] once the buffer reaches its
+//! the worker's output buffer, and returns [`AfterRequest::Resume`] once the buffer reaches its
 //! budget or the call has done its share of work. The connection then writes (waiting for
 //! the client if it reads slowly) and calls again; the cursor between calls is a few words
 //! in the connection's [`Dump`]. Nothing grows with the cache, no lock is held between
@@ -19,11 +19,12 @@
 //!
 //! Not here: the hash table walk itself (`memfleet-storage`'s `dump` module).
 
-use crate::execute::{Executor, Next};
+use crate::execute::{AfterRequest, Executor};
+use crate::state::Crawler;
 use memfleet_protocol::number::push_u64;
-use memfleet_protocol::{base64, Request, Tokens};
+use memfleet_protocol::response::{self, Status};
+use memfleet_protocol::{base64, ErrorKind, Request, Tokens};
 use memfleet_storage::{DumpCursor, DumpItem};
-use std::sync::atomic::{AtomicBool, Ordering};
 
 /// Hash chains visited per engine call (about 7 items each when the table is well filled).
 const CHAINS_PER_STEP: usize = 16;
@@ -40,20 +41,6 @@ const MAX_SLAB_CLASSES: u32 = 64;
 
 /// memfleet's one pseudo slab class.
 const CLASS: u32 = 1;
-
-/// Server-wide `lru_crawler` state.
-#[derive(Debug, Default)]
-pub struct Crawler {
-    /// `lru_crawler disable` was the last word (memcached starts with the crawler on).
-    disabled: AtomicBool,
-}
-
-impl Crawler {
-    /// Whether dumps are allowed (`lru_crawler enable`, the default, or no `disable` since).
-    pub fn enabled(&self) -> bool {
-        !self.disabled.load(Ordering::Relaxed)
-    }
-}
 
 /// What a dump prints per item.
 #[derive(Clone, Copy, Debug)]
@@ -93,7 +80,7 @@ pub fn handles(request: &Request<'_>) -> bool {
 }
 
 /// Runs (or resumes, when `state` holds one) a request [`handles`] accepts, appending to
-/// `out`. Returns [`Next::Resume`] when the dump paused; the connection writes, then runs
+/// `out`. Returns [`AfterRequest::Resume`] when the dump paused; the connection writes, then runs
 /// the same request again with the same `state`.
 pub fn run(
     exec: &mut Executor<'_>,
@@ -101,24 +88,24 @@ pub fn run(
     state: &mut Option<Box<Dump>>,
     out: &mut Vec<u8>,
     budget: usize,
-) -> Next {
+) -> AfterRequest {
     let dump = match state {
         Some(dump) => dump,
         None => match start(exec, request, out) {
             Some(dump) => state.insert(Box::new(dump)),
-            None => return Next::Continue,
+            None => return AfterRequest::Continue,
         },
     };
-    let epoch = exec.shared.cache.clock().start_unix();
+    let epoch = exec.server.cache.clock().start_unix();
     let mut visited = 0;
     loop {
         if dump.full || dump.cursor.is_done() {
             out.extend_from_slice(trailer(dump.format));
             *state = None;
-            return Next::Continue;
+            return AfterRequest::Continue;
         }
         if out.len() >= budget || visited >= CHAINS_PER_CALL {
-            return Next::Resume(0);
+            return AfterRequest::Resume(0);
         }
         let Dump {
             cursor,
@@ -154,7 +141,7 @@ fn start(exec: &Executor<'_>, request: &Request<'_>, out: &mut Vec<u8>) -> Optio
                 }
             };
             if class != CLASS {
-                out.extend_from_slice(b"END\r\n");
+                response::end(out);
                 return None;
             }
             new(Format::Items {
@@ -164,8 +151,8 @@ fn start(exec: &Executor<'_>, request: &Request<'_>, out: &mut Vec<u8>) -> Optio
             })
         }
         Request::Other { args, .. } => {
-            let (format, ours) = lru_crawler(&exec.shared.crawler, *args, out)?;
-            out.extend_from_slice(b"OK\r\n");
+            let (format, ours) = lru_crawler(&exec.server.crawler, *args, out)?;
+            response::status(out, Status::Ok);
             if ours {
                 return new(format);
             }
@@ -180,8 +167,8 @@ fn start(exec: &Executor<'_>, request: &Request<'_>, out: &mut Vec<u8>) -> Optio
 /// The line that ends a dump.
 fn trailer(format: Format) -> &'static [u8] {
     match format {
-        Format::Mg => b"EN\r\n",
-        _ => b"END\r\n",
+        Format::Mg => response::MGDUMP_END,
+        _ => Status::End.as_bytes(),
     }
 }
 
@@ -189,13 +176,13 @@ fn trailer(format: Format) -> &'static [u8] {
 fn cachedump_args(mut words: Tokens<'_>) -> Result<(u32, u32), &'static [u8]> {
     words.next(); // "cachedump"
     let (Some(class), Some(limit)) = (words.next(), words.next()) else {
-        return Err(b"CLIENT_ERROR bad command line\r\n");
+        return Err(response::BAD_COMMAND_LINE);
     };
     let (Some(class), Some(limit)) = (token_u32(class), token_u32(limit)) else {
-        return Err(b"CLIENT_ERROR bad command line format\r\n");
+        return Err(ErrorKind::BadCommandLineFormat.reply());
     };
     if class >= MAX_SLAB_CLASSES {
-        return Err(b"CLIENT_ERROR Illegal slab id\r\n");
+        return Err(response::ILLEGAL_SLAB_ID);
     }
     Ok((class, limit))
 }
@@ -210,16 +197,16 @@ fn lru_crawler(
     let words: [Option<&[u8]>; 3] = [args.next(), args.next(), args.next()];
     let reply: &[u8] = match words {
         [Some(sub), Some(arg), None] => {
-            let disabled = crawler.disabled.load(Ordering::Relaxed);
+            let disabled = !crawler.enabled();
             if is(sub, b"crawl") {
                 match classes(arg) {
-                    _ if disabled => b"CLIENT_ERROR lru crawler disabled\r\n",
+                    _ if disabled => response::CRAWLER_DISABLED,
                     // memcached's crawler walks LRUs only; memfleet's expirer already
                     // reclaims expired segments on its own, so a crawl has nothing to add.
-                    Classes::All | Classes::Some(_) => b"OK\r\n",
-                    Classes::Hash => b"ERROR an unknown error happened\r\n",
-                    Classes::None => b"NOTSTARTED no items to crawl\r\n",
-                    Classes::Bad => b"BADCLASS invalid class id\r\n",
+                    Classes::All | Classes::Some(_) => Status::Ok.as_bytes(),
+                    Classes::Hash => response::CRAWLER_UNKNOWN_ERROR,
+                    Classes::None => response::CRAWLER_NOTHING_TO_CRAWL,
+                    Classes::Bad => response::CRAWLER_BAD_CLASS,
                 }
             } else if is(sub, b"metadump") || is(sub, b"mgdump") {
                 let format = if is(sub, b"metadump") {
@@ -228,43 +215,41 @@ fn lru_crawler(
                     Format::Mg
                 };
                 match classes(arg) {
-                    _ if disabled => b"CLIENT_ERROR lru crawler disabled\r\n",
+                    _ if disabled => response::CRAWLER_DISABLED,
                     Classes::All | Classes::Hash => return Some((format, true)),
                     Classes::Some(ours) => return Some((format, ours)),
-                    Classes::None => b"NOTSTARTED no items to crawl\r\n",
-                    Classes::Bad => b"BADCLASS invalid class id\r\n",
+                    Classes::None => response::CRAWLER_NOTHING_TO_CRAWL,
+                    Classes::Bad => response::CRAWLER_BAD_CLASS,
                 }
             } else if is(sub, b"tocrawl") {
                 // Accepted and unused: dumps and the expirer have no per-class budget.
                 match token_u32(arg) {
-                    Some(_) => b"OK\r\n",
-                    None => b"CLIENT_ERROR bad command line format\r\n",
+                    Some(_) => Status::Ok.as_bytes(),
+                    None => ErrorKind::BadCommandLineFormat.reply(),
                 }
             } else if is(sub, b"sleep") {
                 match token_u32(arg) {
-                    Some(us) if us > 1_000_000 => {
-                        b"CLIENT_ERROR sleep must be one second or less\r\n"
-                    }
-                    Some(_) => b"OK\r\n",
-                    None => b"CLIENT_ERROR bad command line format\r\n",
+                    Some(us) if us > 1_000_000 => response::CRAWLER_SLEEP_TOO_LONG,
+                    Some(_) => Status::Ok.as_bytes(),
+                    None => ErrorKind::BadCommandLineFormat.reply(),
                 }
             } else {
-                b"ERROR\r\n"
+                Status::Error.as_bytes()
             }
         }
         [Some(sub), None, None] if is(sub, b"enable") => {
             // memcached refuses to start a crawler that is already running.
-            if crawler.disabled.swap(false, Ordering::Relaxed) {
-                b"OK\r\n"
+            if crawler.enable() {
+                Status::Ok.as_bytes()
             } else {
-                b"ERROR failed to start lru crawler thread\r\n"
+                response::CRAWLER_START_FAILED
             }
         }
         [Some(sub), None, None] if is(sub, b"disable") => {
-            crawler.disabled.store(true, Ordering::Relaxed);
-            b"OK\r\n"
+            crawler.disable();
+            Status::Ok.as_bytes()
         }
-        _ => b"ERROR\r\n",
+        _ => Status::Error.as_bytes(),
     };
     out.extend_from_slice(reply);
     None

@@ -7,10 +7,13 @@
 //! | module        | what it does |
 //! |---------------|--------------|
 //! | `config`      | flags, environment, TOML file → validated [`Settings`] |
+//! | `state`       | what every worker shares (`ServerState`) and one worker's (`WorkerContext`) |
 //! | `worker`      | worker threads: SO_REUSEPORT listener, accept loop, connection limit |
+//! | `udp`         | each worker's UDP socket |
 //! | `connection`  | one connection: read, run a batch of requests, one write; bounded buffers |
 //! | `transport`   | what a connection reads and writes: plain TCP, or a TLS session over it |
-//! | `execute`     | a parsed request against the engine → memcached's reply bytes |
+//! | `execute`     | a parsed request against the engine → memcached's reply bytes, by family |
+//! | `limits`, `version` | the connection loop's sizes; the version string |
 //! | `stats`       | per-worker counters (single writer, summed on demand) |
 //! | `admin_stats` | `stats`, `stats settings/items/slabs`, Prometheus text |
 //! | `dump`        | key dumps: `stats cachedump`, `lru_crawler metadump/mgdump`, streamed |
@@ -36,9 +39,12 @@ pub mod connection;
 mod debug_clock;
 pub mod dump;
 pub mod execute;
+mod limits;
+pub mod state;
 pub mod stats;
 mod transport;
 pub mod udp;
+mod version;
 pub mod warm;
 pub mod worker;
 
@@ -66,7 +72,7 @@ pub struct Server {
     admin_addr: Option<SocketAddr>,
     shutdown: watch::Sender<bool>,
     threads: Vec<JoinHandle<std::io::Result<()>>>,
-    shared: Arc<worker::Shared>,
+    server: Arc<state::ServerState>,
     expirer: Option<Expirer>,
     memory_file: Option<warm::MemoryFile>,
     start: warm::Start,
@@ -172,7 +178,7 @@ impl Server {
         let (tx, rx) = watch::channel(false);
         let counters: Vec<_> = (0..settings.threads).map(|_| Arc::default()).collect();
         let expirer = cache.spawn_expirer(EXPIRE_INTERVAL);
-        let shared = Arc::new(worker::Shared {
+        let server = Arc::new(state::ServerState {
             parser: ParserConfig::with_max_item_size(settings.max_item_size),
             settings,
             cache,
@@ -188,15 +194,15 @@ impl Server {
         let mut threads = Vec::new();
         let sockets = listeners.into_iter().zip(udp_sockets);
         for (i, ((listener, udp), counters)) in sockets.zip(counters).enumerate() {
-            let shared = shared.clone();
+            let server = server.clone();
             threads.push(
                 std::thread::Builder::new()
                     .name(format!("memfleet-worker-{i}"))
-                    .spawn(move || worker::run(shared, counters, listener, udp, SHUTDOWN_GRACE))?,
+                    .spawn(move || worker::run(server, counters, listener, udp, SHUTDOWN_GRACE))?,
             );
         }
         if let Some(listener) = admin {
-            let shared = shared.clone();
+            let server = server.clone();
             threads.push(
                 std::thread::Builder::new()
                     .name("memfleet-admin".into())
@@ -206,7 +212,7 @@ impl Server {
                             .build()?;
                         rt.block_on(async move {
                             let listener = tokio::net::TcpListener::from_std(listener)?;
-                            admin::serve(listener, shared).await;
+                            admin::serve(listener, server).await;
                             Ok(())
                         })
                     })?,
@@ -214,10 +220,10 @@ impl Server {
         }
         tracing::info!(
             %addr,
-            threads = shared.settings.threads,
-            memory_mib = shared.settings.memory_bytes >> 20,
-            max_connections = shared.settings.max_connections,
-            tls = shared.tls.is_some(),
+            threads = server.settings.threads,
+            memory_mib = server.settings.memory_bytes >> 20,
+            max_connections = server.settings.max_connections,
+            tls = server.tls.is_some(),
             "memfleet server listening"
         );
         Ok(Server {
@@ -225,7 +231,7 @@ impl Server {
             admin_addr,
             shutdown: tx,
             threads,
-            shared,
+            server,
             expirer: Some(expirer),
             memory_file,
             start,
@@ -239,7 +245,7 @@ impl Server {
 
     /// The UDP address for reads, when enabled.
     pub fn udp_addr(&self) -> Option<SocketAddr> {
-        self.shared
+        self.server
             .settings
             .udp_port
             .map(|port| SocketAddr::new(self.addr.ip(), port))
@@ -259,7 +265,7 @@ impl Server {
     /// them; established connections keep their sessions. On an error the certificate in
     /// service stays. Without TLS there is nothing to reload.
     pub fn reload_tls(&self) -> anyhow::Result<()> {
-        match &self.shared.tls {
+        match &self.server.tls {
             Some(tls) => tls.reload(),
             None => Ok(()),
         }
@@ -267,7 +273,7 @@ impl Server {
 
     /// The cache (for tests and embedding).
     pub fn cache(&self) -> &Cache {
-        &self.shared.cache
+        &self.server.cache
     }
 
     /// Stops accepting, lets open connections finish their current batch (briefly), and
@@ -284,7 +290,7 @@ impl Server {
         drop(self.expirer.take());
         if let Some(file) = &self.memory_file {
             let started = std::time::Instant::now();
-            let bytes = file.save(&self.shared.cache)?;
+            let bytes = file.save(&self.server.cache)?;
             tracing::info!(
                 snapshot_bytes = bytes,
                 save_ms = started.elapsed().as_secs_f64() * 1000.0,
@@ -324,7 +330,7 @@ pub fn run(args: &ServerArgs) -> anyhow::Result<()> {
                 _ = term.recv() => break,
                 _ = usr1.recv() => break,
                 _ = hup.recv() => {
-                    if server.shared.tls.is_none() {
+                    if server.server.tls.is_none() {
                         tracing::info!("SIGHUP: no TLS certificate to reload");
                     }
                     // A failure is logged and counted; the old certificate stays.

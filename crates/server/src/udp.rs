@@ -33,8 +33,9 @@
 //! on it and replies from it, with the worker's engine handle and counters.
 
 use crate::connection::{process, Flow, ParseState};
-use crate::execute::{Executor, Next};
-use crate::worker::WorkerContext;
+use crate::execute::{AfterRequest, Executor};
+use crate::state::WorkerContext;
+use memfleet_protocol::response;
 use memfleet_protocol::udp::{fragment, Header};
 use memfleet_protocol::{binary, parse, GetKind, Request};
 use socket2::{Domain, Protocol, Socket, Type};
@@ -45,17 +46,6 @@ use std::rc::Rc;
 pub const MAX_UDP_REPLY: usize = 64 * 1024;
 /// The largest datagram read (anything longer is cut by the kernel and refused).
 const MAX_REQUEST: usize = 64 * 1024;
-
-const NOT_A_READ: &[u8] =
-    b"CLIENT_ERROR UDP serves only get, gets and mg (writes need --udp-writes)\r\n";
-const NOT_ONE_REQUEST: &[u8] = b"CLIENT_ERROR a UDP request must be one complete command\r\n";
-const BINARY: &[u8] = b"CLIENT_ERROR UDP serves the binary protocol only with --udp-writes\r\n";
-/// A datagram whose last command is cut short (memcached drops it without a word).
-const INCOMPLETE: &[u8] = b"CLIENT_ERROR a UDP request must end with a complete command\r\n";
-/// memcached's words for a request spread over several datagrams.
-const MULTI_PACKET: &[u8] = b"SERVER_ERROR multi-packet request not supported\r\n";
-const NO_SIDE_EFFECTS: &[u8] = b"CLIENT_ERROR UDP mg takes no N, R, T or E flag\r\n";
-const TOO_LARGE: &[u8] = b"SERVER_ERROR reply too large for UDP; use TCP\r\n";
 
 /// Binds one worker's UDP socket; every worker binds its own with SO_REUSEPORT.
 pub fn bind(addr: SocketAddr) -> std::io::Result<std::net::UdpSocket> {
@@ -75,7 +65,7 @@ pub fn answer(exec: &mut Executor<'_>, datagram: &[u8], reply: &mut Vec<u8>, wri
         return false;
     };
     if !header.is_single() {
-        reply.extend_from_slice(MULTI_PACKET);
+        reply.extend_from_slice(response::UDP_MULTI_PACKET);
         return true;
     }
     if writes {
@@ -83,14 +73,14 @@ pub fn answer(exec: &mut Executor<'_>, datagram: &[u8], reply: &mut Vec<u8>, wri
         return true;
     }
     if payload.first().is_some_and(|&b| binary::is_binary(b)) {
-        reply.extend_from_slice(BINARY);
+        reply.extend_from_slice(response::UDP_BINARY);
         return true;
     }
-    let config = &exec.shared.parser;
+    let config = &exec.server.parser;
     let request = match parse(payload, config) {
         Ok((request, used)) if used == payload.len() => request,
         Ok(_) | Err(_) => {
-            reply.extend_from_slice(NOT_ONE_REQUEST);
+            reply.extend_from_slice(response::UDP_NOT_ONE_REQUEST);
             return true;
         }
     };
@@ -100,7 +90,7 @@ pub fn answer(exec: &mut Executor<'_>, datagram: &[u8], reply: &mut Vec<u8>, wri
         _ => false,
     };
     if !is_read {
-        reply.extend_from_slice(NOT_A_READ);
+        reply.extend_from_slice(response::UDP_NOT_A_READ);
         return true;
     }
     // A forged source address must not be able to change anything: no new TTL (T, which
@@ -108,17 +98,17 @@ pub fn answer(exec: &mut Executor<'_>, datagram: &[u8], reply: &mut Vec<u8>, wri
     // runs read-only too, so a stale item's token is not handed out either.
     if let Request::MetaGet(m) = &request {
         if [b'N', b'R', b'T', b'E'].iter().any(|f| m.flags.has(*f)) {
-            reply.extend_from_slice(NO_SIDE_EFFECTS);
+            reply.extend_from_slice(response::UDP_NO_SIDE_EFFECTS);
             return true;
         }
     }
     exec.counters.udp_requests.incr();
     match exec.run(&request, reply, 0, MAX_UDP_REPLY) {
-        Next::Continue if reply.len() <= MAX_UDP_REPLY => {}
+        AfterRequest::Continue if reply.len() <= MAX_UDP_REPLY => {}
         _ => {
             exec.counters.udp_too_large.incr();
             reply.clear();
-            reply.extend_from_slice(TOO_LARGE);
+            reply.extend_from_slice(response::UDP_TOO_LARGE);
         }
     }
     true
@@ -128,11 +118,11 @@ pub fn answer(exec: &mut Executor<'_>, datagram: &[u8], reply: &mut Vec<u8>, wri
 /// replies, at most [`MAX_UDP_REPLY`] bytes of them, go to `reply`.
 fn run_all(exec: &mut Executor<'_>, payload: &[u8], reply: &mut Vec<u8>) {
     exec.counters.udp_requests.incr();
-    let shared = exec.shared;
+    let server = exec.server;
     let mut state = ParseState::default();
     let (used, flow) = process(
         exec,
-        &shared.parser,
+        &server.parser,
         payload,
         &mut state,
         reply,
@@ -143,10 +133,12 @@ fn run_all(exec: &mut Executor<'_>, payload: &[u8], reply: &mut Vec<u8>) {
         Flow::OutputFull if used < payload.len() || reply.len() > MAX_UDP_REPLY => {
             exec.counters.udp_too_large.incr();
             reply.clear();
-            reply.extend_from_slice(TOO_LARGE);
+            reply.extend_from_slice(response::UDP_TOO_LARGE);
         }
         // The rest of a command will not come: a datagram is the whole request.
-        Flow::NeedInput if used < payload.len() => reply.extend_from_slice(INCOMPLETE),
+        Flow::NeedInput if used < payload.len() => {
+            reply.extend_from_slice(response::UDP_INCOMPLETE)
+        }
         Flow::NeedInput | Flow::OutputFull | Flow::Flush | Flow::Close => {}
     }
 }
@@ -154,8 +146,8 @@ fn run_all(exec: &mut Executor<'_>, payload: &[u8], reply: &mut Vec<u8>) {
 /// Serves datagrams on `socket` until shutdown.
 pub async fn serve(ctx: Rc<WorkerContext>, socket: std::net::UdpSocket) -> std::io::Result<()> {
     let socket = tokio::net::UdpSocket::from_std(socket)?;
-    let mut shutdown = ctx.shared.shutdown.clone();
-    let writes = ctx.shared.settings.udp_writes;
+    let mut shutdown = ctx.server.shutdown.clone();
+    let writes = ctx.server.settings.udp_writes;
     let mut datagram = vec![0u8; MAX_REQUEST];
     let mut reply = Vec::with_capacity(MAX_UDP_REPLY + 1024);
     let mut framed = Vec::with_capacity(MAX_UDP_REPLY * 2);
@@ -183,7 +175,7 @@ pub async fn serve(ctx: Rc<WorkerContext>, socket: std::net::UdpSocket) -> std::
             let mut exec = Executor {
                 handle: &mut handle,
                 counters: &ctx.counters,
-                shared: &ctx.shared,
+                server: &ctx.server,
                 read_only: !writes,
                 pins: Default::default(),
             };

@@ -7,115 +7,21 @@
 //! the buffers, with no `Send` bounds, no atomics on the request path and warm caches; and the
 //! per-thread buffers (the 2008 Facebook post's lesson) need no locking.
 
-use crate::config::Settings;
 use crate::conn_stats::ConnInfo;
 use crate::connection;
-use crate::stats::{ConnectionCounts, CounterValues, WorkerCounters};
+use crate::state::{ServerState, WorkerContext};
+use crate::stats::WorkerCounters;
 use crate::transport::TlsTransport;
-use memfleet_protocol::ParserConfig;
-use memfleet_storage::{Cache, Handle};
+use memfleet_protocol::response;
 use socket2::{Domain, Protocol, Socket, Type};
 use std::cell::{Cell, RefCell};
-use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::os::fd::AsRawFd;
 use std::rc::Rc;
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::AsyncWriteExt;
-use tokio::sync::watch;
-use tokio::task::AbortHandle;
-
-/// The reply to a connection over the `--max-connections` limit (memcached's words).
-pub const TOO_MANY_CONNECTIONS: &[u8] = b"ERROR Too many open connections\r\n";
-
-/// State every worker shares.
-pub struct Shared {
-    /// The settings the server runs with.
-    pub settings: Settings,
-    /// The cache.
-    pub cache: Cache,
-    /// The parser's item size limit.
-    pub parser: ParserConfig,
-    /// Every worker's counters, for `stats` (each written only by its own worker).
-    pub workers: Vec<Arc<WorkerCounters>>,
-    /// Connection counts.
-    pub connections: ConnectionCounts,
-    /// Counter values at the last `stats reset`, subtracted when reporting (resetting the
-    /// counters themselves would race with their single writers).
-    pub reset_base: Mutex<Baseline>,
-    /// Flips to true when the server is shutting down.
-    pub shutdown: watch::Receiver<bool>,
-    /// Who may connect, when authentication is on (`--auth-file`).
-    pub auth: Option<crate::auth::Credentials>,
-    /// TLS on the TCP port, when on (`--tls-cert`): the certificate in service and its
-    /// counters.
-    pub tls: Option<Arc<memfleet_tls::ServerTls>>,
-    /// `lru_crawler enable|disable` (key dumps, `dump.rs`).
-    pub crawler: crate::dump::Crawler,
-    /// The clock `debugtime` moves, with `--debug-time`.
-    pub debug_clock: Option<Arc<crate::debug_clock::DebugClock>>,
-}
-
-/// What `stats reset` zeroes, as the values it saw: the command counters and, as in
-/// memcached, the connection totals and the engine's eviction and reclaim counts.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct Baseline {
-    /// The workers' counters.
-    pub counters: CounterValues,
-    /// `total_connections`.
-    pub total_connections: u64,
-    /// `rejected_connections`.
-    pub rejected_connections: u64,
-    /// `evictions`.
-    pub evicted_items: u64,
-    /// `evicted_unfetched`.
-    pub evicted_unfetched: u64,
-    /// `expired_unfetched` (and part of `reclaimed`).
-    pub expired_items: u64,
-    /// The rest of `reclaimed`.
-    pub flushed_items: u64,
-}
-
-impl Shared {
-    /// All workers' counters, summed, minus the last reset, and that baseline. Holds the
-    /// baseline's lock while summing, so a concurrent reset cannot make values go negative.
-    pub fn counters(&self) -> (CounterValues, Baseline) {
-        let base = self.reset_base.lock().unwrap_or_else(|e| e.into_inner());
-        let mut total = self.raw_counters();
-        total.subtract(&base.counters);
-        (total, *base)
-    }
-
-    /// The workers' counters summed, without the reset baseline.
-    pub fn raw_counters(&self) -> CounterValues {
-        let mut total = CounterValues::default();
-        for w in &self.workers {
-            total.add(&w.snapshot());
-        }
-        total
-    }
-}
-
-/// One worker's state, shared by the connections it serves (all on its thread).
-pub struct WorkerContext {
-    /// Server-wide state.
-    pub shared: Arc<Shared>,
-    /// This worker's counters.
-    pub counters: Arc<WorkerCounters>,
-    /// This worker's engine handle.
-    pub handle: RefCell<Handle>,
-    /// The read buffer every connection of this worker reads into. A connection keeps bytes
-    /// of its own only while a request is incomplete, so idle connections hold none.
-    pub read_buf: RefCell<Vec<u8>>,
-    /// The buffer replies are built in before one write.
-    pub write_buf: RefCell<Vec<u8>>,
-    /// Connections open on this worker, to abort at shutdown.
-    pub open: RefCell<HashMap<u64, AbortHandle>>,
-    /// Identifies the next connection in `open`.
-    pub next_id: Cell<u64>,
-}
 
 /// Binds and listens on `addr` without SO_REUSEPORT: fails if anyone listens there already.
 /// (The port is then released and taken again by [`bind`] for every worker.)
@@ -141,7 +47,7 @@ pub fn bind(addr: SocketAddr, backlog: u32) -> std::io::Result<std::net::TcpList
 /// Runs a worker until shutdown: accepts on `listener`, serves connections, then ends them
 /// between batches (waiting up to `grace` for them to close).
 pub fn run(
-    shared: Arc<Shared>,
+    server: Arc<ServerState>,
     counters: Arc<WorkerCounters>,
     listener: std::net::TcpListener,
     udp: Option<std::net::UdpSocket>,
@@ -152,8 +58,8 @@ pub fn run(
         .build()?;
     let local = tokio::task::LocalSet::new();
     let ctx = Rc::new(WorkerContext {
-        handle: RefCell::new(shared.cache.handle()),
-        shared,
+        handle: RefCell::new(server.cache.handle()),
+        server,
         counters,
         read_buf: RefCell::new(Vec::with_capacity(connection::READ_CHUNK * 2)),
         write_buf: RefCell::new(Vec::with_capacity(connection::WRITE_BUDGET * 2)),
@@ -162,7 +68,7 @@ pub fn run(
     });
     local.block_on(&runtime, async move {
         // Listed in `stats conns` while they are open.
-        let table = ctx.shared.connections.table.clone();
+        let table = ctx.server.connections.table.clone();
         let mut listed = vec![(listener.as_raw_fd(), listener.local_addr()?, false)];
         if let Some(socket) = &udp {
             listed.push((socket.as_raw_fd(), socket.local_addr()?, true));
@@ -198,7 +104,7 @@ pub fn run(
 }
 
 async fn accept_loop(ctx: &Rc<WorkerContext>, listener: tokio::net::TcpListener) {
-    let mut shutdown = ctx.shared.shutdown.clone();
+    let mut shutdown = ctx.server.shutdown.clone();
     loop {
         if *shutdown.borrow() {
             return;
@@ -215,7 +121,7 @@ async fn accept_loop(ctx: &Rc<WorkerContext>, listener: tokio::net::TcpListener)
                 tracing::warn!(error = %e, "accept failed");
                 let paused = std::time::Instant::now();
                 tokio::time::sleep(Duration::from_millis(10)).await;
-                let conns = &ctx.shared.connections;
+                let conns = &ctx.server.connections;
                 conns.listen_disabled.fetch_add(1, Ordering::Relaxed);
                 conns
                     .listen_disabled_us
@@ -223,13 +129,13 @@ async fn accept_loop(ctx: &Rc<WorkerContext>, listener: tokio::net::TcpListener)
                 continue;
             }
         };
-        let conns = &ctx.shared.connections;
-        if conns.current.fetch_add(1, Ordering::AcqRel) >= ctx.shared.settings.max_connections {
+        let conns = &ctx.server.connections;
+        if conns.current.fetch_add(1, Ordering::AcqRel) >= ctx.server.settings.max_connections {
             conns.current.fetch_sub(1, Ordering::AcqRel);
             conns.rejected.fetch_add(1, Ordering::Relaxed);
             tokio::task::spawn_local(async move {
                 let mut stream = stream;
-                let _ = stream.write_all(TOO_MANY_CONNECTIONS).await;
+                let _ = stream.write_all(response::TOO_MANY_CONNECTIONS).await;
                 let _ = stream.shutdown().await;
             });
             continue;
@@ -255,12 +161,12 @@ async fn accept_loop(ctx: &Rc<WorkerContext>, listener: tokio::net::TcpListener)
         };
         // Two task types, so that a plaintext connection's task is not sized for a TLS
         // session it does not have.
-        let task = match ctx.shared.tls.clone() {
+        let task = match ctx.server.tls.clone() {
             None => tokio::task::spawn_local(async move {
                 let open = open;
                 let stream = open
                     .ctx
-                    .shared
+                    .server
                     .connections
                     .table
                     .track(stream, open.info.clone());
@@ -293,7 +199,7 @@ async fn serve_tls(
     let stream = TlsTransport::new(socket, session);
     let stream = open
         .ctx
-        .shared
+        .server
         .connections
         .table
         .track(stream, open.info.clone());
@@ -316,12 +222,12 @@ impl Drop for OpenConnection {
     fn drop(&mut self) {
         self.ctx.open.borrow_mut().remove(&self.id);
         self.ctx
-            .shared
+            .server
             .connections
             .table
             .remove(self.fd, &self.info);
         self.ctx
-            .shared
+            .server
             .connections
             .current
             .fetch_sub(1, Ordering::AcqRel);

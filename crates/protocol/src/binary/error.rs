@@ -1,4 +1,4 @@
-//! What [`super::parse`] returns for input it cannot turn into a request: "read more", or
+//! What the binary parser (`binary::parse`) returns for input it cannot turn into a request: "read more", or
 //! a rejection carrying memcached 1.6.18's exact reaction (error packet or silent close,
 //! bytes to discard).
 //!
@@ -9,7 +9,7 @@ use super::response::{self, ReplyTo, Status};
 use super::HEADER_LEN;
 use core::fmt;
 
-/// Why [`super::parse`] produced no request.
+/// Why the binary parser produced no request.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum BinError {
     /// The buffer holds only part of a request: read more and call `parse` again with the

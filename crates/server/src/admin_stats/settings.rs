@@ -3,14 +3,14 @@
 //! extstore, log watchers) the value says "off": `no`, or 0. README.md's stats table gives
 //! each name's meaning here.
 
-use crate::connection::BATCHES_BEFORE_YIELD;
-use crate::worker::Shared;
+use crate::limits::BATCHES_BEFORE_YIELD;
+use crate::state::ServerState;
 use memfleet_storage::EvictionPolicy;
 
 /// The rows, in memcached's order, then memfleet's own.
-pub(super) fn rows(shared: &Shared) -> Vec<(String, String)> {
-    let st = &shared.settings;
-    let cfg = shared.cache.config();
+pub(super) fn rows(server: &ServerState) -> Vec<(String, String)> {
+    let st = &server.settings;
+    let cfg = server.cache.config();
     let idle = st.idle_timeout.map_or(0, |d| d.as_secs());
     let eviction = match cfg.eviction {
         EvictionPolicy::Merge => "merge",
@@ -72,7 +72,7 @@ pub(super) fn rows(shared: &Shared) -> Vec<(String, String)> {
         // Proactive expiration plays the rest of the LRU crawler's part whatever this says:
         // it frees expired segments every `lru_crawler_sleep` microseconds (memcached: a
         // pause between items).
-        ("lru_crawler", yes_no(shared.crawler.enabled())),
+        ("lru_crawler", yes_no(server.crawler.enabled())),
         ("lru_crawler_sleep", expire_us),
         ("lru_crawler_tocrawl", "0".into()),
         ("tail_repair_time", "0".into()),

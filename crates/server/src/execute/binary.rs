@@ -2,8 +2,9 @@
 //! opcode replies is tabled in `memfleet_protocol::binary`'s docs (checked against memcached
 //! 1.6.18); this file follows that table.
 
-use super::{Executor, Next, VERSION};
+use super::{AfterRequest, Executor};
 use crate::admin_stats::StatsReport;
+use crate::version::VERSION;
 use memfleet_protocol::binary::{
     response, BinCommand, BinRequest, ConcatOp, ReplyTo, SetOp, Status, NO_AUTO_CREATE,
 };
@@ -11,7 +12,7 @@ use memfleet_storage::{DeltaError, Expiry, StoreError, StoreMode, StoreStatus};
 
 impl Executor<'_> {
     /// Runs one binary request, appending its reply packets to `out`.
-    pub fn run_binary(&mut self, req: &BinRequest<'_>, out: &mut Vec<u8>) -> Next {
+    pub fn run_binary(&mut self, req: &BinRequest<'_>, out: &mut Vec<u8>) -> AfterRequest {
         let to = req.reply_to();
         match req.command {
             BinCommand::Get {
@@ -107,7 +108,7 @@ impl Executor<'_> {
             } => {
                 if !self.cas_allows(key, req.cas) {
                     response::error(out, to, Status::KeyExists);
-                    return Next::Continue;
+                    return AfterRequest::Continue;
                 }
                 let mut result = self.arith(op, key, delta);
                 if let (Ok(None), true) = (result, exptime != NO_AUTO_CREATE) {
@@ -138,7 +139,7 @@ impl Executor<'_> {
                     Err(DeltaError::Store(e)) => response::error(out, to, store_error(e)),
                 }
             }
-            BinCommand::Flush { .. } if self.shared.settings.flush_disabled => {
+            BinCommand::Flush { .. } if self.server.settings.flush_disabled => {
                 // memcached -F: refused even when quiet.
                 response::error(out, to, Status::AuthError);
             }
@@ -156,10 +157,10 @@ impl Executor<'_> {
                 if !quiet {
                     response::success(out, to, 0);
                 }
-                return Next::Close;
+                return AfterRequest::Close;
             }
         }
-        Next::Continue
+        AfterRequest::Continue
     }
 
     fn binary_get(
@@ -207,7 +208,7 @@ impl Executor<'_> {
     }
 
     fn binary_stats(&mut self, to: ReplyTo, group: &[u8], out: &mut Vec<u8>) {
-        let report = StatsReport::new(self.shared);
+        let report = StatsReport::new(self.server);
         // memcached matches these by prefix.
         if group.starts_with(b"reset") {
             report.reset();

@@ -2,7 +2,9 @@
 //! answers them: the item's fetched mark and last access (`h`, `l`, `u`), CAS and TTL flags,
 //! and the lease extensions (`N`, `R`, `W`/`Z`/`X`) memfleet shares with memcached.
 
-use super::{count_lookup, store_error, ttl_flag, Executor, NON_NUMERIC};
+use super::retrieval::{count_lookup, ttl_flag};
+use super::storage::store_error;
+use super::Executor;
 use memfleet_protocol::response::{self, MetaDebug, MetaStatus, MetaWriter};
 use memfleet_protocol::{KeyBytes, Meta, MetaArith, MetaFlags, MetaKey, MetaSet, StoreCommand};
 use memfleet_storage::{
@@ -283,7 +285,7 @@ impl Executor<'_> {
         let value = match result {
             Ok(v) => v,
             Err(DeltaError::NonNumeric) => {
-                out.extend_from_slice(NON_NUMERIC);
+                out.extend_from_slice(response::NON_NUMERIC);
                 return;
             }
             Err(DeltaError::Store(e)) => {
