@@ -326,57 +326,47 @@ impl Workload {
     /// Appends the request bytes of `op` to `out`.
     pub fn encode(&self, op: Op, out: &mut Vec<u8>) {
         match (self.protocol, op) {
-            (Protocol::Text, Op::Get(n)) => {
-                out.extend_from_slice(b"get ");
-                self.push_key_bytes(n, out);
-                out.extend_from_slice(b"\r\n");
-            }
+            (Protocol::Text, Op::Get(n)) => self.push_request(b"get ", n, b"\r\n", out),
             (Protocol::Text, Op::Set(n)) => {
                 let value = self.value(n);
-                out.extend_from_slice(b"set ");
-                self.push_key_bytes(n, out);
-                out.extend_from_slice(b" 0 ");
+                self.push_request(b"set ", n, b" 0 ", out);
                 push_u64(u64::from(self.ttl(n)), out);
                 out.push(b' ');
                 push_u64(value.len() as u64, out);
-                out.extend_from_slice(b"\r\n");
-                out.extend_from_slice(value);
-                out.extend_from_slice(b"\r\n");
+                push_data(value, out);
             }
-            (Protocol::Text, Op::Delete(n)) => {
-                out.extend_from_slice(b"delete ");
-                self.push_key_bytes(n, out);
-                out.extend_from_slice(b"\r\n");
-            }
+            (Protocol::Text, Op::Delete(n)) => self.push_request(b"delete ", n, b"\r\n", out),
             // k: echo the key, f: the client flags, v: the value (a hit is
             // `VA <size> k<key> f<flags>`, a miss `EN`).
-            (Protocol::Meta, Op::Get(n)) => {
-                out.extend_from_slice(b"mg ");
-                self.push_key_bytes(n, out);
-                out.extend_from_slice(b" k f v\r\n");
-            }
+            (Protocol::Meta, Op::Get(n)) => self.push_request(b"mg ", n, b" k f v\r\n", out),
             (Protocol::Meta, Op::Set(n)) => {
                 let value = self.value(n);
-                out.extend_from_slice(b"ms ");
-                self.push_key_bytes(n, out);
-                out.push(b' ');
+                self.push_request(b"ms ", n, b" ", out);
                 push_u64(value.len() as u64, out);
                 let ttl = self.ttl(n);
                 if ttl != 0 {
                     out.extend_from_slice(b" T");
                     push_u64(u64::from(ttl), out);
                 }
-                out.extend_from_slice(b"\r\n");
-                out.extend_from_slice(value);
-                out.extend_from_slice(b"\r\n");
+                push_data(value, out);
             }
-            (Protocol::Meta, Op::Delete(n)) => {
-                out.extend_from_slice(b"md ");
-                self.push_key_bytes(n, out);
-                out.extend_from_slice(b"\r\n");
-            }
+            (Protocol::Meta, Op::Delete(n)) => self.push_request(b"md ", n, b"\r\n", out),
         }
     }
+
+    /// Appends `verb`, key `n` and `rest`.
+    fn push_request(&self, verb: &[u8], n: u64, rest: &[u8], out: &mut Vec<u8>) {
+        out.extend_from_slice(verb);
+        self.push_key_bytes(n, out);
+        out.extend_from_slice(rest);
+    }
+}
+
+/// Ends a storage command's line and appends its data block.
+fn push_data(value: &[u8], out: &mut Vec<u8>) {
+    out.extend_from_slice(b"\r\n");
+    out.extend_from_slice(value);
+    out.extend_from_slice(b"\r\n");
 }
 
 /// Number of decimal digits of `n`.

@@ -19,42 +19,60 @@ use std::io::{self, Read};
 use super::request::{Op, Request};
 use super::trace_error::TraceError;
 
-/// Reads fixed-size records; `None` at a clean end of file.
-fn read_record<const N: usize>(
-    inner: &mut impl Read,
+/// A stream of fixed-size records.
+struct Records<R> {
+    inner: R,
+    /// Records read so far.
     index: u64,
-    done: &mut bool,
-) -> Option<Result<[u8; N], TraceError>> {
-    if *done {
-        return None;
+    done: bool,
+}
+
+impl<R: Read> Records<R> {
+    fn new(inner: R) -> Self {
+        Records {
+            inner,
+            index: 0,
+            done: false,
+        }
     }
-    let mut rec = [0u8; N];
-    let mut filled = 0;
-    while filled < N {
-        match inner.read(&mut rec[filled..]) {
-            Ok(0) => break,
-            Ok(n) => filled += n,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => {
-                *done = true;
-                return Some(Err(e.into()));
+
+    /// The next record and its index; `None` at a clean end of file.
+    fn next<const N: usize>(&mut self) -> Option<Result<([u8; N], u64), TraceError>> {
+        if self.done {
+            return None;
+        }
+        let index = self.index;
+        let mut rec = [0u8; N];
+        let mut filled = 0;
+        while filled < N {
+            match self.inner.read(&mut rec[filled..]) {
+                Ok(0) => break,
+                Ok(n) => filled += n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    self.done = true;
+                    return Some(Err(e.into()));
+                }
             }
         }
-    }
-    match filled {
-        0 => {
-            *done = true;
-            None
+        match filled {
+            0 => {
+                self.done = true;
+                None
+            }
+            n if n < N => {
+                self.done = true;
+                Some(Err(TraceError::Truncated {
+                    index,
+                    len: n,
+                    record_size: N,
+                }))
+            }
+            _ => {
+                self.index += 1;
+                Some(Ok((rec, index)))
+            }
         }
-        n if n < N => {
-            *done = true;
-            Some(Err(TraceError::Truncated {
-                index,
-                len: n,
-                record_size: N,
-            }))
-        }
-        _ => Some(Ok(rec)),
     }
 }
 
@@ -75,20 +93,12 @@ pub const ORACLE_KEY_SIZE: u32 = 8;
 ///
 /// Each record becomes a `get` with `value_size = obj_size`, key size
 /// [`ORACLE_KEY_SIZE`] and no TTL, so replay's look-aside fill inserts it.
-pub struct OracleGeneralReader<R> {
-    inner: R,
-    index: u64,
-    done: bool,
-}
+pub struct OracleGeneralReader<R>(Records<R>);
 
 impl<R: Read> OracleGeneralReader<R> {
     /// Wraps a reader (buffer it: records are read 24 bytes at a time).
     pub fn new(inner: R) -> Self {
-        OracleGeneralReader {
-            inner,
-            index: 0,
-            done: false,
-        }
+        OracleGeneralReader(Records::new(inner))
     }
 }
 
@@ -96,11 +106,10 @@ impl<R: Read> Iterator for OracleGeneralReader<R> {
     type Item = Result<Request, TraceError>;
 
     fn next(&mut self) -> Option<Self::Item> {
-        let rec = match read_record::<24>(&mut self.inner, self.index, &mut self.done)? {
-            Ok(rec) => rec,
+        let rec = match self.0.next::<24>()? {
+            Ok((rec, _)) => rec,
             Err(e) => return Some(Err(e)),
         };
-        self.index += 1;
         Some(Ok(Request {
             time: le_u32(&rec, 0),
             key: le_u64(&rec, 4),
@@ -114,20 +123,12 @@ impl<R: Read> Iterator for OracleGeneralReader<R> {
 
 /// Streaming reader of libCacheSim's 20-byte `twr` binary format (see the
 /// module docs for the layout and its provenance).
-pub struct TwrReader<R> {
-    inner: R,
-    index: u64,
-    done: bool,
-}
+pub struct TwrReader<R>(Records<R>);
 
 impl<R: Read> TwrReader<R> {
     /// Wraps a reader (buffer it: records are read 20 bytes at a time).
     pub fn new(inner: R) -> Self {
-        TwrReader {
-            inner,
-            index: 0,
-            done: false,
-        }
+        TwrReader(Records::new(inner))
     }
 }
 
@@ -135,12 +136,10 @@ impl<R: Read> Iterator for TwrReader<R> {
     type Item = Result<Request, TraceError>;
 
     fn next(&mut self) -> Option<Self::Item> {
-        let rec = match read_record::<20>(&mut self.inner, self.index, &mut self.done)? {
-            Ok(rec) => rec,
+        let (rec, index) = match self.0.next::<20>()? {
+            Ok(read) => read,
             Err(e) => return Some(Err(e)),
         };
-        let index = self.index;
-        self.index += 1;
         let kv = le_u32(&rec, 12);
         let op_ttl = le_u32(&rec, 16);
         let code = (op_ttl >> 24) as u8;

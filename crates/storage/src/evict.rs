@@ -113,17 +113,23 @@ fn evict_oldest(engine: &EngineState) -> Result<(), NoVictim> {
             ok
         };
         if claimed {
-            let dropped = engine.retire(victim);
-            engine
-                .counters()
-                .evicted_items
-                .fetch_add(dropped as u64, Ordering::Relaxed);
-            engine
-                .counters()
-                .evicted_segment(created, engine.clock().now());
+            evict_whole(engine, victim, created);
             return Ok(());
         }
     }
+}
+
+/// Retires `seg` (claimed and unlinked), created at `created`, counting its items and
+/// itself as evicted.
+fn evict_whole(engine: &EngineState, seg: u32, created: u32) {
+    let dropped = engine.retire(seg);
+    engine
+        .counters()
+        .evicted_items
+        .fetch_add(dropped as u64, Ordering::Relaxed);
+    engine
+        .counters()
+        .evicted_segment(created, engine.clock().now());
 }
 
 /// Most segments one merge may consume (pelikan's `max`): a merge goes on to the next
@@ -216,14 +222,7 @@ fn merge(engine: &EngineState, bucket: usize, run: &[u32]) {
         drop(chain);
         for &seg in whole {
             let created = engine.segment(seg).create_at.load(Ordering::Relaxed);
-            let dropped = engine.retire(seg);
-            engine
-                .counters()
-                .evicted_items
-                .fetch_add(dropped as u64, Ordering::Relaxed);
-            engine
-                .counters()
-                .evicted_segment(created, engine.clock().now());
+            evict_whole(engine, seg, created);
         }
         return;
     };

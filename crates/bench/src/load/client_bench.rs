@@ -191,14 +191,9 @@ pub fn bench(args: &LoadArgs) -> Result<()> {
     drop(server);
     if let Some(dir) = &args.out {
         let value = json!({
-            "parameters": {
-                "conns": args.conns,
-                "keys": args.keys,
-                "value_size": args.value_size.to_string(),
-                "duration_s": args.duration.as_secs_f64(),
-                "repeat": args.repeat,
-                "rows_are": "medians over the repeats; latency_cdf point by point",
-            },
+            "parameters": args.closed_loop_parameters(
+                "medians over the repeats; latency_cdf point by point"
+            ),
             "load_average_at_end": load_at_end,
             "paths": medians,
         });

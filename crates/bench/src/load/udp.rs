@@ -63,129 +63,139 @@ fn expected(w: &Workload, n: u64) -> Vec<u8> {
     want
 }
 
-/// Closed-loop gets over TCP from `conns` connections for `duration`.
-pub async fn tcp(
+/// One run's closed-loop clients: `conns` of them, each getting keys of `w` from `addr` one
+/// at a time for `duration`, their random streams seeded from `seed`.
+struct Clients {
     addr: SocketAddr,
     w: Rc<Workload>,
     conns: usize,
     duration: Duration,
     seed: u64,
-) -> Result<LatencyResult> {
-    let start = Instant::now();
-    let end = start + duration;
-    let mut tasks = Vec::new();
-    for id in 0..conns {
-        let w = w.clone();
-        let stream = TcpStream::connect(addr).await?;
-        stream.set_nodelay(true)?;
-        tasks.push(tokio::task::spawn_local(async move {
-            let mut s = BufReader::new(stream);
-            let mut rng = conn_rng(seed, id);
-            let mut h = Histogram::<u64>::new(3).expect("histogram");
-            let mut got = Vec::new();
-            while Instant::now() < end {
-                let (n, req) = request(&w, &mut rng);
-                let t = Instant::now();
-                s.get_mut().write_all(&req).await?;
-                got.clear();
-                let want = expected(&w, n);
-                while !got.ends_with(b"END\r\n") || got.len() < want.len() {
-                    if s.read_until(b'\n', &mut got).await? == 0 {
-                        bail!("the server closed the connection");
-                    }
-                }
-                if got != want {
-                    bail!("wrong reply over TCP: {:?}", String::from_utf8_lossy(&got));
-                }
-                let _ = h.record((t.elapsed().as_micros() as u64).max(1));
-            }
-            anyhow::Ok(h)
-        }));
-    }
-    let mut all = Histogram::<u64>::new(3).expect("histogram");
-    for t in tasks {
-        all.add(t.await.context("tcp client")??)?;
-    }
-    Ok(LatencyResult::from(&all, 0, start.elapsed()))
 }
 
-/// Closed-loop gets over UDP from `conns` sockets for `duration`.
-pub async fn udp(
-    addr: SocketAddr,
-    w: Rc<Workload>,
-    conns: usize,
-    duration: Duration,
-    seed: u64,
+/// A client task's result: its latencies and how many requests went unanswered.
+type ClientTask = tokio::task::JoinHandle<Result<(Histogram<u64>, u64)>>;
+
+/// Waits for the clients started at `start` and merges what they measured.
+async fn merge(
+    tasks: Vec<ClientTask>,
+    start: Instant,
+    what: &'static str,
 ) -> Result<LatencyResult> {
-    let start = Instant::now();
-    let end = start + duration;
-    let mut tasks = Vec::new();
-    for id in 0..conns {
-        let w = w.clone();
-        let sock = UdpSocket::bind("127.0.0.1:0").await?;
-        sock.connect(addr).await?;
-        tasks.push(tokio::task::spawn_local(async move {
-            let mut rng = conn_rng(seed, id);
-            let mut h = Histogram::<u64>::new(3).expect("histogram");
-            let mut lost = 0u64;
-            let mut request_id: u16 = 0;
-            let mut buf = vec![0u8; 2048];
-            let mut datagram = Vec::new();
-            while Instant::now() < end {
-                let (n, req) = request(&w, &mut rng);
-                request_id = request_id.wrapping_add(1);
-                datagram.clear();
-                for word in [request_id, 0, 1, 0] {
-                    datagram.extend_from_slice(&word.to_be_bytes());
-                }
-                datagram.extend_from_slice(&req);
-                let t = Instant::now();
-                sock.send(&datagram).await?;
-                let want = expected(&w, n);
-                let mut parts: Vec<Option<Vec<u8>>> = Vec::new();
-                let answered = loop {
-                    let got = tokio::time::timeout(UDP_TIMEOUT, sock.recv(&mut buf)).await;
-                    let Ok(len) = got else { break false };
-                    let len = len?;
-                    if len < 8 {
-                        continue;
-                    }
-                    let word = |i: usize| u16::from_be_bytes([buf[i], buf[i + 1]]);
-                    if word(0) != request_id {
-                        continue; // a late answer to a request given up on
-                    }
-                    let (seq, count) = (word(2) as usize, word(4) as usize);
-                    if parts.is_empty() {
-                        parts = vec![None; count.max(1)];
-                    }
-                    if seq < parts.len() {
-                        parts[seq] = Some(buf[8..len].to_vec());
-                    }
-                    if parts.iter().all(Option::is_some) {
-                        break true;
-                    }
-                };
-                if !answered {
-                    lost += 1;
-                    continue;
-                }
-                let got: Vec<u8> = parts.into_iter().flatten().flatten().collect();
-                if got != want {
-                    bail!("wrong reply over UDP: {:?}", String::from_utf8_lossy(&got));
-                }
-                let _ = h.record((t.elapsed().as_micros() as u64).max(1));
-            }
-            anyhow::Ok((h, lost))
-        }));
-    }
     let mut all = Histogram::<u64>::new(3).expect("histogram");
     let mut lost = 0;
     for t in tasks {
-        let (h, l) = t.await.context("udp client")??;
+        let (h, l) = t.await.context(what)??;
         all.add(h)?;
         lost += l;
     }
     Ok(LatencyResult::from(&all, lost, start.elapsed()))
+}
+
+impl Clients {
+    /// Closed-loop gets over TCP, one connection per client.
+    async fn tcp(&self) -> Result<LatencyResult> {
+        let (seed, addr) = (self.seed, self.addr);
+        let start = Instant::now();
+        let end = start + self.duration;
+        let mut tasks = Vec::new();
+        for id in 0..self.conns {
+            let w = self.w.clone();
+            let stream = TcpStream::connect(addr).await?;
+            stream.set_nodelay(true)?;
+            tasks.push(tokio::task::spawn_local(async move {
+                let mut s = BufReader::new(stream);
+                let mut rng = conn_rng(seed, id);
+                let mut h = Histogram::<u64>::new(3).expect("histogram");
+                let mut got = Vec::new();
+                while Instant::now() < end {
+                    let (n, req) = request(&w, &mut rng);
+                    let t = Instant::now();
+                    s.get_mut().write_all(&req).await?;
+                    got.clear();
+                    let want = expected(&w, n);
+                    while !got.ends_with(b"END\r\n") || got.len() < want.len() {
+                        if s.read_until(b'\n', &mut got).await? == 0 {
+                            bail!("the server closed the connection");
+                        }
+                    }
+                    if got != want {
+                        bail!("wrong reply over TCP: {:?}", String::from_utf8_lossy(&got));
+                    }
+                    let _ = h.record((t.elapsed().as_micros() as u64).max(1));
+                }
+                anyhow::Ok((h, 0))
+            }));
+        }
+        merge(tasks, start, "tcp client").await
+    }
+
+    /// Closed-loop gets over UDP, one socket per client.
+    async fn udp(&self) -> Result<LatencyResult> {
+        let (seed, addr) = (self.seed, self.addr);
+        let start = Instant::now();
+        let end = start + self.duration;
+        let mut tasks = Vec::new();
+        for id in 0..self.conns {
+            let w = self.w.clone();
+            let sock = UdpSocket::bind("127.0.0.1:0").await?;
+            sock.connect(addr).await?;
+            tasks.push(tokio::task::spawn_local(async move {
+                let mut rng = conn_rng(seed, id);
+                let mut h = Histogram::<u64>::new(3).expect("histogram");
+                let mut lost = 0u64;
+                let mut request_id: u16 = 0;
+                let mut buf = vec![0u8; 2048];
+                let mut datagram = Vec::new();
+                while Instant::now() < end {
+                    let (n, req) = request(&w, &mut rng);
+                    request_id = request_id.wrapping_add(1);
+                    datagram.clear();
+                    for word in [request_id, 0, 1, 0] {
+                        datagram.extend_from_slice(&word.to_be_bytes());
+                    }
+                    datagram.extend_from_slice(&req);
+                    let t = Instant::now();
+                    sock.send(&datagram).await?;
+                    let want = expected(&w, n);
+                    let mut parts: Vec<Option<Vec<u8>>> = Vec::new();
+                    let answered = loop {
+                        let got = tokio::time::timeout(UDP_TIMEOUT, sock.recv(&mut buf)).await;
+                        let Ok(len) = got else { break false };
+                        let len = len?;
+                        if len < 8 {
+                            continue;
+                        }
+                        let word = |i: usize| u16::from_be_bytes([buf[i], buf[i + 1]]);
+                        if word(0) != request_id {
+                            continue; // a late answer to a request given up on
+                        }
+                        let (seq, count) = (word(2) as usize, word(4) as usize);
+                        if parts.is_empty() {
+                            parts = vec![None; count.max(1)];
+                        }
+                        if seq < parts.len() {
+                            parts[seq] = Some(buf[8..len].to_vec());
+                        }
+                        if parts.iter().all(Option::is_some) {
+                            break true;
+                        }
+                    };
+                    if !answered {
+                        lost += 1;
+                        continue;
+                    }
+                    let got: Vec<u8> = parts.into_iter().flatten().flatten().collect();
+                    if got != want {
+                        bail!("wrong reply over UDP: {:?}", String::from_utf8_lossy(&got));
+                    }
+                    let _ = h.record((t.elapsed().as_micros() as u64).max(1));
+                }
+                anyhow::Ok((h, lost))
+            }));
+        }
+        merge(tasks, start, "udp client").await
+    }
 }
 
 /// One table line.
@@ -243,12 +253,20 @@ pub fn bench(args: &LoadArgs) -> Result<()> {
             client::prefill(addr, &workload, 100).await?;
             let (mut tcp_runs, mut udp_runs) = (Vec::new(), Vec::new());
             for r in 1..=args.repeat {
-                let seed = args.seed.wrapping_add(r as u64);
-                let tcp = tcp(addr, workload.clone(), args.conns, args.duration, seed)
+                let clients = Clients {
+                    addr,
+                    w: workload.clone(),
+                    conns: args.conns,
+                    duration: args.duration,
+                    seed: args.seed.wrapping_add(r as u64),
+                };
+                let tcp = clients
+                    .tcp()
                     .await
                     .with_context(|| format!("{} over TCP", t.name()))?;
                 println!("[{}] run {r}: {}", t.name(), line(t.name(), "tcp", &tcp));
-                let over_udp = udp(addr, workload.clone(), args.conns, args.duration, seed)
+                let over_udp = clients
+                    .udp()
                     .await
                     .with_context(|| format!("{} over UDP", t.name()))?;
                 println!(
@@ -322,16 +340,11 @@ fn json_report(
             })
         })
         .collect();
+    let mut parameters =
+        args.closed_loop_parameters("the run with the median p50 of each server and transport");
+    parameters["udp_timeout_ms"] = json!(UDP_TIMEOUT.as_secs_f64() * 1000.0);
     json!({
-        "parameters": {
-            "conns": args.conns,
-            "keys": args.keys,
-            "value_size": args.value_size.to_string(),
-            "duration_s": args.duration.as_secs_f64(),
-            "repeat": args.repeat,
-            "udp_timeout_ms": UDP_TIMEOUT.as_secs_f64() * 1000.0,
-            "rows_are": "the run with the median p50 of each server and transport",
-        },
+        "parameters": parameters,
         "load_average_at_end": load_at_end,
         "rows": rows,
     })

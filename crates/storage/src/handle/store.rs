@@ -213,6 +213,39 @@ impl Handle {
         }
     }
 
+    /// Under the key's chain lock: if the key (hash `h`) still holds the item read at
+    /// `expected` while its segment had `epoch`, and `still` holds for it, replaces it by
+    /// `written`, or drops it when that is `None`. `None` when the item changed (look again).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn swap(
+        &self,
+        key: &[u8],
+        h: u64,
+        now: u32,
+        (expected, epoch): (Slot, u32),
+        written: Option<&Written>,
+        bump_cas: bool,
+        still: impl Fn(&Existing<'_>) -> bool,
+    ) -> Option<()> {
+        let tag = tag_of(h);
+        self.locked(h, |this, table, chain| {
+            let old = match existing(&this.engine, chain, key, tag, now) {
+                Some(e) if still(&e) && e.is(&this.engine, expected, epoch) => e,
+                _ => return ChainAttempt::Retry,
+            };
+            match written {
+                Some(w) => match this.publish(table, chain, Some(&old), w, h, bump_cas) {
+                    Ok(()) => ChainAttempt::Done(()),
+                    Err(TableFull) => ChainAttempt::GrowTable(table.power()),
+                },
+                None => {
+                    this.unpublish(chain, &old);
+                    ChainAttempt::Done(())
+                }
+            }
+        })
+    }
+
     /// Runs `f` under the key's chain lock until it neither needs a bigger table nor a retry.
     pub(crate) fn locked<T>(
         &self,
