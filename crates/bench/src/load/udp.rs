@@ -17,8 +17,9 @@ use serde_json::json;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{TcpStream, UdpSocket};
 
+use super::run_log::{write_results, RunLog};
 use super::workload::{conn_rng, Workload};
-use super::{client, command_line, cpu, load_average, report, runtime, start, LoadArgs};
+use super::{client, cpu, report, runtime, start, LoadArgs};
 use memfleet_results::plot::Series;
 
 /// What one transport measured.
@@ -231,15 +232,13 @@ pub fn bench(args: &LoadArgs) -> Result<()> {
         bail!("--repeat, --duration and --conns must be positive");
     }
     let workload = Rc::new(args.gets_workload("--scenario udp", args.zipf)?);
-    let command = command_line();
-    let load_at_start = load_average();
+    let log = RunLog::new();
     println!(
         "memfleet bench --scenario udp: {} clients, one get at a time each, {} keys, \
          {}-byte values, {:?} per run, {} repeat(s)",
         args.conns, args.keys, args.value_size, args.duration, args.repeat
     );
-    println!("load average at start: {load_at_start}");
-    println!("command: {command}");
+    log.print_start();
     let settings = args.server_settings(true);
     let (client_pin, server_pin) = args.pins();
     let _pinned = client_pin.map(cpu::pin_this_thread).transpose()?;
@@ -294,13 +293,10 @@ pub fn bench(args: &LoadArgs) -> Result<()> {
     for (server, via, r) in &medians {
         println!("{}", line(server, via, r));
     }
-    let load_at_end = load_average();
-    println!("load average: {load_at_start} at start, {load_at_end} at end");
-    println!("command: {command}");
+    let load_at_end = log.print_end();
     if let Some(dir) = &args.out {
         let value = json_report(args, &medians, &load_at_end);
-        let path = memfleet_results::write_json(dir, "udp", "udp", &value)?;
-        println!("results: {}", path.display());
+        write_results(dir, "udp", &value)?;
         let lines: Vec<Series> = medians
             .iter()
             .filter(|(_, _, r)| !r.latency_cdf.is_empty())

@@ -29,7 +29,8 @@ use serde_json::json;
 
 use memfleet_results::plot::{self, Timeline};
 
-use super::{command_line, load_average, runtime, LoadArgs};
+use super::run_log::{write_results, RunLog};
+use super::{runtime, LoadArgs};
 
 mod measure;
 use self::measure::{
@@ -47,8 +48,7 @@ pub fn bench(args: &LoadArgs) -> Result<()> {
     }
     let zipf = args.zipf.unwrap_or(DEFAULT_ZIPF);
     let workload = Rc::new(args.gets_workload("--scenario warmup", Some(zipf))?);
-    let command = command_line();
-    let load_at_start = load_average();
+    let log = RunLog::new();
     println!(
         "memfleet bench --scenario warmup: a cold and a warm cluster of {SERVERS_PER_CLUSTER} \
          servers each behind a router; the warm one holds {} keys of {} bytes; {} look-aside \
@@ -61,8 +61,7 @@ pub fn bench(args: &LoadArgs) -> Result<()> {
         args.herd_db_latency,
         args.warmup_db_concurrency
     );
-    println!("load average at start: {load_at_start}");
-    println!("command: {command}");
+    log.print_start();
     let (rt, local) = runtime()?;
     let mut outcomes = Vec::new();
     for warm_up in [true, false] {
@@ -74,13 +73,10 @@ pub fn bench(args: &LoadArgs) -> Result<()> {
     print!("{}", timeline(&outcomes));
     let summaries: Vec<Summary> = outcomes.iter().map(Outcome::summary).collect();
     print!("{}", summary_table(&outcomes, &summaries));
-    let load_at_end = load_average();
-    println!("load average: {load_at_start} at start, {load_at_end} at end");
-    println!("command: {command}");
+    let load_at_end = log.print_end();
     if let Some(dir) = &args.out {
         let value = json_report(args, zipf, &outcomes, &summaries, &load_at_end);
-        let path = memfleet_results::write_json(dir, "warmup", "warmup", &value)?;
-        println!("results: {}", path.display());
+        write_results(dir, "warmup", &value)?;
         for figure in figures(dir, &outcomes)? {
             println!("figure: {}", figure.display());
         }
