@@ -36,8 +36,12 @@ impl<R: Read> Records<R> {
         }
     }
 
-    /// The next record and its index; `None` at a clean end of file.
-    fn next<const N: usize>(&mut self) -> Option<Result<([u8; N], u64), TraceError>> {
+    /// The next record as `decode` reads it (given the record and its index); `None` at a
+    /// clean end of file.
+    fn next<const N: usize>(
+        &mut self,
+        decode: impl FnOnce(&[u8; N], u64) -> Result<Request, TraceError>,
+    ) -> Option<Result<Request, TraceError>> {
         if self.done {
             return None;
         }
@@ -70,7 +74,7 @@ impl<R: Read> Records<R> {
             }
             _ => {
                 self.index += 1;
-                Some(Ok((rec, index)))
+                Some(decode(&rec, index))
             }
         }
     }
@@ -106,18 +110,16 @@ impl<R: Read> Iterator for OracleGeneralReader<R> {
     type Item = Result<Request, TraceError>;
 
     fn next(&mut self) -> Option<Self::Item> {
-        let rec = match self.0.next::<24>()? {
-            Ok((rec, _)) => rec,
-            Err(e) => return Some(Err(e)),
-        };
-        Some(Ok(Request {
-            time: le_u32(&rec, 0),
-            key: le_u64(&rec, 4),
-            key_size: ORACLE_KEY_SIZE,
-            value_size: le_u32(&rec, 12),
-            op: Op::Get,
-            ttl: 0,
-        }))
+        self.0.next(|rec: &[u8; 24], _| {
+            Ok(Request {
+                time: le_u32(rec, 0),
+                key: le_u64(rec, 4),
+                key_size: ORACLE_KEY_SIZE,
+                value_size: le_u32(rec, 12),
+                op: Op::Get,
+                ttl: 0,
+            })
+        })
     }
 }
 
@@ -136,27 +138,23 @@ impl<R: Read> Iterator for TwrReader<R> {
     type Item = Result<Request, TraceError>;
 
     fn next(&mut self) -> Option<Self::Item> {
-        let (rec, index) = match self.0.next::<20>()? {
-            Ok(read) => read,
-            Err(e) => return Some(Err(e)),
-        };
-        let kv = le_u32(&rec, 12);
-        let op_ttl = le_u32(&rec, 16);
-        let code = (op_ttl >> 24) as u8;
-        let Some(op) = Op::from_libcachesim(code) else {
-            return Some(Err(TraceError::BadRecord {
+        self.0.next(|rec: &[u8; 20], index| {
+            let kv = le_u32(rec, 12);
+            let op_ttl = le_u32(rec, 16);
+            let code = (op_ttl >> 24) as u8;
+            let op = Op::from_libcachesim(code).ok_or_else(|| TraceError::BadRecord {
                 index,
                 reason: format!("unknown op code {code}"),
-            }));
-        };
-        Some(Ok(Request {
-            time: le_u32(&rec, 0),
-            key: le_u64(&rec, 4),
-            key_size: kv >> 22,
-            value_size: kv & ((1 << 22) - 1),
-            op,
-            ttl: op_ttl & ((1 << 24) - 1),
-        }))
+            })?;
+            Ok(Request {
+                time: le_u32(rec, 0),
+                key: le_u64(rec, 4),
+                key_size: kv >> 22,
+                value_size: kv & ((1 << 22) - 1),
+                op,
+                ttl: op_ttl & ((1 << 24) - 1),
+            })
+        })
     }
 }
 

@@ -38,6 +38,7 @@
 //! Only one eviction runs at a time (an eviction frees megabytes; callers that queued behind
 //! it usually find a free segment when they get the lock).
 
+use crate::chains::Chain;
 use crate::config::EvictionPolicy;
 use crate::engine_state::EngineState;
 use crate::evictor_state::EvictorState;
@@ -116,6 +117,20 @@ fn evict_oldest(engine: &EngineState) -> Result<(), NoVictim> {
             evict_whole(engine, victim, created);
             return Ok(());
         }
+    }
+}
+
+/// Under the bucket's chain lock: unlinks the merge sources `consumed` and returns the
+/// others, `rest`, to SEALED.
+fn unlink_consumed(engine: &EngineState, chain: &mut Chain, consumed: &[u32], rest: &[u32]) {
+    for &seg in consumed {
+        chain.unlink(engine.segments(), seg);
+    }
+    for &seg in rest {
+        engine
+            .segment(seg)
+            .state
+            .store(state::SEALED, Ordering::Release);
     }
 }
 
@@ -210,15 +225,7 @@ fn merge(engine: &EngineState, bucket: usize, run: &[u32]) {
         // No destination: fall back to freeing the first two sources whole.
         let (whole, rest) = run.split_at(2);
         let mut chain = engine.chains().lock(bucket);
-        for &seg in whole {
-            chain.unlink(engine.segments(), seg);
-        }
-        for &seg in rest {
-            engine
-                .segment(seg)
-                .state
-                .store(state::SEALED, Ordering::Release);
-        }
+        unlink_consumed(engine, &mut chain, whole, rest);
         drop(chain);
         for &seg in whole {
             let created = engine.segment(seg).create_at.load(Ordering::Relaxed);
@@ -339,15 +346,7 @@ fn merge(engine: &EngineState, bucket: usize, run: &[u32]) {
     {
         let mut chain = engine.chains().lock(bucket);
         chain.insert_before(engine.segments(), dst, run[0]);
-        for &seg in done {
-            chain.unlink(engine.segments(), seg);
-        }
-        for &seg in rest {
-            engine
-                .segment(seg)
-                .state
-                .store(state::SEALED, Ordering::Release);
-        }
+        unlink_consumed(engine, &mut chain, done, rest);
         // The next merge in this bucket starts after what this one consumed.
         chain.merge_cursor = rest
             .first()
