@@ -26,6 +26,7 @@ mod invalidator_metrics;
 pub mod replay;
 pub mod restart;
 mod run_log;
+mod timeline;
 pub mod udp;
 pub mod warmup;
 

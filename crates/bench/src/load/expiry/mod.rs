@@ -29,6 +29,7 @@ use memfleet_results::plot::{self, Timeline};
 
 use super::run_log::{write_results, RunLog};
 use super::server_stats::Stats;
+use super::timeline;
 use super::{runtime, start, LoadArgs, Target};
 use memfleet_testkit::Spawned;
 
@@ -128,38 +129,22 @@ fn mib(bytes: f64) -> String {
 
 /// Per second, side by side: bytes held, bytes held in expired items, their share, RSS.
 fn timeline(outcomes: &[Outcome]) -> String {
-    use std::fmt::Write as _;
-    let mut t = String::new();
-    let _ = write!(t, "\n{:>4}", "");
-    for o in outcomes {
-        let _ = write!(t, "  {:^41}", format!("--- {} ---", o.name));
-    }
-    let _ = write!(t, "\n{:>4}", "sec");
-    for _ in outcomes {
-        let _ = write!(
-            t,
-            "  {:>9} {:>10} {:>9} {:>9}",
-            "held MiB", "expired MiB", "expired%", "RSS MiB"
-        );
-    }
-    t.push('\n');
-    let n = outcomes.iter().map(|o| o.samples.len()).min().unwrap_or(0);
-    for i in 0..n {
-        let _ = write!(t, "{:>4}", i + 1);
-        for o in outcomes {
-            let s = &o.samples[i];
-            let _ = write!(
-                t,
-                "  {:>9} {:>10} {:>9.1} {:>9}",
-                mib(s.held_bytes as f64),
-                mib(s.expired_bytes() as f64),
-                100.0 * s.expired_share(),
-                s.rss.map_or("-".into(), |r| mib(r as f64))
-            );
-        }
-        t.push('\n');
-    }
-    t
+    let names: Vec<&str> = outcomes.iter().map(|o| o.name.as_str()).collect();
+    let columns = format!(
+        "{:>9} {:>10} {:>9} {:>9}",
+        "held MiB", "expired MiB", "expired%", "RSS MiB"
+    );
+    let seconds = outcomes.iter().map(|o| o.samples.len()).min().unwrap_or(0);
+    timeline::timeline(&names, 41, &columns, seconds, |run, i| {
+        let s = &outcomes[run].samples[i];
+        format!(
+            "{:>9} {:>10} {:>9.1} {:>9}",
+            mib(s.held_bytes as f64),
+            mib(s.expired_bytes() as f64),
+            100.0 * s.expired_share(),
+            s.rss.map_or("-".into(), |r| mib(r as f64))
+        )
+    })
 }
 
 fn summary_table(outcomes: &[Outcome], summaries: &[Summary], steady_from: f64) -> String {

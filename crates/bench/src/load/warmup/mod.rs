@@ -30,6 +30,7 @@ use serde_json::json;
 use memfleet_results::plot::{self, Timeline};
 
 use super::run_log::{write_results, RunLog};
+use super::timeline;
 use super::{runtime, LoadArgs};
 
 mod measure;
@@ -99,39 +100,23 @@ fn millis(ms: Option<f64>) -> String {
 /// Per second, side by side: gets/s, the cold cluster's hit rate, the clients' hit rate,
 /// database queries/s and p99 latency of each run.
 fn timeline(outcomes: &[Outcome]) -> String {
-    use std::fmt::Write as _;
-    let mut t = String::new();
-    let _ = write!(t, "\n{:>4}", "");
-    for o in outcomes {
-        let _ = write!(t, "  {:^46}", format!("--- {} ---", o.label));
-    }
-    let _ = write!(t, "\n{:>4}", "sec");
-    for _ in outcomes {
-        let _ = write!(
-            t,
-            "  {:>8} {:>9} {:>9} {:>8} {:>8}",
-            "gets/s", "cold hit%", "clnt hit%", "db/s", "p99 ms"
-        );
-    }
-    t.push('\n');
-    let n = outcomes.iter().map(|o| o.seconds.len()).min().unwrap_or(0);
-    for i in 0..n {
-        let _ = write!(t, "{:>4}", i + 1);
-        for o in outcomes {
-            let s = &o.seconds[i];
-            let _ = write!(
-                t,
-                "  {:>8} {:>9} {:>9} {:>8} {:>8}",
-                s.gets,
-                percent(s.cold_hit_rate()),
-                percent(s.client_hit_rate()),
-                s.db,
-                millis(s.latency_ms(0.99))
-            );
-        }
-        t.push('\n');
-    }
-    t
+    let names: Vec<&str> = outcomes.iter().map(|o| o.label).collect();
+    let columns = format!(
+        "{:>8} {:>9} {:>9} {:>8} {:>8}",
+        "gets/s", "cold hit%", "clnt hit%", "db/s", "p99 ms"
+    );
+    let seconds = outcomes.iter().map(|o| o.seconds.len()).min().unwrap_or(0);
+    timeline::timeline(&names, 46, &columns, seconds, |run, i| {
+        let s = &outcomes[run].seconds[i];
+        format!(
+            "{:>8} {:>9} {:>9} {:>8} {:>8}",
+            s.gets,
+            percent(s.cold_hit_rate()),
+            percent(s.client_hit_rate()),
+            s.db,
+            millis(s.latency_ms(0.99))
+        )
+    })
 }
 
 fn summary_table(outcomes: &[Outcome], summaries: &[Summary]) -> String {
