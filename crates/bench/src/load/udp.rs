@@ -7,12 +7,14 @@
 //! With `--out DIR`: `udp.json` (the table's rows, with latency CDFs) and
 //! `udp-latency-cdf.png`.
 
+use std::future::Future;
 use std::net::SocketAddr;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use hdrhistogram::Histogram;
+use rand::rngs::SmallRng;
 use serde_json::json;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{TcpStream, UdpSocket};
@@ -51,7 +53,7 @@ impl LatencyResult {
 
 const UDP_TIMEOUT: Duration = Duration::from_millis(200);
 
-fn request(w: &Workload, rng: &mut rand::rngs::SmallRng) -> (u64, Vec<u8>) {
+fn request(w: &Workload, rng: &mut SmallRng) -> (u64, Vec<u8>) {
     let n = w.key(rng);
     (n, format!("get key:{n}\r\n").into_bytes())
 }
@@ -74,129 +76,162 @@ struct Clients {
     seed: u64,
 }
 
-/// A client task's result: its latencies and how many requests went unanswered.
-type ClientTask = tokio::task::JoinHandle<Result<(Histogram<u64>, u64)>>;
-
-/// Waits for the clients started at `start` and merges what they measured.
-async fn merge(
-    tasks: Vec<ClientTask>,
-    start: Instant,
-    what: &'static str,
-) -> Result<LatencyResult> {
-    let mut all = Histogram::<u64>::new(3).expect("histogram");
-    let mut lost = 0;
-    for t in tasks {
-        let (h, l) = t.await.context(what)??;
-        all.add(h)?;
-        lost += l;
-    }
-    Ok(LatencyResult::from(&all, lost, start.elapsed()))
-}
+/// What a client measured: its latencies and how many requests went unanswered.
+type Measured = (Histogram<u64>, u64);
 
 impl Clients {
     /// Closed-loop gets over TCP, one connection per client.
     async fn tcp(&self) -> Result<LatencyResult> {
-        let (seed, addr) = (self.seed, self.addr);
-        let start = Instant::now();
-        let end = start + self.duration;
-        let mut tasks = Vec::new();
-        for id in 0..self.conns {
-            let w = self.w.clone();
+        let addr = self.addr;
+        let connect = || async move {
             let stream = TcpStream::connect(addr).await?;
             stream.set_nodelay(true)?;
-            tasks.push(tokio::task::spawn_local(async move {
-                let mut s = BufReader::new(stream);
-                let mut rng = conn_rng(seed, id);
-                let mut h = Histogram::<u64>::new(3).expect("histogram");
-                let mut got = Vec::new();
-                while Instant::now() < end {
-                    let (n, req) = request(&w, &mut rng);
-                    let t = Instant::now();
-                    s.get_mut().write_all(&req).await?;
-                    got.clear();
-                    let want = expected(&w, n);
-                    while !got.ends_with(b"END\r\n") || got.len() < want.len() {
-                        if s.read_until(b'\n', &mut got).await? == 0 {
-                            bail!("the server closed the connection");
-                        }
-                    }
-                    if got != want {
-                        bail!("wrong reply over TCP: {:?}", String::from_utf8_lossy(&got));
-                    }
-                    let _ = h.record((t.elapsed().as_micros() as u64).max(1));
-                }
-                anyhow::Ok((h, 0))
-            }));
-        }
-        merge(tasks, start, "tcp client").await
+            Ok(stream)
+        };
+        self.run("tcp client", connect, tcp_client).await
     }
 
     /// Closed-loop gets over UDP, one socket per client.
     async fn udp(&self) -> Result<LatencyResult> {
-        let (seed, addr) = (self.seed, self.addr);
+        let addr = self.addr;
+        let connect = || async move {
+            let sock = UdpSocket::bind("127.0.0.1:0").await?;
+            sock.connect(addr).await?;
+            Ok(sock)
+        };
+        self.run("udp client", connect, udp_client).await
+    }
+
+    /// Starts the clock, then opens each client's socket with `connect` and runs
+    /// `client(socket, its loop)` on a local task; merges what they measured.
+    async fn run<S, C, F>(
+        &self,
+        what: &'static str,
+        connect: impl Fn() -> C,
+        client: impl Fn(S, ClientLoop) -> F,
+    ) -> Result<LatencyResult>
+    where
+        C: Future<Output = Result<S>>,
+        F: Future<Output = Result<Measured>> + 'static,
+    {
         let start = Instant::now();
         let end = start + self.duration;
         let mut tasks = Vec::new();
         for id in 0..self.conns {
-            let w = self.w.clone();
-            let sock = UdpSocket::bind("127.0.0.1:0").await?;
-            sock.connect(addr).await?;
-            tasks.push(tokio::task::spawn_local(async move {
-                let mut rng = conn_rng(seed, id);
-                let mut h = Histogram::<u64>::new(3).expect("histogram");
-                let mut lost = 0u64;
-                let mut request_id: u16 = 0;
-                let mut buf = vec![0u8; 2048];
-                let mut datagram = Vec::new();
-                while Instant::now() < end {
-                    let (n, req) = request(&w, &mut rng);
-                    request_id = request_id.wrapping_add(1);
-                    datagram.clear();
-                    for word in [request_id, 0, 1, 0] {
-                        datagram.extend_from_slice(&word.to_be_bytes());
-                    }
-                    datagram.extend_from_slice(&req);
-                    let t = Instant::now();
-                    sock.send(&datagram).await?;
-                    let want = expected(&w, n);
-                    let mut parts: Vec<Option<Vec<u8>>> = Vec::new();
-                    let answered = loop {
-                        let got = tokio::time::timeout(UDP_TIMEOUT, sock.recv(&mut buf)).await;
-                        let Ok(len) = got else { break false };
-                        let len = len?;
-                        if len < 8 {
-                            continue;
-                        }
-                        let word = |i: usize| u16::from_be_bytes([buf[i], buf[i + 1]]);
-                        if word(0) != request_id {
-                            continue; // a late answer to a request given up on
-                        }
-                        let (seq, count) = (word(2) as usize, word(4) as usize);
-                        if parts.is_empty() {
-                            parts = vec![None; count.max(1)];
-                        }
-                        if seq < parts.len() {
-                            parts[seq] = Some(buf[8..len].to_vec());
-                        }
-                        if parts.iter().all(Option::is_some) {
-                            break true;
-                        }
-                    };
-                    if !answered {
-                        lost += 1;
-                        continue;
-                    }
-                    let got: Vec<u8> = parts.into_iter().flatten().flatten().collect();
-                    if got != want {
-                        bail!("wrong reply over UDP: {:?}", String::from_utf8_lossy(&got));
-                    }
-                    let _ = h.record((t.elapsed().as_micros() as u64).max(1));
-                }
-                anyhow::Ok((h, lost))
-            }));
+            let socket = connect().await?;
+            let client_loop = ClientLoop {
+                w: self.w.clone(),
+                rng: conn_rng(self.seed, id),
+                end,
+                h: Histogram::<u64>::new(3).expect("histogram"),
+            };
+            tasks.push(tokio::task::spawn_local(client(socket, client_loop)));
         }
-        merge(tasks, start, "udp client").await
+        let mut all = Histogram::<u64>::new(3).expect("histogram");
+        let mut lost = 0;
+        for t in tasks {
+            let (h, l) = t.await.context(what)??;
+            all.add(h)?;
+            lost += l;
+        }
+        Ok(LatencyResult::from(&all, lost, start.elapsed()))
     }
+}
+
+/// One client's loop: gets of keys of `w` drawn with `rng` until `end`, their latencies in
+/// `h`.
+struct ClientLoop {
+    w: Rc<Workload>,
+    rng: SmallRng,
+    end: Instant,
+    h: Histogram<u64>,
+}
+
+impl ClientLoop {
+    /// The next key and its `get`, until the end.
+    fn next_request(&mut self) -> Option<(u64, Vec<u8>)> {
+        (Instant::now() < self.end).then(|| request(&self.w, &mut self.rng))
+    }
+
+    /// Records the latency of a request sent at `t`.
+    fn answered(&mut self, t: Instant) {
+        let _ = self.h.record((t.elapsed().as_micros() as u64).max(1));
+    }
+}
+
+/// One TCP client: a get, then its reply, checked.
+async fn tcp_client(stream: TcpStream, mut c: ClientLoop) -> Result<Measured> {
+    let mut s = BufReader::new(stream);
+    let mut got = Vec::new();
+    while let Some((n, req)) = c.next_request() {
+        let t = Instant::now();
+        s.get_mut().write_all(&req).await?;
+        got.clear();
+        let want = expected(&c.w, n);
+        while !got.ends_with(b"END\r\n") || got.len() < want.len() {
+            if s.read_until(b'\n', &mut got).await? == 0 {
+                bail!("the server closed the connection");
+            }
+        }
+        if got != want {
+            bail!("wrong reply over TCP: {:?}", String::from_utf8_lossy(&got));
+        }
+        c.answered(t);
+    }
+    Ok((c.h, 0))
+}
+
+/// One UDP client: a get in one datagram, then its reply's datagrams, checked; a request
+/// not answered within [`UDP_TIMEOUT`] is lost.
+async fn udp_client(sock: UdpSocket, mut c: ClientLoop) -> Result<Measured> {
+    let mut lost = 0u64;
+    let mut request_id: u16 = 0;
+    let mut buf = vec![0u8; 2048];
+    let mut datagram = Vec::new();
+    while let Some((n, req)) = c.next_request() {
+        request_id = request_id.wrapping_add(1);
+        datagram.clear();
+        for word in [request_id, 0, 1, 0] {
+            datagram.extend_from_slice(&word.to_be_bytes());
+        }
+        datagram.extend_from_slice(&req);
+        let t = Instant::now();
+        sock.send(&datagram).await?;
+        let want = expected(&c.w, n);
+        let mut parts: Vec<Option<Vec<u8>>> = Vec::new();
+        let answered = loop {
+            let got = tokio::time::timeout(UDP_TIMEOUT, sock.recv(&mut buf)).await;
+            let Ok(len) = got else { break false };
+            let len = len?;
+            if len < 8 {
+                continue;
+            }
+            let word = |i: usize| u16::from_be_bytes([buf[i], buf[i + 1]]);
+            if word(0) != request_id {
+                continue; // a late answer to a request given up on
+            }
+            let (seq, count) = (word(2) as usize, word(4) as usize);
+            if parts.is_empty() {
+                parts = vec![None; count.max(1)];
+            }
+            if seq < parts.len() {
+                parts[seq] = Some(buf[8..len].to_vec());
+            }
+            if parts.iter().all(Option::is_some) {
+                break true;
+            }
+        };
+        if !answered {
+            lost += 1;
+            continue;
+        }
+        let got: Vec<u8> = parts.into_iter().flatten().flatten().collect();
+        if got != want {
+            bail!("wrong reply over UDP: {:?}", String::from_utf8_lossy(&got));
+        }
+        c.answered(t);
+    }
+    Ok((c.h, lost))
 }
 
 /// One table line.
