@@ -82,24 +82,12 @@ type Measured = (Histogram<u64>, u64);
 impl Clients {
     /// Closed-loop gets over TCP, one connection per client.
     async fn tcp(&self) -> Result<LatencyResult> {
-        let addr = self.addr;
-        let connect = || async move {
-            let stream = TcpStream::connect(addr).await?;
-            stream.set_nodelay(true)?;
-            Ok(stream)
-        };
-        self.run("tcp client", connect, tcp_client).await
+        self.run("tcp client", tcp_connect, tcp_client).await
     }
 
     /// Closed-loop gets over UDP, one socket per client.
     async fn udp(&self) -> Result<LatencyResult> {
-        let addr = self.addr;
-        let connect = || async move {
-            let sock = UdpSocket::bind("127.0.0.1:0").await?;
-            sock.connect(addr).await?;
-            Ok(sock)
-        };
-        self.run("udp client", connect, udp_client).await
+        self.run("udp client", udp_connect, udp_client).await
     }
 
     /// Starts the clock, then opens each client's socket with `connect` and runs
@@ -107,7 +95,7 @@ impl Clients {
     async fn run<S, C, F>(
         &self,
         what: &'static str,
-        connect: impl Fn() -> C,
+        connect: impl Fn(SocketAddr) -> C,
         client: impl Fn(S, ClientLoop) -> F,
     ) -> Result<LatencyResult>
     where
@@ -118,7 +106,7 @@ impl Clients {
         let end = start + self.duration;
         let mut tasks = Vec::new();
         for id in 0..self.conns {
-            let socket = connect().await?;
+            let socket = connect(self.addr).await?;
             let client_loop = ClientLoop {
                 w: self.w.clone(),
                 rng: conn_rng(self.seed, id),
@@ -157,6 +145,20 @@ impl ClientLoop {
     fn answered(&mut self, t: Instant) {
         let _ = self.h.record((t.elapsed().as_micros() as u64).max(1));
     }
+}
+
+/// A TCP connection to `addr`, without Nagle's delay.
+async fn tcp_connect(addr: SocketAddr) -> Result<TcpStream> {
+    let stream = TcpStream::connect(addr).await?;
+    stream.set_nodelay(true)?;
+    Ok(stream)
+}
+
+/// A UDP socket on 127.0.0.1 that sends to and hears only `addr`.
+async fn udp_connect(addr: SocketAddr) -> Result<UdpSocket> {
+    let sock = UdpSocket::bind("127.0.0.1:0").await?;
+    sock.connect(addr).await?;
+    Ok(sock)
 }
 
 /// One TCP client: a get, then its reply, checked.
