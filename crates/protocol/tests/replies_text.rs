@@ -253,10 +253,7 @@ fn live_memcached() {
     common::check_live(
         cases(),
         &[
-            (
-                b"delete a 1\r\n",
-                "memfleet's delete hold-off (README: deliberate differences)",
-            ),
+            (b"delete a 1\r\n", "memfleet's delete hold-off (README: deliberate differences)"),
             (b"version\r\n", "the version string names the program"),
             (b"version foo\r\n", "the version string names the program"),
         ],

@@ -301,9 +301,7 @@ pub fn check_live(cases: Vec<Case>, differs: &[(&[u8], &str)]) {
             }
         }
         let same = reply == case.reply && closed == case.closed;
-        let listed = differs
-            .iter()
-            .any(|(stream, _)| *stream == case.stream.as_slice());
+        let listed = differs.iter().any(|(stream, _)| *stream == case.stream.as_slice());
         if same && listed {
             failures.push(format!(
                 "{:?}: listed as a deliberate difference, but memcached answers the same",
