@@ -344,8 +344,9 @@ impl Handle {
             } else {
                 None
             };
-            let seen = (expected, epoch);
-            let done = self.swap(key, h, now, seen, written.as_ref(), bump_cas, |e| e.live);
+            let done = self.swap(key, h, now, written.as_ref(), bump_cas, |e| {
+                e.live && e.is(&self.engine, expected, epoch)
+            });
             self.finish(written);
             if done.is_some() {
                 break Ok(Some(result));

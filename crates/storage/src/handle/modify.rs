@@ -107,9 +107,8 @@ impl Handle {
                 },
                 _ => None,
             };
-            let seen = (expected, epoch);
-            let published = self.swap(key, h, now, seen, written.as_ref(), bump_cas, |e| {
-                e.has_value()
+            let published = self.swap(key, h, now, written.as_ref(), bump_cas, |e| {
+                e.has_value() && e.is(&self.engine, expected, epoch)
             });
             self.finish(written);
             if published.is_some() {

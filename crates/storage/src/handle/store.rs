@@ -213,24 +213,22 @@ impl Handle {
         }
     }
 
-    /// Under the key's chain lock: if the key (hash `h`) still holds the item read at
-    /// `expected` while its segment had `epoch`, and `still` holds for it, replaces it by
-    /// `written`, or drops it when that is `None`. `None` when the item changed (look again).
-    #[allow(clippy::too_many_arguments)]
+    /// Under the key's chain lock: if `current` holds for the key's item (hash `h`: still
+    /// the one the caller read, and as it needs it), replaces it by `written`, or drops it
+    /// when that is `None`. `None` when the item changed (look again).
     pub(crate) fn swap(
         &self,
         key: &[u8],
         h: u64,
         now: u32,
-        (expected, epoch): (Slot, u32),
         written: Option<&Written>,
         bump_cas: bool,
-        still: impl Fn(&Existing<'_>) -> bool,
+        current: impl Fn(&Existing<'_>) -> bool,
     ) -> Option<()> {
         let tag = tag_of(h);
         self.locked(h, |this, table, chain| {
             let old = match existing(&this.engine, chain, key, tag, now) {
-                Some(e) if still(&e) && e.is(&this.engine, expected, epoch) => e,
+                Some(e) if current(&e) => e,
                 _ => return ChainAttempt::Retry,
             };
             match written {
