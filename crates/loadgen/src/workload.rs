@@ -9,6 +9,7 @@
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
+use memfleet_protocol::number::push_u64;
 use memfleet_sim::sizes::{key_unit, SizeDistribution, MAX_KEY_SIZE, MAX_VALUE_SIZE};
 use memfleet_sim::workload::TtlMix;
 use memfleet_sim::zipf::Zipf;
@@ -330,9 +331,9 @@ impl Workload {
             (Protocol::Text, Op::Set(n)) => {
                 let value = self.value(n);
                 self.push_request(b"set ", n, b" 0 ", out);
-                push_u64(u64::from(self.ttl(n)), out);
+                push_u64(out, u64::from(self.ttl(n)));
                 out.push(b' ');
-                push_u64(value.len() as u64, out);
+                push_u64(out, value.len() as u64);
                 push_data(value, out);
             }
             (Protocol::Text, Op::Delete(n)) => self.push_request(b"delete ", n, b"\r\n", out),
@@ -342,11 +343,11 @@ impl Workload {
             (Protocol::Meta, Op::Set(n)) => {
                 let value = self.value(n);
                 self.push_request(b"ms ", n, b" ", out);
-                push_u64(value.len() as u64, out);
+                push_u64(out, value.len() as u64);
                 let ttl = self.ttl(n);
                 if ttl != 0 {
                     out.extend_from_slice(b" T");
-                    push_u64(u64::from(ttl), out);
+                    push_u64(out, u64::from(ttl));
                 }
                 push_data(value, out);
             }
@@ -383,22 +384,7 @@ pub fn conn_rng(seed: u64, conn: usize) -> SmallRng {
 /// Appends `key:<n>` to `out`.
 pub fn push_key(n: u64, out: &mut Vec<u8>) {
     out.extend_from_slice(KEY_PREFIX);
-    push_u64(n, out);
-}
-
-/// Appends the decimal digits of `n` (no allocation, unlike `write!`).
-pub fn push_u64(mut n: u64, out: &mut Vec<u8>) {
-    let mut digits = [0u8; 20];
-    let mut i = digits.len();
-    loop {
-        i -= 1;
-        digits[i] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
-    }
-    out.extend_from_slice(&digits[i..]);
+    push_u64(out, n);
 }
 
 /// The key number of `key:<n>`, if `key` is exactly that with `n` in canonical decimal.
