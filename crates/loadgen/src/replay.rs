@@ -39,7 +39,7 @@ use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 
 use memfleet_sim::keys::write_key;
-use memfleet_sim::report::{Report, WindowStats};
+use memfleet_sim::report::Report;
 use memfleet_sim::request::{Op, Request};
 use memfleet_sim::trace::RequestStream;
 
@@ -207,17 +207,10 @@ async fn dispatch(
                 s.lag = s.lag.max(elapsed - at);
             }
         }
-        let w = (clock / window) as usize;
+        let w = shared.borrow_mut().report.window_for(clock, window);
         {
             let mut s = shared.borrow_mut();
             let r = &mut s.report;
-            if r.windows.len() <= w {
-                let len = r.windows.len();
-                r.windows.extend((len..=w).map(|i| WindowStats {
-                    start: i as u32 * window,
-                    ..WindowStats::default()
-                }));
-            }
             r.requests += 1;
             r.sim_secs = clock;
             if matches!(req.op, Op::Append | Op::Prepend | Op::Incr | Op::Decr) {

@@ -87,10 +87,12 @@ pub fn parse_reply(buf: &[u8], op: Op, w: &Workload) -> Parsed {
         consumed: line_len,
         reply,
     };
-    let key = |n: u64| {
+    // A reply that keeps the stream but is not what `verb` of key `n` should get.
+    let wrong = |what: &'static str, verb: &str, n: u64| {
         let mut k = Vec::new();
         w.push_key_bytes(n, &mut k);
-        String::from_utf8_lossy(&k).into_owned()
+        let detail = format!("{verb} {} -> {}", String::from_utf8_lossy(&k), show(first));
+        reply(Reply::Wrong(what, detail))
     };
     let status = || match reply::decode(&buf[..line_len], ReplyKind::Line) {
         Ok(ServerReply::Status(s)) => Some(s),
@@ -103,45 +105,30 @@ pub fn parse_reply(buf: &[u8], op: Op, w: &Workload) -> Parsed {
     match (w.protocol(), op) {
         (Protocol::Text, Op::Set(n)) => match status() {
             Some(Status::Stored) => reply(Reply::Stored),
-            _ => reply(Reply::Wrong(
-                "set: reply is not STORED",
-                format!("set {} -> {}", key(n), show(first)),
-            )),
+            _ => wrong("set: reply is not STORED", "set", n),
         },
         (Protocol::Text, Op::Delete(n)) => match status() {
             Some(Status::Deleted) => reply(Reply::Deleted),
             Some(Status::NotFound) => reply(Reply::NotFound),
-            _ => reply(Reply::Wrong(
-                "delete: reply is not DELETED or NOT_FOUND",
-                format!("delete {} -> {}", key(n), show(first)),
-            )),
+            _ => wrong("delete: reply is not DELETED or NOT_FOUND", "delete", n),
         },
         (Protocol::Text, Op::Get(n)) => {
             if first == b"END" {
                 return reply(Reply::Miss);
             }
             if !first.starts_with(b"VALUE ") {
-                return reply(Reply::Wrong(
-                    "get: unexpected reply line",
-                    format!("get {} -> {}", key(n), show(first)),
-                ));
+                return wrong("get: unexpected reply line", "get", n);
             }
             check_value(buf, ReplyKind::Retrieval, n, w)
         }
         (Protocol::Meta, Op::Set(n)) => match meta() {
             Some(MetaCode::Hd) => reply(Reply::Stored),
-            _ => reply(Reply::Wrong(
-                "ms: reply is not HD",
-                format!("ms {} -> {}", key(n), show(first)),
-            )),
+            _ => wrong("ms: reply is not HD", "ms", n),
         },
         (Protocol::Meta, Op::Delete(n)) => match meta() {
             Some(MetaCode::Hd) => reply(Reply::Deleted),
             Some(MetaCode::Nf) => reply(Reply::NotFound),
-            _ => reply(Reply::Wrong(
-                "md: reply is not HD or NF",
-                format!("md {} -> {}", key(n), show(first)),
-            )),
+            _ => wrong("md: reply is not HD or NF", "md", n),
         },
         (Protocol::Meta, Op::Get(n)) => {
             // A miss echoes the requested return flags (`EN k<key>`) in memcached and
@@ -150,10 +137,7 @@ pub fn parse_reply(buf: &[u8], op: Op, w: &Workload) -> Parsed {
                 return reply(Reply::Miss);
             }
             if !first.starts_with(b"VA ") {
-                return reply(Reply::Wrong(
-                    "mg: unexpected reply line",
-                    format!("mg {} -> {}", key(n), show(first)),
-                ));
+                return wrong("mg: unexpected reply line", "mg", n);
             }
             check_value(buf, ReplyKind::Meta, n, w)
         }

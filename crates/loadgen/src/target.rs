@@ -131,41 +131,15 @@ impl SpawnSpec {
             s.memory_mib.to_string(),
         );
         let udp = if s.udp { p.clone() } else { "0".to_string() };
+        // memcached and memfleet server take the same listening flags.
+        let listen = |head: &[&str]| -> Vec<String> {
+            let tail = ["-l", "127.0.0.1", "-p", &p, "-U", &udp, "-t", &t, "-m", &m];
+            head.iter().chain(&tail).map(|a| a.to_string()).collect()
+        };
         match self {
-            SpawnSpec::Memcached => [
-                s.memcached_bin.as_str(),
-                // Root needs -u; as another user memcached ignores it.
-                "-u",
-                "nobody",
-                "-l",
-                "127.0.0.1",
-                "-p",
-                &p,
-                "-U",
-                &udp,
-                "-t",
-                &t,
-                "-m",
-                &m,
-            ]
-            .map(String::from)
-            .to_vec(),
-            SpawnSpec::Memfleet => [
-                s.memfleet_bin.as_str(),
-                "server",
-                "-l",
-                "127.0.0.1",
-                "-p",
-                &p,
-                "-U",
-                &udp,
-                "-t",
-                &t,
-                "-m",
-                &m,
-            ]
-            .map(String::from)
-            .to_vec(),
+            // Root needs -u; as another user memcached ignores it.
+            SpawnSpec::Memcached => listen(&[&s.memcached_bin, "-u", "nobody"]),
+            SpawnSpec::Memfleet => listen(&[&s.memfleet_bin, "server"]),
             // Same executable as --spawn memfleet: the floor and the server it bounds come
             // from the same build.
             SpawnSpec::Floor => [

@@ -9,6 +9,7 @@
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
+use memfleet_protocol::number::push_u64;
 use memfleet_sim::sizes::{key_unit, SizeDistribution, MAX_KEY_SIZE, MAX_VALUE_SIZE};
 use memfleet_sim::workload::TtlMix;
 use memfleet_sim::zipf::Zipf;
@@ -326,57 +327,47 @@ impl Workload {
     /// Appends the request bytes of `op` to `out`.
     pub fn encode(&self, op: Op, out: &mut Vec<u8>) {
         match (self.protocol, op) {
-            (Protocol::Text, Op::Get(n)) => {
-                out.extend_from_slice(b"get ");
-                self.push_key_bytes(n, out);
-                out.extend_from_slice(b"\r\n");
-            }
+            (Protocol::Text, Op::Get(n)) => self.push_request(b"get ", n, b"\r\n", out),
             (Protocol::Text, Op::Set(n)) => {
                 let value = self.value(n);
-                out.extend_from_slice(b"set ");
-                self.push_key_bytes(n, out);
-                out.extend_from_slice(b" 0 ");
-                push_u64(u64::from(self.ttl(n)), out);
+                self.push_request(b"set ", n, b" 0 ", out);
+                push_u64(out, u64::from(self.ttl(n)));
                 out.push(b' ');
-                push_u64(value.len() as u64, out);
-                out.extend_from_slice(b"\r\n");
-                out.extend_from_slice(value);
-                out.extend_from_slice(b"\r\n");
+                push_u64(out, value.len() as u64);
+                push_data(value, out);
             }
-            (Protocol::Text, Op::Delete(n)) => {
-                out.extend_from_slice(b"delete ");
-                self.push_key_bytes(n, out);
-                out.extend_from_slice(b"\r\n");
-            }
+            (Protocol::Text, Op::Delete(n)) => self.push_request(b"delete ", n, b"\r\n", out),
             // k: echo the key, f: the client flags, v: the value (a hit is
             // `VA <size> k<key> f<flags>`, a miss `EN`).
-            (Protocol::Meta, Op::Get(n)) => {
-                out.extend_from_slice(b"mg ");
-                self.push_key_bytes(n, out);
-                out.extend_from_slice(b" k f v\r\n");
-            }
+            (Protocol::Meta, Op::Get(n)) => self.push_request(b"mg ", n, b" k f v\r\n", out),
             (Protocol::Meta, Op::Set(n)) => {
                 let value = self.value(n);
-                out.extend_from_slice(b"ms ");
-                self.push_key_bytes(n, out);
-                out.push(b' ');
-                push_u64(value.len() as u64, out);
+                self.push_request(b"ms ", n, b" ", out);
+                push_u64(out, value.len() as u64);
                 let ttl = self.ttl(n);
                 if ttl != 0 {
                     out.extend_from_slice(b" T");
-                    push_u64(u64::from(ttl), out);
+                    push_u64(out, u64::from(ttl));
                 }
-                out.extend_from_slice(b"\r\n");
-                out.extend_from_slice(value);
-                out.extend_from_slice(b"\r\n");
+                push_data(value, out);
             }
-            (Protocol::Meta, Op::Delete(n)) => {
-                out.extend_from_slice(b"md ");
-                self.push_key_bytes(n, out);
-                out.extend_from_slice(b"\r\n");
-            }
+            (Protocol::Meta, Op::Delete(n)) => self.push_request(b"md ", n, b"\r\n", out),
         }
     }
+
+    /// Appends `verb`, key `n` and `rest`.
+    fn push_request(&self, verb: &[u8], n: u64, rest: &[u8], out: &mut Vec<u8>) {
+        out.extend_from_slice(verb);
+        self.push_key_bytes(n, out);
+        out.extend_from_slice(rest);
+    }
+}
+
+/// Ends a storage command's line and appends its data block.
+fn push_data(value: &[u8], out: &mut Vec<u8>) {
+    out.extend_from_slice(b"\r\n");
+    out.extend_from_slice(value);
+    out.extend_from_slice(b"\r\n");
 }
 
 /// Number of decimal digits of `n`.
@@ -393,22 +384,7 @@ pub fn conn_rng(seed: u64, conn: usize) -> SmallRng {
 /// Appends `key:<n>` to `out`.
 pub fn push_key(n: u64, out: &mut Vec<u8>) {
     out.extend_from_slice(KEY_PREFIX);
-    push_u64(n, out);
-}
-
-/// Appends the decimal digits of `n` (no allocation, unlike `write!`).
-pub fn push_u64(mut n: u64, out: &mut Vec<u8>) {
-    let mut digits = [0u8; 20];
-    let mut i = digits.len();
-    loop {
-        i -= 1;
-        digits[i] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
-    }
-    out.extend_from_slice(&digits[i..]);
+    push_u64(out, n);
 }
 
 /// The key number of `key:<n>`, if `key` is exactly that with `n` in canonical decimal.

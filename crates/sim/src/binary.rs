@@ -19,42 +19,67 @@ use std::io::{self, Read};
 use super::request::{Op, Request};
 use super::trace_error::TraceError;
 
-/// Reads fixed-size records; `None` at a clean end of file.
-fn read_record<const N: usize>(
-    inner: &mut impl Read,
+/// A stream of requests from fixed-size records of `N` bytes, each read by `decode` (given
+/// the record and its index).
+pub struct RecordReader<R, const N: usize> {
+    inner: R,
+    /// Records read so far.
     index: u64,
-    done: &mut bool,
-) -> Option<Result<[u8; N], TraceError>> {
-    if *done {
-        return None;
+    done: bool,
+    decode: fn(&[u8; N], u64) -> Result<Request, TraceError>,
+}
+
+impl<R: Read, const N: usize> RecordReader<R, N> {
+    fn with(inner: R, decode: fn(&[u8; N], u64) -> Result<Request, TraceError>) -> Self {
+        RecordReader {
+            inner,
+            index: 0,
+            done: false,
+            decode,
+        }
     }
-    let mut rec = [0u8; N];
-    let mut filled = 0;
-    while filled < N {
-        match inner.read(&mut rec[filled..]) {
-            Ok(0) => break,
-            Ok(n) => filled += n,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => {
-                *done = true;
-                return Some(Err(e.into()));
+}
+
+impl<R: Read, const N: usize> Iterator for RecordReader<R, N> {
+    type Item = Result<Request, TraceError>;
+
+    /// The next record's request; `None` at a clean end of file.
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.done {
+            return None;
+        }
+        let index = self.index;
+        let mut rec = [0u8; N];
+        let mut filled = 0;
+        while filled < N {
+            match self.inner.read(&mut rec[filled..]) {
+                Ok(0) => break,
+                Ok(n) => filled += n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    self.done = true;
+                    return Some(Err(e.into()));
+                }
             }
         }
-    }
-    match filled {
-        0 => {
-            *done = true;
-            None
+        match filled {
+            0 => {
+                self.done = true;
+                None
+            }
+            n if n < N => {
+                self.done = true;
+                Some(Err(TraceError::Truncated {
+                    index,
+                    len: n,
+                    record_size: N,
+                }))
+            }
+            _ => {
+                self.index += 1;
+                Some((self.decode)(&rec, index))
+            }
         }
-        n if n < N => {
-            *done = true;
-            Some(Err(TraceError::Truncated {
-                index,
-                len: n,
-                record_size: N,
-            }))
-        }
-        _ => Some(Ok(rec)),
     }
 }
 
@@ -75,90 +100,53 @@ pub const ORACLE_KEY_SIZE: u32 = 8;
 ///
 /// Each record becomes a `get` with `value_size = obj_size`, key size
 /// [`ORACLE_KEY_SIZE`] and no TTL, so replay's look-aside fill inserts it.
-pub struct OracleGeneralReader<R> {
-    inner: R,
-    index: u64,
-    done: bool,
-}
+pub type OracleGeneralReader<R> = RecordReader<R, 24>;
 
 impl<R: Read> OracleGeneralReader<R> {
     /// Wraps a reader (buffer it: records are read 24 bytes at a time).
     pub fn new(inner: R) -> Self {
-        OracleGeneralReader {
-            inner,
-            index: 0,
-            done: false,
-        }
+        RecordReader::with(inner, decode_oracle)
     }
 }
 
-impl<R: Read> Iterator for OracleGeneralReader<R> {
-    type Item = Result<Request, TraceError>;
-
-    fn next(&mut self) -> Option<Self::Item> {
-        let rec = match read_record::<24>(&mut self.inner, self.index, &mut self.done)? {
-            Ok(rec) => rec,
-            Err(e) => return Some(Err(e)),
-        };
-        self.index += 1;
-        Some(Ok(Request {
-            time: le_u32(&rec, 0),
-            key: le_u64(&rec, 4),
-            key_size: ORACLE_KEY_SIZE,
-            value_size: le_u32(&rec, 12),
-            op: Op::Get,
-            ttl: 0,
-        }))
-    }
+fn decode_oracle(rec: &[u8; 24], _index: u64) -> Result<Request, TraceError> {
+    Ok(Request {
+        time: le_u32(rec, 0),
+        key: le_u64(rec, 4),
+        key_size: ORACLE_KEY_SIZE,
+        value_size: le_u32(rec, 12),
+        op: Op::Get,
+        ttl: 0,
+    })
 }
 
 /// Streaming reader of libCacheSim's 20-byte `twr` binary format (see the
 /// module docs for the layout and its provenance).
-pub struct TwrReader<R> {
-    inner: R,
-    index: u64,
-    done: bool,
-}
+pub type TwrReader<R> = RecordReader<R, 20>;
 
 impl<R: Read> TwrReader<R> {
     /// Wraps a reader (buffer it: records are read 20 bytes at a time).
     pub fn new(inner: R) -> Self {
-        TwrReader {
-            inner,
-            index: 0,
-            done: false,
-        }
+        RecordReader::with(inner, decode_twr)
     }
 }
 
-impl<R: Read> Iterator for TwrReader<R> {
-    type Item = Result<Request, TraceError>;
-
-    fn next(&mut self) -> Option<Self::Item> {
-        let rec = match read_record::<20>(&mut self.inner, self.index, &mut self.done)? {
-            Ok(rec) => rec,
-            Err(e) => return Some(Err(e)),
-        };
-        let index = self.index;
-        self.index += 1;
-        let kv = le_u32(&rec, 12);
-        let op_ttl = le_u32(&rec, 16);
-        let code = (op_ttl >> 24) as u8;
-        let Some(op) = Op::from_libcachesim(code) else {
-            return Some(Err(TraceError::BadRecord {
-                index,
-                reason: format!("unknown op code {code}"),
-            }));
-        };
-        Some(Ok(Request {
-            time: le_u32(&rec, 0),
-            key: le_u64(&rec, 4),
-            key_size: kv >> 22,
-            value_size: kv & ((1 << 22) - 1),
-            op,
-            ttl: op_ttl & ((1 << 24) - 1),
-        }))
-    }
+fn decode_twr(rec: &[u8; 20], index: u64) -> Result<Request, TraceError> {
+    let kv = le_u32(rec, 12);
+    let op_ttl = le_u32(rec, 16);
+    let code = (op_ttl >> 24) as u8;
+    let op = Op::from_libcachesim(code).ok_or_else(|| TraceError::BadRecord {
+        index,
+        reason: format!("unknown op code {code}"),
+    })?;
+    Ok(Request {
+        time: le_u32(rec, 0),
+        key: le_u64(rec, 4),
+        key_size: kv >> 22,
+        value_size: kv & ((1 << 22) - 1),
+        op,
+        ttl: op_ttl & ((1 << 24) - 1),
+    })
 }
 
 #[cfg(test)]

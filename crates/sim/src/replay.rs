@@ -115,14 +115,7 @@ where
             cache.advance_to(clock);
             cache.tick();
         }
-        let w = (now / window) as usize;
-        if report.windows.len() <= w {
-            let len = report.windows.len();
-            report.windows.extend((len..=w).map(|i| WindowStats {
-                start: i as u32 * window,
-                ..WindowStats::default()
-            }));
-        }
+        let w = report.window_for(now, window);
         report.requests += 1;
         write_key(req.key, req.key_size, &mut key);
         match req.op {

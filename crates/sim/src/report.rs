@@ -77,6 +77,21 @@ pub struct Report {
 }
 
 impl Report {
+    /// The index of the window, `width` seconds wide, that holds `time` (seconds since the
+    /// first request), adding empty windows up to it.
+    #[inline]
+    pub fn window_for(&mut self, time: u32, width: u32) -> usize {
+        let w = (time / width) as usize;
+        if self.windows.len() <= w {
+            let len = self.windows.len();
+            self.windows.extend((len..=w).map(|i| WindowStats {
+                start: i as u32 * width,
+                ..WindowStats::default()
+            }));
+        }
+        w
+    }
+
     /// Misses over gets.
     pub fn miss_ratio(&self) -> f64 {
         ratio(self.misses, self.gets)
@@ -91,14 +106,8 @@ impl Report {
     pub fn write_window_csv(&self, out: &mut dyn Write) -> io::Result<()> {
         writeln!(out, "window_start,gets,misses,miss_ratio")?;
         for w in &self.windows {
-            writeln!(
-                out,
-                "{},{},{},{:.6}",
-                w.start,
-                w.gets,
-                w.misses,
-                w.miss_ratio()
-            )?;
+            let (start, gets, misses, ratio) = (w.start, w.gets, w.misses, w.miss_ratio());
+            writeln!(out, "{start},{gets},{misses},{ratio:.6}")?;
         }
         Ok(())
     }
@@ -165,14 +174,8 @@ impl fmt::Display for Report {
             "window_start", "gets", "misses", "miss_ratio"
         )?;
         for w in &self.windows {
-            writeln!(
-                f,
-                "  {:>12} {:>12} {:>12} {:>10.4}",
-                w.start,
-                w.gets,
-                w.misses,
-                w.miss_ratio()
-            )?;
+            let (start, gets, misses, ratio) = (w.start, w.gets, w.misses, w.miss_ratio());
+            writeln!(f, "  {start:>12} {gets:>12} {misses:>12} {ratio:>10.4}")?;
         }
         Ok(())
     }

@@ -38,6 +38,7 @@
 //! Only one eviction runs at a time (an eviction frees megabytes; callers that queued behind
 //! it usually find a free segment when they get the lock).
 
+use crate::chains::Chain;
 use crate::config::EvictionPolicy;
 use crate::engine_state::EngineState;
 use crate::evictor_state::EvictorState;
@@ -113,17 +114,37 @@ fn evict_oldest(engine: &EngineState) -> Result<(), NoVictim> {
             ok
         };
         if claimed {
-            let dropped = engine.retire(victim);
-            engine
-                .counters()
-                .evicted_items
-                .fetch_add(dropped as u64, Ordering::Relaxed);
-            engine
-                .counters()
-                .evicted_segment(created, engine.clock().now());
+            evict_whole(engine, victim, created);
             return Ok(());
         }
     }
+}
+
+/// Under the bucket's chain lock: unlinks the merge sources `consumed` and returns the
+/// others, `rest`, to SEALED.
+fn unlink_consumed(engine: &EngineState, chain: &mut Chain, consumed: &[u32], rest: &[u32]) {
+    for &seg in consumed {
+        chain.unlink(engine.segments(), seg);
+    }
+    for &seg in rest {
+        engine
+            .segment(seg)
+            .state
+            .store(state::SEALED, Ordering::Release);
+    }
+}
+
+/// Retires `seg` (claimed and unlinked), created at `created`, counting its items and
+/// itself as evicted.
+fn evict_whole(engine: &EngineState, seg: u32, created: u32) {
+    let dropped = engine.retire(seg);
+    engine
+        .counters()
+        .evicted_items
+        .fetch_add(dropped as u64, Ordering::Relaxed);
+    engine
+        .counters()
+        .evicted_segment(created, engine.clock().now());
 }
 
 /// Most segments one merge may consume (pelikan's `max`): a merge goes on to the next
@@ -204,26 +225,11 @@ fn merge(engine: &EngineState, bucket: usize, run: &[u32]) {
         // No destination: fall back to freeing the first two sources whole.
         let (whole, rest) = run.split_at(2);
         let mut chain = engine.chains().lock(bucket);
-        for &seg in whole {
-            chain.unlink(engine.segments(), seg);
-        }
-        for &seg in rest {
-            engine
-                .segment(seg)
-                .state
-                .store(state::SEALED, Ordering::Release);
-        }
+        unlink_consumed(engine, &mut chain, whole, rest);
         drop(chain);
         for &seg in whole {
             let created = engine.segment(seg).create_at.load(Ordering::Relaxed);
-            let dropped = engine.retire(seg);
-            engine
-                .counters()
-                .evicted_items
-                .fetch_add(dropped as u64, Ordering::Relaxed);
-            engine
-                .counters()
-                .evicted_segment(created, engine.clock().now());
+            evict_whole(engine, seg, created);
         }
         return;
     };
@@ -340,15 +346,7 @@ fn merge(engine: &EngineState, bucket: usize, run: &[u32]) {
     {
         let mut chain = engine.chains().lock(bucket);
         chain.insert_before(engine.segments(), dst, run[0]);
-        for &seg in done {
-            chain.unlink(engine.segments(), seg);
-        }
-        for &seg in rest {
-            engine
-                .segment(seg)
-                .state
-                .store(state::SEALED, Ordering::Release);
-        }
+        unlink_consumed(engine, &mut chain, done, rest);
         // The next merge in this bucket starts after what this one consumed.
         chain.merge_cursor = rest
             .first()

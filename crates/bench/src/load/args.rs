@@ -346,6 +346,19 @@ impl LoadArgs {
             (None, None)
         }
     }
+
+    /// The `parameters` of a closed-loop report (`--scenario client` and `udp`): the load,
+    /// and what its rows are.
+    pub(crate) fn closed_loop_parameters(&self, rows_are: &str) -> serde_json::Value {
+        serde_json::json!({
+            "conns": self.conns,
+            "keys": self.keys,
+            "value_size": self.value_size.to_string(),
+            "duration_s": self.duration.as_secs_f64(),
+            "repeat": self.repeat,
+            "rows_are": rows_are,
+        })
+    }
 }
 
 /// The TTL of long-lived items: longer than any run, so they never expire in one.

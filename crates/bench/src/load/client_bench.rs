@@ -18,9 +18,10 @@ use rand::SeedableRng;
 use serde_json::json;
 
 use super::cpu::{cpu_time, Who};
+use super::run_log::{write_results, RunLog};
 use super::target::free_port;
 use super::workload::Workload;
-use super::{client, command_line, load_average, report, runtime, LoadArgs};
+use super::{client, load_average, report, runtime, LoadArgs};
 use memfleet_results::plot::Series;
 use memfleet_testkit::{Router, RouterConfig, Spawned};
 
@@ -67,8 +68,7 @@ pub fn bench(args: &LoadArgs) -> Result<()> {
          each, {} keys, {}-byte values, {:?} per run, {} repeat(s)",
         args.conns, args.keys, args.value_size, args.duration, args.repeat
     );
-    println!("load average at start: {}", load_average());
-    println!("command: {}", command_line());
+    RunLog::new().print_start();
     let bin = &args.memfleet_bin;
     let port = free_port()?;
     let server_addr: SocketAddr = ([127, 0, 0, 1], port).into();
@@ -191,19 +191,13 @@ pub fn bench(args: &LoadArgs) -> Result<()> {
     drop(server);
     if let Some(dir) = &args.out {
         let value = json!({
-            "parameters": {
-                "conns": args.conns,
-                "keys": args.keys,
-                "value_size": args.value_size.to_string(),
-                "duration_s": args.duration.as_secs_f64(),
-                "repeat": args.repeat,
-                "rows_are": "medians over the repeats; latency_cdf point by point",
-            },
+            "parameters": args.closed_loop_parameters(
+                "medians over the repeats; latency_cdf point by point"
+            ),
             "load_average_at_end": load_at_end,
             "paths": medians,
         });
-        let path = memfleet_results::write_json(dir, "client", "client", &value)?;
-        println!("results: {}", path.display());
+        write_results(dir, "client", &value)?;
         let lines: Vec<Series> = cdf_lines
             .into_iter()
             .filter(|s| !s.points.is_empty())

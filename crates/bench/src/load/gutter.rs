@@ -21,9 +21,10 @@ use std::net::SocketAddr;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
+use super::run_log::{write_results, RunLog};
 use super::target::free_port;
 use super::workload::Workload;
-use super::{command_line, load_average, runtime, LoadArgs};
+use super::{load_average, runtime, LoadArgs};
 use anyhow::{bail, Context, Result};
 use memfleet_results::plot::{self, Timeline};
 use memfleet_testkit::{Router, RouterConfig, Spawned};
@@ -100,8 +101,7 @@ pub fn bench(args: &LoadArgs) -> Result<()> {
         fail_at,
         args.duration
     );
-    println!("load average at start: {}", load_average());
-    println!("command: {}", command_line());
+    RunLog::new().print_start();
     let (rt, local) = runtime()?;
     let mut outcomes = Vec::new();
     for gutter in [false, true] {
@@ -117,8 +117,7 @@ pub fn bench(args: &LoadArgs) -> Result<()> {
     println!("load average at end: {load_at_end}");
     if let Some(dir) = &args.out {
         let value = json_report(args, &outcomes, &load_at_end);
-        let path = memfleet_results::write_json(dir, "gutter", "gutter", &value)?;
-        println!("results: {}", path.display());
+        write_results(dir, "gutter", &value)?;
         for figure in figures(dir, &outcomes)? {
             println!("figure: {}", figure.display());
         }

@@ -23,8 +23,9 @@ use memfleet_testkit::{Postgres, Router, RouterConfig, Spawned};
 use serde_json::json;
 
 use super::invalidator_metrics::Scrape;
+use super::run_log::{write_results, RunLog};
 use super::target::free_port;
-use super::{command_line, load_average, report, LoadArgs};
+use super::{load_average, report, LoadArgs};
 
 /// `--scenario invalidation`.
 pub fn bench(args: &LoadArgs) -> Result<()> {
@@ -42,8 +43,7 @@ pub fn bench(args: &LoadArgs) -> Result<()> {
             "as fast as they go".to_string()
         }
     );
-    println!("load average at start: {}", load_average());
-    println!("command: {}", command_line());
+    RunLog::new().print_start();
     let pg = Postgres::start().context("starting a scratch PostgreSQL")?;
     let bin = &args.memfleet_bin;
     // Each cluster as in the paper: a router in front of its server (mcsqueal talks to the
@@ -257,8 +257,7 @@ pub fn bench(args: &LoadArgs) -> Result<()> {
     let _ = std::fs::remove_dir_all(&spool);
     if let Some(dir) = &args.out {
         results["load_average_at_end"] = json!(load_at_end);
-        let path = memfleet_results::write_json(dir, "invalidation", "invalidation", &results)?;
-        println!("results: {}", path.display());
+        write_results(dir, "invalidation", &results)?;
         let figure = dir.join("invalidation-latency-cdf.png");
         memfleet_results::plot::latency_cdf(
             &figure,

@@ -25,6 +25,8 @@ pub mod invalidation;
 mod invalidator_metrics;
 pub mod replay;
 pub mod restart;
+mod run_log;
+mod timeline;
 pub mod udp;
 pub mod warmup;
 
@@ -177,8 +179,7 @@ pub fn bench(args: &LoadArgs) -> Result<Vec<Row>> {
     println!("command: {command}");
     if let Some(dir) = &args.out {
         let results = report::LoadResults::new(run_settings(args, &spec), &rows);
-        let path = memfleet_results::write_json(dir, "load", "load", &results)?;
-        println!("results: {}", path.display());
+        run_log::write_results(dir, "load", &results)?;
         let figure = dir.join("load-latency-cdf.png");
         memfleet_results::plot::latency_cdf(&figure, "Latency CDF", &latency_series(&rows))?;
         println!("figure: {}", figure.display());

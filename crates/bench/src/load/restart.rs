@@ -13,6 +13,7 @@ use serde_json::json;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
 
+use super::run_log::write_results;
 use super::target::SpawnSpec;
 use super::workload::Workload;
 use super::{client, command_line, load_average, runtime, start, LoadArgs, Target};
@@ -246,9 +247,7 @@ pub fn bench(args: &LoadArgs) -> Result<()> {
     }
     println!("command: {command}");
     if let Some(dir) = &args.out {
-        let path =
-            memfleet_results::write_json(dir, "restart", "restart", &report.json(args, &workload))?;
-        println!("results: {}", path.display());
+        write_results(dir, "restart", &report.json(args, &workload))?;
     }
     if report.before.wrong + report.after.wrong > 0 {
         bail!("wrong values were served");

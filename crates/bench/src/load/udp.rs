@@ -7,18 +7,21 @@
 //! With `--out DIR`: `udp.json` (the table's rows, with latency CDFs) and
 //! `udp-latency-cdf.png`.
 
+use std::future::Future;
 use std::net::SocketAddr;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use hdrhistogram::Histogram;
+use rand::rngs::SmallRng;
 use serde_json::json;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{TcpStream, UdpSocket};
 
+use super::run_log::{write_results, RunLog};
 use super::workload::{conn_rng, Workload};
-use super::{client, command_line, cpu, load_average, report, runtime, start, LoadArgs};
+use super::{client, cpu, report, runtime, start, LoadArgs};
 use memfleet_results::plot::Series;
 
 /// What one transport measured.
@@ -50,7 +53,7 @@ impl LatencyResult {
 
 const UDP_TIMEOUT: Duration = Duration::from_millis(200);
 
-fn request(w: &Workload, rng: &mut rand::rngs::SmallRng) -> (u64, Vec<u8>) {
+fn request(w: &Workload, rng: &mut SmallRng) -> (u64, Vec<u8>) {
     let n = w.key(rng);
     (n, format!("get key:{n}\r\n").into_bytes())
 }
@@ -63,129 +66,174 @@ fn expected(w: &Workload, n: u64) -> Vec<u8> {
     want
 }
 
-/// Closed-loop gets over TCP from `conns` connections for `duration`.
-pub async fn tcp(
+/// One run's closed-loop clients: `conns` of them, each getting keys of `w` from `addr` one
+/// at a time for `duration`, their random streams seeded from `seed`.
+struct Clients {
     addr: SocketAddr,
     w: Rc<Workload>,
     conns: usize,
     duration: Duration,
     seed: u64,
-) -> Result<LatencyResult> {
-    let start = Instant::now();
-    let end = start + duration;
-    let mut tasks = Vec::new();
-    for id in 0..conns {
-        let w = w.clone();
-        let stream = TcpStream::connect(addr).await?;
-        stream.set_nodelay(true)?;
-        tasks.push(tokio::task::spawn_local(async move {
-            let mut s = BufReader::new(stream);
-            let mut rng = conn_rng(seed, id);
-            let mut h = Histogram::<u64>::new(3).expect("histogram");
-            let mut got = Vec::new();
-            while Instant::now() < end {
-                let (n, req) = request(&w, &mut rng);
-                let t = Instant::now();
-                s.get_mut().write_all(&req).await?;
-                got.clear();
-                let want = expected(&w, n);
-                while !got.ends_with(b"END\r\n") || got.len() < want.len() {
-                    if s.read_until(b'\n', &mut got).await? == 0 {
-                        bail!("the server closed the connection");
-                    }
-                }
-                if got != want {
-                    bail!("wrong reply over TCP: {:?}", String::from_utf8_lossy(&got));
-                }
-                let _ = h.record((t.elapsed().as_micros() as u64).max(1));
-            }
-            anyhow::Ok(h)
-        }));
-    }
-    let mut all = Histogram::<u64>::new(3).expect("histogram");
-    for t in tasks {
-        all.add(t.await.context("tcp client")??)?;
-    }
-    Ok(LatencyResult::from(&all, 0, start.elapsed()))
 }
 
-/// Closed-loop gets over UDP from `conns` sockets for `duration`.
-pub async fn udp(
-    addr: SocketAddr,
+/// What a client measured: its latencies and how many requests went unanswered.
+type Measured = (Histogram<u64>, u64);
+
+impl Clients {
+    /// Closed-loop gets over TCP, one connection per client.
+    async fn tcp(&self) -> Result<LatencyResult> {
+        self.run("tcp client", tcp_connect, tcp_client).await
+    }
+
+    /// Closed-loop gets over UDP, one socket per client.
+    async fn udp(&self) -> Result<LatencyResult> {
+        self.run("udp client", udp_connect, udp_client).await
+    }
+
+    /// Starts the clock, then opens each client's socket with `connect` and runs
+    /// `client(socket, its loop)` on a local task; merges what they measured.
+    async fn run<S, C, F>(
+        &self,
+        what: &'static str,
+        connect: impl Fn(SocketAddr) -> C,
+        client: impl Fn(S, ClientLoop) -> F,
+    ) -> Result<LatencyResult>
+    where
+        C: Future<Output = Result<S>>,
+        F: Future<Output = Result<Measured>> + 'static,
+    {
+        let start = Instant::now();
+        let end = start + self.duration;
+        let mut tasks = Vec::new();
+        for id in 0..self.conns {
+            let socket = connect(self.addr).await?;
+            let client_loop = ClientLoop {
+                w: self.w.clone(),
+                rng: conn_rng(self.seed, id),
+                end,
+                h: Histogram::<u64>::new(3).expect("histogram"),
+            };
+            tasks.push(tokio::task::spawn_local(client(socket, client_loop)));
+        }
+        let mut all = Histogram::<u64>::new(3).expect("histogram");
+        let mut lost = 0;
+        for t in tasks {
+            let (h, l) = t.await.context(what)??;
+            all.add(h)?;
+            lost += l;
+        }
+        Ok(LatencyResult::from(&all, lost, start.elapsed()))
+    }
+}
+
+/// One client's loop: gets of keys of `w` drawn with `rng` until `end`, their latencies in
+/// `h`.
+struct ClientLoop {
     w: Rc<Workload>,
-    conns: usize,
-    duration: Duration,
-    seed: u64,
-) -> Result<LatencyResult> {
-    let start = Instant::now();
-    let end = start + duration;
-    let mut tasks = Vec::new();
-    for id in 0..conns {
-        let w = w.clone();
-        let sock = UdpSocket::bind("127.0.0.1:0").await?;
-        sock.connect(addr).await?;
-        tasks.push(tokio::task::spawn_local(async move {
-            let mut rng = conn_rng(seed, id);
-            let mut h = Histogram::<u64>::new(3).expect("histogram");
-            let mut lost = 0u64;
-            let mut request_id: u16 = 0;
-            let mut buf = vec![0u8; 2048];
-            let mut datagram = Vec::new();
-            while Instant::now() < end {
-                let (n, req) = request(&w, &mut rng);
-                request_id = request_id.wrapping_add(1);
-                datagram.clear();
-                for word in [request_id, 0, 1, 0] {
-                    datagram.extend_from_slice(&word.to_be_bytes());
-                }
-                datagram.extend_from_slice(&req);
-                let t = Instant::now();
-                sock.send(&datagram).await?;
-                let want = expected(&w, n);
-                let mut parts: Vec<Option<Vec<u8>>> = Vec::new();
-                let answered = loop {
-                    let got = tokio::time::timeout(UDP_TIMEOUT, sock.recv(&mut buf)).await;
-                    let Ok(len) = got else { break false };
-                    let len = len?;
-                    if len < 8 {
-                        continue;
-                    }
-                    let word = |i: usize| u16::from_be_bytes([buf[i], buf[i + 1]]);
-                    if word(0) != request_id {
-                        continue; // a late answer to a request given up on
-                    }
-                    let (seq, count) = (word(2) as usize, word(4) as usize);
-                    if parts.is_empty() {
-                        parts = vec![None; count.max(1)];
-                    }
-                    if seq < parts.len() {
-                        parts[seq] = Some(buf[8..len].to_vec());
-                    }
-                    if parts.iter().all(Option::is_some) {
-                        break true;
-                    }
-                };
-                if !answered {
-                    lost += 1;
-                    continue;
-                }
-                let got: Vec<u8> = parts.into_iter().flatten().flatten().collect();
-                if got != want {
-                    bail!("wrong reply over UDP: {:?}", String::from_utf8_lossy(&got));
-                }
-                let _ = h.record((t.elapsed().as_micros() as u64).max(1));
+    rng: SmallRng,
+    end: Instant,
+    h: Histogram<u64>,
+}
+
+impl ClientLoop {
+    /// The next key and its `get`, until the end.
+    fn next_request(&mut self) -> Option<(u64, Vec<u8>)> {
+        (Instant::now() < self.end).then(|| request(&self.w, &mut self.rng))
+    }
+
+    /// Records the latency of a request sent at `t`.
+    fn answered(&mut self, t: Instant) {
+        let _ = self.h.record((t.elapsed().as_micros() as u64).max(1));
+    }
+}
+
+/// A TCP connection to `addr`, without Nagle's delay.
+async fn tcp_connect(addr: SocketAddr) -> Result<TcpStream> {
+    let stream = TcpStream::connect(addr).await?;
+    stream.set_nodelay(true)?;
+    Ok(stream)
+}
+
+/// A UDP socket on 127.0.0.1 that sends to and hears only `addr`.
+async fn udp_connect(addr: SocketAddr) -> Result<UdpSocket> {
+    let sock = UdpSocket::bind("127.0.0.1:0").await?;
+    sock.connect(addr).await?;
+    Ok(sock)
+}
+
+/// One TCP client: a get, then its reply, checked.
+async fn tcp_client(stream: TcpStream, mut c: ClientLoop) -> Result<Measured> {
+    let mut s = BufReader::new(stream);
+    let mut got = Vec::new();
+    while let Some((n, req)) = c.next_request() {
+        let t = Instant::now();
+        s.get_mut().write_all(&req).await?;
+        got.clear();
+        let want = expected(&c.w, n);
+        while !got.ends_with(b"END\r\n") || got.len() < want.len() {
+            if s.read_until(b'\n', &mut got).await? == 0 {
+                bail!("the server closed the connection");
             }
-            anyhow::Ok((h, lost))
-        }));
+        }
+        if got != want {
+            bail!("wrong reply over TCP: {:?}", String::from_utf8_lossy(&got));
+        }
+        c.answered(t);
     }
-    let mut all = Histogram::<u64>::new(3).expect("histogram");
-    let mut lost = 0;
-    for t in tasks {
-        let (h, l) = t.await.context("udp client")??;
-        all.add(h)?;
-        lost += l;
+    Ok((c.h, 0))
+}
+
+/// One UDP client: a get in one datagram, then its reply's datagrams, checked; a request
+/// not answered within [`UDP_TIMEOUT`] is lost.
+async fn udp_client(sock: UdpSocket, mut c: ClientLoop) -> Result<Measured> {
+    let mut lost = 0u64;
+    let mut request_id: u16 = 0;
+    let mut buf = vec![0u8; 2048];
+    let mut datagram = Vec::new();
+    while let Some((n, req)) = c.next_request() {
+        request_id = request_id.wrapping_add(1);
+        datagram.clear();
+        for word in [request_id, 0, 1, 0] {
+            datagram.extend_from_slice(&word.to_be_bytes());
+        }
+        datagram.extend_from_slice(&req);
+        let t = Instant::now();
+        sock.send(&datagram).await?;
+        let want = expected(&c.w, n);
+        let mut parts: Vec<Option<Vec<u8>>> = Vec::new();
+        let answered = loop {
+            let got = tokio::time::timeout(UDP_TIMEOUT, sock.recv(&mut buf)).await;
+            let Ok(len) = got else { break false };
+            let len = len?;
+            if len < 8 {
+                continue;
+            }
+            let word = |i: usize| u16::from_be_bytes([buf[i], buf[i + 1]]);
+            if word(0) != request_id {
+                continue; // a late answer to a request given up on
+            }
+            let (seq, count) = (word(2) as usize, word(4) as usize);
+            if parts.is_empty() {
+                parts = vec![None; count.max(1)];
+            }
+            if seq < parts.len() {
+                parts[seq] = Some(buf[8..len].to_vec());
+            }
+            if parts.iter().all(Option::is_some) {
+                break true;
+            }
+        };
+        if !answered {
+            lost += 1;
+            continue;
+        }
+        let got: Vec<u8> = parts.into_iter().flatten().flatten().collect();
+        if got != want {
+            bail!("wrong reply over UDP: {:?}", String::from_utf8_lossy(&got));
+        }
+        c.answered(t);
     }
-    Ok(LatencyResult::from(&all, lost, start.elapsed()))
+    Ok((c.h, lost))
 }
 
 /// One table line.
@@ -221,15 +269,13 @@ pub fn bench(args: &LoadArgs) -> Result<()> {
         bail!("--repeat, --duration and --conns must be positive");
     }
     let workload = Rc::new(args.gets_workload("--scenario udp", args.zipf)?);
-    let command = command_line();
-    let load_at_start = load_average();
+    let log = RunLog::new();
     println!(
         "memfleet bench --scenario udp: {} clients, one get at a time each, {} keys, \
          {}-byte values, {:?} per run, {} repeat(s)",
         args.conns, args.keys, args.value_size, args.duration, args.repeat
     );
-    println!("load average at start: {load_at_start}");
-    println!("command: {command}");
+    log.print_start();
     let settings = args.server_settings(true);
     let (client_pin, server_pin) = args.pins();
     let _pinned = client_pin.map(cpu::pin_this_thread).transpose()?;
@@ -243,12 +289,20 @@ pub fn bench(args: &LoadArgs) -> Result<()> {
             client::prefill(addr, &workload, 100).await?;
             let (mut tcp_runs, mut udp_runs) = (Vec::new(), Vec::new());
             for r in 1..=args.repeat {
-                let seed = args.seed.wrapping_add(r as u64);
-                let tcp = tcp(addr, workload.clone(), args.conns, args.duration, seed)
+                let clients = Clients {
+                    addr,
+                    w: workload.clone(),
+                    conns: args.conns,
+                    duration: args.duration,
+                    seed: args.seed.wrapping_add(r as u64),
+                };
+                let tcp = clients
+                    .tcp()
                     .await
                     .with_context(|| format!("{} over TCP", t.name()))?;
                 println!("[{}] run {r}: {}", t.name(), line(t.name(), "tcp", &tcp));
-                let over_udp = udp(addr, workload.clone(), args.conns, args.duration, seed)
+                let over_udp = clients
+                    .udp()
                     .await
                     .with_context(|| format!("{} over UDP", t.name()))?;
                 println!(
@@ -276,13 +330,10 @@ pub fn bench(args: &LoadArgs) -> Result<()> {
     for (server, via, r) in &medians {
         println!("{}", line(server, via, r));
     }
-    let load_at_end = load_average();
-    println!("load average: {load_at_start} at start, {load_at_end} at end");
-    println!("command: {command}");
+    let load_at_end = log.print_end();
     if let Some(dir) = &args.out {
         let value = json_report(args, &medians, &load_at_end);
-        let path = memfleet_results::write_json(dir, "udp", "udp", &value)?;
-        println!("results: {}", path.display());
+        write_results(dir, "udp", &value)?;
         let lines: Vec<Series> = medians
             .iter()
             .filter(|(_, _, r)| !r.latency_cdf.is_empty())
@@ -322,16 +373,11 @@ fn json_report(
             })
         })
         .collect();
+    let mut parameters =
+        args.closed_loop_parameters("the run with the median p50 of each server and transport");
+    parameters["udp_timeout_ms"] = json!(UDP_TIMEOUT.as_secs_f64() * 1000.0);
     json!({
-        "parameters": {
-            "conns": args.conns,
-            "keys": args.keys,
-            "value_size": args.value_size.to_string(),
-            "duration_s": args.duration.as_secs_f64(),
-            "repeat": args.repeat,
-            "udp_timeout_ms": UDP_TIMEOUT.as_secs_f64() * 1000.0,
-            "rows_are": "the run with the median p50 of each server and transport",
-        },
+        "parameters": parameters,
         "load_average_at_end": load_at_end,
         "rows": rows,
     })

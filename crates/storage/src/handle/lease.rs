@@ -306,7 +306,6 @@ impl Handle {
         mut decide: impl FnMut(&ItemRef<'_>, u32) -> Amend<T>,
     ) -> Result<Option<T>, StoreError> {
         let h = hash(key);
-        let tag = tag_of(h);
         let mut buf = std::mem::take(&mut self.scratch);
         let result = loop {
             let now = self.engine.clock().now();
@@ -345,23 +344,8 @@ impl Handle {
             } else {
                 None
             };
-            let done = self.locked(h, |this, table, chain| {
-                let old = existing(&this.engine, chain, key, tag, now);
-                match &old {
-                    Some(e) if e.live && e.is(&this.engine, expected, epoch) => {}
-                    _ => return ChainAttempt::Retry,
-                }
-                let old = old.expect("checked above");
-                match &written {
-                    Some(w) => match this.publish(table, chain, Some(&old), w, h, bump_cas) {
-                        Ok(()) => ChainAttempt::Done(()),
-                        Err(_) => ChainAttempt::GrowTable(table.power()),
-                    },
-                    None => {
-                        this.unpublish(chain, &old);
-                        ChainAttempt::Done(())
-                    }
-                }
+            let done = self.swap(key, h, now, written.as_ref(), bump_cas, |e| {
+                e.live && e.is(&self.engine, expected, epoch)
             });
             self.finish(written);
             if done.is_some() {

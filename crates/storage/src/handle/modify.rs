@@ -42,7 +42,6 @@ impl Handle {
         let bump_cas = kind != Rewrite::Touch;
         check_key(key)?;
         let h = hash(key);
-        let tag = tag_of(h);
         let mut buf = std::mem::take(&mut self.scratch);
         let result = loop {
             let now = self.engine.clock().now();
@@ -108,22 +107,8 @@ impl Handle {
                 },
                 _ => None,
             };
-            let published = self.locked(h, |this, table, chain| {
-                let old = existing(&this.engine, chain, key, tag, now);
-                match &old {
-                    Some(e) if e.has_value() && e.is(&this.engine, expected, epoch) => {}
-                    _ => return ChainAttempt::Retry,
-                }
-                match &written {
-                    Some(w) => match this.publish(table, chain, old.as_ref(), w, h, bump_cas) {
-                        Ok(()) => ChainAttempt::Done(()),
-                        Err(TableFull) => ChainAttempt::GrowTable(table.power()),
-                    },
-                    None => {
-                        this.unpublish(chain, old.as_ref().expect("checked above"));
-                        ChainAttempt::Done(())
-                    }
-                }
+            let published = self.swap(key, h, now, written.as_ref(), bump_cas, |e| {
+                e.has_value() && e.is(&self.engine, expected, epoch)
             });
             self.finish(written);
             if published.is_some() {

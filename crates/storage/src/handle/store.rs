@@ -213,6 +213,37 @@ impl Handle {
         }
     }
 
+    /// Under the key's chain lock: if `current` holds for the key's item (hash `h`: still
+    /// the one the caller read, and as it needs it), replaces it by `written`, or drops it
+    /// when that is `None`. `None` when the item changed (look again).
+    pub(crate) fn swap(
+        &self,
+        key: &[u8],
+        h: u64,
+        now: u32,
+        written: Option<&Written>,
+        bump_cas: bool,
+        current: impl Fn(&Existing<'_>) -> bool,
+    ) -> Option<()> {
+        let tag = tag_of(h);
+        self.locked(h, |this, table, chain| {
+            let old = match existing(&this.engine, chain, key, tag, now) {
+                Some(e) if current(&e) => e,
+                _ => return ChainAttempt::Retry,
+            };
+            match written {
+                Some(w) => match this.publish(table, chain, Some(&old), w, h, bump_cas) {
+                    Ok(()) => ChainAttempt::Done(()),
+                    Err(TableFull) => ChainAttempt::GrowTable(table.power()),
+                },
+                None => {
+                    this.unpublish(chain, &old);
+                    ChainAttempt::Done(())
+                }
+            }
+        })
+    }
+
     /// Runs `f` under the key's chain lock until it neither needs a bigger table nor a retry.
     pub(crate) fn locked<T>(
         &self,

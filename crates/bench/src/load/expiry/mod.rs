@@ -27,8 +27,10 @@ use serde_json::json;
 
 use memfleet_results::plot::{self, Timeline};
 
+use super::run_log::{write_results, RunLog};
 use super::server_stats::Stats;
-use super::{command_line, load_average, runtime, start, LoadArgs, Target};
+use super::timeline;
+use super::{runtime, start, LoadArgs, Target};
 use memfleet_testkit::Spawned;
 
 mod measure;
@@ -48,8 +50,7 @@ pub fn bench(args: &LoadArgs) -> Result<()> {
         bail!("--expiry-long-share must be within 0..=1");
     }
     let ttl = args.expiry_short_ttl;
-    let command = command_line();
-    let load_at_start = load_average();
+    let log = RunLog::new();
     println!(
         "memfleet bench --scenario expiry: {} new keys per second with {}-byte values for {:?}, \
          {:.0}% with a TTL of {}-{} s and {:.0}% of {LONG_TTL} s, to {} at once; nothing is \
@@ -67,8 +68,7 @@ pub fn bench(args: &LoadArgs) -> Result<()> {
             .collect::<Vec<_>>()
             .join(", ")
     );
-    println!("load average at start: {load_at_start}");
-    println!("command: {command}");
+    log.print_start();
     let settings = args.server_settings(false);
     let mut servers: Vec<(Option<Spawned>, SocketAddr, Option<u32>)> = Vec::new();
     for t in &targets {
@@ -112,13 +112,10 @@ pub fn bench(args: &LoadArgs) -> Result<()> {
     let summaries: Vec<Summary> = outcomes.iter().map(|o| o.summary(steady_from)).collect();
     print!("{}", timeline(&outcomes));
     print!("{}", summary_table(&outcomes, &summaries, steady_from));
-    let load_at_end = load_average();
-    println!("load average: {load_at_start} at start, {load_at_end} at end");
-    println!("command: {command}");
+    let load_at_end = log.print_end();
     if let Some(dir) = &args.out {
         let value = json_report(args, &outcomes, &summaries, steady_from, &load_at_end);
-        let path = memfleet_results::write_json(dir, "expiry", "expiry", &value)?;
-        println!("results: {}", path.display());
+        write_results(dir, "expiry", &value)?;
         for figure in figures(dir, &outcomes)? {
             println!("figure: {}", figure.display());
         }
@@ -132,38 +129,22 @@ fn mib(bytes: f64) -> String {
 
 /// Per second, side by side: bytes held, bytes held in expired items, their share, RSS.
 fn timeline(outcomes: &[Outcome]) -> String {
-    use std::fmt::Write as _;
-    let mut t = String::new();
-    let _ = write!(t, "\n{:>4}", "");
-    for o in outcomes {
-        let _ = write!(t, "  {:^41}", format!("--- {} ---", o.name));
-    }
-    let _ = write!(t, "\n{:>4}", "sec");
-    for _ in outcomes {
-        let _ = write!(
-            t,
-            "  {:>9} {:>10} {:>9} {:>9}",
-            "held MiB", "expired MiB", "expired%", "RSS MiB"
-        );
-    }
-    t.push('\n');
-    let n = outcomes.iter().map(|o| o.samples.len()).min().unwrap_or(0);
-    for i in 0..n {
-        let _ = write!(t, "{:>4}", i + 1);
-        for o in outcomes {
-            let s = &o.samples[i];
-            let _ = write!(
-                t,
-                "  {:>9} {:>10} {:>9.1} {:>9}",
-                mib(s.held_bytes as f64),
-                mib(s.expired_bytes() as f64),
-                100.0 * s.expired_share(),
-                s.rss.map_or("-".into(), |r| mib(r as f64))
-            );
-        }
-        t.push('\n');
-    }
-    t
+    let names: Vec<&str> = outcomes.iter().map(|o| o.name.as_str()).collect();
+    let columns = format!(
+        "{:>9} {:>10} {:>9} {:>9}",
+        "held MiB", "expired MiB", "expired%", "RSS MiB"
+    );
+    let seconds = outcomes.iter().map(|o| o.samples.len()).min().unwrap_or(0);
+    timeline::timeline(&names, 41, &columns, seconds, |run, i| {
+        let s = &outcomes[run].samples[i];
+        format!(
+            "{:>9} {:>10} {:>9.1} {:>9}",
+            mib(s.held_bytes as f64),
+            mib(s.expired_bytes() as f64),
+            100.0 * s.expired_share(),
+            s.rss.map_or("-".into(), |r| mib(r as f64))
+        )
+    })
 }
 
 fn summary_table(outcomes: &[Outcome], summaries: &[Summary], steady_from: f64) -> String {

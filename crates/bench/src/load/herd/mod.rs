@@ -26,7 +26,8 @@
 //! With `--out DIR`: `herd.json` (the table's rows with each one's database timeline) and
 //! `herd-db-queries.png` (database queries per second in each 100 ms window, per mode).
 
-use super::{command_line, load_average, runtime, start, LoadArgs};
+use super::run_log::{write_results, RunLog};
+use super::{runtime, start, LoadArgs};
 use anyhow::{bail, Context, Result};
 use memfleet_results::plot::{self, Series};
 use serde_json::json;
@@ -97,8 +98,7 @@ pub fn bench(args: &LoadArgs) -> Result<()> {
             other => bail!("--herd-modes: unknown mode {other:?} (plain, lease, meta)"),
         })
         .collect::<Result<_>>()?;
-    let command = command_line();
-    let load_at_start = load_average();
+    let log = RunLog::new();
     println!(
         "memfleet bench --scenario herd: {} readers of one hot key, updated and deleted every \
          {:?}; database queries take {:?}; waiting readers retry after {:?}{}; {:?} per run, \
@@ -115,8 +115,7 @@ pub fn bench(args: &LoadArgs) -> Result<()> {
         args.duration,
         args.repeat
     );
-    println!("load average at start: {load_at_start}");
-    println!("command: {command}");
+    log.print_start();
     let settings = args.server_settings(false);
     let (_, server_pin) = args.pins();
     let targets = args.targets();
@@ -185,13 +184,10 @@ pub fn bench(args: &LoadArgs) -> Result<()> {
          stale = stale values taken by choice; stale-hit = stale values served as fresh; \
          refused = fills the server refused"
     );
-    let load_at_end = load_average();
-    println!("load average: {load_at_start} at start, {load_at_end} at end");
-    println!("command: {command}");
+    let load_at_end = log.print_end();
     if let Some(dir) = &args.out {
         let value = json_report(args, &rows, &load_at_end);
-        let path = memfleet_results::write_json(dir, "herd", "herd", &value)?;
-        println!("results: {}", path.display());
+        write_results(dir, "herd", &value)?;
         let figure = dir.join("herd-db-queries.png");
         plot::line_chart(
             &figure,

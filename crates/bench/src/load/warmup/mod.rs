@@ -29,7 +29,9 @@ use serde_json::json;
 
 use memfleet_results::plot::{self, Timeline};
 
-use super::{command_line, load_average, runtime, LoadArgs};
+use super::run_log::{write_results, RunLog};
+use super::timeline;
+use super::{runtime, LoadArgs};
 
 mod measure;
 use self::measure::{
@@ -47,8 +49,7 @@ pub fn bench(args: &LoadArgs) -> Result<()> {
     }
     let zipf = args.zipf.unwrap_or(DEFAULT_ZIPF);
     let workload = Rc::new(args.gets_workload("--scenario warmup", Some(zipf))?);
-    let command = command_line();
-    let load_at_start = load_average();
+    let log = RunLog::new();
     println!(
         "memfleet bench --scenario warmup: a cold and a warm cluster of {SERVERS_PER_CLUSTER} \
          servers each behind a router; the warm one holds {} keys of {} bytes; {} look-aside \
@@ -61,8 +62,7 @@ pub fn bench(args: &LoadArgs) -> Result<()> {
         args.herd_db_latency,
         args.warmup_db_concurrency
     );
-    println!("load average at start: {load_at_start}");
-    println!("command: {command}");
+    log.print_start();
     let (rt, local) = runtime()?;
     let mut outcomes = Vec::new();
     for warm_up in [true, false] {
@@ -74,13 +74,10 @@ pub fn bench(args: &LoadArgs) -> Result<()> {
     print!("{}", timeline(&outcomes));
     let summaries: Vec<Summary> = outcomes.iter().map(Outcome::summary).collect();
     print!("{}", summary_table(&outcomes, &summaries));
-    let load_at_end = load_average();
-    println!("load average: {load_at_start} at start, {load_at_end} at end");
-    println!("command: {command}");
+    let load_at_end = log.print_end();
     if let Some(dir) = &args.out {
         let value = json_report(args, zipf, &outcomes, &summaries, &load_at_end);
-        let path = memfleet_results::write_json(dir, "warmup", "warmup", &value)?;
-        println!("results: {}", path.display());
+        write_results(dir, "warmup", &value)?;
         for figure in figures(dir, &outcomes)? {
             println!("figure: {}", figure.display());
         }
@@ -103,39 +100,23 @@ fn millis(ms: Option<f64>) -> String {
 /// Per second, side by side: gets/s, the cold cluster's hit rate, the clients' hit rate,
 /// database queries/s and p99 latency of each run.
 fn timeline(outcomes: &[Outcome]) -> String {
-    use std::fmt::Write as _;
-    let mut t = String::new();
-    let _ = write!(t, "\n{:>4}", "");
-    for o in outcomes {
-        let _ = write!(t, "  {:^46}", format!("--- {} ---", o.label));
-    }
-    let _ = write!(t, "\n{:>4}", "sec");
-    for _ in outcomes {
-        let _ = write!(
-            t,
-            "  {:>8} {:>9} {:>9} {:>8} {:>8}",
-            "gets/s", "cold hit%", "clnt hit%", "db/s", "p99 ms"
-        );
-    }
-    t.push('\n');
-    let n = outcomes.iter().map(|o| o.seconds.len()).min().unwrap_or(0);
-    for i in 0..n {
-        let _ = write!(t, "{:>4}", i + 1);
-        for o in outcomes {
-            let s = &o.seconds[i];
-            let _ = write!(
-                t,
-                "  {:>8} {:>9} {:>9} {:>8} {:>8}",
-                s.gets,
-                percent(s.cold_hit_rate()),
-                percent(s.client_hit_rate()),
-                s.db,
-                millis(s.latency_ms(0.99))
-            );
-        }
-        t.push('\n');
-    }
-    t
+    let names: Vec<&str> = outcomes.iter().map(|o| o.label).collect();
+    let columns = format!(
+        "{:>8} {:>9} {:>9} {:>8} {:>8}",
+        "gets/s", "cold hit%", "clnt hit%", "db/s", "p99 ms"
+    );
+    let seconds = outcomes.iter().map(|o| o.seconds.len()).min().unwrap_or(0);
+    timeline::timeline(&names, 46, &columns, seconds, |run, i| {
+        let s = &outcomes[run].seconds[i];
+        format!(
+            "{:>8} {:>9} {:>9} {:>8} {:>8}",
+            s.gets,
+            percent(s.cold_hit_rate()),
+            percent(s.client_hit_rate()),
+            s.db,
+            millis(s.latency_ms(0.99))
+        )
+    })
 }
 
 fn summary_table(outcomes: &[Outcome], summaries: &[Summary]) -> String {
