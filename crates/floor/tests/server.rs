@@ -91,10 +91,10 @@ fn pipelined_mix_in_one_write_and_split_byte_by_byte() {
     let mut expected = Vec::new();
     for i in 0..50u64 {
         if i % 10 == 3 {
-            w.encode(load::workload::Op::Set(i), &mut requests);
+            w.encode(load::workload::WorkloadOp::Set(i), &mut requests);
             expected.extend_from_slice(b"STORED\r\n");
         } else {
-            w.encode(load::workload::Op::Get(i * 7919), &mut requests);
+            w.encode(load::workload::WorkloadOp::Get(i * 7919), &mut requests);
             expected.extend(get_reply(&w, i * 7919));
         }
     }
@@ -150,7 +150,7 @@ fn a_client_that_reads_late_gets_every_reply() {
     let mut requests = Vec::new();
     let mut expected = Vec::new();
     for n in 0..100_000u64 {
-        w.encode(load::workload::Op::Get(n), &mut requests);
+        w.encode(load::workload::WorkloadOp::Get(n), &mut requests);
         expected.extend(get_reply(&w, n));
     }
     // ~14 MB of replies to 1.5 MB of requests: far more than the socket buffers hold, so

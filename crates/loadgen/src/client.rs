@@ -14,8 +14,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 
-use super::conn::{conn_error, Conn, Phase, Shared, Stats};
-use super::workload::{Op, Workload};
+use super::conn::{conn_error, Conn, Phase, RunState, Stats};
+use super::workload::{WorkloadOp, Workload};
 
 /// How long connections may take to finish their last batch after the run ends.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
@@ -29,7 +29,7 @@ pub async fn prefill(addr: SocketAddr, w: &Workload, depth: usize) -> Result<()>
     let mut key = 0;
     while key < w.keys() {
         ops.clear();
-        ops.extend((key..w.keys().min(key + depth as u64)).map(Op::Set));
+        ops.extend((key..w.keys().min(key + depth as u64)).map(WorkloadOp::Set));
         key += ops.len() as u64;
         let r = conn
             .round_trip(w, &ops, |op, reply, _| {
@@ -52,7 +52,7 @@ async fn drive(
     depth: usize,
     seed: u64,
     id: usize,
-    sh: Rc<Shared>,
+    sh: Rc<RunState>,
 ) {
     let mut rng = super::workload::conn_rng(seed, id);
     let mut ops = Vec::with_capacity(depth);
@@ -140,7 +140,7 @@ fn server_cpu(pid: Option<u32>) -> Result<Option<Duration>> {
 /// Must be called inside a current-thread runtime's `LocalSet`.
 pub async fn measure(cfg: &LoadConfig, w: Rc<Workload>) -> Result<Measured> {
     use super::cpu::{cpu_time, Who};
-    let sh = Rc::new(Shared {
+    let sh = Rc::new(RunState {
         phase: Cell::new(Phase::Warmup),
         stats: RefCell::new(Stats::default()),
         running: Cell::new(0),

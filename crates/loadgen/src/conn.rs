@@ -1,7 +1,7 @@
 //! One load-generator connection and what its replies add up to: the socket with its
 //! outgoing batch and [`ReplyBuffer`] (received bytes, replies parsed out of them), the
 //! per-phase counters and latency histogram ([`Stats`]), and what the connections of one
-//! run share ([`Shared`], [`Phase`]). Used by the closed loop (`client`) and the open loop
+//! run share ([`RunState`], [`Phase`]). Used by the closed loop (`client`) and the open loop
 //! (`open_loop`) alike. Not here: parsing one reply (`reply`), the loops themselves.
 
 use std::cell::{Cell, RefCell};
@@ -14,8 +14,8 @@ use hdrhistogram::Histogram;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use super::reply::{parse_reply, show, Parsed, Reply};
-use super::workload::{Op, Workload};
+use super::reply::{parse_reply, show, Parsed, CheckedReply};
+use super::workload::{WorkloadOp, Workload};
 
 /// Counters and the latency histogram of one measured phase.
 #[derive(Debug, Clone)]
@@ -71,8 +71,8 @@ impl Stats {
     }
 
     /// Counts one reply (its latency when `measured`; an error in any phase).
-    pub(super) fn reply(&mut self, op: Op, reply: Reply, latency: Duration, measured: bool) {
-        if let Reply::Wrong(kind, detail) = reply {
+    pub(super) fn reply(&mut self, op: WorkloadOp, reply: CheckedReply, latency: Duration, measured: bool) {
+        if let CheckedReply::Wrong(kind, detail) = reply {
             self.error(kind, detail);
             return;
         }
@@ -83,18 +83,18 @@ impl Stats {
         self.latency_ns
             .saturating_record(latency.as_nanos().min(u64::MAX as u128) as u64);
         match (op, reply) {
-            (Op::Get(_), Reply::Hit) => {
+            (WorkloadOp::Get(_), CheckedReply::Hit) => {
                 self.gets += 1;
                 self.hits += 1;
             }
-            (Op::Get(_), Reply::Miss) => {
+            (WorkloadOp::Get(_), CheckedReply::Miss) => {
                 self.gets += 1;
                 self.misses += 1;
             }
-            (Op::Set(_), _) => self.sets += 1,
-            (Op::Delete(_), _) => self.deletes += 1,
+            (WorkloadOp::Set(_), _) => self.sets += 1,
+            (WorkloadOp::Delete(_), _) => self.deletes += 1,
             // parse_reply gives gets only Hit, Miss or Wrong.
-            (Op::Get(_), _) => {}
+            (WorkloadOp::Get(_), _) => {}
         }
     }
 }
@@ -127,9 +127,9 @@ impl Default for ReplyBuffer {
 
 impl ReplyBuffer {
     /// The reply to `op` if it is complete, consuming it.
-    pub fn next_reply(&mut self, op: Op, w: &Workload) -> Result<Option<Reply>, ConnError> {
+    pub fn next_reply(&mut self, op: WorkloadOp, w: &Workload) -> Result<Option<CheckedReply>, ConnError> {
         match parse_reply(&self.buf[self.start..self.end], op, w) {
-            Parsed::Reply { consumed, reply } => {
+            Parsed::CheckedReply { consumed, reply } => {
                 self.start += consumed;
                 Ok(Some(reply))
             }
@@ -214,8 +214,8 @@ impl Conn {
     pub async fn round_trip(
         &mut self,
         w: &Workload,
-        ops: &[Op],
-        mut on_reply: impl FnMut(Op, Reply, Instant),
+        ops: &[WorkloadOp],
+        mut on_reply: impl FnMut(WorkloadOp, CheckedReply, Instant),
     ) -> Result<(), ConnError> {
         self.out.clear();
         for &op in ops {
@@ -263,7 +263,7 @@ pub(super) enum Phase {
 }
 
 /// What the connections of one run share.
-pub(super) struct Shared {
+pub(super) struct RunState {
     /// What the run is doing.
     pub(super) phase: Cell<Phase>,
     /// Counters of every connection.
@@ -279,19 +279,19 @@ mod tests {
     #[test]
     fn stats_count_only_measured_replies_but_every_error() {
         let mut s = Stats::default();
-        s.reply(Op::Get(1), Reply::Hit, Duration::from_micros(5), false);
+        s.reply(WorkloadOp::Get(1), CheckedReply::Hit, Duration::from_micros(5), false);
         s.reply(
-            Op::Get(1),
-            Reply::Wrong("k", "first".into()),
+            WorkloadOp::Get(1),
+            CheckedReply::Wrong("k", "first".into()),
             Duration::ZERO,
             false,
         );
-        s.reply(Op::Get(1), Reply::Hit, Duration::from_micros(5), true);
-        s.reply(Op::Get(2), Reply::Miss, Duration::from_micros(7), true);
-        s.reply(Op::Set(2), Reply::Stored, Duration::from_micros(9), true);
+        s.reply(WorkloadOp::Get(1), CheckedReply::Hit, Duration::from_micros(5), true);
+        s.reply(WorkloadOp::Get(2), CheckedReply::Miss, Duration::from_micros(7), true);
+        s.reply(WorkloadOp::Set(2), CheckedReply::Stored, Duration::from_micros(9), true);
         s.reply(
-            Op::Set(2),
-            Reply::Wrong("k", "second".into()),
+            WorkloadOp::Set(2),
+            CheckedReply::Wrong("k", "second".into()),
             Duration::ZERO,
             true,
         );

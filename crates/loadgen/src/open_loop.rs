@@ -39,8 +39,8 @@ use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
-use super::conn::{conn_error, Conn, ConnError, Phase, ReplyBuffer, Shared};
-use super::workload::{conn_rng, Op, Workload};
+use super::conn::{conn_error, Conn, ConnError, Phase, ReplyBuffer, RunState};
+use super::workload::{conn_rng, WorkloadOp, Workload};
 
 /// How close to the next due time the pacer stops sleeping and starts yielding: more
 /// than tokio's 1 ms timer resolution.
@@ -60,7 +60,7 @@ const MAX_IN_FLIGHT: usize = 4096;
 const SCHEDULE_SALT: u64 = 0x5EED_0F0B_E4A7;
 
 /// A request and when it should have been sent.
-type Scheduled = (Op, Instant);
+type Scheduled = (WorkloadOp, Instant);
 
 /// One connection's queues, shared by the pacer, its sender and its receiver.
 #[derive(Default)]
@@ -97,7 +97,7 @@ pub(super) fn spawn(
     rate: f64,
     depth: usize,
     seed: u64,
-    sh: &Rc<Shared>,
+    sh: &Rc<RunState>,
 ) -> Vec<JoinHandle<()>> {
     let mut tasks = Vec::with_capacity(2 * conns.len() + 1);
     let mut lanes = Vec::with_capacity(conns.len());
@@ -138,7 +138,7 @@ fn gap(rng: &mut SmallRng, rate: f64) -> Duration {
 }
 
 /// Puts each connection's requests on its due queue at their scheduled times.
-async fn pace(lanes: Vec<Rc<Lane>>, w: Rc<Workload>, rate: f64, seed: u64, sh: Rc<Shared>) {
+async fn pace(lanes: Vec<Rc<Lane>>, w: Rc<Workload>, rate: f64, seed: u64, sh: Rc<RunState>) {
     let per_conn = rate / lanes.len() as f64;
     let mut request_rngs: Vec<SmallRng> = (0..lanes.len()).map(|id| conn_rng(seed, id)).collect();
     let mut gap_rngs: Vec<SmallRng> = (0..lanes.len())
@@ -191,7 +191,7 @@ async fn send(
     lane: Rc<Lane>,
     w: Rc<Workload>,
     depth: usize,
-    sh: Rc<Shared>,
+    sh: Rc<RunState>,
 ) {
     let mut out = Vec::with_capacity(4096);
     while sh.phase.get() != Phase::Stop && !lane.broken.get() {
@@ -238,7 +238,7 @@ async fn send(
 
 /// Reads and checks the replies of the connection's in-flight requests until the
 /// sender is done and every reply is in.
-async fn receive(mut read: OwnedReadHalf, lane: Rc<Lane>, w: Rc<Workload>, sh: Rc<Shared>) {
+async fn receive(mut read: OwnedReadHalf, lane: Rc<Lane>, w: Rc<Workload>, sh: Rc<RunState>) {
     let mut replies = ReplyBuffer::default();
     if let Err(e) = receive_all(&mut read, &mut replies, &lane, &w, &sh).await {
         conn_error(&mut sh.stats.borrow_mut(), e);
@@ -254,7 +254,7 @@ async fn receive_all(
     replies: &mut ReplyBuffer,
     lane: &Lane,
     w: &Workload,
-    sh: &Shared,
+    sh: &RunState,
 ) -> Result<(), ConnError> {
     let mut read_at = Instant::now();
     loop {

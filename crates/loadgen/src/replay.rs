@@ -40,7 +40,7 @@ use tokio::sync::mpsc;
 
 use memfleet_sim::keys::write_key;
 use memfleet_sim::report::Report;
-use memfleet_sim::request::{Op, Request};
+use memfleet_sim::request::{TraceOp, Request};
 use memfleet_sim::trace::RequestStream;
 
 /// Largest value sent (memcached's and memfleet's default item size limit is 1 MiB, key and
@@ -122,7 +122,7 @@ pub struct LiveReport {
 
 /// One request as a connection sends it.
 struct Job {
-    op: Op,
+    op: TraceOp,
     key: Vec<u8>,
     value_size: u32,
     /// TTL to send, in wall seconds.
@@ -213,7 +213,7 @@ async fn dispatch(
             let r = &mut s.report;
             r.requests += 1;
             r.sim_secs = clock;
-            if matches!(req.op, Op::Append | Op::Prepend | Op::Incr | Op::Decr) {
+            if matches!(req.op, TraceOp::Append | TraceOp::Prepend | TraceOp::Incr | TraceOp::Decr) {
                 r.other += 1;
                 continue;
             }
@@ -313,24 +313,24 @@ impl Connection {
 
     /// Counts a reply, in batch order; `fills` holds the fills this batch's misses queued so
     /// far (see the module docs for why a pending fill turns a miss into a hit).
-    fn count(&self, job: Job, reply: Reply, fills: &mut Vec<Job>) {
+    fn count(&self, job: Job, reply: CountedReply, fills: &mut Vec<Job>) {
         let mut s = self.shared.borrow_mut();
         let s = &mut *s;
         match (job.op, reply) {
-            (_, Reply::Wrong(what)) => {
+            (_, CountedReply::Wrong(what)) => {
                 s.errors += 1;
                 s.first_error
                     .get_or_insert(format!("{} {}", job.op.as_str(), what));
             }
-            (Op::Get | Op::Gets, reply) if !job.fill => {
+            (TraceOp::Get | TraceOp::Gets, reply) if !job.fill => {
                 let filled = fills.iter().any(|f| f.key == job.key);
-                let hit = reply == Reply::Hit || filled;
+                let hit = reply == CountedReply::Hit || filled;
                 count_get(&mut s.report, &job, hit);
                 if !hit && job.value_size > 0 {
                     fills.push(Job { fill: true, ..job });
                 }
             }
-            (Op::Delete, _) => {
+            (TraceOp::Delete, _) => {
                 fills.retain(|f| f.key != job.key);
                 s.report.deletes += 1;
             }
@@ -343,7 +343,7 @@ impl Connection {
                 } else {
                     s.report.sets += 1;
                 }
-                if reply == Reply::Refused {
+                if reply == CountedReply::Refused {
                     s.rejected_sets += 1;
                 }
             }
@@ -353,7 +353,7 @@ impl Connection {
 
 /// What a reply said, as far as counting goes.
 #[derive(Debug, Clone, PartialEq, Eq)]
-enum Reply {
+enum CountedReply {
     /// A get returned a value.
     Hit,
     /// A get returned `END` alone.
@@ -367,7 +367,7 @@ enum Reply {
 }
 
 fn is_trace_get(job: &Job) -> bool {
-    matches!(job.op, Op::Get | Op::Gets) && !job.fill
+    matches!(job.op, TraceOp::Get | TraceOp::Gets) && !job.fill
 }
 
 /// Reads one complete reply for `job` (leaving what follows in `inbuf`) and classifies it.
@@ -375,7 +375,7 @@ async fn read_reply<R: AsyncReadExt + Unpin>(
     reader: &mut R,
     inbuf: &mut Vec<u8>,
     job: &Job,
-) -> Result<Reply> {
+) -> Result<CountedReply> {
     let get = is_trace_get(job);
     let kind = if get {
         ReplyKind::Retrieval
@@ -388,19 +388,19 @@ async fn read_reply<R: AsyncReadExt + Unpin>(
             let reply = match (reply::decode(r, kind), job.op) {
                 (Ok(ServerReply::Values(v)), _) if get => {
                     if v.is_empty() {
-                        Reply::Miss
+                        CountedReply::Miss
                     } else {
-                        Reply::Hit
+                        CountedReply::Hit
                     }
                 }
-                (Ok(ServerReply::Status(Status::Deleted | Status::NotFound)), Op::Delete) => {
-                    Reply::Done
+                (Ok(ServerReply::Status(Status::Deleted | Status::NotFound)), TraceOp::Delete) => {
+                    CountedReply::Done
                 }
-                (Ok(ServerReply::Status(Status::Stored)), _) if !get => Reply::Done,
-                (Ok(ServerReply::Error(ErrorClass::Server, _)), op) if !get && op != Op::Delete => {
-                    Reply::Refused
+                (Ok(ServerReply::Status(Status::Stored)), _) if !get => CountedReply::Done,
+                (Ok(ServerReply::Error(ErrorClass::Server, _)), op) if !get && op != TraceOp::Delete => {
+                    CountedReply::Refused
                 }
-                _ => Reply::Wrong(
+                _ => CountedReply::Wrong(
                     String::from_utf8_lossy(&r[..r.len().min(120)])
                         .escape_debug()
                         .to_string(),
@@ -432,8 +432,8 @@ fn count_get(r: &mut Report, job: &Job, hit: bool) {
 /// Appends the request's bytes; false when its value is too large to send.
 fn encode(job: &Job, value: &[u8], out: &mut Vec<u8>) -> bool {
     let (verb, stores) = match job.op {
-        Op::Get | Op::Gets if !job.fill => ("get", false),
-        Op::Delete => ("delete", false),
+        TraceOp::Get | TraceOp::Gets if !job.fill => ("get", false),
+        TraceOp::Delete => ("delete", false),
         _ => ("set", true),
     };
     if stores && job.value_size > MAX_VALUE {
@@ -481,15 +481,15 @@ mod tests {
         };
         let value = vec![b'v'; 8];
         let mut out = Vec::new();
-        assert!(encode(&job(Op::Get, false), &value, &mut out));
-        assert!(encode(&job(Op::Get, true), &value, &mut out));
-        assert!(encode(&job(Op::Add, false), &value, &mut out));
-        assert!(encode(&job(Op::Delete, false), &value, &mut out));
+        assert!(encode(&job(TraceOp::Get, false), &value, &mut out));
+        assert!(encode(&job(TraceOp::Get, true), &value, &mut out));
+        assert!(encode(&job(TraceOp::Add, false), &value, &mut out));
+        assert!(encode(&job(TraceOp::Delete, false), &value, &mut out));
         assert_eq!(
             String::from_utf8(out).unwrap(),
             "get A.xx\r\nset A.xx 0 7 3\r\nvvv\r\nset A.xx 0 7 3\r\nvvv\r\ndelete A.xx\r\n"
         );
-        let mut big = job(Op::Set, false);
+        let mut big = job(TraceOp::Set, false);
         big.value_size = MAX_VALUE + 1;
         assert!(!encode(&big, &value, &mut Vec::new()));
     }

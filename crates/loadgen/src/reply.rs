@@ -1,13 +1,13 @@
 //! Replies of memcached-protocol servers to the load generator's requests: where a reply
 //! ends in the received bytes (incomplete, complete, or impossible to delimit) and whether
 //! it is the right one. A get hit must carry the asked key, flags 0 and exactly the value
-//! the workload stores for it; a set must get `STORED`. Anything else is a [`Reply::Wrong`],
+//! the workload stores for it; a set must get `STORED`. Anything else is a [`CheckedReply::Wrong`],
 //! counted by kind. Not here: sockets and buffers (`conn`), which requests (`workload`).
 
 use memfleet_protocol::reply::{self, Frame, MetaCode, ReplyKind, ServerReply};
 use memfleet_protocol::response::Status;
 
-use super::workload::{Op, Protocol, Workload};
+use super::workload::{WorkloadOp, Protocol, Workload};
 
 /// Longest reply line accepted before the stream is declared garbage.
 const MAX_LINE: usize = 4096;
@@ -15,7 +15,7 @@ const MAX_LINE: usize = 4096;
 const MAX_VALUE: usize = 64 << 20;
 /// What a well-formed reply said.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Reply {
+pub enum CheckedReply {
     /// A get returned the expected value.
     Hit,
     /// A get returned `END` alone (meta: `EN`).
@@ -37,11 +37,11 @@ pub enum Parsed {
     /// More bytes are needed.
     Incomplete,
     /// One reply, `consumed` bytes long.
-    Reply {
+    CheckedReply {
         /// Bytes the reply took.
         consumed: usize,
         /// What it said.
-        reply: Reply,
+        reply: CheckedReply,
     },
     /// The stream cannot be followed any more (no way to find the next reply).
     Desync(String),
@@ -76,14 +76,14 @@ fn line(buf: &[u8]) -> Result<Option<&[u8]>, String> {
 /// Parses the reply to `op` at the start of `buf`, in the workload's protocol: its first
 /// line here (to tell a wrong reply, which keeps the stream, from garbage), the rest with
 /// the protocol crate's framing and decoder.
-pub fn parse_reply(buf: &[u8], op: Op, w: &Workload) -> Parsed {
+pub fn parse_reply(buf: &[u8], op: WorkloadOp, w: &Workload) -> Parsed {
     let first = match line(buf) {
         Ok(Some(l)) => l,
         Ok(None) => return Parsed::Incomplete,
         Err(e) => return Parsed::Desync(e),
     };
     let line_len = first.len() + 2;
-    let reply = |reply| Parsed::Reply {
+    let reply = |reply| Parsed::CheckedReply {
         consumed: line_len,
         reply,
     };
@@ -92,7 +92,7 @@ pub fn parse_reply(buf: &[u8], op: Op, w: &Workload) -> Parsed {
         let mut k = Vec::new();
         w.push_key_bytes(n, &mut k);
         let detail = format!("{verb} {} -> {}", String::from_utf8_lossy(&k), show(first));
-        reply(Reply::Wrong(what, detail))
+        reply(CheckedReply::Wrong(what, detail))
     };
     let status = || match reply::decode(&buf[..line_len], ReplyKind::Line) {
         Ok(ServerReply::Status(s)) => Some(s),
@@ -103,38 +103,38 @@ pub fn parse_reply(buf: &[u8], op: Op, w: &Workload) -> Parsed {
         _ => None,
     };
     match (w.protocol(), op) {
-        (Protocol::Text, Op::Set(n)) => match status() {
-            Some(Status::Stored) => reply(Reply::Stored),
+        (Protocol::Text, WorkloadOp::Set(n)) => match status() {
+            Some(Status::Stored) => reply(CheckedReply::Stored),
             _ => wrong("set: reply is not STORED", "set", n),
         },
-        (Protocol::Text, Op::Delete(n)) => match status() {
-            Some(Status::Deleted) => reply(Reply::Deleted),
-            Some(Status::NotFound) => reply(Reply::NotFound),
+        (Protocol::Text, WorkloadOp::Delete(n)) => match status() {
+            Some(Status::Deleted) => reply(CheckedReply::Deleted),
+            Some(Status::NotFound) => reply(CheckedReply::NotFound),
             _ => wrong("delete: reply is not DELETED or NOT_FOUND", "delete", n),
         },
-        (Protocol::Text, Op::Get(n)) => {
+        (Protocol::Text, WorkloadOp::Get(n)) => {
             if first == b"END" {
-                return reply(Reply::Miss);
+                return reply(CheckedReply::Miss);
             }
             if !first.starts_with(b"VALUE ") {
                 return wrong("get: unexpected reply line", "get", n);
             }
             check_value(buf, ReplyKind::Retrieval, n, w)
         }
-        (Protocol::Meta, Op::Set(n)) => match meta() {
-            Some(MetaCode::Hd) => reply(Reply::Stored),
+        (Protocol::Meta, WorkloadOp::Set(n)) => match meta() {
+            Some(MetaCode::Hd) => reply(CheckedReply::Stored),
             _ => wrong("ms: reply is not HD", "ms", n),
         },
-        (Protocol::Meta, Op::Delete(n)) => match meta() {
-            Some(MetaCode::Hd) => reply(Reply::Deleted),
-            Some(MetaCode::Nf) => reply(Reply::NotFound),
+        (Protocol::Meta, WorkloadOp::Delete(n)) => match meta() {
+            Some(MetaCode::Hd) => reply(CheckedReply::Deleted),
+            Some(MetaCode::Nf) => reply(CheckedReply::NotFound),
             _ => wrong("md: reply is not HD or NF", "md", n),
         },
-        (Protocol::Meta, Op::Get(n)) => {
+        (Protocol::Meta, WorkloadOp::Get(n)) => {
             // A miss echoes the requested return flags (`EN k<key>`) in memcached and
             // memfleet alike; the key is not checked: a miss is a miss.
             if meta() == Some(MetaCode::En) {
-                return reply(Reply::Miss);
+                return reply(CheckedReply::Miss);
             }
             if !first.starts_with(b"VA ") {
                 return wrong("mg: unexpected reply line", "mg", n);
@@ -153,9 +153,9 @@ fn check_value(buf: &[u8], kind: ReplyKind, n: u64, w: &Workload) -> Parsed {
         Err(e) => return Parsed::Desync(format!("get key {n}: {e}: {}", show(buf))),
     };
     let header = || show(buf.split(|&b| b == b'\r').next().unwrap_or(buf));
-    let wrong = |kind, detail| Parsed::Reply {
+    let wrong = |kind, detail| Parsed::CheckedReply {
         consumed,
-        reply: Reply::Wrong(kind, detail),
+        reply: CheckedReply::Wrong(kind, detail),
     };
     let (verb, key, flags, data) = match reply::decode(&buf[..consumed], kind) {
         Ok(ServerReply::Values(v)) if v.len() == 1 => {
@@ -200,9 +200,9 @@ fn check_value(buf: &[u8], kind: ReplyKind, n: u64, w: &Workload) -> Parsed {
             format!("{verb} key {n} -> {}", show(data)),
         );
     }
-    Parsed::Reply {
+    Parsed::CheckedReply {
         consumed,
-        reply: Reply::Hit,
+        reply: CheckedReply::Hit,
     }
 }
 
@@ -225,24 +225,24 @@ mod tests {
         let w = w();
         let h = hit(7, &w);
         assert_eq!(
-            parse_reply(&h, Op::Get(7), &w),
-            Parsed::Reply {
+            parse_reply(&h, WorkloadOp::Get(7), &w),
+            Parsed::CheckedReply {
                 consumed: h.len(),
-                reply: Reply::Hit
+                reply: CheckedReply::Hit
             }
         );
         assert_eq!(
-            parse_reply(b"END\r\nEND\r\n", Op::Get(7), &w),
-            Parsed::Reply {
+            parse_reply(b"END\r\nEND\r\n", WorkloadOp::Get(7), &w),
+            Parsed::CheckedReply {
                 consumed: 5,
-                reply: Reply::Miss
+                reply: CheckedReply::Miss
             }
         );
         assert_eq!(
-            parse_reply(b"STORED\r\n", Op::Set(7), &w),
-            Parsed::Reply {
+            parse_reply(b"STORED\r\n", WorkloadOp::Set(7), &w),
+            Parsed::CheckedReply {
                 consumed: 8,
-                reply: Reply::Stored
+                reply: CheckedReply::Stored
             }
         );
         // A cas field (as `gets` would add) does not matter.
@@ -250,9 +250,9 @@ mod tests {
         g.extend_from_slice(w.value(7));
         g.extend_from_slice(b"\r\nEND\r\n");
         assert!(matches!(
-            parse_reply(&g, Op::Get(7), &w),
-            Parsed::Reply {
-                reply: Reply::Hit,
+            parse_reply(&g, WorkloadOp::Get(7), &w),
+            Parsed::CheckedReply {
+                reply: CheckedReply::Hit,
                 ..
             }
         ));
@@ -264,14 +264,14 @@ mod tests {
         let h = hit(123, &w);
         for cut in 0..h.len() {
             assert_eq!(
-                parse_reply(&h[..cut], Op::Get(123), &w),
+                parse_reply(&h[..cut], WorkloadOp::Get(123), &w),
                 Parsed::Incomplete,
                 "{cut}"
             );
         }
         for cut in 0..8 {
             assert_eq!(
-                parse_reply(&b"STORED\r\n"[..cut], Op::Set(1), &w),
+                parse_reply(&b"STORED\r\n"[..cut], WorkloadOp::Set(1), &w),
                 Parsed::Incomplete
             );
         }
@@ -279,8 +279,8 @@ mod tests {
 
     fn wrong_kind(p: Parsed) -> &'static str {
         match p {
-            Parsed::Reply {
-                reply: Reply::Wrong(kind, _),
+            Parsed::CheckedReply {
+                reply: CheckedReply::Wrong(kind, _),
                 ..
             } => kind,
             other => panic!("not a wrong reply: {other:?}"),
@@ -295,45 +295,45 @@ mod tests {
         wrong.extend_from_slice(b"ignored");
         wrong[0..18].copy_from_slice(b"VALUE key:8 0 10\r\n");
         assert_eq!(
-            wrong_kind(parse_reply(&other_key, Op::Get(7), &w)),
+            wrong_kind(parse_reply(&other_key, WorkloadOp::Get(7), &w)),
             "get: reply for another key"
         );
         // Key 8's header with key 7's data: caught as another key first.
         assert_eq!(
-            wrong_kind(parse_reply(&wrong, Op::Get(7), &w)),
+            wrong_kind(parse_reply(&wrong, WorkloadOp::Get(7), &w)),
             "get: reply for another key"
         );
         let mut bad_value = hit(7, &w);
         bad_value[20] ^= 1;
         assert_eq!(
-            wrong_kind(parse_reply(&bad_value, Op::Get(7), &w)),
+            wrong_kind(parse_reply(&bad_value, WorkloadOp::Get(7), &w)),
             "get: wrong value"
         );
         let mut flags = b"VALUE key:7 5 10\r\n".to_vec();
         flags.extend_from_slice(w.value(7));
         flags.extend_from_slice(b"\r\nEND\r\n");
         assert_eq!(
-            wrong_kind(parse_reply(&flags, Op::Get(7), &w)),
+            wrong_kind(parse_reply(&flags, WorkloadOp::Get(7), &w)),
             "get: wrong flags"
         );
         let short = b"VALUE key:7 0 3\r\nabc\r\nEND\r\n";
         assert_eq!(
-            wrong_kind(parse_reply(short, Op::Get(7), &w)),
+            wrong_kind(parse_reply(short, WorkloadOp::Get(7), &w)),
             "get: wrong value"
         );
-        let p = parse_reply(b"SERVER_ERROR out of memory\r\nX", Op::Set(7), &w);
+        let p = parse_reply(b"SERVER_ERROR out of memory\r\nX", WorkloadOp::Set(7), &w);
         assert_eq!(
             p,
-            Parsed::Reply {
+            Parsed::CheckedReply {
                 consumed: 28,
-                reply: Reply::Wrong(
+                reply: CheckedReply::Wrong(
                     "set: reply is not STORED",
                     "set key:7 -> SERVER_ERROR out of memory".into()
                 )
             }
         );
         assert_eq!(
-            wrong_kind(parse_reply(b"ERROR\r\n", Op::Get(7), &w)),
+            wrong_kind(parse_reply(b"ERROR\r\n", WorkloadOp::Get(7), &w)),
             "get: unexpected reply line"
         );
     }
@@ -349,14 +349,14 @@ mod tests {
             b"VALUE key:7 0 10\r\nbcdefghijkXXEND\r\n",
         ] {
             assert!(
-                matches!(parse_reply(bad, Op::Get(7), &w), Parsed::Desync(_)),
+                matches!(parse_reply(bad, WorkloadOp::Get(7), &w), Parsed::Desync(_)),
                 "{}",
                 show(bad)
             );
         }
         let long = vec![b'x'; MAX_LINE + 1];
         assert!(matches!(
-            parse_reply(&long, Op::Set(1), &w),
+            parse_reply(&long, WorkloadOp::Set(1), &w),
             Parsed::Desync(_)
         ));
     }
@@ -367,19 +367,19 @@ mod tests {
         use memfleet_sim::workload::TtlMix;
         let text = w();
         for (reply, want) in [
-            (b"DELETED\r\n".as_slice(), Reply::Deleted),
-            (b"NOT_FOUND\r\n", Reply::NotFound),
+            (b"DELETED\r\n".as_slice(), CheckedReply::Deleted),
+            (b"NOT_FOUND\r\n", CheckedReply::NotFound),
         ] {
             assert_eq!(
-                parse_reply(reply, Op::Delete(3), &text),
-                Parsed::Reply {
+                parse_reply(reply, WorkloadOp::Delete(3), &text),
+                Parsed::CheckedReply {
                     consumed: reply.len(),
                     reply: want
                 }
             );
         }
         assert_eq!(
-            wrong_kind(parse_reply(b"STORED\r\n", Op::Delete(3), &text)),
+            wrong_kind(parse_reply(b"STORED\r\n", WorkloadOp::Delete(3), &text)),
             "delete: reply is not DELETED or NOT_FOUND"
         );
         let meta = Workload::from_spec(WorkloadSpec {
@@ -404,79 +404,79 @@ mod tests {
         };
         let good = hit(&format!("k{key} f0"));
         assert_eq!(
-            parse_reply(&good, Op::Get(7), &meta),
-            Parsed::Reply {
+            parse_reply(&good, WorkloadOp::Get(7), &meta),
+            Parsed::CheckedReply {
                 consumed: good.len(),
-                reply: Reply::Hit
+                reply: CheckedReply::Hit
             }
         );
         for cut in 0..good.len() {
             assert_eq!(
-                parse_reply(&good[..cut], Op::Get(7), &meta),
+                parse_reply(&good[..cut], WorkloadOp::Get(7), &meta),
                 Parsed::Incomplete
             );
         }
         // Flags in another order are fine.
         let reordered = hit(&format!("f0 k{key}"));
         assert!(matches!(
-            parse_reply(&reordered, Op::Get(7), &meta),
-            Parsed::Reply {
-                reply: Reply::Hit,
+            parse_reply(&reordered, WorkloadOp::Get(7), &meta),
+            Parsed::CheckedReply {
+                reply: CheckedReply::Hit,
                 ..
             }
         ));
         assert_eq!(
-            wrong_kind(parse_reply(&hit("kkey:7 f0"), Op::Get(7), &meta)),
+            wrong_kind(parse_reply(&hit("kkey:7 f0"), WorkloadOp::Get(7), &meta)),
             "mg: reply for another key"
         );
         assert_eq!(
-            wrong_kind(parse_reply(&hit(&format!("k{key} f3")), Op::Get(7), &meta)),
+            wrong_kind(parse_reply(&hit(&format!("k{key} f3")), WorkloadOp::Get(7), &meta)),
             "mg: wrong flags"
         );
         let mut bad = good.clone();
         let at = bad.len() - 4;
         bad[at] ^= 1;
         assert_eq!(
-            wrong_kind(parse_reply(&bad, Op::Get(7), &meta)),
+            wrong_kind(parse_reply(&bad, WorkloadOp::Get(7), &meta)),
             "mg: wrong value"
         );
         assert_eq!(
-            parse_reply(b"EN\r\n", Op::Get(7), &meta),
-            Parsed::Reply {
+            parse_reply(b"EN\r\n", WorkloadOp::Get(7), &meta),
+            Parsed::CheckedReply {
                 consumed: 4,
-                reply: Reply::Miss
+                reply: CheckedReply::Miss
             }
         );
         assert_eq!(
-            parse_reply(b"EN kkey:7\r\n", Op::Get(7), &meta),
-            Parsed::Reply {
+            parse_reply(b"EN kkey:7\r\n", WorkloadOp::Get(7), &meta),
+            Parsed::CheckedReply {
                 consumed: 11,
-                reply: Reply::Miss
+                reply: CheckedReply::Miss
             }
         );
         assert_eq!(
-            parse_reply(b"HD\r\n", Op::Set(7), &meta),
-            Parsed::Reply {
+            parse_reply(b"HD\r\n", WorkloadOp::Set(7), &meta),
+            Parsed::CheckedReply {
                 consumed: 4,
-                reply: Reply::Stored
+                reply: CheckedReply::Stored
             }
         );
         assert_eq!(
-            parse_reply(b"NF\r\n", Op::Delete(7), &meta),
-            Parsed::Reply {
+            parse_reply(b"NF\r\n", WorkloadOp::Delete(7), &meta),
+            Parsed::CheckedReply {
                 consumed: 4,
-                reply: Reply::NotFound
+                reply: CheckedReply::NotFound
             }
         );
         assert_eq!(
-            wrong_kind(parse_reply(b"NS\r\n", Op::Set(7), &meta)),
+            wrong_kind(parse_reply(b"NS\r\n", WorkloadOp::Set(7), &meta)),
             "ms: reply is not HD"
         );
         let mut unframed = good.clone();
         let end = unframed.len() - 2;
         unframed[end] = b'X';
         assert!(matches!(
-            parse_reply(&unframed, Op::Get(7), &meta),
+            parse_reply(&unframed, WorkloadOp::Get(7), &meta),
             Parsed::Desync(_)
         ));
     }

@@ -36,7 +36,7 @@ const KEY_PAD_SEPARATOR: u8 = b'.';
 
 /// One request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Op {
+pub enum WorkloadOp {
     /// Get key `n`.
     Get(u64),
     /// Set key `n` to [`Workload::value`] of `n`, with its TTL.
@@ -45,11 +45,11 @@ pub enum Op {
     Delete(u64),
 }
 
-impl Op {
+impl WorkloadOp {
     /// The key number.
     pub fn key(self) -> u64 {
         match self {
-            Op::Get(k) | Op::Set(k) | Op::Delete(k) => k,
+            WorkloadOp::Get(k) | WorkloadOp::Set(k) | WorkloadOp::Delete(k) => k,
         }
     }
 }
@@ -312,23 +312,23 @@ impl Workload {
     }
 
     /// Draws a request.
-    pub fn op<R: Rng + ?Sized>(&self, rng: &mut R) -> Op {
+    pub fn op<R: Rng + ?Sized>(&self, rng: &mut R) -> WorkloadOp {
         let key = self.key(rng);
         let u = rng.gen::<f64>();
         if u < self.mix.get {
-            Op::Get(key)
+            WorkloadOp::Get(key)
         } else if u < self.mix.get + self.mix.set || self.mix.delete == 0.0 {
-            Op::Set(key)
+            WorkloadOp::Set(key)
         } else {
-            Op::Delete(key)
+            WorkloadOp::Delete(key)
         }
     }
 
     /// Appends the request bytes of `op` to `out`.
-    pub fn encode(&self, op: Op, out: &mut Vec<u8>) {
+    pub fn encode(&self, op: WorkloadOp, out: &mut Vec<u8>) {
         match (self.protocol, op) {
-            (Protocol::Text, Op::Get(n)) => self.push_request(b"get ", n, b"\r\n", out),
-            (Protocol::Text, Op::Set(n)) => {
+            (Protocol::Text, WorkloadOp::Get(n)) => self.push_request(b"get ", n, b"\r\n", out),
+            (Protocol::Text, WorkloadOp::Set(n)) => {
                 let value = self.value(n);
                 self.push_request(b"set ", n, b" 0 ", out);
                 push_u64(out, u64::from(self.ttl(n)));
@@ -336,11 +336,11 @@ impl Workload {
                 push_u64(out, value.len() as u64);
                 push_data(value, out);
             }
-            (Protocol::Text, Op::Delete(n)) => self.push_request(b"delete ", n, b"\r\n", out),
+            (Protocol::Text, WorkloadOp::Delete(n)) => self.push_request(b"delete ", n, b"\r\n", out),
             // k: echo the key, f: the client flags, v: the value (a hit is
             // `VA <size> k<key> f<flags>`, a miss `EN`).
-            (Protocol::Meta, Op::Get(n)) => self.push_request(b"mg ", n, b" k f v\r\n", out),
-            (Protocol::Meta, Op::Set(n)) => {
+            (Protocol::Meta, WorkloadOp::Get(n)) => self.push_request(b"mg ", n, b" k f v\r\n", out),
+            (Protocol::Meta, WorkloadOp::Set(n)) => {
                 let value = self.value(n);
                 self.push_request(b"ms ", n, b" ", out);
                 push_u64(out, value.len() as u64);
@@ -351,7 +351,7 @@ impl Workload {
                 }
                 push_data(value, out);
             }
-            (Protocol::Meta, Op::Delete(n)) => self.push_request(b"md ", n, b"\r\n", out),
+            (Protocol::Meta, WorkloadOp::Delete(n)) => self.push_request(b"md ", n, b"\r\n", out),
         }
     }
 
@@ -433,8 +433,8 @@ mod tests {
     fn requests_are_memcached_text() {
         let w = Workload::new(100, 0.9, 10, None).unwrap();
         let mut out = Vec::new();
-        w.encode(Op::Get(42), &mut out);
-        w.encode(Op::Set(1), &mut out);
+        w.encode(WorkloadOp::Get(42), &mut out);
+        w.encode(WorkloadOp::Set(1), &mut out);
         assert_eq!(
             out,
             b"get key:42\r\nset key:1 0 0 10\r\nbcdefghijk\r\n".as_slice()
@@ -461,7 +461,7 @@ mod tests {
                 let op = w.op(&mut rng);
                 assert!(op.key() < 1000);
                 seen[op.key() as usize] = true;
-                gets += matches!(op, Op::Get(_)) as u32;
+                gets += matches!(op, WorkloadOp::Get(_)) as u32;
             }
             assert!((89_000..91_000).contains(&gets), "{gets} gets");
             assert!(seen[0], "key:0 never drawn");
@@ -537,9 +537,9 @@ mod tests {
         let mut counts = [0u32; 3];
         for _ in 0..100_000 {
             counts[match w.op(&mut rng) {
-                Op::Get(_) => 0,
-                Op::Set(_) => 1,
-                Op::Delete(_) => 2,
+                WorkloadOp::Get(_) => 0,
+                WorkloadOp::Set(_) => 1,
+                WorkloadOp::Delete(_) => 2,
             }] += 1;
         }
         assert!((49_000..51_000).contains(&counts[0]), "{counts:?}");
@@ -566,8 +566,8 @@ mod tests {
         s.ttl = TtlMix::single(120);
         let text = Workload::from_spec(s.clone()).unwrap();
         let mut out = Vec::new();
-        text.encode(Op::Set(5), &mut out);
-        text.encode(Op::Delete(5), &mut out);
+        text.encode(WorkloadOp::Set(5), &mut out);
+        text.encode(WorkloadOp::Delete(5), &mut out);
         assert_eq!(
             out,
             b"set key:5 0 120 3\r\nfgh\r\ndelete key:5\r\n".as_slice()
@@ -575,16 +575,16 @@ mod tests {
         s.protocol = Protocol::Meta;
         let meta = Workload::from_spec(s.clone()).unwrap();
         out.clear();
-        meta.encode(Op::Get(5), &mut out);
-        meta.encode(Op::Set(5), &mut out);
-        meta.encode(Op::Delete(5), &mut out);
+        meta.encode(WorkloadOp::Get(5), &mut out);
+        meta.encode(WorkloadOp::Set(5), &mut out);
+        meta.encode(WorkloadOp::Delete(5), &mut out);
         assert_eq!(
             out,
             b"mg key:5 k f v\r\nms key:5 3 T120\r\nfgh\r\nmd key:5\r\n".as_slice()
         );
         s.ttl = TtlMix::single(0);
         out.clear();
-        Workload::from_spec(s).unwrap().encode(Op::Set(5), &mut out);
+        Workload::from_spec(s).unwrap().encode(WorkloadOp::Set(5), &mut out);
         assert_eq!(out, b"ms key:5 3\r\nfgh\r\n".as_slice());
     }
 

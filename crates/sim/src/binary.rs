@@ -16,7 +16,7 @@
 
 use std::io::{self, Read};
 
-use super::request::{Op, Request};
+use super::request::{TraceOp, Request};
 use super::trace_error::TraceError;
 
 /// A stream of requests from fixed-size records of `N` bytes, each read by `decode` (given
@@ -115,7 +115,7 @@ fn decode_oracle(rec: &[u8; 24], _index: u64) -> Result<Request, TraceError> {
         key: le_u64(rec, 4),
         key_size: ORACLE_KEY_SIZE,
         value_size: le_u32(rec, 12),
-        op: Op::Get,
+        op: TraceOp::Get,
         ttl: 0,
     })
 }
@@ -135,7 +135,7 @@ fn decode_twr(rec: &[u8; 20], index: u64) -> Result<Request, TraceError> {
     let kv = le_u32(rec, 12);
     let op_ttl = le_u32(rec, 16);
     let code = (op_ttl >> 24) as u8;
-    let op = Op::from_libcachesim(code).ok_or_else(|| TraceError::BadRecord {
+    let op = TraceOp::from_libcachesim(code).ok_or_else(|| TraceError::BadRecord {
         index,
         reason: format!("unknown op code {code}"),
     })?;
@@ -178,7 +178,7 @@ mod tests {
                 key: 0xdead_beef_0102,
                 key_size: 8,
                 value_size: 4096,
-                op: Op::Get,
+                op: TraceOp::Get,
                 ttl: 0
             }
         );
@@ -226,7 +226,7 @@ mod tests {
                 key: 77,
                 key_size: 30,
                 value_size: 1000,
-                op: Op::Set,
+                op: TraceOp::Set,
                 ttl: 3600
             }
         );

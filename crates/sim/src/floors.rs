@@ -30,7 +30,7 @@ use std::collections::HashMap;
 use xxhash_rust::xxh3::xxh3_64;
 
 use super::replay::{ReplayConfig, Report, SimCache};
-use super::request::{Op, Request};
+use super::request::{TraceOp, Request};
 
 /// A cache without a capacity: hits whatever is live.
 #[derive(Debug, Default)]
@@ -145,7 +145,7 @@ where
             expires: expiry(clock, ttl),
         };
         match req.op {
-            Op::Get | Op::Gets => {
+            TraceOp::Get | TraceOp::Gets => {
                 base.gets += 1;
                 base.get_bytes += u64::from(req.value_size);
                 let prior = held.get(&req.key).copied();
@@ -177,15 +177,15 @@ where
                     }
                 }
             }
-            Op::Set | Op::Add | Op::Replace | Op::Cas => {
+            TraceOp::Set | TraceOp::Add | TraceOp::Replace | TraceOp::Cas => {
                 base.sets += 1;
                 held.insert(req.key, rewritten);
             }
-            Op::Delete => {
+            TraceOp::Delete => {
                 base.deletes += 1;
                 held.remove(&req.key);
             }
-            Op::Append | Op::Prepend | Op::Incr | Op::Decr => base.other += 1,
+            TraceOp::Append | TraceOp::Prepend | TraceOp::Incr | TraceOp::Decr => base.other += 1,
         }
     }
     base.sim_secs = clock;
@@ -228,7 +228,7 @@ mod tests {
     use super::*;
     use crate::replay::replay;
 
-    fn req(time: u32, key: u64, op: Op, ttl: u32) -> Request {
+    fn req(time: u32, key: u64, op: TraceOp, ttl: u32) -> Request {
         Request {
             time,
             key,
@@ -251,14 +251,14 @@ mod tests {
     #[test]
     fn infinite_cache_misses_only_first_gets_deletes_and_expiry() {
         let requests = vec![
-            req(0, 1, Op::Get, 0),    // first: miss, filled
-            req(0, 1, Op::Get, 0),    // hit
-            req(1, 2, Op::Get, 5),    // first: miss, filled until 6
-            req(5, 2, Op::Get, 5),    // hit
-            req(6, 2, Op::Get, 5),    // expired: miss, refilled until 11
-            req(7, 1, Op::Delete, 0), // removes 1
-            req(8, 1, Op::Get, 0),    // miss after delete
-            req(9, 2, Op::Get, 5),    // hit
+            req(0, 1, TraceOp::Get, 0),    // first: miss, filled
+            req(0, 1, TraceOp::Get, 0),    // hit
+            req(1, 2, TraceOp::Get, 5),    // first: miss, filled until 6
+            req(5, 2, TraceOp::Get, 5),    // hit
+            req(6, 2, TraceOp::Get, 5),    // expired: miss, refilled until 11
+            req(7, 1, TraceOp::Delete, 0), // removes 1
+            req(8, 1, TraceOp::Get, 0),    // miss after delete
+            req(9, 2, TraceOp::Get, 5),    // hit
         ];
         let report = replay(
             requests.clone(),
@@ -274,7 +274,7 @@ mod tests {
         // 300 byte-requests, 6 requests in all.
         let requests: Vec<Request> = [1, 2, 3, 1, 2, 3]
             .into_iter()
-            .map(|key| req(0, key, Op::Get, 0))
+            .map(|key| req(0, key, TraceOp::Get, 0))
             .collect();
         // 99 bytes cannot hold an object; 100 bytes × 6 requests = 600 buy two intervals
         // (a real 100-byte cache could keep only one of them at a time: the bound is
@@ -288,13 +288,13 @@ mod tests {
     #[test]
     fn the_bound_never_beats_the_infinite_cache_and_honours_ttl_and_deletes() {
         let requests = vec![
-            req(0, 1, Op::Get, 2),
-            req(1, 1, Op::Get, 2), // within 2 s of the previous request: candidate
-            req(4, 1, Op::Get, 2), // 3 s after: expired whatever a cache did
-            req(4, 1, Op::Delete, 2), // ends the candidate
-            req(4, 1, Op::Get, 2), // miss
-            req(5, 5, Op::Set, 0),
-            req(6, 5, Op::Get, 0), // candidate after the set
+            req(0, 1, TraceOp::Get, 2),
+            req(1, 1, TraceOp::Get, 2), // within 2 s of the previous request: candidate
+            req(4, 1, TraceOp::Get, 2), // 3 s after: expired whatever a cache did
+            req(4, 1, TraceOp::Delete, 2), // ends the candidate
+            req(4, 1, TraceOp::Get, 2), // miss
+            req(5, 5, TraceOp::Set, 0),
+            req(6, 5, TraceOp::Get, 0), // candidate after the set
         ];
         let reports = bound(&requests, &[1 << 30]);
         let infinite = replay(

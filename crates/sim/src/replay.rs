@@ -16,7 +16,7 @@ use std::time::Instant;
 
 use super::keys::write_key;
 pub use super::report::{Report, WindowStats};
-use super::request::{Op, Request};
+use super::request::{TraceOp, Request};
 
 /// A cache the simulator can drive. Values are lengths only.
 pub trait SimCache {
@@ -119,7 +119,7 @@ where
         report.requests += 1;
         write_key(req.key, req.key_size, &mut key);
         match req.op {
-            Op::Get | Op::Gets => {
+            TraceOp::Get | TraceOp::Gets => {
                 report.gets += 1;
                 report.get_bytes += u64::from(req.value_size);
                 report.windows[w].gets += 1;
@@ -140,15 +140,15 @@ where
                     }
                 }
             }
-            Op::Set | Op::Add | Op::Replace | Op::Cas => {
+            TraceOp::Set | TraceOp::Add | TraceOp::Replace | TraceOp::Cas => {
                 report.sets += 1;
                 cache.set(&key, req.value_size as usize, req.ttl);
             }
-            Op::Delete => {
+            TraceOp::Delete => {
                 report.deletes += 1;
                 cache.delete(&key);
             }
-            Op::Append | Op::Prepend | Op::Incr | Op::Decr => report.other += 1,
+            TraceOp::Append | TraceOp::Prepend | TraceOp::Incr | TraceOp::Decr => report.other += 1,
         }
     }
     report.sim_secs = clock;
@@ -196,7 +196,7 @@ mod tests {
             key,
             key_size: 10,
             value_size: 100,
-            op: Op::Get,
+            op: TraceOp::Get,
             ttl: 0,
         }
     }
@@ -263,16 +263,16 @@ mod tests {
             ttl,
         };
         let reqs = vec![
-            mk(0, 1, Op::Set, 0),
-            mk(0, 1, Op::Get, 0),
-            mk(1, 1, Op::Delete, 0),
-            mk(1, 1, Op::Get, 0),
-            mk(2, 2, Op::Add, 5),
-            mk(3, 2, Op::Incr, 0),
-            mk(8, 2, Op::Get, 0),
+            mk(0, 1, TraceOp::Set, 0),
+            mk(0, 1, TraceOp::Get, 0),
+            mk(1, 1, TraceOp::Delete, 0),
+            mk(1, 1, TraceOp::Get, 0),
+            mk(2, 2, TraceOp::Add, 5),
+            mk(3, 2, TraceOp::Incr, 0),
+            mk(8, 2, TraceOp::Get, 0),
             Request {
                 value_size: 0,
-                ..mk(8, 3, Op::Get, 0)
+                ..mk(8, 3, TraceOp::Get, 0)
             },
         ];
         let mut c = LruCache::new(1 << 20);

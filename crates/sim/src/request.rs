@@ -1,10 +1,10 @@
 //! The [`Request`] every workload source produces (trace readers and the
-//! synthetic generator) and the memcached [`Op`]s it can carry. Plain data: no
+//! synthetic generator) and the memcached [`TraceOp`]s it can carry. Plain data: no
 //! parsing of files, no cache behaviour.
 
 /// A memcached operation as recorded in a trace.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Op {
+pub enum TraceOp {
     /// `get`
     Get,
     /// `gets`
@@ -29,23 +29,23 @@ pub enum Op {
     Decr,
 }
 
-const OP_NAMES: [(Op, &str); 11] = [
-    (Op::Get, "get"),
-    (Op::Gets, "gets"),
-    (Op::Set, "set"),
-    (Op::Add, "add"),
-    (Op::Replace, "replace"),
-    (Op::Cas, "cas"),
-    (Op::Append, "append"),
-    (Op::Prepend, "prepend"),
-    (Op::Delete, "delete"),
-    (Op::Incr, "incr"),
-    (Op::Decr, "decr"),
+const OP_NAMES: [(TraceOp, &str); 11] = [
+    (TraceOp::Get, "get"),
+    (TraceOp::Gets, "gets"),
+    (TraceOp::Set, "set"),
+    (TraceOp::Add, "add"),
+    (TraceOp::Replace, "replace"),
+    (TraceOp::Cas, "cas"),
+    (TraceOp::Append, "append"),
+    (TraceOp::Prepend, "prepend"),
+    (TraceOp::Delete, "delete"),
+    (TraceOp::Incr, "incr"),
+    (TraceOp::Decr, "decr"),
 ];
 
-impl Op {
+impl TraceOp {
     /// Parses an operation name (ASCII case-insensitive), e.g. `b"gets"`.
-    pub fn parse(name: &[u8]) -> Option<Op> {
+    pub fn parse(name: &[u8]) -> Option<TraceOp> {
         OP_NAMES
             .iter()
             .find(|(_, n)| n.as_bytes().eq_ignore_ascii_case(name))
@@ -61,13 +61,13 @@ impl Op {
     }
 
     /// Maps libCacheSim's `req_op_e` code (1 = get … 11 = decr).
-    pub fn from_libcachesim(code: u8) -> Option<Op> {
+    pub fn from_libcachesim(code: u8) -> Option<TraceOp> {
         let index = usize::from(code).checked_sub(1)?;
         OP_NAMES.get(index).map(|(op, _)| *op)
     }
 
     /// libCacheSim's `req_op_e` code of the operation (the inverse of
-    /// [`Op::from_libcachesim`]).
+    /// [`TraceOp::from_libcachesim`]).
     pub fn libcachesim_code(self) -> u8 {
         let index = OP_NAMES.iter().position(|(op, _)| *op == self);
         index.map_or(0, |i| i as u8 + 1)
@@ -86,7 +86,7 @@ pub struct Request {
     /// Value length in bytes (for a get: the size to fill on a miss).
     pub value_size: u32,
     /// The operation.
-    pub op: Op,
+    pub op: TraceOp,
     /// Time-to-live in seconds; 0 means none recorded / never expires.
     pub ttl: u32,
 }
@@ -98,15 +98,15 @@ mod tests {
     #[test]
     fn every_op_name_round_trips() {
         for (op, name) in OP_NAMES {
-            assert_eq!(Op::parse(name.as_bytes()), Some(op));
+            assert_eq!(TraceOp::parse(name.as_bytes()), Some(op));
             assert_eq!(op.as_str(), name);
         }
-        assert_eq!(Op::from_libcachesim(1), Some(Op::Get));
-        assert_eq!(Op::from_libcachesim(9), Some(Op::Delete));
-        assert_eq!(Op::from_libcachesim(0), None);
-        assert_eq!(Op::from_libcachesim(12), None);
+        assert_eq!(TraceOp::from_libcachesim(1), Some(TraceOp::Get));
+        assert_eq!(TraceOp::from_libcachesim(9), Some(TraceOp::Delete));
+        assert_eq!(TraceOp::from_libcachesim(0), None);
+        assert_eq!(TraceOp::from_libcachesim(12), None);
         for (op, _) in OP_NAMES {
-            assert_eq!(Op::from_libcachesim(op.libcachesim_code()), Some(op));
+            assert_eq!(TraceOp::from_libcachesim(op.libcachesim_code()), Some(op));
         }
     }
 }

@@ -14,7 +14,7 @@ use std::path::Path;
 use xxhash_rust::xxh3::xxh3_64;
 
 pub use super::binary::{OracleGeneralReader, TwrReader, ORACLE_KEY_SIZE};
-pub use super::request::{Op, Request};
+pub use super::request::{TraceOp, Request};
 pub use super::trace_error::TraceError;
 
 /// The compact key id of a textual key (xxh3-64 of its bytes).
@@ -134,7 +134,7 @@ pub fn parse_csv_line(line: &[u8]) -> Result<Request, String> {
         return Err("empty key".into());
     }
     let op_text = op.trim_ascii();
-    let op = Op::parse(op_text)
+    let op = TraceOp::parse(op_text)
         .ok_or_else(|| format!("unknown operation {:?}", String::from_utf8_lossy(op_text)))?;
     Ok(Request {
         time: parse_time(time_field)?,
@@ -191,7 +191,7 @@ mod tests {
                 key: k,
                 key_size: 24,
                 value_size: 136,
-                op: Op::Get,
+                op: TraceOp::Get,
                 ttl: 0
             }
         );
@@ -202,11 +202,11 @@ mod tests {
                 key: k,
                 key_size: 24,
                 value_size: 140,
-                op: Op::Set,
+                op: TraceOp::Set,
                 ttl: 86400
             }
         );
-        assert_eq!(reqs[2].op, Op::Delete);
+        assert_eq!(reqs[2].op, TraceOp::Delete);
         assert_eq!(reqs[2].key, key_id(b"a"));
         assert_ne!(reqs[2].key, k);
     }
@@ -216,7 +216,7 @@ mod tests {
         let r = parse_csv_line(b"12.75,a,b,c,5,10,1,gets,0").unwrap();
         assert_eq!(r.time, 12);
         assert_eq!(r.key, key_id(b"a,b,c"));
-        assert_eq!((r.key_size, r.value_size, r.op), (5, 10, Op::Gets));
+        assert_eq!((r.key_size, r.value_size, r.op), (5, 10, TraceOp::Gets));
     }
 
     #[test]

@@ -145,7 +145,7 @@ fn next_accesses(all: &[Request]) -> Vec<i64> {
 #[cfg(test)]
 mod tests {
     use super::super::binary::{OracleGeneralReader, TwrReader};
-    use super::super::request::Op;
+    use super::super::request::TraceOp;
     use super::super::trace::{key_id, CsvReader};
     use super::*;
 
@@ -159,11 +159,11 @@ mod tests {
             ttl,
         };
         vec![
-            mk(0, 7, Op::Get, 0),
-            mk(0, 9, Op::Set, 3600),
-            mk(1, 7, Op::Get, 120),
-            mk(2, 9, Op::Delete, 0),
-            mk(5, 70_000, Op::Get, 0),
+            mk(0, 7, TraceOp::Get, 0),
+            mk(0, 9, TraceOp::Set, 3600),
+            mk(1, 7, TraceOp::Get, 120),
+            mk(2, 9, TraceOp::Delete, 0),
+            mk(5, 70_000, TraceOp::Get, 0),
         ]
     }
 
@@ -209,7 +209,7 @@ mod tests {
         let want: Vec<(u32, u64, u32)> =
             reqs.iter().map(|r| (r.time, r.key, r.value_size)).collect();
         assert_eq!(keys, want);
-        assert!(back.iter().all(|r| r.op == Op::Get));
+        assert!(back.iter().all(|r| r.op == TraceOp::Get));
         let next: Vec<i64> = bytes
             .chunks(24)
             .map(|c| i64::from_le_bytes(c[16..24].try_into().unwrap()))

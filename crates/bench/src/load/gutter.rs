@@ -63,11 +63,11 @@ impl Second {
 }
 
 /// A run with or without the gutter.
-struct Outcome {
+struct GutterRun {
     seconds: Vec<Second>,
 }
 
-impl Outcome {
+impl GutterRun {
     fn sum(&self, range: std::ops::Range<usize>) -> Second {
         let mut s = Second::default();
         for x in self.seconds.get(range).unwrap_or_default() {
@@ -129,14 +129,14 @@ pub fn bench(args: &LoadArgs) -> Result<()> {
 const LABELS: [&str; 2] = ["without gutter", "with gutter"];
 
 /// (seconds since the start at the end of the window, value) for each second with a value.
-fn series(o: &Outcome, f: &dyn Fn(&Second) -> Option<f64>) -> Vec<(f64, f64)> {
+fn series(o: &GutterRun, f: &dyn Fn(&Second) -> Option<f64>) -> Vec<(f64, f64)> {
     plot::per_second(&o.seconds, f)
 }
 
 /// The timelines of both runs as PNGs beside gutter.json: client-visible failures, database
 /// queries per 100 gets, and the gutter's hit rate (the run with a gutter only).
-fn figures(dir: &std::path::Path, outcomes: &[Outcome]) -> Result<Vec<std::path::PathBuf>> {
-    let runs: Vec<(&str, &Outcome)> = LABELS.into_iter().zip(outcomes).collect();
+fn figures(dir: &std::path::Path, outcomes: &[GutterRun]) -> Result<Vec<std::path::PathBuf>> {
+    let runs: Vec<(&str, &GutterRun)> = LABELS.into_iter().zip(outcomes).collect();
     plot::timelines(
         dir,
         &runs,
@@ -165,7 +165,7 @@ fn figures(dir: &std::path::Path, outcomes: &[Outcome]) -> Result<Vec<std::path:
 }
 
 /// `gutter.json`: the parameters and both runs' per-second timelines and totals.
-fn json_report(args: &LoadArgs, outcomes: &[Outcome], load_at_end: &str) -> serde_json::Value {
+fn json_report(args: &LoadArgs, outcomes: &[GutterRun], load_at_end: &str) -> serde_json::Value {
     let runs: Vec<serde_json::Value> = outcomes
         .iter()
         .zip(LABELS)
@@ -230,7 +230,7 @@ fn router_config(listen: u16, servers: &[u16], gutter: Option<u16>, ttl: u32) ->
     c.text()
 }
 
-async fn run(args: &LoadArgs, workload: &Rc<Workload>, with_gutter: bool) -> Result<Outcome> {
+async fn run(args: &LoadArgs, workload: &Rc<Workload>, with_gutter: bool) -> Result<GutterRun> {
     let bin = &args.memfleet_bin;
     let server = |port: u16| -> Result<Spawned> {
         let argv: Vec<String> = [
@@ -315,7 +315,7 @@ async fn run(args: &LoadArgs, workload: &Rc<Workload>, with_gutter: bool) -> Res
     drop(gutter);
     drop(servers);
     let seconds = windows.borrow().clone();
-    Ok(Outcome { seconds })
+    Ok(GutterRun { seconds })
 }
 
 /// Stores every key through the router.
@@ -324,7 +324,7 @@ async fn fill(addr: SocketAddr, workload: &Workload) -> Result<()> {
     let mut conn = BufReader::new(stream);
     let mut batch = Vec::new();
     for n in 0..workload.keys() {
-        workload.encode(super::workload::Op::Set(n), &mut batch);
+        workload.encode(super::workload::WorkloadOp::Set(n), &mut batch);
         if batch.len() > 64 * 1024 || n + 1 == workload.keys() {
             conn.get_mut().write_all(&batch).await?;
             batch.clear();
@@ -365,7 +365,7 @@ async fn client(
         let second = ((now - start).as_secs() as usize).min(windows.borrow().len() - 1);
         let key = workload.key(&mut rng);
         request.clear();
-        workload.encode(super::workload::Op::Get(key), &mut request);
+        workload.encode(super::workload::WorkloadOp::Get(key), &mut request);
         conn.get_mut().write_all(&request).await?;
         line.clear();
         conn.read_line(&mut line).await?;
@@ -401,7 +401,7 @@ async fn client(
             tokio::time::sleep(db_latency).await;
         }
         request.clear();
-        workload.encode(super::workload::Op::Set(key), &mut request);
+        workload.encode(super::workload::WorkloadOp::Set(key), &mut request);
         conn.get_mut().write_all(&request).await?;
         line.clear();
         conn.read_line(&mut line).await?;
@@ -452,7 +452,7 @@ async fn sample_gutter(
     }
 }
 
-fn report(plain: &Outcome, gutter: &Outcome, fail_at: Duration) -> String {
+fn report(plain: &GutterRun, gutter: &GutterRun, fail_at: Duration) -> String {
     use std::fmt::Write as _;
     let mut t = String::new();
     let _ = writeln!(

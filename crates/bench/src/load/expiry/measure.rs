@@ -117,7 +117,7 @@ impl Sample {
 }
 
 /// One server's run.
-pub(super) struct Outcome {
+pub(super) struct ExpiryRun {
     pub(super) name: String,
     pub(super) samples: Vec<Sample>,
     pub(super) written: u64,
@@ -137,7 +137,7 @@ pub(super) struct Summary {
     pub(super) peak_rss: Option<u64>,
 }
 
-impl Outcome {
+impl ExpiryRun {
     pub(super) fn summary(&self, steady_from: f64) -> Summary {
         let mean = |samples: &[&Sample], f: &dyn Fn(&Sample) -> f64| {
             samples.iter().map(|s| f(s)).sum::<f64>() / samples.len().max(1) as f64
@@ -172,7 +172,7 @@ pub(super) async fn run(
     pid: Option<u32>,
     begin: Instant,
     stream: u64,
-) -> Result<Outcome> {
+) -> Result<ExpiryRun> {
     let mut stats = StatsConn::connect(addr).await?;
     let settings = stats.get("settings").await.unwrap_or_default();
     let ledger = Rc::new(RefCell::new(Ledger::default()));
@@ -198,7 +198,7 @@ pub(super) async fn run(
     writer.await.context("the writer task")??;
     let end = stats.get("").await?;
     let written = ledger.borrow().written;
-    Ok(Outcome {
+    Ok(ExpiryRun {
         name,
         samples,
         written,

@@ -35,7 +35,7 @@ use memfleet_testkit::Spawned;
 
 mod measure;
 pub use self::measure::GRACE;
-use self::measure::{run, Outcome, Sample, Summary, COUNTERS, SETTINGS};
+use self::measure::{run, ExpiryRun, Sample, Summary, COUNTERS, SETTINGS};
 
 /// `--scenario expiry`.
 pub fn bench(args: &LoadArgs) -> Result<()> {
@@ -128,7 +128,7 @@ fn mib(bytes: f64) -> String {
 }
 
 /// Per second, side by side: bytes held, bytes held in expired items, their share, RSS.
-fn timeline(outcomes: &[Outcome]) -> String {
+fn timeline(outcomes: &[ExpiryRun]) -> String {
     let names: Vec<&str> = outcomes.iter().map(|o| o.name.as_str()).collect();
     let columns = format!(
         "{:>9} {:>10} {:>9} {:>9}",
@@ -147,7 +147,7 @@ fn timeline(outcomes: &[Outcome]) -> String {
     })
 }
 
-fn summary_table(outcomes: &[Outcome], summaries: &[Summary], steady_from: f64) -> String {
+fn summary_table(outcomes: &[ExpiryRun], summaries: &[Summary], steady_from: f64) -> String {
     use std::fmt::Write as _;
     let mut t = String::new();
     let _ = writeln!(
@@ -208,7 +208,7 @@ fn summary_table(outcomes: &[Outcome], summaries: &[Summary], steady_from: f64) 
 }
 
 /// (seconds since the first write, value) at each sample.
-fn series(o: &Outcome, f: &dyn Fn(&Sample) -> Option<f64>) -> Vec<(f64, f64)> {
+fn series(o: &ExpiryRun, f: &dyn Fn(&Sample) -> Option<f64>) -> Vec<(f64, f64)> {
     o.samples
         .iter()
         .filter_map(|s| f(s).map(|v| (s.at, v)))
@@ -217,7 +217,7 @@ fn series(o: &Outcome, f: &dyn Fn(&Sample) -> Option<f64>) -> Vec<(f64, f64)> {
 
 /// The figures of a run, one line per server: bytes held in expired items and resident
 /// memory over time, as PNGs beside expiry.json.
-fn figures(dir: &std::path::Path, outcomes: &[Outcome]) -> Result<Vec<std::path::PathBuf>> {
+fn figures(dir: &std::path::Path, outcomes: &[ExpiryRun]) -> Result<Vec<std::path::PathBuf>> {
     const MIB: f64 = 1024.0 * 1024.0;
     plot::timelines(
         dir,
@@ -242,7 +242,7 @@ fn figures(dir: &std::path::Path, outcomes: &[Outcome]) -> Result<Vec<std::path:
 
 fn json_report(
     args: &LoadArgs,
-    outcomes: &[Outcome],
+    outcomes: &[ExpiryRun],
     summaries: &[Summary],
     steady_from: f64,
     load_at_end: &str,

@@ -4,10 +4,10 @@
 
 use crate::load::client;
 use crate::load::conn::Conn;
-use crate::load::reply::Reply;
+use crate::load::reply::CheckedReply;
 use crate::load::server_stats::StatsConn;
 use crate::load::target::free_port;
-use crate::load::workload::{conn_rng, Op, Workload};
+use crate::load::workload::{conn_rng, WorkloadOp, Workload};
 use crate::load::LoadArgs;
 use anyhow::{Context, Result};
 use hdrhistogram::Histogram;
@@ -80,7 +80,7 @@ impl Second {
 }
 
 /// One run's timeline and the router's fill counters.
-pub(super) struct Outcome {
+pub(super) struct WarmupRun {
     pub(super) label: &'static str,
     pub(super) warm_up: bool,
     pub(super) seconds: Vec<Second>,
@@ -102,7 +102,7 @@ pub(super) struct Summary {
     pub(super) cold_items: u64,
 }
 
-impl Outcome {
+impl WarmupRun {
     pub(super) fn summary(&self) -> Summary {
         let mut all = Second::new();
         for s in &self.seconds {
@@ -170,7 +170,7 @@ pub(super) async fn run(
     args: &LoadArgs,
     workload: &Rc<Workload>,
     warm_up: bool,
-) -> Result<Outcome> {
+) -> Result<WarmupRun> {
     let label = label(warm_up);
     let start_server = |port: u16| -> Result<Spawned> {
         let argv: Vec<String> = [
@@ -258,7 +258,7 @@ pub(super) async fn run(
     drop(router);
     drop(servers);
     let seconds = windows.borrow().clone();
-    Ok(Outcome {
+    Ok(WarmupRun {
         label,
         warm_up,
         seconds,
@@ -304,11 +304,11 @@ pub(super) async fn look_aside(
         }
         let key = workload.key(&mut rng);
         let mut reply = None;
-        conn.round_trip(workload, &[Op::Get(key)], |_, r, _| reply = Some(r))
+        conn.round_trip(workload, &[WorkloadOp::Get(key)], |_, r, _| reply = Some(r))
             .await
             .map_err(|e| anyhow::anyhow!("get through the router: {e:?}"))?;
-        let hit = matches!(reply, Some(Reply::Hit));
-        let miss = matches!(reply, Some(Reply::Miss));
+        let hit = matches!(reply, Some(CheckedReply::Hit));
+        let miss = matches!(reply, Some(CheckedReply::Miss));
         if miss {
             // The database, then fill the cache.
             database.query().await?;
@@ -328,8 +328,8 @@ pub(super) async fn look_aside(
             continue;
         }
         let mut stored = false;
-        conn.round_trip(workload, &[Op::Set(key)], |_, r, _| {
-            stored = matches!(r, Reply::Stored)
+        conn.round_trip(workload, &[WorkloadOp::Set(key)], |_, r, _| {
+            stored = matches!(r, CheckedReply::Stored)
         })
         .await
         .map_err(|e| anyhow::anyhow!("set through the router: {e:?}"))?;

@@ -35,7 +35,7 @@ use super::{runtime, LoadArgs};
 
 mod measure;
 use self::measure::{
-    label, run, Outcome, Second, Summary, DEFAULT_ZIPF, GOALS, SERVERS_PER_CLUSTER,
+    label, run, WarmupRun, Second, Summary, DEFAULT_ZIPF, GOALS, SERVERS_PER_CLUSTER,
 };
 
 /// `--scenario warmup`.
@@ -72,7 +72,7 @@ pub fn bench(args: &LoadArgs) -> Result<()> {
         outcomes.push(outcome);
     }
     print!("{}", timeline(&outcomes));
-    let summaries: Vec<Summary> = outcomes.iter().map(Outcome::summary).collect();
+    let summaries: Vec<Summary> = outcomes.iter().map(WarmupRun::summary).collect();
     print!("{}", summary_table(&outcomes, &summaries));
     let load_at_end = log.print_end();
     if let Some(dir) = &args.out {
@@ -99,7 +99,7 @@ fn millis(ms: Option<f64>) -> String {
 
 /// Per second, side by side: gets/s, the cold cluster's hit rate, the clients' hit rate,
 /// database queries/s and p99 latency of each run.
-fn timeline(outcomes: &[Outcome]) -> String {
+fn timeline(outcomes: &[WarmupRun]) -> String {
     let names: Vec<&str> = outcomes.iter().map(|o| o.label).collect();
     let columns = format!(
         "{:>8} {:>9} {:>9} {:>8} {:>8}",
@@ -119,7 +119,7 @@ fn timeline(outcomes: &[Outcome]) -> String {
     })
 }
 
-fn summary_table(outcomes: &[Outcome], summaries: &[Summary]) -> String {
+fn summary_table(outcomes: &[WarmupRun], summaries: &[Summary]) -> String {
     use std::fmt::Write as _;
     let mut t = String::new();
     let after = |r: Option<usize>| r.map_or("never".into(), |s| format!("{s}s"));
@@ -168,13 +168,13 @@ fn summary_table(outcomes: &[Outcome], summaries: &[Summary]) -> String {
 }
 
 /// (seconds since the start of the run, value) at the end of each one-second window.
-fn series(o: &Outcome, f: &dyn Fn(&Second) -> Option<f64>) -> Vec<(f64, f64)> {
+fn series(o: &WarmupRun, f: &dyn Fn(&Second) -> Option<f64>) -> Vec<(f64, f64)> {
     plot::per_second(&o.seconds, f)
 }
 
 /// The figures of a run: the cold cluster's hit rate, the database's load and the clients'
 /// p99 over time, with and without warm-up, as PNGs beside warmup.json.
-fn figures(dir: &std::path::Path, outcomes: &[Outcome]) -> Result<Vec<std::path::PathBuf>> {
+fn figures(dir: &std::path::Path, outcomes: &[WarmupRun]) -> Result<Vec<std::path::PathBuf>> {
     plot::timelines(
         dir,
         outcomes,
@@ -205,7 +205,7 @@ fn figures(dir: &std::path::Path, outcomes: &[Outcome]) -> Result<Vec<std::path:
 fn json_report(
     args: &LoadArgs,
     zipf: f64,
-    outcomes: &[Outcome],
+    outcomes: &[WarmupRun],
     summaries: &[Summary],
     load_at_end: &str,
 ) -> serde_json::Value {
