@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 
 use super::conn::{conn_error, Conn, Phase, RunState, Stats};
-use super::workload::{WorkloadOp, Workload};
+use super::workload::{Workload, WorkloadOp};
 
 /// How long connections may take to finish their last batch after the run ends.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);

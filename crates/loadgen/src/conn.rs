@@ -14,8 +14,8 @@ use hdrhistogram::Histogram;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use super::reply::{parse_reply, show, Parsed, CheckedReply};
-use super::workload::{WorkloadOp, Workload};
+use super::reply::{parse_reply, show, CheckedReply, Parsed};
+use super::workload::{Workload, WorkloadOp};
 
 /// Counters and the latency histogram of one measured phase.
 #[derive(Debug, Clone)]
@@ -71,7 +71,13 @@ impl Stats {
     }
 
     /// Counts one reply (its latency when `measured`; an error in any phase).
-    pub(super) fn reply(&mut self, op: WorkloadOp, reply: CheckedReply, latency: Duration, measured: bool) {
+    pub(super) fn reply(
+        &mut self,
+        op: WorkloadOp,
+        reply: CheckedReply,
+        latency: Duration,
+        measured: bool,
+    ) {
         if let CheckedReply::Wrong(kind, detail) = reply {
             self.error(kind, detail);
             return;
@@ -127,7 +133,11 @@ impl Default for ReplyBuffer {
 
 impl ReplyBuffer {
     /// The reply to `op` if it is complete, consuming it.
-    pub fn next_reply(&mut self, op: WorkloadOp, w: &Workload) -> Result<Option<CheckedReply>, ConnError> {
+    pub fn next_reply(
+        &mut self,
+        op: WorkloadOp,
+        w: &Workload,
+    ) -> Result<Option<CheckedReply>, ConnError> {
         match parse_reply(&self.buf[self.start..self.end], op, w) {
             Parsed::CheckedReply { consumed, reply } => {
                 self.start += consumed;
@@ -279,16 +289,36 @@ mod tests {
     #[test]
     fn stats_count_only_measured_replies_but_every_error() {
         let mut s = Stats::default();
-        s.reply(WorkloadOp::Get(1), CheckedReply::Hit, Duration::from_micros(5), false);
+        s.reply(
+            WorkloadOp::Get(1),
+            CheckedReply::Hit,
+            Duration::from_micros(5),
+            false,
+        );
         s.reply(
             WorkloadOp::Get(1),
             CheckedReply::Wrong("k", "first".into()),
             Duration::ZERO,
             false,
         );
-        s.reply(WorkloadOp::Get(1), CheckedReply::Hit, Duration::from_micros(5), true);
-        s.reply(WorkloadOp::Get(2), CheckedReply::Miss, Duration::from_micros(7), true);
-        s.reply(WorkloadOp::Set(2), CheckedReply::Stored, Duration::from_micros(9), true);
+        s.reply(
+            WorkloadOp::Get(1),
+            CheckedReply::Hit,
+            Duration::from_micros(5),
+            true,
+        );
+        s.reply(
+            WorkloadOp::Get(2),
+            CheckedReply::Miss,
+            Duration::from_micros(7),
+            true,
+        );
+        s.reply(
+            WorkloadOp::Set(2),
+            CheckedReply::Stored,
+            Duration::from_micros(9),
+            true,
+        );
         s.reply(
             WorkloadOp::Set(2),
             CheckedReply::Wrong("k", "second".into()),

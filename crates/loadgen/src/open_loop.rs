@@ -40,7 +40,7 @@ use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
 use super::conn::{conn_error, Conn, ConnError, Phase, ReplyBuffer, RunState};
-use super::workload::{conn_rng, WorkloadOp, Workload};
+use super::workload::{conn_rng, Workload, WorkloadOp};
 
 /// How close to the next due time the pacer stops sleeping and starts yielding: more
 /// than tokio's 1 ms timer resolution.

@@ -40,7 +40,7 @@ use tokio::sync::mpsc;
 
 use memfleet_sim::keys::write_key;
 use memfleet_sim::report::Report;
-use memfleet_sim::request::{TraceOp, Request};
+use memfleet_sim::request::{Request, TraceOp};
 use memfleet_sim::trace::RequestStream;
 
 /// Largest value sent (memcached's and memfleet's default item size limit is 1 MiB, key and
@@ -213,7 +213,10 @@ async fn dispatch(
             let r = &mut s.report;
             r.requests += 1;
             r.sim_secs = clock;
-            if matches!(req.op, TraceOp::Append | TraceOp::Prepend | TraceOp::Incr | TraceOp::Decr) {
+            if matches!(
+                req.op,
+                TraceOp::Append | TraceOp::Prepend | TraceOp::Incr | TraceOp::Decr
+            ) {
                 r.other += 1;
                 continue;
             }
@@ -397,7 +400,9 @@ async fn read_reply<R: AsyncReadExt + Unpin>(
                     CountedReply::Done
                 }
                 (Ok(ServerReply::Status(Status::Stored)), _) if !get => CountedReply::Done,
-                (Ok(ServerReply::Error(ErrorClass::Server, _)), op) if !get && op != TraceOp::Delete => {
+                (Ok(ServerReply::Error(ErrorClass::Server, _)), op)
+                    if !get && op != TraceOp::Delete =>
+                {
                     CountedReply::Refused
                 }
                 _ => CountedReply::Wrong(

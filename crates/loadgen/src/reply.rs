@@ -7,7 +7,7 @@
 use memfleet_protocol::reply::{self, Frame, MetaCode, ReplyKind, ServerReply};
 use memfleet_protocol::response::Status;
 
-use super::workload::{WorkloadOp, Protocol, Workload};
+use super::workload::{Protocol, Workload, WorkloadOp};
 
 /// Longest reply line accepted before the stream is declared garbage.
 const MAX_LINE: usize = 4096;
@@ -430,7 +430,11 @@ mod tests {
             "mg: reply for another key"
         );
         assert_eq!(
-            wrong_kind(parse_reply(&hit(&format!("k{key} f3")), WorkloadOp::Get(7), &meta)),
+            wrong_kind(parse_reply(
+                &hit(&format!("k{key} f3")),
+                WorkloadOp::Get(7),
+                &meta
+            )),
             "mg: wrong flags"
         );
         let mut bad = good.clone();

@@ -336,10 +336,14 @@ impl Workload {
                 push_u64(out, value.len() as u64);
                 push_data(value, out);
             }
-            (Protocol::Text, WorkloadOp::Delete(n)) => self.push_request(b"delete ", n, b"\r\n", out),
+            (Protocol::Text, WorkloadOp::Delete(n)) => {
+                self.push_request(b"delete ", n, b"\r\n", out)
+            }
             // k: echo the key, f: the client flags, v: the value (a hit is
             // `VA <size> k<key> f<flags>`, a miss `EN`).
-            (Protocol::Meta, WorkloadOp::Get(n)) => self.push_request(b"mg ", n, b" k f v\r\n", out),
+            (Protocol::Meta, WorkloadOp::Get(n)) => {
+                self.push_request(b"mg ", n, b" k f v\r\n", out)
+            }
             (Protocol::Meta, WorkloadOp::Set(n)) => {
                 let value = self.value(n);
                 self.push_request(b"ms ", n, b" ", out);
@@ -584,7 +588,9 @@ mod tests {
         );
         s.ttl = TtlMix::single(0);
         out.clear();
-        Workload::from_spec(s).unwrap().encode(WorkloadOp::Set(5), &mut out);
+        Workload::from_spec(s)
+            .unwrap()
+            .encode(WorkloadOp::Set(5), &mut out);
         assert_eq!(out, b"ms key:5 3\r\nfgh\r\n".as_slice());
     }
 

@@ -16,7 +16,7 @@
 
 use std::io::{self, Read};
 
-use super::request::{TraceOp, Request};
+use super::request::{Request, TraceOp};
 use super::trace_error::TraceError;
 
 /// A stream of requests from fixed-size records of `N` bytes, each read by `decode` (given

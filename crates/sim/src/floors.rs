@@ -30,7 +30,7 @@ use std::collections::HashMap;
 use xxhash_rust::xxh3::xxh3_64;
 
 use super::replay::{ReplayConfig, Report, SimCache};
-use super::request::{TraceOp, Request};
+use super::request::{Request, TraceOp};
 
 /// A cache without a capacity: hits whatever is live.
 #[derive(Debug, Default)]

@@ -16,7 +16,7 @@ use std::time::Instant;
 
 use super::keys::write_key;
 pub use super::report::{Report, WindowStats};
-use super::request::{TraceOp, Request};
+use super::request::{Request, TraceOp};
 
 /// A cache the simulator can drive. Values are lengths only.
 pub trait SimCache {

@@ -25,7 +25,7 @@ use rand::{Rng, SeedableRng};
 use xxhash_rust::xxh3::xxh3_64_with_seed;
 
 use super::size::SizeSpec;
-use super::trace::{TraceOp, Request};
+use super::trace::{Request, TraceOp};
 use super::workload::Workload;
 use super::zipf::Zipf;
 
@@ -299,9 +299,12 @@ mod tests {
         cfg.write_ratio = 0.25;
         cfg.workload.value_size = "1-1000".parse().unwrap();
         let reqs = generate(cfg.clone());
-        let writes = reqs.iter().filter(|r| r.op == TraceOp::Set).count() as f64 / reqs.len() as f64;
+        let writes =
+            reqs.iter().filter(|r| r.op == TraceOp::Set).count() as f64 / reqs.len() as f64;
         assert!((writes - 0.25).abs() < 0.02, "write share {writes}");
-        assert!(reqs.iter().all(|r| matches!(r.op, TraceOp::Get | TraceOp::Set)));
+        assert!(reqs
+            .iter()
+            .all(|r| matches!(r.op, TraceOp::Get | TraceOp::Set)));
         let hottest: Vec<u32> = reqs
             .iter()
             .filter(|r| r.key == 0)

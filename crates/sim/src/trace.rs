@@ -14,7 +14,7 @@ use std::path::Path;
 use xxhash_rust::xxh3::xxh3_64;
 
 pub use super::binary::{OracleGeneralReader, TwrReader, ORACLE_KEY_SIZE};
-pub use super::request::{TraceOp, Request};
+pub use super::request::{Request, TraceOp};
 pub use super::trace_error::TraceError;
 
 /// The compact key id of a textual key (xxh3-64 of its bytes).

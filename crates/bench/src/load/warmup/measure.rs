@@ -7,7 +7,7 @@ use crate::load::conn::Conn;
 use crate::load::reply::CheckedReply;
 use crate::load::server_stats::StatsConn;
 use crate::load::target::free_port;
-use crate::load::workload::{conn_rng, WorkloadOp, Workload};
+use crate::load::workload::{conn_rng, Workload, WorkloadOp};
 use crate::load::LoadArgs;
 use anyhow::{Context, Result};
 use hdrhistogram::Histogram;

@@ -35,7 +35,7 @@ use super::{runtime, LoadArgs};
 
 mod measure;
 use self::measure::{
-    label, run, WarmupRun, Second, Summary, DEFAULT_ZIPF, GOALS, SERVERS_PER_CLUSTER,
+    label, run, Second, Summary, WarmupRun, DEFAULT_ZIPF, GOALS, SERVERS_PER_CLUSTER,
 };
 
 /// `--scenario warmup`.
