@@ -121,6 +121,8 @@ pub const UDP_TOO_LARGE: &[u8] = b"SERVER_ERROR reply too large for UDP; use TCP
 
 /// Appends `VALUE <key> <flags> <bytes>[ <cas>]\r\n`, the header of one retrieval hit.
 pub fn value_header(out: &mut Vec<u8>, key: &[u8], flags: u32, len: usize, cas: Option<u64>) {
+    // "VALUE", three spaces, `\r\n`, and the longest flags, length and CAS: one growth check.
+    out.reserve(6 + key.len() + 1 + 10 + 1 + 20 + 1 + 20 + 2);
     out.extend_from_slice(b"VALUE ");
     out.extend_from_slice(key);
     out.push(b' ');
@@ -136,6 +138,7 @@ pub fn value_header(out: &mut Vec<u8>, key: &[u8], flags: u32, len: usize, cas: 
 
 /// Appends one retrieval hit: the `VALUE` line, the data and `\r\n` (`cas` for gets/gats).
 pub fn value(out: &mut Vec<u8>, key: &[u8], flags: u32, data: &[u8], cas: Option<u64>) {
+    out.reserve(data.len() + 2);
     value_header(out, key, flags, data.len(), cas);
     out.extend_from_slice(data);
     out.extend_from_slice(CRLF);

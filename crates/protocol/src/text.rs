@@ -23,6 +23,11 @@ type Parsed<'a> = Result<(Request<'a>, usize), ParseError>;
 /// the administrative commands, which memcached looks up by their first token instead
 /// (`flush_all`, `verbosity`, ...), still run; anything else is unknown.
 pub(crate) fn parse_line<'a>(buf: &'a [u8], line: &Line<'a>, cfg: &ParserConfig) -> Parsed<'a> {
+    // The common case first: a `get` or `gets` with at least one key needs no token array
+    // (what the general path below concludes for such a line, without splitting it).
+    if let Some(parsed) = plain_get(line) {
+        return parsed;
+    }
     let t = Tokenized::new(line.text);
     let consumed = line.consumed;
     // memcached 1.6.45: a line under four bytes, its `\n` included, is a format error (so
@@ -134,24 +139,56 @@ fn key_too_long(key: &[u8]) -> bool {
     key.len() > MAX_KEY_LEN
 }
 
+/// `get <keys>` and `gets <keys>`, recognised by their first four or five bytes; `None`
+/// for any other line, and for one without a key (the general path answers it).
+#[inline]
+fn plain_get<'a>(line: &Line<'a>) -> Option<Parsed<'a>> {
+    let (kind, command_len) = match line.text {
+        [b'g', b'e', b't', b' ', ..] => (GetKind::Get, 3),
+        [b'g', b'e', b't', b's', b' ', ..] => (GetKind::Gets, 4),
+        _ => return None,
+    };
+    // What `after_tokens(line.text, 1)` returns for such a line.
+    let keys = Tokens::new(&line.text[command_len..]);
+    if keys.is_empty() {
+        return None;
+    }
+    Some(get_keys(line, keys, kind, 0, || {
+        Tokenized::new(line.text).noreply()
+    }))
+}
+
 fn get<'a>(line: &Line<'a>, t: &Tokenized<'a>, kind: GetKind) -> Parsed<'a> {
-    let consumed = line.consumed;
     let mut exptime = 0;
     let mut skip = 1;
     if kind.touches() {
         exptime = match safe_strtol(t.get(1)) {
             Some(v) => i64::from(v),
-            None => return Err(reject(ErrorKind::InvalidExptime, consumed, false)),
+            None => return Err(reject(ErrorKind::InvalidExptime, line.consumed, false)),
         };
         skip = 2;
     }
     let keys = Tokens::new(after_tokens(line.text, skip));
+    get_keys(line, keys, kind, exptime, || t.noreply())
+}
+
+/// A retrieval of `keys`, each checked against the key length limit (`noreply` says whether
+/// the line ends in `noreply`, asked only when a key is too long).
+#[inline]
+fn get_keys<'a>(
+    line: &Line<'a>,
+    keys: Tokens<'a>,
+    kind: GetKind,
+    exptime: i64,
+    noreply: impl Fn() -> bool,
+) -> Parsed<'a> {
+    let consumed = line.consumed;
     if keys.into_iter().any(key_too_long) {
         // memcached 1.6.45 ends this error with a second `\r\n`, and under `noreply`
         // (which it reads for `get` and `gets` only) sends just that (see `ErrorKind`).
         let kind = match kind {
             GetKind::LeaseGet => ErrorKind::BadCommandLineFormat,
-            GetKind::Get | GetKind::Gets if t.noreply() => ErrorKind::GetKeyTooLongNoreply,
+            GetKind::Get | GetKind::Gets if noreply() => ErrorKind::GetKeyTooLongNoreply,
             _ => ErrorKind::GetKeyTooLong,
         };
         return Err(reject(kind, consumed, false));

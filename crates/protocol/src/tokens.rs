@@ -73,14 +73,24 @@ pub(crate) struct Tokenized<'a> {
 
 impl<'a> Tokenized<'a> {
     /// Splits `line` on spaces, keeping at most [`MAX_SPLIT_TOKENS`] tokens.
+    /// Inlined so that the token array is built in the caller's frame, not copied out.
+    #[inline]
     pub fn new(line: &'a [u8]) -> Self {
         let mut toks: [&'a [u8]; MAX_SPLIT_TOKENS] = [&[]; MAX_SPLIT_TOKENS];
         let mut n = 0;
-        for tok in line.split(|&b| b == b' ').filter(|t| !t.is_empty()) {
-            if n == MAX_SPLIT_TOKENS {
+        let mut at = 0;
+        while n < MAX_SPLIT_TOKENS {
+            while at < line.len() && line[at] == b' ' {
+                at += 1;
+            }
+            if at == line.len() {
                 break;
             }
-            toks[n] = tok;
+            let start = at;
+            while at < line.len() && line[at] != b' ' {
+                at += 1;
+            }
+            toks[n] = &line[start..at];
             n += 1;
         }
         Tokenized { toks, n }
@@ -146,6 +156,7 @@ impl<'a> Tokens<'a> {
 impl<'a> Iterator for Tokens<'a> {
     type Item = &'a [u8];
 
+    #[inline]
     fn next(&mut self) -> Option<&'a [u8]> {
         let start = self.rest.iter().position(|&b| b != b' ')?;
         let rest = &self.rest[start..];

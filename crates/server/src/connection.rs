@@ -20,6 +20,7 @@ use crate::transport::Transport;
 use memfleet_protocol::auth::Attempt;
 use memfleet_protocol::binary::{self, BinError};
 use memfleet_protocol::{parse, ErrorKind, KeyBytes, MetaKey, ParseError, ParserConfig, Request};
+use memfleet_storage::KeyHash;
 use std::io;
 use std::rc::Rc;
 
@@ -128,7 +129,9 @@ pub fn process(
         if parsed > 1 {
             prefetch(exec.handle, batch);
         }
-        for &(request, used) in batch.iter().flatten() {
+        // By reference: a request is a few words of borrowed slices, copied once is enough.
+        for (request, used) in batch.iter().flatten() {
+            let (request, used) = (request, *used);
             if out.len() >= budget {
                 return (pos, Flow::OutputFull);
             }
@@ -138,17 +141,17 @@ pub fn process(
             if !state.authenticated {
                 if let Some(credentials) = &exec.server.auth {
                     if !matches!(request, Request::Quit) {
-                        authenticate(exec, credentials, &request, state, out);
+                        authenticate(exec, credentials, request, state, out);
                         pos += used;
                         continue;
                     }
                 }
             }
             let start = state.resume.take().unwrap_or(0);
-            let next = if crate::dump::handles(&request) {
-                crate::dump::run(exec, &request, &mut state.dump, out, budget)
+            let next = if crate::dump::handles(request) {
+                crate::dump::run(exec, request, &mut state.dump, out, budget)
             } else {
-                exec.run(&request, out, start, budget)
+                exec.run(request, out, start, budget)
             };
             match next {
                 AfterRequest::Continue => pos += used,
@@ -276,16 +279,17 @@ fn prefetch(handle: &memfleet_storage::Handle, batch: &[Option<(Request<'_>, usi
         };
         single.into_iter().chain(multi.into_iter().flatten())
     }
-    let requests = || batch.iter().flatten().map(|(r, _)| r);
-    for r in requests() {
-        for key in keys(r) {
-            handle.prefetch_bucket(key);
-        }
+    // Each key hashed once for both steps.
+    let mut hashes = [KeyHash::default(); LOOKAHEAD * 4];
+    let keys = batch.iter().flatten().flat_map(|(r, _)| keys(r));
+    let mut n = 0;
+    for (slot, key) in hashes.iter_mut().zip(keys) {
+        *slot = KeyHash::of(key);
+        handle.prefetch_bucket(*slot);
+        n += 1;
     }
-    for r in requests() {
-        for key in keys(r) {
-            handle.prefetch_item(key);
-        }
+    for &hash in &hashes[..n] {
+        handle.prefetch_item(hash);
     }
 }
 

@@ -207,8 +207,13 @@ pub fn decode(bytes: &[u8]) -> Header {
         None
     };
     let width = width_of(bits);
-    let mut flag_bytes = [0u8; 4];
-    flag_bytes[..width].copy_from_slice(&bytes[at..at + width]);
+    // One load per width rather than a copy of a variable length (a call to memcpy).
+    let client_flags = match width {
+        0 => 0,
+        1 => u32::from(bytes[at]),
+        2 => u32::from(u16::from_le_bytes([bytes[at], bytes[at + 1]])),
+        _ => u32::from_le_bytes([bytes[at], bytes[at + 1], bytes[at + 2], bytes[at + 3]]),
+    };
     at += width;
     let (lease, explicit_cas, marks) = match lease {
         Some(l) if l.issued == EXPLICIT_CAS => (None, Some(l.token), bits & MARKS & !MARK_TOKEN),
@@ -217,7 +222,7 @@ pub fn decode(bytes: &[u8]) -> Header {
     Header {
         key_len,
         value_len,
-        client_flags: u32::from_le_bytes(flag_bytes),
+        client_flags,
         own_deadline,
         lease,
         explicit_cas,

@@ -93,8 +93,8 @@ pub use clock::{Clock, Expiry, MEMCACHED_MAX_RELATIVE};
 pub use config::{Config, ConfigError, EvictionPolicy};
 pub use counters::HandleTotals;
 pub use handle::{
-    DeltaError, DumpCursor, DumpItem, Handle, ItemRef, LeaseOutcome, StoreError, StoreMode,
-    StoreStatus,
+    DeltaError, DumpCursor, DumpItem, Handle, ItemRef, KeyHash, LeaseOutcome, StoreError,
+    StoreMode, StoreStatus,
 };
 pub use item::{
     Lease, MARK_DELETED, MARK_EMPTY, MARK_STALE, MARK_TOKEN, MARK_TOMBSTONE, MAX_KEY_LEN,

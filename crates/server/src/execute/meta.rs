@@ -2,6 +2,7 @@
 //! answers them: the item's fetched mark and last access (`h`, `l`, `u`), CAS and TTL flags,
 //! and the lease extensions (`N`, `R`, `W`/`Z`/`X`) memfleet shares with memcached.
 
+use super::pins::Pin;
 use super::retrieval::{count_lookup, ttl_flag};
 use super::storage::store_error;
 use super::Executor;
@@ -43,7 +44,7 @@ impl Executor<'_> {
             let LeaseOutcome::Found { item, won } = found else {
                 return false;
             };
-            held = Some(item.cas());
+            held = Some(Pin::of(&item));
             if won {
                 c.lease_grants.incr();
             }
@@ -85,9 +86,9 @@ impl Executor<'_> {
                 return;
             }
         };
-        if let Some(cas) = held {
+        if let Some(pin) = held {
             // Until this reply is sent, memcached holds the item (see `pins.rs`).
-            self.pins.hold(&key, cas);
+            self.pins.hold(pin);
         }
         if touch == Some(Expiry::Expired) && found {
             self.handle.delete(&key);

@@ -13,7 +13,7 @@
 //! small and fixed: reads past [`CAPACITY`] in one batch are not remembered, and their items
 //! are padded as if nobody held them.
 
-use memfleet_storage::Handle;
+use memfleet_storage::{Handle, ItemRef};
 
 /// Reads remembered per batch.
 const CAPACITY: usize = 16;
@@ -22,20 +22,37 @@ const CAPACITY: usize = 16;
 /// the replies so far (releasing their items), then again after every 20.
 const REQUESTS_PER_EVENT: u32 = 20;
 
-/// The items this batch's unsent replies hold: the key's hash and the item's CAS unique,
-/// which changes with every write (a touch keeps it, as memcached's touch keeps the item).
+/// The items this batch's unsent replies hold, each as its [`Pin`].
 #[derive(Default)]
 pub struct ReadPins {
-    held: [(u64, u64); CAPACITY],
+    held: [Pin; CAPACITY],
     len: usize,
     requests: u32,
 }
 
+/// One stored copy of a value: where it lies in the heap and its CAS unique, which changes
+/// with every write (a touch keeps it, as memcached's touch keeps the item).
+#[derive(Clone, Copy, Default, PartialEq, Eq, Debug)]
+pub struct Pin {
+    location: u64,
+    cas: u64,
+}
+
+impl Pin {
+    /// The pin of the item a read found.
+    pub fn of(item: &ItemRef<'_>) -> Pin {
+        Pin {
+            location: item.location(),
+            cas: item.cas(),
+        }
+    }
+}
+
 impl ReadPins {
-    /// A read put the key's item, with this CAS unique, in a reply.
-    pub fn hold(&mut self, key: &[u8], cas: u64) {
+    /// A read put this item in a reply.
+    pub fn hold(&mut self, pin: Pin) {
         if self.len < CAPACITY {
-            self.held[self.len] = (key_hash(key), cas);
+            self.held[self.len] = pin;
             self.len += 1;
         }
     }
@@ -48,8 +65,7 @@ impl ReadPins {
         let Some(item) = handle.peek_value(key) else {
             return false;
         };
-        let pin = (key_hash(key), item.cas());
-        self.held[..self.len].contains(&pin)
+        self.held[..self.len].contains(&Pin::of(&item))
     }
 
     /// The replies so far were sent (`mn` flushes them in memcached).
@@ -69,10 +85,6 @@ impl ReadPins {
     }
 }
 
-fn key_hash(key: &[u8]) -> u64 {
-    xxhash_rust::xxh3::xxh3_64(key)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -82,7 +94,10 @@ mod tests {
         let mut p = ReadPins::default();
         let mut released_before = Vec::new();
         for request in 1..=62 {
-            p.held[0] = (1, 1);
+            p.held[0] = Pin {
+                location: 1,
+                cas: 1,
+            };
             p.len = 1;
             p.next_request();
             if p.len == 0 {
@@ -95,8 +110,8 @@ mod tests {
     #[test]
     fn the_table_is_bounded() {
         let mut p = ReadPins::default();
-        for i in 0..100u64 {
-            p.hold(b"k", i);
+        for cas in 0..100u64 {
+            p.hold(Pin { location: 7, cas });
         }
         assert_eq!(p.len, CAPACITY);
     }

@@ -1,6 +1,7 @@
 //! Retrieval: `get`, `gets`, `gat`, `gats` and mcrouter's `lease-get`, and the lookup
 //! (with its touch and its counting) the meta and binary gets share.
 
+use super::pins::Pin;
 use super::{AfterRequest, Executor};
 use crate::stats::WorkerCounters;
 use memfleet_protocol::response::{self, HOT_MISS_TOKEN};
@@ -37,10 +38,10 @@ impl Executor<'_> {
             self.fetch(key, touch, |item, _| {
                 let cas = with_cas.then(|| item.cas());
                 response::value(out, key, item.flags(), item.value(), cas);
-                held = Some(item.cas());
+                held = Some(Pin::of(item));
             });
-            if let Some(cas) = held {
-                self.pins.hold(key, cas);
+            if let Some(pin) = held {
+                self.pins.hold(pin);
             }
         }
         response::end(out);

@@ -26,7 +26,7 @@ mod write;
 
 pub use dump::{DumpCursor, DumpItem};
 pub use lease::LeaseOutcome;
-pub use read::ItemRef;
+pub use read::{ItemRef, KeyHash};
 pub use status::{DeltaError, StoreError, StoreMode, StoreStatus};
 
 use crate::counters::HandleCounters;

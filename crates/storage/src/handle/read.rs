@@ -83,6 +83,12 @@ impl ItemRef<'_> {
     pub fn idle_secs(&self, now: u32) -> u32 {
         u32::from((now as u16).wrapping_sub(self.last_access))
     }
+    /// Where the item lies in the heap: it names this stored copy of the key's value while
+    /// the copy lives (a rewrite, even of the same bytes, lands elsewhere; a location is
+    /// reused only after its segment has been emptied).
+    pub fn location(&self) -> u64 {
+        (u64::from(self.seg) << 32) | self.offset as u64
+    }
     /// Bytes the item occupies in its segment.
     pub fn stored_len(&self) -> usize {
         self.header.len()
@@ -112,29 +118,42 @@ impl std::fmt::Debug for ItemRef<'_> {
     }
 }
 
+/// A key's hash, computed once for the prefetch steps of a batch
+/// ([`Handle::prefetch_bucket`], [`Handle::prefetch_item`]).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct KeyHash(u64);
+
+impl KeyHash {
+    /// The hash the table files `key` under.
+    #[inline]
+    pub fn of(key: &[u8]) -> KeyHash {
+        KeyHash(hash(key))
+    }
+}
+
 enum Probe<T> {
     Found(T),
     Retry,
 }
 
 impl Handle {
-    /// Starts loading the hash bucket a lookup of `key` reads first. A server running a
+    /// Starts loading the hash bucket a lookup of the key reads first. A server running a
     /// batch of pipelined requests calls this for every key, then [`Handle::prefetch_item`]
     /// for every key, then runs them: the cache misses of different keys overlap instead of
     /// following one another (each lookup otherwise waits for two dependent misses, bucket
     /// then item header, which is most of a get's cost once the table is large).
     #[inline]
-    pub fn prefetch_bucket(&self, key: &[u8]) {
+    pub fn prefetch_bucket(&self, key: KeyHash) {
         let table = self.table();
-        table.prefetch(table.head_of(hash(key)));
+        table.prefetch(table.head_of(key.0));
     }
 
-    /// Starts loading the header of the item `key`'s bucket points to (best after
+    /// Starts loading the header of the item the key's bucket points to (best after
     /// [`Handle::prefetch_bucket`] has had time to bring the bucket in). Only a hint: it
     /// takes no reference, and a wrong guess costs a wasted fetch.
     #[inline]
-    pub fn prefetch_item(&self, key: &[u8]) {
-        let h = hash(key);
+    pub fn prefetch_item(&self, key: KeyHash) {
+        let h = key.0;
         let tag = tag_of(h);
         let engine = &*self.engine;
         let table = self.table();
