@@ -73,6 +73,54 @@ fn line(buf: &[u8]) -> Result<Option<&[u8]>, String> {
     }
 }
 
+/// How one protocol answers the workload's operations: its verbs and the kinds of
+/// [`CheckedReply::Wrong`], which name the protocol's own command (`get` or `mg`) so that a
+/// report tells the two apart.
+struct Dialect {
+    /// The verbs of a get, a set and a delete.
+    get: &'static str,
+    set: &'static str,
+    delete: &'static str,
+    /// How a hit starts, and how it is framed.
+    hit: &'static [u8],
+    hit_kind: ReplyKind,
+    /// The kinds of wrong reply.
+    not_stored: &'static str,
+    not_deleted: &'static str,
+    unexpected_get: &'static str,
+    other_key: &'static str,
+    wrong_flags: &'static str,
+    wrong_value: &'static str,
+}
+
+const TEXT: Dialect = Dialect {
+    get: "get",
+    set: "set",
+    delete: "delete",
+    hit: b"VALUE ",
+    hit_kind: ReplyKind::Retrieval,
+    not_stored: "set: reply is not STORED",
+    not_deleted: "delete: reply is not DELETED or NOT_FOUND",
+    unexpected_get: "get: unexpected reply line",
+    other_key: "get: reply for another key",
+    wrong_flags: "get: wrong flags",
+    wrong_value: "get: wrong value",
+};
+
+const META: Dialect = Dialect {
+    get: "mg",
+    set: "ms",
+    delete: "md",
+    hit: b"VA ",
+    hit_kind: ReplyKind::Meta,
+    not_stored: "ms: reply is not HD",
+    not_deleted: "md: reply is not HD or NF",
+    unexpected_get: "mg: unexpected reply line",
+    other_key: "mg: reply for another key",
+    wrong_flags: "mg: wrong flags",
+    wrong_value: "mg: wrong value",
+};
+
 /// Parses the reply to `op` at the start of `buf`, in the workload's protocol: its first
 /// line here (to tell a wrong reply, which keeps the stream, from garbage), the rest with
 /// the protocol crate's framing and decoder.
@@ -87,6 +135,10 @@ pub fn parse_reply(buf: &[u8], op: WorkloadOp, w: &Workload) -> Parsed {
         consumed: line_len,
         reply,
     };
+    let d = match w.protocol() {
+        Protocol::Text => &TEXT,
+        Protocol::Meta => &META,
+    };
     // A reply that keeps the stream but is not what `verb` of key `n` should get.
     let wrong = |what: &'static str, verb: &str, n: u64| {
         let mut k = Vec::new();
@@ -94,111 +146,84 @@ pub fn parse_reply(buf: &[u8], op: WorkloadOp, w: &Workload) -> Parsed {
         let detail = format!("{verb} {} -> {}", String::from_utf8_lossy(&k), show(first));
         reply(CheckedReply::Wrong(what, detail))
     };
-    let status = || match reply::decode(&buf[..line_len], ReplyKind::Line) {
-        Ok(ServerReply::Status(s)) => Some(s),
-        _ => None,
-    };
-    let meta = || match reply::decode(&buf[..line_len], ReplyKind::Meta) {
-        Ok(ServerReply::Meta(m)) if m.data.is_none() => Some(m.code),
-        _ => None,
-    };
-    match (w.protocol(), op) {
-        (Protocol::Text, WorkloadOp::Set(n)) => match status() {
-            Some(Status::Stored) => reply(CheckedReply::Stored),
-            _ => wrong("set: reply is not STORED", "set", n),
+    // What a one-line reply says: `STORED` and `HD` to a set are both `Stored`, and so on.
+    let said = || match w.protocol() {
+        Protocol::Text => match reply::decode(&buf[..line_len], ReplyKind::Line) {
+            Ok(ServerReply::Status(Status::Stored)) => Some(CheckedReply::Stored),
+            Ok(ServerReply::Status(Status::Deleted)) => Some(CheckedReply::Deleted),
+            Ok(ServerReply::Status(Status::NotFound)) => Some(CheckedReply::NotFound),
+            _ if first == b"END" => Some(CheckedReply::Miss),
+            _ => None,
         },
-        (Protocol::Text, WorkloadOp::Delete(n)) => match status() {
-            Some(Status::Deleted) => reply(CheckedReply::Deleted),
-            Some(Status::NotFound) => reply(CheckedReply::NotFound),
-            _ => wrong("delete: reply is not DELETED or NOT_FOUND", "delete", n),
+        Protocol::Meta => match reply::decode(&buf[..line_len], ReplyKind::Meta) {
+            Ok(ServerReply::Meta(m)) if m.data.is_none() => match m.code {
+                MetaCode::Hd if matches!(op, WorkloadOp::Set(_)) => Some(CheckedReply::Stored),
+                MetaCode::Hd => Some(CheckedReply::Deleted),
+                MetaCode::Nf => Some(CheckedReply::NotFound),
+                // A miss echoes the requested return flags (`EN k<key>`) in memcached and
+                // memfleet alike; the key is not checked: a miss is a miss.
+                MetaCode::En => Some(CheckedReply::Miss),
+                _ => None,
+            },
+            _ => None,
         },
-        (Protocol::Text, WorkloadOp::Get(n)) => {
-            if first == b"END" {
+    };
+    match op {
+        WorkloadOp::Set(n) => match said() {
+            Some(CheckedReply::Stored) => reply(CheckedReply::Stored),
+            _ => wrong(d.not_stored, d.set, n),
+        },
+        WorkloadOp::Delete(n) => match said() {
+            Some(r @ (CheckedReply::Deleted | CheckedReply::NotFound)) => reply(r),
+            _ => wrong(d.not_deleted, d.delete, n),
+        },
+        WorkloadOp::Get(n) => {
+            if said() == Some(CheckedReply::Miss) {
                 return reply(CheckedReply::Miss);
             }
-            if !first.starts_with(b"VALUE ") {
-                return wrong("get: unexpected reply line", "get", n);
+            if !first.starts_with(d.hit) {
+                return wrong(d.unexpected_get, d.get, n);
             }
-            check_value(buf, ReplyKind::Retrieval, n, w)
-        }
-        (Protocol::Meta, WorkloadOp::Set(n)) => match meta() {
-            Some(MetaCode::Hd) => reply(CheckedReply::Stored),
-            _ => wrong("ms: reply is not HD", "ms", n),
-        },
-        (Protocol::Meta, WorkloadOp::Delete(n)) => match meta() {
-            Some(MetaCode::Hd) => reply(CheckedReply::Deleted),
-            Some(MetaCode::Nf) => reply(CheckedReply::NotFound),
-            _ => wrong("md: reply is not HD or NF", "md", n),
-        },
-        (Protocol::Meta, WorkloadOp::Get(n)) => {
-            // A miss echoes the requested return flags (`EN k<key>`) in memcached and
-            // memfleet alike; the key is not checked: a miss is a miss.
-            if meta() == Some(MetaCode::En) {
-                return reply(CheckedReply::Miss);
-            }
-            if !first.starts_with(b"VA ") {
-                return wrong("mg: unexpected reply line", "mg", n);
-            }
-            check_value(buf, ReplyKind::Meta, n, w)
+            check_value(buf, d, n, w)
         }
     }
 }
 
 /// A hit for key `n` at the start of `buf` (`VALUE ... END` or a meta `VA`, asked with `k f
 /// v`): it must be key `n`'s (`k` must echo it), with flags 0 and exactly its value.
-fn check_value(buf: &[u8], kind: ReplyKind, n: u64, w: &Workload) -> Parsed {
-    let consumed = match reply::frame(buf, kind, MAX_VALUE) {
+fn check_value(buf: &[u8], d: &Dialect, n: u64, w: &Workload) -> Parsed {
+    let consumed = match reply::frame(buf, d.hit_kind, MAX_VALUE) {
         Ok(Frame::Complete(len)) => len,
         Ok(Frame::Incomplete) => return Parsed::Incomplete,
         Err(e) => return Parsed::Desync(format!("get key {n}: {e}: {}", show(buf))),
     };
     let header = || show(buf.split(|&b| b == b'\r').next().unwrap_or(buf));
-    let wrong = |kind, detail| Parsed::CheckedReply {
+    let wrong = |kind, shown| Parsed::CheckedReply {
         consumed,
-        reply: CheckedReply::Wrong(kind, detail),
+        reply: CheckedReply::Wrong(kind, format!("{} key {n} -> {shown}", d.get)),
     };
-    let (verb, key, flags, data) = match reply::decode(&buf[..consumed], kind) {
-        Ok(ServerReply::Values(v)) if v.len() == 1 => {
-            ("get", Some(v[0].key), Some(v[0].flags), v[0].data)
-        }
+    let (key, flags, data) = match reply::decode(&buf[..consumed], d.hit_kind) {
+        Ok(ServerReply::Values(v)) if v.len() == 1 => (Some(v[0].key), Some(v[0].flags), v[0].data),
         Ok(ServerReply::Meta(m)) if m.code == MetaCode::Va => (
-            "mg",
             m.flag(b'k'),
             m.flag_number::<u32>(b'f'),
             m.data.unwrap_or_default(),
         ),
-        Ok(_) => return wrong("get: not one value", format!("get key {n} -> {}", header())),
+        Ok(_) => {
+            let detail = format!("get key {n} -> {}", header());
+            let reply = CheckedReply::Wrong("get: not one value", detail);
+            return Parsed::CheckedReply { consumed, reply };
+        }
         Err(e) => return Parsed::Desync(format!("get key {n}: {e}: {}", show(buf))),
     };
     if !key.is_some_and(|k| w.key_matches(n, k)) {
-        return wrong(
-            if verb == "get" {
-                "get: reply for another key"
-            } else {
-                "mg: reply for another key"
-            },
-            format!("{verb} key {n} -> {}", header()),
-        );
+        return wrong(d.other_key, header());
     }
     if flags != Some(0) {
-        return wrong(
-            if verb == "get" {
-                "get: wrong flags"
-            } else {
-                "mg: wrong flags"
-            },
-            format!("{verb} key {n} -> {}", header()),
-        );
+        return wrong(d.wrong_flags, header());
     }
     if data != w.value(n) {
-        return wrong(
-            if verb == "get" {
-                "get: wrong value"
-            } else {
-                "mg: wrong value"
-            },
-            format!("{verb} key {n} -> {}", show(data)),
-        );
+        return wrong(d.wrong_value, show(data));
     }
     Parsed::CheckedReply {
         consumed,

@@ -279,10 +279,7 @@ fn lease_set<'a>(
 
 fn delete<'a>(line: &Line<'a>, t: &Tokenized<'a>) -> Parsed<'a> {
     let consumed = line.consumed;
-    if t.n < 2 {
-        // memcached 1.6.45: too few tokens is a format error.
-        return Err(reject(ErrorKind::BadCommandLineFormat, consumed, false));
-    }
+    token_count(consumed, t, 2, usize::MAX)?;
     // memcached 1.6.45 ignores every token after the key but a final `noreply`; memfleet
     // reads a number right after the key as a hold-off in seconds (see `Request::Delete`).
     let noreply = t.noreply();
@@ -305,20 +302,39 @@ fn delete<'a>(line: &Line<'a>, t: &Tokenized<'a>) -> Parsed<'a> {
     ))
 }
 
-fn arith<'a>(line: &Line<'a>, t: &Tokenized<'a>, op: ArithOp) -> Parsed<'a> {
-    let consumed = line.consumed;
-    if t.n < 3 {
-        // memcached 1.6.45: too few tokens is a format error.
+/// memcached 1.6.45's token-count check: too few tokens is a format error, too many an
+/// unknown command (neither honours `noreply`).
+fn token_count(
+    consumed: usize,
+    t: &Tokenized<'_>,
+    min: usize,
+    max: usize,
+) -> Result<(), ParseError> {
+    if t.n < min {
         return Err(reject(ErrorKind::BadCommandLineFormat, consumed, false));
     }
-    if t.n > 4 {
+    if t.n > max {
         return Err(reject(ErrorKind::UnknownCommand, consumed, false));
     }
+    Ok(())
+}
+
+/// The checks memcached 1.6.45 makes on `<cmd> <key> <number> [noreply]` (`incr`, `decr`,
+/// `touch`) before reading the number: the token count, then the key's length (a format
+/// error that honours `noreply`). Gives the key and whether the line ends in `noreply`.
+fn key_and_number<'a>(consumed: usize, t: &Tokenized<'a>) -> Result<(&'a [u8], bool), ParseError> {
+    token_count(consumed, t, 3, 4)?;
     let noreply = t.noreply();
     let key = t.get(1);
     if key_too_long(key) {
         return Err(reject(ErrorKind::BadCommandLineFormat, consumed, noreply));
     }
+    Ok((key, noreply))
+}
+
+fn arith<'a>(line: &Line<'a>, t: &Tokenized<'a>, op: ArithOp) -> Parsed<'a> {
+    let consumed = line.consumed;
+    let (key, noreply) = key_and_number(consumed, t)?;
     let Some(delta) = safe_strtoull(t.get(2)) else {
         return Err(reject(ErrorKind::InvalidDelta, consumed, noreply));
     };
@@ -335,18 +351,7 @@ fn arith<'a>(line: &Line<'a>, t: &Tokenized<'a>, op: ArithOp) -> Parsed<'a> {
 
 fn touch<'a>(line: &Line<'a>, t: &Tokenized<'a>) -> Parsed<'a> {
     let consumed = line.consumed;
-    if t.n < 3 {
-        // memcached 1.6.45: too few tokens is a format error.
-        return Err(reject(ErrorKind::BadCommandLineFormat, consumed, false));
-    }
-    if t.n > 4 {
-        return Err(reject(ErrorKind::UnknownCommand, consumed, false));
-    }
-    let noreply = t.noreply();
-    let key = t.get(1);
-    if key_too_long(key) {
-        return Err(reject(ErrorKind::BadCommandLineFormat, consumed, noreply));
-    }
+    let (key, noreply) = key_and_number(consumed, t)?;
     let Some(exptime) = safe_strtol(t.get(2)) else {
         return Err(reject(ErrorKind::InvalidExptime, consumed, noreply));
     };
@@ -377,13 +382,7 @@ fn flush_all<'a>(line: &Line<'a>, t: &Tokenized<'a>) -> Parsed<'a> {
 
 fn verbosity<'a>(line: &Line<'a>, t: &Tokenized<'a>) -> Parsed<'a> {
     let consumed = line.consumed;
-    if t.n < 2 {
-        // memcached 1.6.45: too few tokens is a format error.
-        return Err(reject(ErrorKind::BadCommandLineFormat, consumed, false));
-    }
-    if t.n > 3 {
-        return Err(reject(ErrorKind::UnknownCommand, consumed, false));
-    }
+    token_count(consumed, t, 2, 3)?;
     let noreply = t.noreply();
     let Some(level) = safe_strtoul(t.get(1)) else {
         return Err(reject(ErrorKind::BadCommandLineFormat, consumed, noreply));
