@@ -81,13 +81,13 @@ pub(crate) fn parse_line<'a>(buf: &'a [u8], line: &Line<'a>, cfg: &ParserConfig)
             b"cas" => store(buf, line, &t, StoreCommand::Cas, cfg),
             _ => unknown(),
         },
-        b'i' if cmd == b"incr" => arith(line, &t, ArithOp::Incr),
+        b'i' if cmd == b"incr" => arith(consumed, &t, ArithOp::Incr),
         b'd' => match cmd {
-            b"delete" => delete(line, &t),
-            b"decr" => arith(line, &t, ArithOp::Decr),
+            b"delete" => delete(consumed, &t),
+            b"decr" => arith(consumed, &t, ArithOp::Decr),
             _ => unknown(),
         },
-        b't' if cmd == b"touch" => touch(line, &t),
+        b't' if cmd == b"touch" => touch(consumed, &t),
         b'i' | b't' => unknown(),
         _ => match cmd {
             b"replace" => store(buf, line, &t, StoreCommand::Replace, cfg),
@@ -124,8 +124,8 @@ fn admin<'a>(line: &Line<'a>, t: &Tokenized<'a>) -> Option<Parsed<'a>> {
         b"cache_memlimit" if t.n == 2 || t.n == 3 => other,
         b"lru" | b"extstore" if t.n >= 2 => other,
         b"cache_memlimit" | b"lru" | b"extstore" => error,
-        b"flush_all" => flush_all(line, t),
-        b"verbosity" => verbosity(line, t),
+        b"flush_all" => flush_all(consumed, t),
+        b"verbosity" => verbosity(consumed, t),
         _ => return None,
     })
 }
@@ -213,22 +213,37 @@ fn store<'a>(
             None => return swallow(ErrorKind::BadCommandLineFormat),
         }
     }
-    if !cfg.fits(key.len(), flags, len) {
-        return swallow(ErrorKind::TooLarge);
+    let store = Store {
+        command,
+        key,
+        flags,
+        exptime: i64::from(exptime),
+        cas,
+        noreply,
+        data: &[],
+    };
+    with_data(buf, consumed, len, store, cfg)
+}
+
+/// The end both storage parsers share once the command line checks out: an item over the
+/// size limit is refused (its data block swallowed), else the data block is read into
+/// `store`.
+fn with_data<'a>(
+    buf: &'a [u8],
+    consumed: usize,
+    len: usize,
+    store: Store<'a>,
+    cfg: &ParserConfig,
+) -> Parsed<'a> {
+    if !cfg.fits(store.key.len(), store.flags, len) {
+        return Err(reject(
+            ErrorKind::TooLarge,
+            consumed + len + 2,
+            store.noreply,
+        ));
     }
-    let (data, total) = data_block(buf, consumed, len, noreply)?;
-    Ok((
-        Request::Store(Store {
-            command,
-            key,
-            flags,
-            exptime: i64::from(exptime),
-            cas,
-            noreply,
-            data,
-        }),
-        total,
-    ))
+    let (data, total) = data_block(buf, consumed, len, store.noreply)?;
+    Ok((Request::Store(Store { data, ..store }), total))
 }
 
 /// mcrouter's `lease-set <key> <token> <flags> <exptime> <bytes> [noreply]`.
@@ -259,26 +274,19 @@ fn lease_set<'a>(
     let Some(len) = value_len(len) else {
         return bad();
     };
-    if !cfg.fits(key.len(), flags, len) {
-        return Err(reject(ErrorKind::TooLarge, consumed + len + 2, noreply));
-    }
-    let (data, total) = data_block(buf, consumed, len, noreply)?;
-    Ok((
-        Request::Store(Store {
-            command: StoreCommand::LeaseSet,
-            key,
-            flags,
-            exptime: i64::from(exptime),
-            cas,
-            noreply,
-            data,
-        }),
-        total,
-    ))
+    let store = Store {
+        command: StoreCommand::LeaseSet,
+        key,
+        flags,
+        exptime: i64::from(exptime),
+        cas,
+        noreply,
+        data: &[],
+    };
+    with_data(buf, consumed, len, store, cfg)
 }
 
-fn delete<'a>(line: &Line<'a>, t: &Tokenized<'a>) -> Parsed<'a> {
-    let consumed = line.consumed;
+fn delete<'a>(consumed: usize, t: &Tokenized<'a>) -> Parsed<'a> {
     token_count(consumed, t, 2, usize::MAX)?;
     // memcached 1.6.45 ignores every token after the key but a final `noreply`; memfleet
     // reads a number right after the key as a hold-off in seconds (see `Request::Delete`).
@@ -332,8 +340,7 @@ fn key_and_number<'a>(consumed: usize, t: &Tokenized<'a>) -> Result<(&'a [u8], b
     Ok((key, noreply))
 }
 
-fn arith<'a>(line: &Line<'a>, t: &Tokenized<'a>, op: ArithOp) -> Parsed<'a> {
-    let consumed = line.consumed;
+fn arith<'a>(consumed: usize, t: &Tokenized<'a>, op: ArithOp) -> Parsed<'a> {
     let (key, noreply) = key_and_number(consumed, t)?;
     let Some(delta) = safe_strtoull(t.get(2)) else {
         return Err(reject(ErrorKind::InvalidDelta, consumed, noreply));
@@ -349,8 +356,7 @@ fn arith<'a>(line: &Line<'a>, t: &Tokenized<'a>, op: ArithOp) -> Parsed<'a> {
     ))
 }
 
-fn touch<'a>(line: &Line<'a>, t: &Tokenized<'a>) -> Parsed<'a> {
-    let consumed = line.consumed;
+fn touch<'a>(consumed: usize, t: &Tokenized<'a>) -> Parsed<'a> {
     let (key, noreply) = key_and_number(consumed, t)?;
     let Some(exptime) = safe_strtol(t.get(2)) else {
         return Err(reject(ErrorKind::InvalidExptime, consumed, noreply));
@@ -365,8 +371,7 @@ fn touch<'a>(line: &Line<'a>, t: &Tokenized<'a>) -> Parsed<'a> {
     ))
 }
 
-fn flush_all<'a>(line: &Line<'a>, t: &Tokenized<'a>) -> Parsed<'a> {
-    let consumed = line.consumed;
+fn flush_all<'a>(consumed: usize, t: &Tokenized<'a>) -> Parsed<'a> {
     let noreply = t.noreply();
     let mut delay = 0;
     // memcached parses the first argument unless the line is exactly `flush_all [noreply]`
@@ -380,8 +385,7 @@ fn flush_all<'a>(line: &Line<'a>, t: &Tokenized<'a>) -> Parsed<'a> {
     Ok((Request::FlushAll { delay, noreply }, consumed))
 }
 
-fn verbosity<'a>(line: &Line<'a>, t: &Tokenized<'a>) -> Parsed<'a> {
-    let consumed = line.consumed;
+fn verbosity<'a>(consumed: usize, t: &Tokenized<'a>) -> Parsed<'a> {
     token_count(consumed, t, 2, 3)?;
     let noreply = t.noreply();
     let Some(level) = safe_strtoul(t.get(1)) else {
