@@ -66,19 +66,19 @@ pub(crate) fn parse_line<'a>(buf: &'a [u8], line: &Line<'a>, cfg: &ParserConfig)
             get(line, &t, kind)
         }
         b's' => match cmd {
-            b"set" => store(buf, line, &t, StoreCommand::Set, cfg),
+            b"set" => store(buf, consumed, &t, StoreCommand::Set, cfg),
             b"stats" => ok(Request::Stats {
                 args: Tokens::new(after_tokens(line.text, 1)),
             }),
             _ => unknown(),
         },
         b'a' => match cmd {
-            b"add" => store(buf, line, &t, StoreCommand::Add, cfg),
-            b"append" => store(buf, line, &t, StoreCommand::Append, cfg),
+            b"add" => store(buf, consumed, &t, StoreCommand::Add, cfg),
+            b"append" => store(buf, consumed, &t, StoreCommand::Append, cfg),
             _ => unknown(),
         },
         b'c' => match cmd {
-            b"cas" => store(buf, line, &t, StoreCommand::Cas, cfg),
+            b"cas" => store(buf, consumed, &t, StoreCommand::Cas, cfg),
             _ => unknown(),
         },
         b'i' if cmd == b"incr" => arith(consumed, &t, ArithOp::Incr),
@@ -90,13 +90,13 @@ pub(crate) fn parse_line<'a>(buf: &'a [u8], line: &Line<'a>, cfg: &ParserConfig)
         b't' if cmd == b"touch" => touch(consumed, &t),
         b'i' | b't' => unknown(),
         _ => match cmd {
-            b"replace" => store(buf, line, &t, StoreCommand::Replace, cfg),
-            b"prepend" => store(buf, line, &t, StoreCommand::Prepend, cfg),
+            b"replace" => store(buf, consumed, &t, StoreCommand::Replace, cfg),
+            b"prepend" => store(buf, consumed, &t, StoreCommand::Prepend, cfg),
             b"version" => ok(Request::Version),
             b"quit" => ok(Request::Quit),
             b"watch" => other(),
             b"lease-get" if n >= 2 => get(line, &t, GetKind::LeaseGet),
-            b"lease-set" => store(buf, line, &t, StoreCommand::LeaseSet, cfg),
+            b"lease-set" => store(buf, consumed, &t, StoreCommand::LeaseSet, cfg),
             // `bget` is gone from memcached 1.6.45 (1.6.18 took it for `get`).
             _ => unknown(),
         },
@@ -178,15 +178,14 @@ fn strict_i32(token: &[u8]) -> Option<i32> {
 
 fn store<'a>(
     buf: &'a [u8],
-    line: &Line<'a>,
+    consumed: usize,
     t: &Tokenized<'a>,
     command: StoreCommand,
     cfg: &ParserConfig,
 ) -> Parsed<'a> {
     if command == StoreCommand::LeaseSet {
-        return lease_set(buf, line, t, cfg);
+        return lease_set(buf, consumed, t, cfg);
     }
-    let consumed = line.consumed;
     // memcached 1.6.45: at least `<cmd> <key> <flags> <exptime> <bytes>`, more tokens are
     // ignored (`noreply` is whatever comes last). Until the length is known nothing can be
     // swallowed; after it every error swallows the data block, honouring noreply.
@@ -249,11 +248,10 @@ fn with_data<'a>(
 /// mcrouter's `lease-set <key> <token> <flags> <exptime> <bytes> [noreply]`.
 fn lease_set<'a>(
     buf: &'a [u8],
-    line: &Line<'a>,
+    consumed: usize,
     t: &Tokenized<'a>,
     cfg: &ParserConfig,
 ) -> Parsed<'a> {
-    let consumed = line.consumed;
     if t.n != 6 && t.n != 7 {
         return Err(reject(ErrorKind::UnknownCommand, consumed, false));
     }
