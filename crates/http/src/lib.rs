@@ -1,11 +1,17 @@
 //! Just enough HTTP/1.1 for an admin port that serves a page or two (`/metrics` for
 //! Prometheus): find the request line of a request read so far, and write a response. The
-//! server's admin port and the client library's metrics server (router, invalidator) each
-//! run their own accept loop around these. Not memcached's protocol, so not in
+//! server's admin port and the client library's metrics server (router, invalidator) share
+//! one accept loop around these, `serve` (`serve.rs`), behind the `serve` feature: the only
+//! I/O, and the only dependency (tokio). Not memcached's protocol, so not in
 //! `memfleet-protocol`.
 //!
 //! Deliberately tiny (one request per connection, no keep-alive, no bodies): scrapers need
 //! nothing more, and a full HTTP stack would be the largest dependency for one page.
+
+#[cfg(feature = "serve")]
+mod serve;
+#[cfg(feature = "serve")]
+pub use serve::serve;
 
 /// The largest request head accepted.
 pub const MAX_REQUEST: usize = 8 * 1024;

@@ -73,6 +73,54 @@ fn line(buf: &[u8]) -> Result<Option<&[u8]>, String> {
     }
 }
 
+/// How one protocol answers the workload's operations: its verbs and the kinds of
+/// [`CheckedReply::Wrong`], which name the protocol's own command (`get` or `mg`) so that a
+/// report tells the two apart.
+struct Dialect {
+    /// The verbs of a get, a set and a delete.
+    get: &'static str,
+    set: &'static str,
+    delete: &'static str,
+    /// How a hit starts, and how it is framed.
+    hit: &'static [u8],
+    hit_kind: ReplyKind,
+    /// The kinds of wrong reply.
+    not_stored: &'static str,
+    not_deleted: &'static str,
+    unexpected_get: &'static str,
+    other_key: &'static str,
+    wrong_flags: &'static str,
+    wrong_value: &'static str,
+}
+
+const TEXT: Dialect = Dialect {
+    get: "get",
+    set: "set",
+    delete: "delete",
+    hit: b"VALUE ",
+    hit_kind: ReplyKind::Retrieval,
+    not_stored: "set: reply is not STORED",
+    not_deleted: "delete: reply is not DELETED or NOT_FOUND",
+    unexpected_get: "get: unexpected reply line",
+    other_key: "get: reply for another key",
+    wrong_flags: "get: wrong flags",
+    wrong_value: "get: wrong value",
+};
+
+const META: Dialect = Dialect {
+    get: "mg",
+    set: "ms",
+    delete: "md",
+    hit: b"VA ",
+    hit_kind: ReplyKind::Meta,
+    not_stored: "ms: reply is not HD",
+    not_deleted: "md: reply is not HD or NF",
+    unexpected_get: "mg: unexpected reply line",
+    other_key: "mg: reply for another key",
+    wrong_flags: "mg: wrong flags",
+    wrong_value: "mg: wrong value",
+};
+
 /// Parses the reply to `op` at the start of `buf`, in the workload's protocol: its first
 /// line here (to tell a wrong reply, which keeps the stream, from garbage), the rest with
 /// the protocol crate's framing and decoder.
@@ -87,6 +135,10 @@ pub fn parse_reply(buf: &[u8], op: WorkloadOp, w: &Workload) -> Parsed {
         consumed: line_len,
         reply,
     };
+    let d = match w.protocol() {
+        Protocol::Text => &TEXT,
+        Protocol::Meta => &META,
+    };
     // A reply that keeps the stream but is not what `verb` of key `n` should get.
     let wrong = |what: &'static str, verb: &str, n: u64| {
         let mut k = Vec::new();
@@ -94,111 +146,84 @@ pub fn parse_reply(buf: &[u8], op: WorkloadOp, w: &Workload) -> Parsed {
         let detail = format!("{verb} {} -> {}", String::from_utf8_lossy(&k), show(first));
         reply(CheckedReply::Wrong(what, detail))
     };
-    let status = || match reply::decode(&buf[..line_len], ReplyKind::Line) {
-        Ok(ServerReply::Status(s)) => Some(s),
-        _ => None,
-    };
-    let meta = || match reply::decode(&buf[..line_len], ReplyKind::Meta) {
-        Ok(ServerReply::Meta(m)) if m.data.is_none() => Some(m.code),
-        _ => None,
-    };
-    match (w.protocol(), op) {
-        (Protocol::Text, WorkloadOp::Set(n)) => match status() {
-            Some(Status::Stored) => reply(CheckedReply::Stored),
-            _ => wrong("set: reply is not STORED", "set", n),
+    // What a one-line reply says: `STORED` and `HD` to a set are both `Stored`, and so on.
+    let said = || match w.protocol() {
+        Protocol::Text => match reply::decode(&buf[..line_len], ReplyKind::Line) {
+            Ok(ServerReply::Status(Status::Stored)) => Some(CheckedReply::Stored),
+            Ok(ServerReply::Status(Status::Deleted)) => Some(CheckedReply::Deleted),
+            Ok(ServerReply::Status(Status::NotFound)) => Some(CheckedReply::NotFound),
+            _ if first == b"END" => Some(CheckedReply::Miss),
+            _ => None,
         },
-        (Protocol::Text, WorkloadOp::Delete(n)) => match status() {
-            Some(Status::Deleted) => reply(CheckedReply::Deleted),
-            Some(Status::NotFound) => reply(CheckedReply::NotFound),
-            _ => wrong("delete: reply is not DELETED or NOT_FOUND", "delete", n),
+        Protocol::Meta => match reply::decode(&buf[..line_len], ReplyKind::Meta) {
+            Ok(ServerReply::Meta(m)) if m.data.is_none() => match m.code {
+                MetaCode::Hd if matches!(op, WorkloadOp::Set(_)) => Some(CheckedReply::Stored),
+                MetaCode::Hd => Some(CheckedReply::Deleted),
+                MetaCode::Nf => Some(CheckedReply::NotFound),
+                // A miss echoes the requested return flags (`EN k<key>`) in memcached and
+                // memfleet alike; the key is not checked: a miss is a miss.
+                MetaCode::En => Some(CheckedReply::Miss),
+                _ => None,
+            },
+            _ => None,
         },
-        (Protocol::Text, WorkloadOp::Get(n)) => {
-            if first == b"END" {
+    };
+    match op {
+        WorkloadOp::Set(n) => match said() {
+            Some(CheckedReply::Stored) => reply(CheckedReply::Stored),
+            _ => wrong(d.not_stored, d.set, n),
+        },
+        WorkloadOp::Delete(n) => match said() {
+            Some(r @ (CheckedReply::Deleted | CheckedReply::NotFound)) => reply(r),
+            _ => wrong(d.not_deleted, d.delete, n),
+        },
+        WorkloadOp::Get(n) => {
+            if said() == Some(CheckedReply::Miss) {
                 return reply(CheckedReply::Miss);
             }
-            if !first.starts_with(b"VALUE ") {
-                return wrong("get: unexpected reply line", "get", n);
+            if !first.starts_with(d.hit) {
+                return wrong(d.unexpected_get, d.get, n);
             }
-            check_value(buf, ReplyKind::Retrieval, n, w)
-        }
-        (Protocol::Meta, WorkloadOp::Set(n)) => match meta() {
-            Some(MetaCode::Hd) => reply(CheckedReply::Stored),
-            _ => wrong("ms: reply is not HD", "ms", n),
-        },
-        (Protocol::Meta, WorkloadOp::Delete(n)) => match meta() {
-            Some(MetaCode::Hd) => reply(CheckedReply::Deleted),
-            Some(MetaCode::Nf) => reply(CheckedReply::NotFound),
-            _ => wrong("md: reply is not HD or NF", "md", n),
-        },
-        (Protocol::Meta, WorkloadOp::Get(n)) => {
-            // A miss echoes the requested return flags (`EN k<key>`) in memcached and
-            // memfleet alike; the key is not checked: a miss is a miss.
-            if meta() == Some(MetaCode::En) {
-                return reply(CheckedReply::Miss);
-            }
-            if !first.starts_with(b"VA ") {
-                return wrong("mg: unexpected reply line", "mg", n);
-            }
-            check_value(buf, ReplyKind::Meta, n, w)
+            check_value(buf, d, n, w)
         }
     }
 }
 
 /// A hit for key `n` at the start of `buf` (`VALUE ... END` or a meta `VA`, asked with `k f
 /// v`): it must be key `n`'s (`k` must echo it), with flags 0 and exactly its value.
-fn check_value(buf: &[u8], kind: ReplyKind, n: u64, w: &Workload) -> Parsed {
-    let consumed = match reply::frame(buf, kind, MAX_VALUE) {
+fn check_value(buf: &[u8], d: &Dialect, n: u64, w: &Workload) -> Parsed {
+    let consumed = match reply::frame(buf, d.hit_kind, MAX_VALUE) {
         Ok(Frame::Complete(len)) => len,
         Ok(Frame::Incomplete) => return Parsed::Incomplete,
         Err(e) => return Parsed::Desync(format!("get key {n}: {e}: {}", show(buf))),
     };
     let header = || show(buf.split(|&b| b == b'\r').next().unwrap_or(buf));
-    let wrong = |kind, detail| Parsed::CheckedReply {
+    let wrong = |kind, shown| Parsed::CheckedReply {
         consumed,
-        reply: CheckedReply::Wrong(kind, detail),
+        reply: CheckedReply::Wrong(kind, format!("{} key {n} -> {shown}", d.get)),
     };
-    let (verb, key, flags, data) = match reply::decode(&buf[..consumed], kind) {
-        Ok(ServerReply::Values(v)) if v.len() == 1 => {
-            ("get", Some(v[0].key), Some(v[0].flags), v[0].data)
-        }
+    let (key, flags, data) = match reply::decode(&buf[..consumed], d.hit_kind) {
+        Ok(ServerReply::Values(v)) if v.len() == 1 => (Some(v[0].key), Some(v[0].flags), v[0].data),
         Ok(ServerReply::Meta(m)) if m.code == MetaCode::Va => (
-            "mg",
             m.flag(b'k'),
             m.flag_number::<u32>(b'f'),
             m.data.unwrap_or_default(),
         ),
-        Ok(_) => return wrong("get: not one value", format!("get key {n} -> {}", header())),
+        Ok(_) => {
+            let detail = format!("get key {n} -> {}", header());
+            let reply = CheckedReply::Wrong("get: not one value", detail);
+            return Parsed::CheckedReply { consumed, reply };
+        }
         Err(e) => return Parsed::Desync(format!("get key {n}: {e}: {}", show(buf))),
     };
     if !key.is_some_and(|k| w.key_matches(n, k)) {
-        return wrong(
-            if verb == "get" {
-                "get: reply for another key"
-            } else {
-                "mg: reply for another key"
-            },
-            format!("{verb} key {n} -> {}", header()),
-        );
+        return wrong(d.other_key, header());
     }
     if flags != Some(0) {
-        return wrong(
-            if verb == "get" {
-                "get: wrong flags"
-            } else {
-                "mg: wrong flags"
-            },
-            format!("{verb} key {n} -> {}", header()),
-        );
+        return wrong(d.wrong_flags, header());
     }
     if data != w.value(n) {
-        return wrong(
-            if verb == "get" {
-                "get: wrong value"
-            } else {
-                "mg: wrong value"
-            },
-            format!("{verb} key {n} -> {}", show(data)),
-        );
+        return wrong(d.wrong_value, show(data));
     }
     Parsed::CheckedReply {
         consumed,
@@ -207,281 +232,4 @@ fn check_value(buf: &[u8], kind: ReplyKind, n: u64, w: &Workload) -> Parsed {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn w() -> Workload {
-        Workload::new(1000, 0.9, 10, None).unwrap()
-    }
-
-    fn hit(n: u64, w: &Workload) -> Vec<u8> {
-        let mut v = format!("VALUE key:{n} 0 10\r\n").into_bytes();
-        v.extend_from_slice(w.value(n));
-        v.extend_from_slice(b"\r\nEND\r\n");
-        v
-    }
-    #[test]
-    fn hits_misses_and_stores() {
-        let w = w();
-        let h = hit(7, &w);
-        assert_eq!(
-            parse_reply(&h, WorkloadOp::Get(7), &w),
-            Parsed::CheckedReply {
-                consumed: h.len(),
-                reply: CheckedReply::Hit
-            }
-        );
-        assert_eq!(
-            parse_reply(b"END\r\nEND\r\n", WorkloadOp::Get(7), &w),
-            Parsed::CheckedReply {
-                consumed: 5,
-                reply: CheckedReply::Miss
-            }
-        );
-        assert_eq!(
-            parse_reply(b"STORED\r\n", WorkloadOp::Set(7), &w),
-            Parsed::CheckedReply {
-                consumed: 8,
-                reply: CheckedReply::Stored
-            }
-        );
-        // A cas field (as `gets` would add) does not matter.
-        let mut g = b"VALUE key:7 0 10 99\r\n".to_vec();
-        g.extend_from_slice(w.value(7));
-        g.extend_from_slice(b"\r\nEND\r\n");
-        assert!(matches!(
-            parse_reply(&g, WorkloadOp::Get(7), &w),
-            Parsed::CheckedReply {
-                reply: CheckedReply::Hit,
-                ..
-            }
-        ));
-    }
-
-    #[test]
-    fn every_prefix_of_a_reply_is_incomplete() {
-        let w = w();
-        let h = hit(123, &w);
-        for cut in 0..h.len() {
-            assert_eq!(
-                parse_reply(&h[..cut], WorkloadOp::Get(123), &w),
-                Parsed::Incomplete,
-                "{cut}"
-            );
-        }
-        for cut in 0..8 {
-            assert_eq!(
-                parse_reply(&b"STORED\r\n"[..cut], WorkloadOp::Set(1), &w),
-                Parsed::Incomplete
-            );
-        }
-    }
-
-    fn wrong_kind(p: Parsed) -> &'static str {
-        match p {
-            Parsed::CheckedReply {
-                reply: CheckedReply::Wrong(kind, _),
-                ..
-            } => kind,
-            other => panic!("not a wrong reply: {other:?}"),
-        }
-    }
-
-    #[test]
-    fn wrong_replies_are_errors_that_keep_the_stream() {
-        let w = w();
-        let other_key = hit(8, &w);
-        let mut wrong = hit(7, &w);
-        wrong.extend_from_slice(b"ignored");
-        wrong[0..18].copy_from_slice(b"VALUE key:8 0 10\r\n");
-        assert_eq!(
-            wrong_kind(parse_reply(&other_key, WorkloadOp::Get(7), &w)),
-            "get: reply for another key"
-        );
-        // Key 8's header with key 7's data: caught as another key first.
-        assert_eq!(
-            wrong_kind(parse_reply(&wrong, WorkloadOp::Get(7), &w)),
-            "get: reply for another key"
-        );
-        let mut bad_value = hit(7, &w);
-        bad_value[20] ^= 1;
-        assert_eq!(
-            wrong_kind(parse_reply(&bad_value, WorkloadOp::Get(7), &w)),
-            "get: wrong value"
-        );
-        let mut flags = b"VALUE key:7 5 10\r\n".to_vec();
-        flags.extend_from_slice(w.value(7));
-        flags.extend_from_slice(b"\r\nEND\r\n");
-        assert_eq!(
-            wrong_kind(parse_reply(&flags, WorkloadOp::Get(7), &w)),
-            "get: wrong flags"
-        );
-        let short = b"VALUE key:7 0 3\r\nabc\r\nEND\r\n";
-        assert_eq!(
-            wrong_kind(parse_reply(short, WorkloadOp::Get(7), &w)),
-            "get: wrong value"
-        );
-        let p = parse_reply(b"SERVER_ERROR out of memory\r\nX", WorkloadOp::Set(7), &w);
-        assert_eq!(
-            p,
-            Parsed::CheckedReply {
-                consumed: 28,
-                reply: CheckedReply::Wrong(
-                    "set: reply is not STORED",
-                    "set key:7 -> SERVER_ERROR out of memory".into()
-                )
-            }
-        );
-        assert_eq!(
-            wrong_kind(parse_reply(b"ERROR\r\n", WorkloadOp::Get(7), &w)),
-            "get: unexpected reply line"
-        );
-    }
-
-    #[test]
-    fn garbage_desyncs() {
-        let w = w();
-        for bad in [
-            b"END\n".as_slice(),
-            b"VALUE key:7 0\r\n",
-            b"VALUE key:7 0 x\r\n",
-            b"VALUE key:7 0 99999999999\r\n",
-            b"VALUE key:7 0 10\r\nbcdefghijkXXEND\r\n",
-        ] {
-            assert!(
-                matches!(parse_reply(bad, WorkloadOp::Get(7), &w), Parsed::Desync(_)),
-                "{}",
-                show(bad)
-            );
-        }
-        let long = vec![b'x'; MAX_LINE + 1];
-        assert!(matches!(
-            parse_reply(&long, WorkloadOp::Set(1), &w),
-            Parsed::Desync(_)
-        ));
-    }
-
-    #[test]
-    fn deletes_and_meta_replies() {
-        use crate::workload::{Mix, WorkloadSpec};
-        use memfleet_sim::workload::TtlMix;
-        let text = w();
-        for (reply, want) in [
-            (b"DELETED\r\n".as_slice(), CheckedReply::Deleted),
-            (b"NOT_FOUND\r\n", CheckedReply::NotFound),
-        ] {
-            assert_eq!(
-                parse_reply(reply, WorkloadOp::Delete(3), &text),
-                Parsed::CheckedReply {
-                    consumed: reply.len(),
-                    reply: want
-                }
-            );
-        }
-        assert_eq!(
-            wrong_kind(parse_reply(b"STORED\r\n", WorkloadOp::Delete(3), &text)),
-            "delete: reply is not DELETED or NOT_FOUND"
-        );
-        let meta = Workload::from_spec(WorkloadSpec {
-            keys: 1000,
-            mix: Mix::new(1.0, 0.0, 0.0).unwrap(),
-            zipf: None,
-            key_sizes: Some(memfleet_sim::sizes::SizeDistribution::Fixed(12)),
-            value_sizes: memfleet_sim::sizes::SizeDistribution::Fixed(10),
-            ttl: TtlMix::single(0),
-            protocol: Protocol::Meta,
-        })
-        .unwrap();
-        let mut key = Vec::new();
-        meta.push_key_bytes(7, &mut key);
-        let key = String::from_utf8(key).unwrap();
-        assert_eq!(key.len(), 12);
-        let hit = |header: &str| {
-            let mut v = format!("VA 10 {header}\r\n").into_bytes();
-            v.extend_from_slice(meta.value(7));
-            v.extend_from_slice(b"\r\n");
-            v
-        };
-        let good = hit(&format!("k{key} f0"));
-        assert_eq!(
-            parse_reply(&good, WorkloadOp::Get(7), &meta),
-            Parsed::CheckedReply {
-                consumed: good.len(),
-                reply: CheckedReply::Hit
-            }
-        );
-        for cut in 0..good.len() {
-            assert_eq!(
-                parse_reply(&good[..cut], WorkloadOp::Get(7), &meta),
-                Parsed::Incomplete
-            );
-        }
-        // Flags in another order are fine.
-        let reordered = hit(&format!("f0 k{key}"));
-        assert!(matches!(
-            parse_reply(&reordered, WorkloadOp::Get(7), &meta),
-            Parsed::CheckedReply {
-                reply: CheckedReply::Hit,
-                ..
-            }
-        ));
-        assert_eq!(
-            wrong_kind(parse_reply(&hit("kkey:7 f0"), WorkloadOp::Get(7), &meta)),
-            "mg: reply for another key"
-        );
-        assert_eq!(
-            wrong_kind(parse_reply(
-                &hit(&format!("k{key} f3")),
-                WorkloadOp::Get(7),
-                &meta
-            )),
-            "mg: wrong flags"
-        );
-        let mut bad = good.clone();
-        let at = bad.len() - 4;
-        bad[at] ^= 1;
-        assert_eq!(
-            wrong_kind(parse_reply(&bad, WorkloadOp::Get(7), &meta)),
-            "mg: wrong value"
-        );
-        assert_eq!(
-            parse_reply(b"EN\r\n", WorkloadOp::Get(7), &meta),
-            Parsed::CheckedReply {
-                consumed: 4,
-                reply: CheckedReply::Miss
-            }
-        );
-        assert_eq!(
-            parse_reply(b"EN kkey:7\r\n", WorkloadOp::Get(7), &meta),
-            Parsed::CheckedReply {
-                consumed: 11,
-                reply: CheckedReply::Miss
-            }
-        );
-        assert_eq!(
-            parse_reply(b"HD\r\n", WorkloadOp::Set(7), &meta),
-            Parsed::CheckedReply {
-                consumed: 4,
-                reply: CheckedReply::Stored
-            }
-        );
-        assert_eq!(
-            parse_reply(b"NF\r\n", WorkloadOp::Delete(7), &meta),
-            Parsed::CheckedReply {
-                consumed: 4,
-                reply: CheckedReply::NotFound
-            }
-        );
-        assert_eq!(
-            wrong_kind(parse_reply(b"NS\r\n", WorkloadOp::Set(7), &meta)),
-            "ms: reply is not HD"
-        );
-        let mut unframed = good.clone();
-        let end = unframed.len() - 2;
-        unframed[end] = b'X';
-        assert!(matches!(
-            parse_reply(&unframed, WorkloadOp::Get(7), &meta),
-            Parsed::Desync(_)
-        ));
-    }
-}
+mod tests;

@@ -71,37 +71,37 @@ pub(crate) fn parse_line<'a>(buf: &'a [u8], line: &Line<'a>, cfg: &ParserConfig)
             get(line, &t, kind)
         }
         b's' => match cmd {
-            b"set" => store(buf, line, &t, StoreCommand::Set, cfg),
+            b"set" => store(buf, consumed, &t, StoreCommand::Set, cfg),
             b"stats" => ok(Request::Stats {
                 args: Tokens::new(after_tokens(line.text, 1)),
             }),
             _ => unknown(),
         },
         b'a' => match cmd {
-            b"add" => store(buf, line, &t, StoreCommand::Add, cfg),
-            b"append" => store(buf, line, &t, StoreCommand::Append, cfg),
+            b"add" => store(buf, consumed, &t, StoreCommand::Add, cfg),
+            b"append" => store(buf, consumed, &t, StoreCommand::Append, cfg),
             _ => unknown(),
         },
         b'c' => match cmd {
-            b"cas" => store(buf, line, &t, StoreCommand::Cas, cfg),
+            b"cas" => store(buf, consumed, &t, StoreCommand::Cas, cfg),
             _ => unknown(),
         },
-        b'i' if cmd == b"incr" => arith(line, &t, ArithOp::Incr),
+        b'i' if cmd == b"incr" => arith(consumed, &t, ArithOp::Incr),
         b'd' => match cmd {
-            b"delete" => delete(line, &t),
-            b"decr" => arith(line, &t, ArithOp::Decr),
+            b"delete" => delete(consumed, &t),
+            b"decr" => arith(consumed, &t, ArithOp::Decr),
             _ => unknown(),
         },
-        b't' if cmd == b"touch" => touch(line, &t),
+        b't' if cmd == b"touch" => touch(consumed, &t),
         b'i' | b't' => unknown(),
         _ => match cmd {
-            b"replace" => store(buf, line, &t, StoreCommand::Replace, cfg),
-            b"prepend" => store(buf, line, &t, StoreCommand::Prepend, cfg),
+            b"replace" => store(buf, consumed, &t, StoreCommand::Replace, cfg),
+            b"prepend" => store(buf, consumed, &t, StoreCommand::Prepend, cfg),
             b"version" => ok(Request::Version),
             b"quit" => ok(Request::Quit),
             b"watch" => other(),
             b"lease-get" if n >= 2 => get(line, &t, GetKind::LeaseGet),
-            b"lease-set" => store(buf, line, &t, StoreCommand::LeaseSet, cfg),
+            b"lease-set" => store(buf, consumed, &t, StoreCommand::LeaseSet, cfg),
             // `bget` is gone from memcached 1.6.45 (1.6.18 took it for `get`).
             _ => unknown(),
         },
@@ -129,8 +129,8 @@ fn admin<'a>(line: &Line<'a>, t: &Tokenized<'a>) -> Option<Parsed<'a>> {
         b"cache_memlimit" if t.n == 2 || t.n == 3 => other,
         b"lru" | b"extstore" if t.n >= 2 => other,
         b"cache_memlimit" | b"lru" | b"extstore" => error,
-        b"flush_all" => flush_all(line, t),
-        b"verbosity" => verbosity(line, t),
+        b"flush_all" => flush_all(consumed, t),
+        b"verbosity" => verbosity(consumed, t),
         _ => return None,
     })
 }
@@ -215,15 +215,14 @@ fn strict_i32(token: &[u8]) -> Option<i32> {
 
 fn store<'a>(
     buf: &'a [u8],
-    line: &Line<'a>,
+    consumed: usize,
     t: &Tokenized<'a>,
     command: StoreCommand,
     cfg: &ParserConfig,
 ) -> Parsed<'a> {
     if command == StoreCommand::LeaseSet {
-        return lease_set(buf, line, t, cfg);
+        return lease_set(buf, consumed, t, cfg);
     }
-    let consumed = line.consumed;
     // memcached 1.6.45: at least `<cmd> <key> <flags> <exptime> <bytes>`, more tokens are
     // ignored (`noreply` is whatever comes last). Until the length is known nothing can be
     // swallowed; after it every error swallows the data block, honouring noreply.
@@ -250,32 +249,46 @@ fn store<'a>(
             None => return swallow(ErrorKind::BadCommandLineFormat),
         }
     }
-    if !cfg.fits(key.len(), flags, len) {
-        return swallow(ErrorKind::TooLarge);
+    let store = Store {
+        command,
+        key,
+        flags,
+        exptime: i64::from(exptime),
+        cas,
+        noreply,
+        data: &[],
+    };
+    with_data(buf, consumed, len, store, cfg)
+}
+
+/// The end both storage parsers share once the command line checks out: an item over the
+/// size limit is refused (its data block swallowed), else the data block is read into
+/// `store`.
+fn with_data<'a>(
+    buf: &'a [u8],
+    consumed: usize,
+    len: usize,
+    store: Store<'a>,
+    cfg: &ParserConfig,
+) -> Parsed<'a> {
+    if !cfg.fits(store.key.len(), store.flags, len) {
+        return Err(reject(
+            ErrorKind::TooLarge,
+            consumed + len + 2,
+            store.noreply,
+        ));
     }
-    let (data, total) = data_block(buf, consumed, len, noreply)?;
-    Ok((
-        Request::Store(Store {
-            command,
-            key,
-            flags,
-            exptime: i64::from(exptime),
-            cas,
-            noreply,
-            data,
-        }),
-        total,
-    ))
+    let (data, total) = data_block(buf, consumed, len, store.noreply)?;
+    Ok((Request::Store(Store { data, ..store }), total))
 }
 
 /// mcrouter's `lease-set <key> <token> <flags> <exptime> <bytes> [noreply]`.
 fn lease_set<'a>(
     buf: &'a [u8],
-    line: &Line<'a>,
+    consumed: usize,
     t: &Tokenized<'a>,
     cfg: &ParserConfig,
 ) -> Parsed<'a> {
-    let consumed = line.consumed;
     if t.n != 6 && t.n != 7 {
         return Err(reject(ErrorKind::UnknownCommand, consumed, false));
     }
@@ -296,30 +309,20 @@ fn lease_set<'a>(
     let Some(len) = value_len(len) else {
         return bad();
     };
-    if !cfg.fits(key.len(), flags, len) {
-        return Err(reject(ErrorKind::TooLarge, consumed + len + 2, noreply));
-    }
-    let (data, total) = data_block(buf, consumed, len, noreply)?;
-    Ok((
-        Request::Store(Store {
-            command: StoreCommand::LeaseSet,
-            key,
-            flags,
-            exptime: i64::from(exptime),
-            cas,
-            noreply,
-            data,
-        }),
-        total,
-    ))
+    let store = Store {
+        command: StoreCommand::LeaseSet,
+        key,
+        flags,
+        exptime: i64::from(exptime),
+        cas,
+        noreply,
+        data: &[],
+    };
+    with_data(buf, consumed, len, store, cfg)
 }
 
-fn delete<'a>(line: &Line<'a>, t: &Tokenized<'a>) -> Parsed<'a> {
-    let consumed = line.consumed;
-    if t.n < 2 {
-        // memcached 1.6.45: too few tokens is a format error.
-        return Err(reject(ErrorKind::BadCommandLineFormat, consumed, false));
-    }
+fn delete<'a>(consumed: usize, t: &Tokenized<'a>) -> Parsed<'a> {
+    token_count(consumed, t, 2, usize::MAX)?;
     // memcached 1.6.45 ignores every token after the key but a final `noreply`; memfleet
     // reads a number right after the key as a hold-off in seconds (see `Request::Delete`).
     let noreply = t.noreply();
@@ -342,20 +345,38 @@ fn delete<'a>(line: &Line<'a>, t: &Tokenized<'a>) -> Parsed<'a> {
     ))
 }
 
-fn arith<'a>(line: &Line<'a>, t: &Tokenized<'a>, op: ArithOp) -> Parsed<'a> {
-    let consumed = line.consumed;
-    if t.n < 3 {
-        // memcached 1.6.45: too few tokens is a format error.
+/// memcached 1.6.45's token-count check: too few tokens is a format error, too many an
+/// unknown command (neither honours `noreply`).
+fn token_count(
+    consumed: usize,
+    t: &Tokenized<'_>,
+    min: usize,
+    max: usize,
+) -> Result<(), ParseError> {
+    if t.n < min {
         return Err(reject(ErrorKind::BadCommandLineFormat, consumed, false));
     }
-    if t.n > 4 {
+    if t.n > max {
         return Err(reject(ErrorKind::UnknownCommand, consumed, false));
     }
+    Ok(())
+}
+
+/// The checks memcached 1.6.45 makes on `<cmd> <key> <number> [noreply]` (`incr`, `decr`,
+/// `touch`) before reading the number: the token count, then the key's length (a format
+/// error that honours `noreply`). Gives the key and whether the line ends in `noreply`.
+fn key_and_number<'a>(consumed: usize, t: &Tokenized<'a>) -> Result<(&'a [u8], bool), ParseError> {
+    token_count(consumed, t, 3, 4)?;
     let noreply = t.noreply();
     let key = t.get(1);
     if key_too_long(key) {
         return Err(reject(ErrorKind::BadCommandLineFormat, consumed, noreply));
     }
+    Ok((key, noreply))
+}
+
+fn arith<'a>(consumed: usize, t: &Tokenized<'a>, op: ArithOp) -> Parsed<'a> {
+    let (key, noreply) = key_and_number(consumed, t)?;
     let Some(delta) = safe_strtoull(t.get(2)) else {
         return Err(reject(ErrorKind::InvalidDelta, consumed, noreply));
     };
@@ -370,20 +391,8 @@ fn arith<'a>(line: &Line<'a>, t: &Tokenized<'a>, op: ArithOp) -> Parsed<'a> {
     ))
 }
 
-fn touch<'a>(line: &Line<'a>, t: &Tokenized<'a>) -> Parsed<'a> {
-    let consumed = line.consumed;
-    if t.n < 3 {
-        // memcached 1.6.45: too few tokens is a format error.
-        return Err(reject(ErrorKind::BadCommandLineFormat, consumed, false));
-    }
-    if t.n > 4 {
-        return Err(reject(ErrorKind::UnknownCommand, consumed, false));
-    }
-    let noreply = t.noreply();
-    let key = t.get(1);
-    if key_too_long(key) {
-        return Err(reject(ErrorKind::BadCommandLineFormat, consumed, noreply));
-    }
+fn touch<'a>(consumed: usize, t: &Tokenized<'a>) -> Parsed<'a> {
+    let (key, noreply) = key_and_number(consumed, t)?;
     let Some(exptime) = safe_strtol(t.get(2)) else {
         return Err(reject(ErrorKind::InvalidExptime, consumed, noreply));
     };
@@ -397,8 +406,7 @@ fn touch<'a>(line: &Line<'a>, t: &Tokenized<'a>) -> Parsed<'a> {
     ))
 }
 
-fn flush_all<'a>(line: &Line<'a>, t: &Tokenized<'a>) -> Parsed<'a> {
-    let consumed = line.consumed;
+fn flush_all<'a>(consumed: usize, t: &Tokenized<'a>) -> Parsed<'a> {
     let noreply = t.noreply();
     let mut delay = 0;
     // memcached parses the first argument unless the line is exactly `flush_all [noreply]`
@@ -412,15 +420,8 @@ fn flush_all<'a>(line: &Line<'a>, t: &Tokenized<'a>) -> Parsed<'a> {
     Ok((Request::FlushAll { delay, noreply }, consumed))
 }
 
-fn verbosity<'a>(line: &Line<'a>, t: &Tokenized<'a>) -> Parsed<'a> {
-    let consumed = line.consumed;
-    if t.n < 2 {
-        // memcached 1.6.45: too few tokens is a format error.
-        return Err(reject(ErrorKind::BadCommandLineFormat, consumed, false));
-    }
-    if t.n > 3 {
-        return Err(reject(ErrorKind::UnknownCommand, consumed, false));
-    }
+fn verbosity<'a>(consumed: usize, t: &Tokenized<'a>) -> Parsed<'a> {
+    token_count(consumed, t, 2, 3)?;
     let noreply = t.noreply();
     let Some(level) = safe_strtoul(t.get(1)) else {
         return Err(reject(ErrorKind::BadCommandLineFormat, consumed, noreply));

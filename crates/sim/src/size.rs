@@ -40,22 +40,70 @@ pub enum SizeDist {
         /// Largest size.
         max: u32,
     },
-    /// Log-normal with unclamped mean `mean` and shape `sigma` (the standard deviation of
-    /// the size's logarithm), rounded to whole bytes and clamped to `min..=max`.
-    LogNormal {
-        /// Mean of the unclamped distribution, bytes (positive).
-        mean: f64,
-        /// Standard deviation of `ln(size)` (0 = always `mean`, clamped).
-        sigma: f64,
-        /// Smallest size.
-        min: u32,
-        /// Largest size.
-        max: u32,
-    },
+    /// Log-normal, rounded to whole bytes and clamped.
+    LogNormal(LogNormal),
     /// ETC's key sizes, clamped to 1..=250.
     EtcKey,
     /// ETC's value sizes, clamped to 1..=[`MAX_VALUE_SIZE`].
     EtcValue,
+}
+
+/// Log-normal with unclamped mean `mean` and shape `sigma` (the standard deviation of the
+/// size's logarithm), rounded to whole bytes and clamped to `min..=max`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LogNormal {
+    /// Mean of the unclamped distribution, bytes (positive).
+    pub mean: f64,
+    /// Standard deviation of `ln(size)` (0 = always `mean`, clamped).
+    pub sigma: f64,
+    /// Smallest size.
+    pub min: u32,
+    /// Largest size.
+    pub max: u32,
+}
+
+impl LogNormal {
+    /// The `mu` of the underlying normal: `ln(mean) - sigma^2 / 2`.
+    fn mu(&self) -> f64 {
+        self.mean.ln() - self.sigma * self.sigma / 2.0
+    }
+
+    /// The size at quantile `unit` in `[0, 1)`.
+    fn at_unit(&self, unit: f64) -> u32 {
+        let size = (self.mu() + self.sigma * normal_quantile(unit)).exp();
+        // NaN cannot occur (mean > 0, sigma finite); ±inf and out-of-range values
+        // clamp, and `as` saturates.
+        size.round().clamp(f64::from(self.min), f64::from(self.max)) as u32
+    }
+
+    /// The mean after clamping, not counting the rounding to whole bytes.
+    fn mean(&self) -> f64 {
+        let (lo, hi) = (f64::from(self.min), f64::from(self.max));
+        let (mean, sigma) = (self.mean, self.sigma);
+        if sigma == 0.0 {
+            return mean.clamp(lo, hi);
+        }
+        // E[clamp(X, a, b)] = a P(X < a) + E[X; a <= X <= b] + b P(X > b), and for
+        // X = exp(mu + sigma Z): E[X; X <= c] = mean * Phi((ln c - mu) / sigma - sigma).
+        let mu = self.mu();
+        let alpha = (lo.ln() - mu) / sigma;
+        let beta = (hi.ln() - mu) / sigma;
+        lo * normal_cdf(alpha)
+            + mean * (normal_cdf(beta - sigma) - normal_cdf(alpha - sigma))
+            + hi * (1.0 - normal_cdf(beta))
+    }
+}
+
+impl fmt::Display for LogNormal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let LogNormal {
+            mean,
+            sigma,
+            min,
+            max,
+        } = self;
+        write!(f, "lognormal:{mean}:{sigma}:{min}-{max}")
+    }
 }
 
 impl SizeDist {
@@ -67,17 +115,7 @@ impl SizeDist {
                 let span = f64::from(max - min) + 1.0;
                 min + ((unit * span) as u32).min(max - min)
             }
-            SizeDist::LogNormal {
-                mean,
-                sigma,
-                min,
-                max,
-            } => {
-                let size = (log_normal_mu(mean, sigma) + sigma * normal_quantile(unit)).exp();
-                // NaN cannot occur (mean > 0, sigma finite); ±inf and out-of-range values
-                // clamp, and `as` saturates.
-                size.round().clamp(f64::from(min), f64::from(max)) as u32
-            }
+            SizeDist::LogNormal(d) => d.at_unit(unit),
             SizeDist::EtcKey => SizeDistribution::etc_keys()
                 .at_unit(unit)
                 .clamp(1, MAX_KEY_SIZE) as u32,
@@ -93,25 +131,7 @@ impl SizeDist {
         match *self {
             SizeDist::Fixed(n) => f64::from(n),
             SizeDist::Uniform { min, max } => (f64::from(min) + f64::from(max)) / 2.0,
-            SizeDist::LogNormal {
-                mean,
-                sigma,
-                min,
-                max,
-            } => {
-                let (lo, hi) = (f64::from(min), f64::from(max));
-                if sigma == 0.0 {
-                    return mean.clamp(lo, hi);
-                }
-                // E[clamp(X, a, b)] = a P(X < a) + E[X; a <= X <= b] + b P(X > b), and for
-                // X = exp(mu + sigma Z): E[X; X <= c] = mean * Phi((ln c - mu) / sigma - sigma).
-                let mu = log_normal_mu(mean, sigma);
-                let alpha = (lo.ln() - mu) / sigma;
-                let beta = (hi.ln() - mu) / sigma;
-                lo * normal_cdf(alpha)
-                    + mean * (normal_cdf(beta - sigma) - normal_cdf(alpha - sigma))
-                    + hi * (1.0 - normal_cdf(beta))
-            }
+            SizeDist::LogNormal(d) => d.mean(),
             // No closed form after clamping: the mean of 2^18 evenly spaced quantiles.
             SizeDist::EtcKey | SizeDist::EtcValue => {
                 const POINTS: u32 = 1 << 18;
@@ -122,11 +142,6 @@ impl SizeDist {
             }
         }
     }
-}
-
-/// The `mu` of a log-normal whose mean is `mean`: `ln(mean) - sigma^2 / 2`.
-fn log_normal_mu(mean: f64, sigma: f64) -> f64 {
-    mean.ln() - sigma * sigma / 2.0
 }
 
 /// The standard normal quantile (inverse CDF) at `p`: Acklam's rational approximation,
@@ -277,12 +292,12 @@ impl FromStr for SizeSpec {
                 ));
             }
             let (min, max) = range(bounds)?;
-            SizeDist::LogNormal {
+            SizeDist::LogNormal(LogNormal {
                 mean,
                 sigma,
                 min,
                 max,
-            }
+            })
         } else if body.contains('-') {
             let (min, max) = range(body)?;
             SizeDist::Uniform { min, max }
@@ -301,12 +316,7 @@ impl fmt::Display for SizeSpec {
         match self.dist {
             SizeDist::Fixed(n) => write!(f, "{n}"),
             SizeDist::Uniform { min, max } => write!(f, "{min}-{max}"),
-            SizeDist::LogNormal {
-                mean,
-                sigma,
-                min,
-                max,
-            } => write!(f, "lognormal:{mean}:{sigma}:{min}-{max}"),
+            SizeDist::LogNormal(d) => d.fmt(f),
             SizeDist::EtcKey => f.write_str("etc-key"),
             SizeDist::EtcValue => f.write_str("etc-value"),
         }
@@ -343,12 +353,12 @@ mod tests {
         assert_eq!(
             s,
             SizeSpec {
-                dist: SizeDist::LogNormal {
+                dist: SizeDist::LogNormal(LogNormal {
                     mean: 243.0,
                     sigma: 1.0,
                     min: 16,
                     max: 4096
-                },
+                }),
                 per_key: true
             }
         );
@@ -379,12 +389,12 @@ mod tests {
         assert!((normal_cdf(1.959_963_985) - 0.975).abs() < 1e-7);
         assert!((normal_cdf(0.0) - 0.5).abs() < 1e-7);
 
-        let d = SizeDist::LogNormal {
+        let d = SizeDist::LogNormal(LogNormal {
             mean: 243.0,
             sigma: 1.0,
             min: 16,
             max: 4096,
-        };
+        });
         // Median exp(mu) = 243 / e^0.5 = 147.4.
         assert_eq!(d.at_unit(0.5), 147);
         assert_eq!(d.at_unit(0.0), 16);
@@ -402,19 +412,19 @@ mod tests {
             d.mean()
         );
         // Without clamping in the way, the mean is the given one.
-        let wide = SizeDist::LogNormal {
+        let wide = SizeDist::LogNormal(LogNormal {
             mean: 243.0,
             sigma: 0.5,
             min: 0,
             max: u32::MAX,
-        };
+        });
         assert!((wide.mean() - 243.0).abs() < 1e-3, "{}", wide.mean());
-        let fixed = SizeDist::LogNormal {
+        let fixed = SizeDist::LogNormal(LogNormal {
             mean: 5000.0,
             sigma: 0.0,
             min: 16,
             max: 4096,
-        };
+        });
         assert_eq!((fixed.at_unit(0.3), fixed.mean()), (4096, 4096.0));
     }
 

@@ -38,43 +38,52 @@ impl EngineCounters {
     }
 }
 
-/// Sums of per-handle counters.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct HandleTotals {
+/// Declares the per-handle counters once: [`HandleCounters`] (an atomic each),
+/// [`HandleTotals`] (a plain sum each), the sum of two totals and the snapshot of a handle's
+/// counters, so that a new counter cannot be left out of one of them.
+macro_rules! handle_counters {
+    ($($(#[$doc:meta])* $name:ident,)*) => {
+        /// Sums of per-handle counters.
+        #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+        pub struct HandleTotals {
+            $($(#[$doc])* pub $name: u64,)*
+        }
+
+        impl HandleTotals {
+            pub(crate) fn add(&mut self, other: &HandleTotals) {
+                $(self.$name += other.$name;)*
+            }
+        }
+
+        /// Per-handle counters, written only by the owning thread.
+        #[derive(Default)]
+        pub(crate) struct HandleCounters {
+            $($(#[$doc])* pub $name: AtomicU64,)*
+        }
+
+        impl HandleCounters {
+            pub fn snapshot(&self) -> HandleTotals {
+                HandleTotals {
+                    $($name: self.$name.load(Ordering::Relaxed),)*
+                }
+            }
+        }
+    };
+}
+
+handle_counters! {
     /// Lookups that found a live item.
-    pub get_hits: u64,
+    get_hits,
     /// Lookups that found nothing (or only an expired, flushed or marked item).
-    pub get_misses: u64,
+    get_misses,
     /// Lookups that found an item whose segment had expired (a subset of misses).
-    pub expired_on_access: u64,
+    expired_on_access,
     /// Items written.
-    pub writes: u64,
+    writes,
     /// Deletes that removed an item.
-    pub deletes: u64,
+    deletes,
     /// Bytes appended to segments, including copies that lost a race and were discarded.
-    pub bytes_written: u64,
-}
-
-impl HandleTotals {
-    pub(crate) fn add(&mut self, other: &HandleTotals) {
-        self.get_hits += other.get_hits;
-        self.get_misses += other.get_misses;
-        self.expired_on_access += other.expired_on_access;
-        self.writes += other.writes;
-        self.deletes += other.deletes;
-        self.bytes_written += other.bytes_written;
-    }
-}
-
-/// Per-handle counters, written only by the owning thread.
-#[derive(Default)]
-pub(crate) struct HandleCounters {
-    pub get_hits: AtomicU64,
-    pub get_misses: AtomicU64,
-    pub expired_on_access: AtomicU64,
-    pub writes: AtomicU64,
-    pub deletes: AtomicU64,
-    pub bytes_written: AtomicU64,
+    bytes_written,
 }
 
 impl HandleCounters {
@@ -82,18 +91,6 @@ impl HandleCounters {
     #[inline]
     pub fn bump(counter: &AtomicU64, n: u64) {
         counter.store(counter.load(Ordering::Relaxed) + n, Ordering::Relaxed);
-    }
-
-    pub fn snapshot(&self) -> HandleTotals {
-        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
-        HandleTotals {
-            get_hits: get(&self.get_hits),
-            get_misses: get(&self.get_misses),
-            expired_on_access: get(&self.expired_on_access),
-            writes: get(&self.writes),
-            deletes: get(&self.deletes),
-            bytes_written: get(&self.bytes_written),
-        }
     }
 }
 

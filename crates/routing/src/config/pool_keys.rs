@@ -104,8 +104,11 @@ pub(super) fn servers(pool: &str, lines: &[String]) -> Result<Vec<Node>, ConfigE
     Ok(nodes)
 }
 
-/// The pool keys both formats have, as read (absent: the default both formats use).
+/// The pool keys both formats have, as read (absent: the default both formats use), and the
+/// key hash, parsed with the format's own default.
 pub(super) struct SharedKeys {
+    pub(super) hash: KeyHash,
+    pub(super) hash_tag: Option<[u8; 2]>,
     pub(super) listen: Option<String>,
     pub(super) server_connections: Option<u32>,
     pub(super) auto_eject_hosts: Option<bool>,
@@ -122,8 +125,6 @@ pub(super) struct SharedKeys {
 pub(super) fn pool(
     name: String,
     distribution: Distribution,
-    hash: KeyHash,
-    hash_tag: Option<[u8; 2]>,
     servers: Vec<Node>,
     timeout_ms: u64,
     shared: SharedKeys,
@@ -131,8 +132,8 @@ pub(super) fn pool(
     let pool = PoolConfig {
         tls: None,
         auth: None,
-        hash,
-        hash_tag,
+        hash: shared.hash,
+        hash_tag: shared.hash_tag,
         servers,
         listen: shared.listen,
         distribution,

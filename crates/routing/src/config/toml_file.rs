@@ -165,6 +165,8 @@ fn toml_pools(pools: BTreeMap<String, TomlPool>) -> Result<Vec<PoolConfig>, Conf
             let tls = toml_tls(&name, &p)?;
             let auth = toml_auth(&name, &p)?;
             let shared = SharedKeys {
+                hash: parse_hash(&name, p.hash, KeyHash::Md5)?,
+                hash_tag: parse_hash_tag(&name, p.hash_tag)?,
                 listen: p.listen,
                 server_connections: p.server_connections,
                 auto_eject_hosts: p.auto_eject_hosts,
@@ -172,19 +174,9 @@ fn toml_pools(pools: BTreeMap<String, TomlPool>) -> Result<Vec<PoolConfig>, Conf
                 server_retry_timeout_ms: p.server_retry_timeout_ms,
                 spool_deletes: p.spool_deletes,
             };
-            let hash = parse_hash(&name, p.hash, KeyHash::Md5)?;
-            let hash_tag = parse_hash_tag(&name, p.hash_tag)?;
             let servers = servers(&name, &p.servers)?;
             let timeout_ms = p.timeout_ms.unwrap_or(400);
-            let pool = pool(
-                name,
-                distribution,
-                hash,
-                hash_tag,
-                servers,
-                timeout_ms,
-                shared,
-            )?;
+            let pool = pool(name, distribution, servers, timeout_ms, shared)?;
             Ok(PoolConfig { tls, auth, ..pool })
         })
         .collect()

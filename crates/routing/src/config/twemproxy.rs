@@ -69,7 +69,10 @@ pub fn from_twemproxy_yaml(text: &str) -> Result<Vec<PoolConfig>, ConfigError> {
             };
             let mut servers = servers(&name, &p.servers.unwrap_or_default())?;
             twemproxy_order(&mut servers);
+            // twemproxy has no memcached authentication (`redis_auth` is Redis's), nor TLS.
             let shared = SharedKeys {
+                hash: parse_hash(&name, p.hash, KeyHash::Fnv1a64)?,
+                hash_tag: parse_hash_tag(&name, p.hash_tag)?,
                 listen: p.listen,
                 server_connections: p.server_connections,
                 auto_eject_hosts: p.auto_eject_hosts,
@@ -77,20 +80,9 @@ pub fn from_twemproxy_yaml(text: &str) -> Result<Vec<PoolConfig>, ConfigError> {
                 server_retry_timeout_ms: p.server_retry_timeout,
                 spool_deletes: p.spool_deletes,
             };
-            // twemproxy has no memcached authentication (`redis_auth` is Redis's), nor TLS.
-            let hash = parse_hash(&name, p.hash, KeyHash::Fnv1a64)?;
-            let hash_tag = parse_hash_tag(&name, p.hash_tag)?;
             // twemproxy waits forever without `timeout`; a router needs a bound.
             let timeout_ms = p.timeout.unwrap_or(60_000);
-            pool(
-                name,
-                distribution,
-                hash,
-                hash_tag,
-                servers,
-                timeout_ms,
-                shared,
-            )
+            pool(name, distribution, servers, timeout_ms, shared)
         })
         .collect()
 }
