@@ -1,4 +1,4 @@
-//! `memfleet bench --scenario udp`: get latency over UDP and over TCP at the same load
+//! `memfleet bench udp`: get latency over UDP and over TCP at the same load
 //! (Facebook §3.1 moved gets to UDP to cut latency). The same number of clients, each in a
 //! closed loop of one `get` of a random pre-filled key at a time, first over TCP (one
 //! connection each), then over UDP (one socket each, memcached's 8-byte framing). Every
@@ -19,10 +19,35 @@ use serde_json::json;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{TcpStream, UdpSocket};
 
+use super::args::{ClosedLoop, Keys, Pinning, Spawning, Targets};
 use super::run_log::{write_results, RunLog};
 use super::workload::{conn_rng, Workload};
-use super::{client, cpu, report, runtime, start, LoadArgs};
+use super::{client, cpu, report, runtime, start};
 use memfleet_results::plot::Series;
+
+/// `memfleet bench udp`'s flags.
+#[derive(Debug, Clone, clap::Args)]
+pub struct UdpArgs {
+    /// The servers under test.
+    #[command(flatten)]
+    pub targets: Targets,
+    /// The clients, the run time, the repeats.
+    #[command(flatten)]
+    pub run: ClosedLoop,
+    /// The keys and values requested.
+    #[command(flatten)]
+    pub keys: Keys,
+    /// How spawned servers are started.
+    #[command(flatten)]
+    pub spawning: Spawning,
+    /// Where the load generator and the servers run.
+    #[command(flatten)]
+    pub pinning: Pinning,
+    /// Write udp.json and udp-latency-cdf.png into this directory, with the command that
+    /// made them.
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<std::path::PathBuf>,
+}
 
 /// What one transport measured.
 #[derive(Debug, Clone)]
@@ -259,27 +284,27 @@ pub fn header() -> String {
     )
 }
 
-/// `--scenario udp`: per target, pre-fill, then `--repeat` pairs of runs (TCP, then UDP) with
+/// `memfleet bench udp`: per target, pre-fill, then `--repeat` pairs of runs (TCP, then UDP) with
 /// the same clients, keys and duration; the table shows the run with the median p50 of each.
-pub fn bench(args: &LoadArgs) -> Result<()> {
-    if args.spawn.is_empty() && args.target.is_empty() {
+pub fn bench(args: &UdpArgs) -> Result<()> {
+    if args.targets.is_empty() {
         bail!("nothing to load: give --spawn memcached|memfleet or --target NAME=HOST:PORT");
     }
-    if args.repeat == 0 || args.duration.is_zero() || args.conns == 0 {
+    if args.run.repeat == 0 || args.run.duration.is_zero() || args.run.conns == 0 {
         bail!("--repeat, --duration and --conns must be positive");
     }
-    let workload = Rc::new(args.gets_workload("--scenario udp", args.zipf)?);
+    let workload = Rc::new(args.keys.gets_workload("udp", args.keys.zipf)?);
     let log = RunLog::new();
     println!(
-        "memfleet bench --scenario udp: {} clients, one get at a time each, {} keys, \
+        "memfleet bench udp: {} clients, one get at a time each, {} keys, \
          {}-byte values, {:?} per run, {} repeat(s)",
-        args.conns, args.keys, args.value_size, args.duration, args.repeat
+        args.run.conns, args.keys.keys, args.keys.value_size, args.run.duration, args.run.repeat
     );
     log.print_start();
-    let settings = args.server_settings(true);
-    let (client_pin, server_pin) = args.pins();
+    let settings = args.spawning.settings(true, workload.value_size());
+    let (client_pin, server_pin) = args.pinning.pins();
     let _pinned = client_pin.map(cpu::pin_this_thread).transpose()?;
-    let targets = args.targets();
+    let targets = args.targets.list();
     let (rt, local) = runtime()?;
     // The table's rows: (target, transport, the run with the median p50).
     let mut medians: Vec<(String, &str, LatencyResult)> = Vec::new();
@@ -288,13 +313,13 @@ pub fn bench(args: &LoadArgs) -> Result<()> {
             let (spawned, addr) = start(t, &settings, server_pin, &[])?;
             client::prefill(addr, &workload, 100).await?;
             let (mut tcp_runs, mut udp_runs) = (Vec::new(), Vec::new());
-            for r in 1..=args.repeat {
+            for r in 1..=args.run.repeat {
                 let clients = Clients {
                     addr,
                     w: workload.clone(),
-                    conns: args.conns,
-                    duration: args.duration,
-                    seed: args.seed.wrapping_add(r as u64),
+                    conns: args.run.conns,
+                    duration: args.run.duration,
+                    seed: args.run.seed.wrapping_add(r as u64),
                 };
                 let tcp = clients
                     .tcp()
@@ -323,8 +348,8 @@ pub fn bench(args: &LoadArgs) -> Result<()> {
         anyhow::Ok(())
     })?;
     println!();
-    if args.repeat > 1 {
-        println!("median (by p50) of {} runs:", args.repeat);
+    if args.run.repeat > 1 {
+        println!("median (by p50) of {} runs:", args.run.repeat);
     }
     println!("{}", header());
     for (server, via, r) in &medians {
@@ -352,7 +377,7 @@ pub fn bench(args: &LoadArgs) -> Result<()> {
 
 /// `udp.json`: the parameters and the table's rows with their latency CDFs.
 fn json_report(
-    args: &LoadArgs,
+    args: &UdpArgs,
     medians: &[(String, &str, LatencyResult)],
     load_at_end: &str,
 ) -> serde_json::Value {
@@ -373,8 +398,10 @@ fn json_report(
             })
         })
         .collect();
-    let mut parameters =
-        args.closed_loop_parameters("the run with the median p50 of each server and transport");
+    let mut parameters = args.run.parameters(
+        &args.keys,
+        "the run with the median p50 of each server and transport",
+    );
     parameters["udp_timeout_ms"] = json!(UDP_TIMEOUT.as_secs_f64() * 1000.0);
     json!({
         "parameters": parameters,

@@ -1,4 +1,4 @@
-//! `memfleet bench --scenario warmup`: Facebook §4.3's Cold Cluster Warmup — how fast an
+//! `memfleet bench warmup`: Facebook §4.3's Cold Cluster Warmup — how fast an
 //! empty ("cold") cluster reaches a useful hit rate, and what it costs the database, with
 //! and without the router's `warmup` route.
 //!
@@ -12,8 +12,8 @@
 //! value. With warm-up, the router turns a cold miss into a read of the warm cluster and an
 //! `add` into the cold one, so the client gets a hit.
 //!
-//! The database has a fixed capacity: a query takes `--herd-db-latency` and at most
-//! `--warmup-db-concurrency` run at once (the others queue), as a real database can absorb
+//! The database has a fixed capacity: a query takes `--db-latency` and at most
+//! `--db-concurrency` run at once (the others queue), as a real database can absorb
 //! only so much extra load. The clients are closed loops, so without warm-up that capacity
 //! limits how fast the cold cluster fills (the reason the paper's cold clusters took days
 //! rather than hours), and the queueing shows in the clients' latency. Reported per second:
@@ -29,38 +29,73 @@ use serde_json::json;
 
 use memfleet_results::plot::{self, Timeline};
 
+use super::args::{Keys, MemfleetBin};
 use super::run_log::{write_results, RunLog};
+use super::runtime;
 use super::timeline;
-use super::{runtime, LoadArgs};
+use memfleet_sim::duration::parse_duration;
 
 mod measure;
 use self::measure::{
     label, run, Second, Summary, WarmupRun, DEFAULT_ZIPF, GOALS, SERVERS_PER_CLUSTER,
 };
 
-/// `--scenario warmup`.
-pub fn bench(args: &LoadArgs) -> Result<()> {
-    if args.conns == 0 || args.warmup_db_concurrency == 0 || args.duration < Duration::from_secs(1)
-    {
+/// `memfleet bench warmup`'s flags.
+#[derive(Debug, Clone, clap::Args)]
+pub struct WarmupArgs {
+    /// The keys and values requested.
+    #[command(flatten)]
+    pub keys: Keys,
+    /// The memfleet executable.
+    #[command(flatten)]
+    pub memfleet: MemfleetBin,
+    /// Look-aside clients, one connection each.
+    #[arg(short = 'c', long, default_value_t = 50)]
+    pub conns: usize,
+    /// Time per run (one with warm-up, one without), e.g. 60s.
+    #[arg(long, value_parser = parse_duration, default_value = "10s")]
+    pub duration: Duration,
+    /// RNG seed of the clients' key streams.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Memory of each cache server in MiB (-m).
+    #[arg(long, default_value_t = 1024)]
+    pub server_memory: u64,
+    /// How long a simulated database query takes.
+    #[arg(long, alias = "herd-db-latency", value_parser = parse_duration, default_value = "10ms")]
+    pub db_latency: Duration,
+    /// Database queries served at once; more wait their turn, so the database answers at
+    /// most this many per --db-latency.
+    #[arg(long, alias = "warmup-db-concurrency", default_value_t = 8)]
+    pub db_concurrency: usize,
+    /// Write warmup.json and its figures into this directory, with the command that made
+    /// them.
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<std::path::PathBuf>,
+}
+
+/// `memfleet bench warmup`.
+pub fn bench(args: &WarmupArgs) -> Result<()> {
+    if args.conns == 0 || args.db_concurrency == 0 || args.duration < Duration::from_secs(1) {
         bail!(
-            "warmup needs --conns and --warmup-db-concurrency of at least 1 and a --duration \
+            "warmup needs --conns and --db-concurrency of at least 1 and a --duration \
              of at least 1s"
         );
     }
-    let zipf = args.zipf.unwrap_or(DEFAULT_ZIPF);
-    let workload = Rc::new(args.gets_workload("--scenario warmup", Some(zipf))?);
+    let zipf = args.keys.zipf.unwrap_or(DEFAULT_ZIPF);
+    let workload = Rc::new(args.keys.gets_workload("warmup", Some(zipf))?);
     let log = RunLog::new();
     println!(
-        "memfleet bench --scenario warmup: a cold and a warm cluster of {SERVERS_PER_CLUSTER} \
+        "memfleet bench warmup: a cold and a warm cluster of {SERVERS_PER_CLUSTER} \
          servers each behind a router; the warm one holds {} keys of {} bytes; {} look-aside \
          clients read Zipf {zipf} keys through the router for {:?}; database queries take {:?}, \
          {} at a time",
-        args.keys,
-        args.value_size,
+        args.keys.keys,
+        args.keys.value_size,
         args.conns,
         args.duration,
-        args.herd_db_latency,
-        args.warmup_db_concurrency
+        args.db_latency,
+        args.db_concurrency
     );
     log.print_start();
     let (rt, local) = runtime()?;
@@ -203,7 +238,7 @@ fn figures(dir: &std::path::Path, outcomes: &[WarmupRun]) -> Result<Vec<std::pat
 }
 
 fn json_report(
-    args: &LoadArgs,
+    args: &WarmupArgs,
     zipf: f64,
     outcomes: &[WarmupRun],
     summaries: &[Summary],
@@ -246,12 +281,12 @@ fn json_report(
     json!({
         "parameters": {
             "servers_per_cluster": SERVERS_PER_CLUSTER,
-            "keys": args.keys,
+            "keys": args.keys.keys,
             "zipf": zipf,
-            "value_size": args.value_size.to_string(),
+            "value_size": args.keys.value_size.to_string(),
             "conns": args.conns,
-            "db_latency_ms": args.herd_db_latency.as_secs_f64() * 1000.0,
-            "db_concurrency": args.warmup_db_concurrency,
+            "db_latency_ms": args.db_latency.as_secs_f64() * 1000.0,
+            "db_concurrency": args.db_concurrency,
             "duration_s": args.duration.as_secs_f64(),
             "server_memory_mib": args.server_memory,
         },
