@@ -1,5 +1,6 @@
 //! The flag groups the experiments of `memfleet bench` share (`Targets`, `Spawning`,
-//! `Pinning`, `Keys`, `ClosedLoop`, `MemfleetBin`) and the load experiment's own flags
+//! `Pinning` and `Servers` for the servers under test; `Clients`, `Keys`, `ClosedLoop` and
+//! `LookAside` for the load; `MemfleetBin`) and the load experiment's own flags
 //! (`LoadArgs`). Not here: the other experiments' own flags (each in its module: e.g.
 //! `herd::HerdArgs`), the subcommand list (`cli`), running anything (the parent module).
 
@@ -167,15 +168,42 @@ impl Keys {
     }
 }
 
-/// The closed loop of the experiments that measure gets as fast as replies come back.
+/// The clients of a run and how long they run.
 #[derive(Debug, Clone, clap::Args)]
-pub struct ClosedLoop {
-    /// Client connections.
+pub struct Clients {
+    /// Client connections: the experiment's readers, writers or look-aside clients, each a
+    /// closed loop on a connection of its own.
     #[arg(short = 'c', long, default_value_t = 50)]
     pub conns: usize,
     /// Measured time per run, e.g. 10s, 500ms, 1m.
     #[arg(long, value_parser = parse_duration, default_value = "10s")]
     pub duration: Duration,
+}
+
+/// The servers under test (given or started) and where they run: the experiments that
+/// compare servers side by side.
+#[derive(Debug, Clone, clap::Args)]
+pub struct Servers {
+    /// The servers under test.
+    #[command(flatten)]
+    pub targets: Targets,
+    /// How spawned servers are started.
+    #[command(flatten)]
+    pub spawning: Spawning,
+    /// Where the load generator and the servers run.
+    #[command(flatten)]
+    pub pinning: Pinning,
+}
+
+/// Closed-loop clients requesting keys, repeated: load, udp and client.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ClosedLoop {
+    /// The clients and the run time.
+    #[command(flatten)]
+    pub clients: Clients,
+    /// The keys and values requested.
+    #[command(flatten)]
+    pub keys: Keys,
     /// Run everything N times (targets interleaved) and report medians.
     #[arg(long, default_value_t = 1)]
     pub repeat: usize,
@@ -185,18 +213,36 @@ pub struct ClosedLoop {
 }
 
 impl ClosedLoop {
-    /// The `parameters` of a closed-loop report (`udp` and `client`): the load over `keys`,
-    /// and what its rows are.
-    pub(crate) fn parameters(&self, keys: &Keys, rows_are: &str) -> serde_json::Value {
+    /// The `parameters` of a closed-loop report (`udp` and `client`): the load, and what
+    /// its rows are.
+    pub(crate) fn parameters(&self, rows_are: &str) -> serde_json::Value {
         serde_json::json!({
-            "conns": self.conns,
-            "keys": keys.keys,
-            "value_size": keys.value_size.to_string(),
-            "duration_s": self.duration.as_secs_f64(),
+            "conns": self.clients.conns,
+            "keys": self.keys.keys,
+            "value_size": self.keys.value_size.to_string(),
+            "duration_s": self.clients.duration.as_secs_f64(),
             "repeat": self.repeat,
             "rows_are": rows_are,
         })
     }
+}
+
+/// Look-aside clients in front of a simulated database, against memfleet servers and a
+/// router the experiment starts itself: gutter and warmup.
+#[derive(Debug, Clone, clap::Args)]
+pub struct LookAside {
+    /// The clients and the run time.
+    #[command(flatten)]
+    pub clients: Clients,
+    /// The keys and values requested.
+    #[command(flatten)]
+    pub keys: Keys,
+    /// The memfleet executable.
+    #[command(flatten)]
+    pub memfleet: MemfleetBin,
+    /// How long a simulated database query takes.
+    #[arg(long, alias = "herd-db-latency", value_parser = parse_duration, default_value = "10ms")]
+    pub db_latency: Duration,
 }
 
 /// `memfleet bench load`: the request mix at each pipeline depth.
@@ -204,19 +250,10 @@ impl ClosedLoop {
 pub struct LoadArgs {
     /// The servers under test.
     #[command(flatten)]
-    pub targets: Targets,
-    /// The clients, the run time, the repeats.
+    pub servers: Servers,
+    /// The clients, the keys, the repeats.
     #[command(flatten)]
     pub run: ClosedLoop,
-    /// The keys and values requested.
-    #[command(flatten)]
-    pub keys: Keys,
-    /// How spawned servers are started.
-    #[command(flatten)]
-    pub spawning: Spawning,
-    /// Where the load generator and the servers run.
-    #[command(flatten)]
-    pub pinning: Pinning,
     /// Pipeline depths (requests per batch, written at once), comma-separated; one run each.
     #[arg(long, value_delimiter = ',', default_value = "1,16")]
     pub pipeline: Vec<usize>,
@@ -292,13 +329,13 @@ impl LoadArgs {
                     None => Mix::from_ratios(self.get_ratio, self.delete_ratio)?,
                 },
                 self.key_size.as_ref().map(|k| k.0.clone()),
-                self.keys.value_size.0.clone(),
+                self.run.keys.value_size.0.clone(),
             ),
         };
         Ok(WorkloadSpec {
-            keys: self.keys.keys,
+            keys: self.run.keys.keys,
             mix,
-            zipf: self.keys.zipf,
+            zipf: self.run.keys.zipf,
             key_sizes,
             value_sizes,
             ttl: self.ttl.clone(),
@@ -309,7 +346,7 @@ impl LoadArgs {
     /// How spawned servers are started: only the floor server reads the value size, and
     /// `bench` refuses floor with a distribution.
     pub(crate) fn server_settings(&self) -> ServerSettings {
-        let value_size = self.keys.value_size.0.fixed().unwrap_or_default();
-        self.spawning.settings(false, value_size)
+        let value_size = self.run.keys.value_size.0.fixed().unwrap_or_default();
+        self.servers.spawning.settings(false, value_size)
     }
 }

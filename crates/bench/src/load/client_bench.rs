@@ -17,9 +17,10 @@ use rand::rngs::SmallRng;
 use rand::SeedableRng;
 use serde_json::json;
 
-use super::args::{ClosedLoop, Keys, MemfleetBin, Pinning};
+use super::args::{Clients, ClosedLoop, MemfleetBin, Pinning};
 use super::cpu::{cpu_time, Who};
 use super::run_log::{write_results, RunLog};
+use super::table::{self, Column};
 use super::target::free_port;
 use super::workload::Workload;
 use super::{client, load_average, report, runtime};
@@ -29,12 +30,9 @@ use memfleet_testkit::{Router, RouterConfig, Spawned};
 /// `memfleet bench client`'s flags.
 #[derive(Debug, Clone, clap::Args)]
 pub struct ClientArgs {
-    /// The clients, the run time, the repeats.
+    /// The clients, the keys, the repeats.
     #[command(flatten)]
     pub run: ClosedLoop,
-    /// The keys and values requested.
-    #[command(flatten)]
-    pub keys: Keys,
     /// The memfleet executable.
     #[command(flatten)]
     pub memfleet: MemfleetBin,
@@ -81,14 +79,18 @@ struct Run {
 
 /// `memfleet bench client`.
 pub fn bench(args: &ClientArgs) -> Result<()> {
-    if args.run.repeat == 0 || args.run.duration.is_zero() || args.run.conns == 0 {
+    if args.run.repeat == 0 || args.run.clients.duration.is_zero() || args.run.clients.conns == 0 {
         bail!("--repeat, --duration and --conns must be positive");
     }
-    let workload = Rc::new(args.keys.gets_workload("client", args.keys.zipf)?);
+    let workload = Rc::new(args.run.keys.gets_workload("client", args.run.keys.zipf)?);
     println!(
         "memfleet bench client: {} tasks of one application, one get at a time \
          each, {} keys, {}-byte values, {:?} per run, {} repeat(s)",
-        args.run.conns, args.keys.keys, args.keys.value_size, args.run.duration, args.run.repeat
+        args.run.clients.conns,
+        args.run.keys.keys,
+        args.run.keys.value_size,
+        args.run.clients.duration,
+        args.run.repeat
     );
     RunLog::new().print_start();
     let bin = &args.memfleet.memfleet_bin;
@@ -136,7 +138,7 @@ pub fn bench(args: &ClientArgs) -> Result<()> {
                     router_addr,
                     (server.pid(), router.spawned.pid()),
                     &workload,
-                    &args.run,
+                    &args.run.clients,
                     args.run.seed.wrapping_add(r as u64),
                 )
                 .await
@@ -158,18 +160,18 @@ pub fn bench(args: &ClientArgs) -> Result<()> {
         }
         anyhow::Ok(())
     })?;
-    println!(
-        "\n{:<26} {:>9} {:>7} {:>7} {:>6} {:>12} {:>12} {:>12} {:>13}",
-        "path (medians)",
-        "gets/s",
-        "p50 µs",
-        "p99 µs",
-        "lost",
-        "client µs/op",
-        "router µs/op",
-        "server µs/op",
-        "total µs/op"
-    );
+    const COLUMNS: [Column; 9] = [
+        Column::left("path (medians)", 26),
+        Column::right("gets/s", 9),
+        Column::right("p50 µs", 7),
+        Column::right("p99 µs", 7),
+        Column::right("lost", 6),
+        Column::right("client µs/op", 12),
+        Column::right("router µs/op", 12),
+        Column::right("server µs/op", 12),
+        Column::right("total µs/op", 13),
+    ];
+    println!("\n{}", table::heading(&COLUMNS));
     // For --out: each path's medians, and its latency CDF as a figure line.
     let (mut medians, mut cdf_lines) = (Vec::new(), Vec::new());
     for (mode, runs) in modes.iter().zip(&runs) {
@@ -179,18 +181,20 @@ pub fn bench(args: &ClientArgs) -> Result<()> {
             med(&|r| r.router_us),
             med(&|r| r.server_us),
         );
-        println!(
-            "{:<26} {:>9.0} {:>7.0} {:>7.0} {:>6.0} {:>12.2} {:>12.2} {:>12.2} {:>13.2}",
-            mode.name(),
-            med(&|r| r.gets_per_s),
-            med(&|r| r.p50 as f64),
-            med(&|r| r.p99 as f64),
-            med(&|r| r.lost as f64),
-            client,
-            router,
-            server,
-            client + router + server
-        );
+        let (whole, hundredths) = (|x: f64| format!("{x:.0}"), |x: f64| format!("{x:.2}"));
+        let row = [
+            mode.name().to_string(),
+            whole(med(&|r| r.gets_per_s)),
+            whole(med(&|r| r.p50 as f64)),
+            whole(med(&|r| r.p99 as f64)),
+            whole(med(&|r| r.lost as f64)),
+            hundredths(client),
+            hundredths(router),
+            hundredths(server),
+            hundredths(client + router + server),
+        ];
+        let cells: Vec<&dyn std::fmt::Display> = row.iter().map(|c| c as _).collect();
+        println!("{}", table::line(&COLUMNS, &cells));
         let cdfs: Vec<&[report::CdfPoint]> =
             runs.iter().map(|r| r.latency_cdf.as_slice()).collect();
         let latency_cdf = report::median_cdf(&cdfs);
@@ -214,7 +218,6 @@ pub fn bench(args: &ClientArgs) -> Result<()> {
     if let Some(dir) = &args.out {
         let value = json!({
             "parameters": args.run.parameters(
-                &args.keys,
                 "medians over the repeats; latency_cdf point by point"
             ),
             "load_average_at_end": load_at_end,
@@ -238,7 +241,7 @@ async fn measure(
     router: SocketAddr,
     (server_pid, router_pid): (u32, u32),
     workload: &Rc<Workload>,
-    args: &ClosedLoop,
+    args: &Clients,
     seed: u64,
 ) -> Result<Run> {
     let target = if mode == Mode::ViaRouter {

@@ -21,7 +21,7 @@ use std::net::SocketAddr;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
-use super::args::{Keys, MemfleetBin};
+use super::args::LookAside;
 use super::run_log::{write_results, RunLog};
 use super::target::free_port;
 use super::workload::Workload;
@@ -39,21 +39,9 @@ use tokio::net::TcpStream;
 /// `memfleet bench gutter`'s flags.
 #[derive(Debug, Clone, clap::Args)]
 pub struct GutterArgs {
-    /// The keys and values requested.
+    /// The clients, the keys, the servers' executable, the database.
     #[command(flatten)]
-    pub keys: Keys,
-    /// The memfleet executable.
-    #[command(flatten)]
-    pub memfleet: MemfleetBin,
-    /// Look-aside clients, one connection each.
-    #[arg(short = 'c', long, default_value_t = 50)]
-    pub conns: usize,
-    /// Time per run (one without the gutter, one with), e.g. 60s.
-    #[arg(long, value_parser = parse_duration, default_value = "10s")]
-    pub duration: Duration,
-    /// How long a simulated database query takes.
-    #[arg(long, alias = "herd-db-latency", value_parser = parse_duration, default_value = "10ms")]
-    pub db_latency: Duration,
+    pub look_aside: LookAside,
     /// When a server of the main pool is killed.
     #[arg(long, alias = "gutter-fail-at", value_parser = parse_duration, default_value = "5s")]
     pub fail_at: Duration,
@@ -117,22 +105,27 @@ impl GutterRun {
 /// `memfleet bench gutter`.
 pub fn bench(args: &GutterArgs) -> Result<()> {
     let fail_at = args.fail_at;
-    if fail_at >= args.duration {
+    if fail_at >= args.look_aside.clients.duration {
         bail!("--fail-at must come before the end of --duration");
     }
-    let workload = Rc::new(args.keys.gets_workload("gutter", args.keys.zipf)?);
+    let workload = Rc::new(
+        args.look_aside
+            .keys
+            .gets_workload("gutter", args.look_aside.keys.zipf)?,
+    );
     println!(
         "memfleet bench gutter: {} servers behind a router, {} look-aside clients, \
          {} keys{}, database queries take {:?}; one server killed at {:?} of {:?}",
         SERVERS,
-        args.conns,
-        args.keys.keys,
-        args.keys
+        args.look_aside.clients.conns,
+        args.look_aside.keys.keys,
+        args.look_aside
+            .keys
             .zipf
             .map_or(String::from(" (uniform)"), |z| format!(" (Zipf {z})")),
-        args.db_latency,
+        args.look_aside.db_latency,
         fail_at,
-        args.duration
+        args.look_aside.clients.duration
     );
     RunLog::new().print_start();
     let (rt, local) = runtime()?;
@@ -230,13 +223,13 @@ fn json_report(args: &GutterArgs, outcomes: &[GutterRun], load_at_end: &str) -> 
     json!({
         "parameters": {
             "servers": SERVERS,
-            "conns": args.conns,
-            "keys": args.keys.keys,
-            "zipf": args.keys.zipf,
-            "value_size": args.keys.value_size.to_string(),
-            "db_latency_ms": args.db_latency.as_secs_f64() * 1000.0,
+            "conns": args.look_aside.clients.conns,
+            "keys": args.look_aside.keys.keys,
+            "zipf": args.look_aside.keys.zipf,
+            "value_size": args.look_aside.keys.value_size.to_string(),
+            "db_latency_ms": args.look_aside.db_latency.as_secs_f64() * 1000.0,
             "fail_at_s": args.fail_at.as_secs_f64(),
-            "duration_s": args.duration.as_secs_f64(),
+            "duration_s": args.look_aside.clients.duration.as_secs_f64(),
             "gutter_ttl_s": args.gutter_ttl,
         },
         "load_average_at_end": load_at_end,
@@ -264,7 +257,7 @@ fn router_config(listen: u16, servers: &[u16], gutter: Option<u16>, ttl: u32) ->
 }
 
 async fn run(args: &GutterArgs, workload: &Rc<Workload>, with_gutter: bool) -> Result<GutterRun> {
-    let bin = &args.memfleet.memfleet_bin;
+    let bin = &args.look_aside.memfleet.memfleet_bin;
     let server = |port: u16| -> Result<Spawned> {
         let argv: Vec<String> = [
             bin.as_str(),
@@ -307,14 +300,14 @@ async fn run(args: &GutterArgs, workload: &Rc<Workload>, with_gutter: bool) -> R
     );
     fill(addr, workload).await?;
 
-    let seconds = (args.duration.as_secs_f64().ceil() as usize).max(1);
+    let seconds = (args.look_aside.clients.duration.as_secs_f64().ceil() as usize).max(1);
     let windows = Rc::new(RefCell::new(vec![Second::default(); seconds]));
     let start = Instant::now();
-    let deadline = start + args.duration;
+    let deadline = start + args.look_aside.clients.duration;
     let mut clients = Vec::new();
-    for c in 0..args.conns {
+    for c in 0..args.look_aside.clients.conns {
         let (w, windows) = (workload.clone(), windows.clone());
-        let db_latency = args.db_latency;
+        let db_latency = args.look_aside.db_latency;
         clients.push(tokio::task::spawn_local(async move {
             client(addr, &w, c as u64, start, deadline, db_latency, &windows).await
         }));

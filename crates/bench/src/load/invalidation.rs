@@ -22,7 +22,7 @@ use anyhow::{bail, Context, Result};
 use memfleet_testkit::{Postgres, Router, RouterConfig, Spawned};
 use serde_json::json;
 
-use super::args::MemfleetBin;
+use super::args::{Clients, MemfleetBin};
 use super::invalidator_metrics::Scrape;
 use super::run_log::{write_results, RunLog};
 use super::target::free_port;
@@ -35,12 +35,9 @@ pub struct InvalidationArgs {
     /// The memfleet executable.
     #[command(flatten)]
     pub memfleet: MemfleetBin,
-    /// Writers, each committing transactions in a closed loop on a connection of its own.
-    #[arg(short = 'c', long, default_value_t = 50)]
-    pub conns: usize,
-    /// How long the writers commit, e.g. 20s.
-    #[arg(long, value_parser = parse_duration, default_value = "10s")]
-    pub duration: Duration,
+    /// The writers, each committing transactions in a closed loop, and the run time.
+    #[command(flatten)]
+    pub clients: Clients,
     /// Committed transactions per second across all writers (0: as fast as they go).
     #[arg(long, alias = "invalidation-rate", default_value_t = 0)]
     pub rate: u64,
@@ -61,14 +58,14 @@ pub struct InvalidationArgs {
 
 /// `memfleet bench invalidation`.
 pub fn bench(args: &InvalidationArgs) -> Result<()> {
-    if args.duration.is_zero() || args.conns == 0 {
+    if args.clients.duration.is_zero() || args.clients.conns == 0 {
         bail!("--duration and --conns must be positive");
     }
     println!(
         "memfleet bench invalidation: {} writers committing one invalidation per \
          transaction for {:?} ({}); two clusters; the invalidator a process of its own",
-        args.conns,
-        args.duration,
+        args.clients.conns,
+        args.clients.duration,
         if args.rate > 0 {
             format!("{} transactions/s in all", args.rate)
         } else {
@@ -155,11 +152,11 @@ pub fn bench(args: &InvalidationArgs) -> Result<()> {
     let (mut results, latency_cdf) = rt.block_on(async {
         let committed = Arc::new(AtomicU64::new(0));
         let started = Instant::now();
-        let deadline = started + args.duration;
+        let deadline = started + args.clients.duration;
         let mut writers = Vec::new();
-        let gap =
-            (args.rate > 0).then(|| Duration::from_secs_f64(args.conns as f64 / args.rate as f64));
-        for w in 0..args.conns {
+        let gap = (args.rate > 0)
+            .then(|| Duration::from_secs_f64(args.clients.conns as f64 / args.rate as f64));
+        for w in 0..args.clients.conns {
             let db = pg.connect().await?;
             let committed = committed.clone();
             writers.push(tokio::spawn(async move {
@@ -184,7 +181,7 @@ pub fn bench(args: &InvalidationArgs) -> Result<()> {
             }));
         }
         if !outage.is_zero() {
-            tokio::time::sleep(args.duration / 3).await;
+            tokio::time::sleep(args.clients.duration / 3).await;
             hung.signal(libc::SIGSTOP);
             println!(
                 "cluster b's router hung (SIGSTOP) at {:.1} s",
@@ -231,7 +228,7 @@ pub fn bench(args: &InvalidationArgs) -> Result<()> {
             "\n{total} transactions committed in {:.1} s ({:.0}/s) by {} writers",
             elapsed.as_secs_f64(),
             total as f64 / elapsed.as_secs_f64(),
-            args.conns
+            args.clients.conns
         );
         println!(
             "invalidator: {keys} keys deleted in 2 clusters, {batches} batches ({:.1} keys per \
@@ -256,8 +253,8 @@ pub fn bench(args: &InvalidationArgs) -> Result<()> {
         println!("spooled batches: {spooled}; still undelivered at the end: {undelivered}");
         let results = json!({
             "parameters": {
-                "writers": args.conns,
-                "duration_s": args.duration.as_secs_f64(),
+                "writers": args.clients.conns,
+                "duration_s": args.clients.duration.as_secs_f64(),
                 "rate_per_s": (args.rate > 0).then_some(args.rate),
                 "clusters": 2,
                 "outage_s": outage.as_secs_f64(),

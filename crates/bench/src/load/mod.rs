@@ -27,6 +27,7 @@ mod invalidator_metrics;
 pub mod replay;
 pub mod restart;
 mod run_log;
+mod table;
 mod timeline;
 pub mod udp;
 pub mod warmup;
@@ -57,17 +58,17 @@ pub use memfleet_results::provenance::{command_line, load_average};
 /// Runs the benchmark, prints the per-run lines and the table, and returns the table's
 /// rows (medians over repeats) without judging them. [`run`] is this plus the verdict.
 pub fn bench(args: &LoadArgs) -> Result<Vec<Row>> {
-    if args.targets.is_empty() {
+    if args.servers.targets.is_empty() {
         bail!("nothing to load: give --spawn memcached|memfleet|floor|NAME=CMD or --target NAME=HOST:PORT[,pid=PID]");
     }
-    if args.run.conns == 0
+    if args.run.clients.conns == 0
         || args.run.repeat == 0
         || args.pipeline.contains(&0)
         || args.pipeline.is_empty()
     {
         bail!("--conns, --repeat and every --pipeline depth must be at least 1");
     }
-    if args.run.duration.is_zero() {
+    if args.run.clients.duration.is_zero() {
         bail!("--duration must be positive");
     }
     if let Some(rate) = args.rate {
@@ -76,7 +77,7 @@ pub fn bench(args: &LoadArgs) -> Result<Vec<Row>> {
         }
     }
     let spec = args.workload_spec().map_err(anyhow::Error::msg)?;
-    let targets = args.targets.list();
+    let targets = args.servers.targets.list();
     refuse_floor_beyond_its_replies(&targets, &spec)?;
     let workload = Rc::new(Workload::from_spec(spec.clone()).map_err(anyhow::Error::msg)?);
     let command = command_line();
@@ -87,7 +88,7 @@ pub fn bench(args: &LoadArgs) -> Result<Vec<Row>> {
         "memfleet bench: {} connections, pipeline {}, {}, {} keys ({}), {:.0}% get / {:.0}% set / \
          {:.0}% delete, {} protocol, key size {}, value size {}, TTL {}, {:?} warm-up + {:?} \
          measured per run, {} repeat(s)",
-        args.run.conns,
+        args.run.clients.conns,
         args.pipeline
             .iter()
             .map(|d| d.to_string())
@@ -95,8 +96,9 @@ pub fn bench(args: &LoadArgs) -> Result<Vec<Row>> {
             .join(","),
         args.rate
             .map_or("closed loop".into(), |r| format!("open loop at {r} ops/s")),
-        args.keys.keys,
-        args.keys
+        args.run.keys.keys,
+        args.run
+            .keys
             .zipf
             .map_or("uniform".into(), |s| format!("zipf {s}")),
         spec.mix.get * 100.0,
@@ -109,13 +111,13 @@ pub fn bench(args: &LoadArgs) -> Result<Vec<Row>> {
         spec.value_sizes,
         report::ttl_text(&spec.ttl),
         args.warmup,
-        args.run.duration,
+        args.run.clients.duration,
         args.run.repeat
     );
     println!("load average at start: {load_at_start} ({cpus} CPUs online)");
     println!("command: {command}");
 
-    let (client_pin, server_pin) = args.pinning.pins();
+    let (client_pin, server_pin) = args.servers.pinning.pins();
     let _pinned = client_pin.map(cpu::pin_this_thread).transpose()?;
     if let (Some(c), Some(s)) = (client_pin, server_pin) {
         println!("pinning: load generator on CPU {c}, spawned servers on CPU {s}");
@@ -197,11 +199,11 @@ pub fn bench(args: &LoadArgs) -> Result<Vec<Row>> {
 /// What `--out` records of a load run: its flags and its resolved workload `spec`.
 fn run_settings(args: &LoadArgs, spec: &WorkloadSpec) -> report::RunSettings {
     report::RunSettings {
-        conns: args.run.conns,
+        conns: args.run.clients.conns,
         pipeline: args.pipeline.clone(),
         rate: args.rate,
         warmup_s: args.warmup.as_secs_f64(),
-        duration_s: args.run.duration.as_secs_f64(),
+        duration_s: args.run.clients.duration.as_secs_f64(),
         repeat: args.run.repeat,
         seed: args.run.seed,
         ..report::RunSettings::of_workload(spec)
@@ -246,7 +248,7 @@ fn refuse_floor_beyond_its_replies(targets: &[Target], spec: &WorkloadSpec) -> R
 fn progress_bar(args: &LoadArgs, targets: usize) -> Option<indicatif::ProgressBar> {
     use std::io::IsTerminal;
     let runs = (targets * args.pipeline.len() * args.run.repeat) as u32;
-    let total = (args.warmup + args.run.duration) * runs;
+    let total = (args.warmup + args.run.clients.duration) * runs;
     if !std::io::stderr().is_terminal() || total < Duration::from_secs(5) {
         return None;
     }
@@ -359,12 +361,12 @@ async fn run_target(
         let cfg = LoadConfig {
             addr,
             server_pid: pid,
-            conns: args.run.conns,
+            conns: args.run.clients.conns,
             depth,
             rate: args.rate,
             progress: progress.cloned(),
             warmup: args.warmup,
-            duration: args.run.duration,
+            duration: args.run.clients.duration,
             seed: args.run.seed.wrapping_add(repeat as u64),
         };
         let m: Measured = client::measure(&cfg, workload.clone())

@@ -25,6 +25,7 @@ use tokio::net::TcpStream;
 
 use super::args::{Pinning, Spawning};
 use super::replay_client::{self, LiveReport, Pacing, ReplayConfig};
+use super::table::{Column, Table};
 use super::target::{self, SpawnSpec};
 use super::{cpu, start, Target};
 use memfleet_results::plot::{self, Series};
@@ -382,37 +383,37 @@ fn mib(bytes: Option<u64>) -> String {
 
 /// One row per server and memory size.
 pub fn sizing_table(rows: &[ReplayRow]) -> String {
-    let mut out = format!(
-        "{:<12} {:>8} {:>10} {:>10} {:>10} {:>9} {:>9} {:>9} {:>9} {:>10} {:>8}\n",
-        "server",
-        "mem_MiB",
-        "miss_ratio",
-        "byte_miss",
-        "gets",
-        "used_MiB",
-        "limit_MiB",
-        "rss_MiB",
-        "items",
-        "evictions",
-        "req/s"
-    );
+    const COLUMNS: [Column; 11] = [
+        Column::left("server", 12),
+        Column::right("mem_MiB", 8),
+        Column::right("miss_ratio", 10),
+        Column::right("byte_miss", 10),
+        Column::right("gets", 10),
+        Column::right("used_MiB", 9),
+        Column::right("limit_MiB", 9),
+        Column::right("rss_MiB", 9),
+        Column::right("items", 9),
+        Column::right("evictions", 10),
+        Column::right("req/s", 8),
+    ];
+    let mut t = Table::new(&COLUMNS);
+    let count = |n: Option<u64>| n.map_or("-".into(), |n| n.to_string());
     for r in rows {
-        out += &format!(
-            "{:<12} {:>8} {:>10.4} {:>10.4} {:>10} {:>9} {:>9} {:>9} {:>9} {:>10} {:>8.0}\n",
-            r.server,
-            r.memory_mib,
-            r.miss_ratio,
-            r.byte_miss_ratio,
-            r.gets,
-            mib(r.bytes),
-            mib(r.limit_maxbytes),
-            mib(r.rss_bytes),
-            r.curr_items.map_or("-".into(), |n| n.to_string()),
-            r.evictions.map_or("-".into(), |n| n.to_string()),
-            r.requests as f64 / r.wall_secs.max(1e-9)
-        );
+        t.row(&[
+            &r.server,
+            &r.memory_mib,
+            &format!("{:.4}", r.miss_ratio),
+            &format!("{:.4}", r.byte_miss_ratio),
+            &r.gets,
+            &mib(r.bytes),
+            &mib(r.limit_maxbytes),
+            &mib(r.rss_bytes),
+            &count(r.curr_items),
+            &count(r.evictions),
+            &format!("{:.0}", r.requests as f64 / r.wall_secs.max(1e-9)),
+        ]);
     }
-    out
+    t.text()
 }
 
 /// Miss ratio per window of trace time: one row per window, one column per server and size.

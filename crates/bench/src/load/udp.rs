@@ -19,8 +19,9 @@ use serde_json::json;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{TcpStream, UdpSocket};
 
-use super::args::{ClosedLoop, Keys, Pinning, Spawning, Targets};
+use super::args::{ClosedLoop, Servers};
 use super::run_log::{write_results, RunLog};
+use super::table::{self, Column};
 use super::workload::{conn_rng, Workload};
 use super::{client, cpu, report, runtime, start};
 use memfleet_results::plot::Series;
@@ -30,19 +31,10 @@ use memfleet_results::plot::Series;
 pub struct UdpArgs {
     /// The servers under test.
     #[command(flatten)]
-    pub targets: Targets,
-    /// The clients, the run time, the repeats.
+    pub servers: Servers,
+    /// The clients, the keys, the repeats.
     #[command(flatten)]
     pub run: ClosedLoop,
-    /// The keys and values requested.
-    #[command(flatten)]
-    pub keys: Keys,
-    /// How spawned servers are started.
-    #[command(flatten)]
-    pub spawning: Spawning,
-    /// Where the load generator and the servers run.
-    #[command(flatten)]
-    pub pinning: Pinning,
     /// Write udp.json and udp-latency-cdf.png into this directory, with the command that
     /// made them.
     #[arg(long, value_name = "DIR")]
@@ -261,50 +253,65 @@ async fn udp_client(sock: UdpSocket, mut c: ClientLoop) -> Result<Measured> {
     Ok((c.h, lost))
 }
 
+/// The table's columns.
+const COLUMNS: [Column; 8] = [
+    Column::left("server", 12),
+    Column::left("via", 5),
+    Column::right("gets/s", 10),
+    Column::right("p50 µs", 8),
+    Column::right("p90 µs", 8),
+    Column::right("p99 µs", 8),
+    Column::right("p99.9 µs", 8),
+    Column::right("lost", 8),
+];
+
 /// One table line.
 pub fn line(server: &str, transport: &str, r: &LatencyResult) -> String {
-    format!(
-        "{:<12} {:<5} {:>10.0} {:>8} {:>8} {:>8} {:>8} {:>8}",
-        server,
-        transport,
-        r.ops as f64 / r.elapsed.as_secs_f64().max(1e-9),
-        r.us[0],
-        r.us[1],
-        r.us[2],
-        r.us[3],
-        r.lost
+    table::line(
+        &COLUMNS,
+        &[
+            &server,
+            &transport,
+            &format!("{:.0}", r.ops as f64 / r.elapsed.as_secs_f64().max(1e-9)),
+            &r.us[0],
+            &r.us[1],
+            &r.us[2],
+            &r.us[3],
+            &r.lost,
+        ],
     )
 }
 
 /// The table header.
 pub fn header() -> String {
-    format!(
-        "{:<12} {:<5} {:>10} {:>8} {:>8} {:>8} {:>8} {:>8}",
-        "server", "via", "gets/s", "p50 µs", "p90 µs", "p99 µs", "p99.9 µs", "lost"
-    )
+    table::heading(&COLUMNS)
 }
 
 /// `memfleet bench udp`: per target, pre-fill, then `--repeat` pairs of runs (TCP, then UDP) with
 /// the same clients, keys and duration; the table shows the run with the median p50 of each.
 pub fn bench(args: &UdpArgs) -> Result<()> {
-    if args.targets.is_empty() {
+    if args.servers.targets.is_empty() {
         bail!("nothing to load: give --spawn memcached|memfleet or --target NAME=HOST:PORT");
     }
-    if args.run.repeat == 0 || args.run.duration.is_zero() || args.run.conns == 0 {
+    if args.run.repeat == 0 || args.run.clients.duration.is_zero() || args.run.clients.conns == 0 {
         bail!("--repeat, --duration and --conns must be positive");
     }
-    let workload = Rc::new(args.keys.gets_workload("udp", args.keys.zipf)?);
+    let workload = Rc::new(args.run.keys.gets_workload("udp", args.run.keys.zipf)?);
     let log = RunLog::new();
     println!(
         "memfleet bench udp: {} clients, one get at a time each, {} keys, \
          {}-byte values, {:?} per run, {} repeat(s)",
-        args.run.conns, args.keys.keys, args.keys.value_size, args.run.duration, args.run.repeat
+        args.run.clients.conns,
+        args.run.keys.keys,
+        args.run.keys.value_size,
+        args.run.clients.duration,
+        args.run.repeat
     );
     log.print_start();
-    let settings = args.spawning.settings(true, workload.value_size());
-    let (client_pin, server_pin) = args.pinning.pins();
+    let settings = args.servers.spawning.settings(true, workload.value_size());
+    let (client_pin, server_pin) = args.servers.pinning.pins();
     let _pinned = client_pin.map(cpu::pin_this_thread).transpose()?;
-    let targets = args.targets.list();
+    let targets = args.servers.targets.list();
     let (rt, local) = runtime()?;
     // The table's rows: (target, transport, the run with the median p50).
     let mut medians: Vec<(String, &str, LatencyResult)> = Vec::new();
@@ -317,8 +324,8 @@ pub fn bench(args: &UdpArgs) -> Result<()> {
                 let clients = Clients {
                     addr,
                     w: workload.clone(),
-                    conns: args.run.conns,
-                    duration: args.run.duration,
+                    conns: args.run.clients.conns,
+                    duration: args.run.clients.duration,
                     seed: args.run.seed.wrapping_add(r as u64),
                 };
                 let tcp = clients
@@ -398,10 +405,9 @@ fn json_report(
             })
         })
         .collect();
-    let mut parameters = args.run.parameters(
-        &args.keys,
-        "the run with the median p50 of each server and transport",
-    );
+    let mut parameters = args
+        .run
+        .parameters("the run with the median p50 of each server and transport");
     parameters["udp_timeout_ms"] = json!(UDP_TIMEOUT.as_secs_f64() * 1000.0);
     json!({
         "parameters": parameters,

@@ -29,6 +29,7 @@ use memfleet_results::plot::{self, Timeline};
 use super::args::{Spawning, Targets};
 use super::run_log::{write_results, RunLog};
 use super::server_stats::Stats;
+use super::table::{Column, Table};
 use super::timeline;
 use super::{runtime, start, Target};
 use memfleet_sim::duration::parse_duration;
@@ -213,32 +214,30 @@ fn summary_table(outcomes: &[ExpiryRun], summaries: &[Summary], steady_from: f64
         "\nbytes held in expired items (steady: from second {steady_from:.0} on, once the \
          first short TTLs have run out; early gone: live items no longer held):"
     );
-    let _ = writeln!(
-        t,
-        "{:<12} {:>10} {:>10} {:>10} {:>15} {:>13} {:>13} {:>12}",
-        "server",
-        "sets",
-        "peak MiB",
-        "mean MiB",
-        "steady mean MiB",
-        "steady share%",
-        "early gone%",
-        "peak RSS MiB"
-    );
+    const COLUMNS: [Column; 8] = [
+        Column::left("server", 12),
+        Column::right("sets", 10),
+        Column::right("peak MiB", 10),
+        Column::right("mean MiB", 10),
+        Column::right("steady mean MiB", 15),
+        Column::right("steady share%", 13),
+        Column::right("early gone%", 13),
+        Column::right("peak RSS MiB", 12),
+    ];
+    let mut table = Table::new(&COLUMNS);
     for (o, s) in outcomes.iter().zip(summaries) {
-        let _ = writeln!(
-            t,
-            "{:<12} {:>10} {:>10} {:>10} {:>15} {:>13.1} {:>13.1} {:>12}",
-            o.name,
-            o.written,
-            mib(s.peak as f64),
-            mib(s.mean),
-            mib(s.steady_mean),
-            100.0 * s.steady_share,
-            100.0 * s.steady_early_share,
-            s.peak_rss.map_or("-".into(), |r| mib(r as f64))
-        );
+        table.row(&[
+            &o.name,
+            &o.written,
+            &mib(s.peak as f64),
+            &mib(s.mean),
+            &mib(s.steady_mean),
+            &format!("{:.1}", 100.0 * s.steady_share),
+            &format!("{:.1}", 100.0 * s.steady_early_share),
+            &s.peak_rss.map_or("-".into(), |r| mib(r as f64)),
+        ]);
     }
+    t += &table.text();
     for o in outcomes {
         let pick = |stats: &Stats, names: &[&str]| {
             names

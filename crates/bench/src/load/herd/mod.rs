@@ -26,8 +26,9 @@
 //! With `--out DIR`: `herd.json` (the table's rows with each one's database timeline) and
 //! `herd-db-queries.png` (database queries per second in each 100 ms window, per mode).
 
-use super::args::{Pinning, Spawning, Targets};
+use super::args::{Clients, Servers};
 use super::run_log::{write_results, RunLog};
+use super::table::{Column, Table};
 use super::{runtime, start};
 use anyhow::{bail, Context, Result};
 use memfleet_results::plot::{self, Series};
@@ -44,19 +45,10 @@ pub use self::clients::{run, supported_modes, HerdConfig, HerdResult, Mode, WIND
 pub struct HerdArgs {
     /// The servers under test.
     #[command(flatten)]
-    pub targets: Targets,
-    /// How spawned servers are started.
+    pub servers: Servers,
+    /// The readers of the hot key and the run time.
     #[command(flatten)]
-    pub spawning: Spawning,
-    /// Where the load generator and the servers run.
-    #[command(flatten)]
-    pub pinning: Pinning,
-    /// Readers of the hot key, one connection each.
-    #[arg(short = 'c', long, default_value_t = 50)]
-    pub conns: usize,
-    /// Time per run, e.g. 10s, 500ms, 1m.
-    #[arg(long, value_parser = parse_duration, default_value = "10s")]
-    pub duration: Duration,
+    pub clients: Clients,
     /// Run every server and mode N times and report the run with the median database peak.
     #[arg(long, default_value_t = 1)]
     pub repeat: usize,
@@ -89,57 +81,57 @@ pub struct HerdArgs {
     pub out: Option<PathBuf>,
 }
 
+/// The report table's columns.
+const COLUMNS: [Column; 13] = [
+    Column::left("server", 12),
+    Column::left("mode", 6),
+    Column::right("reads/s", 10),
+    Column::right("hit1 %", 8),
+    Column::right("db total", 9),
+    Column::right("db q/s", 10),
+    Column::right("db peak/s", 10),
+    Column::right("waits", 8),
+    Column::right("stale", 8),
+    Column::right("stale-hit", 9),
+    Column::right("refused", 8),
+    Column::right("p50 µs", 8),
+    Column::right("p99 µs", 8),
+];
+
 /// The report table: one row per (server, mode).
 pub fn table(rows: &[(String, Mode, HerdResult)]) -> String {
-    use std::fmt::Write;
-    let mut t = String::new();
-    let _ = writeln!(
-        t,
-        "{:<12} {:<6} {:>10} {:>8} {:>9} {:>10} {:>10} {:>8} {:>8} {:>9} {:>8} {:>8} {:>8}",
-        "server",
-        "mode",
-        "reads/s",
-        "hit1 %",
-        "db total",
-        "db q/s",
-        "db peak/s",
-        "waits",
-        "stale",
-        "stale-hit",
-        "refused",
-        "p50 µs",
-        "p99 µs"
-    );
+    let mut t = Table::new(&COLUMNS);
     for (server, mode, r) in rows {
         let secs = r.elapsed.as_secs_f64().max(1e-9);
-        let _ = writeln!(
-            t,
-            "{:<12} {:<6} {:>10.0} {:>8.2} {:>9} {:>10.1} {:>10.0} {:>8} {:>8} {:>9} {:>8} {:>8} {:>8}",
+        t.row(&[
             server,
-            mode.name(),
-            r.reads as f64 / secs,
-            100.0 * r.first_try_hits as f64 / r.reads.max(1) as f64,
-            r.db_queries,
-            r.db_qps_mean,
-            r.db_qps_peak,
-            r.waits,
-            r.stale_taken,
-            r.stale_served_as_fresh,
-            r.fills_refused,
-            r.latency_us.0,
-            r.latency_us.1
-        );
+            &mode.name(),
+            &format!("{:.0}", r.reads as f64 / secs),
+            &format!(
+                "{:.2}",
+                100.0 * r.first_try_hits as f64 / r.reads.max(1) as f64
+            ),
+            &r.db_queries,
+            &format!("{:.1}", r.db_qps_mean),
+            &format!("{:.0}", r.db_qps_peak),
+            &r.waits,
+            &r.stale_taken,
+            &r.stale_served_as_fresh,
+            &r.fills_refused,
+            &r.latency_us.0,
+            &r.latency_us.1,
+        ]);
     }
-    t
+    t.text()
 }
 
 /// `memfleet bench herd`: every target, every mode it speaks, `--repeat` times; prints each run
 /// and the table of medians (by peak database rate).
 pub fn bench(args: &HerdArgs) -> Result<()> {
-    if args.targets.is_empty() {
+    if args.servers.targets.is_empty() {
         bail!("nothing to load: give --spawn memcached|memfleet or --target NAME=HOST:PORT");
     }
-    if args.repeat == 0 || args.duration.is_zero() || args.invalidate.is_zero() {
+    if args.repeat == 0 || args.clients.duration.is_zero() || args.invalidate.is_zero() {
         bail!("--repeat, --duration and --invalidate must be positive");
     }
     let wanted: Vec<Mode> = args
@@ -157,7 +149,7 @@ pub fn bench(args: &HerdArgs) -> Result<()> {
         "memfleet bench herd: {} readers of one hot key, updated and deleted every \
          {:?}; database queries take {:?}; waiting readers retry after {:?}{}; {:?} per run, \
          {} repeat(s)",
-        args.conns,
+        args.clients.conns,
         args.invalidate,
         args.db_latency,
         args.retry,
@@ -166,13 +158,13 @@ pub fn bench(args: &HerdArgs) -> Result<()> {
         } else {
             ""
         },
-        args.duration,
+        args.clients.duration,
         args.repeat
     );
     log.print_start();
-    let settings = args.spawning.settings(false, args.value_size);
-    let (_, server_pin) = args.pinning.pins();
-    let targets = args.targets.list();
+    let settings = args.servers.spawning.settings(false, args.value_size);
+    let (_, server_pin) = args.servers.pinning.pins();
+    let targets = args.servers.targets.list();
     let (rt, local) = runtime()?;
     let mut runs: Vec<(String, Mode, Vec<HerdResult>)> = Vec::new();
     local.block_on(&rt, async {
@@ -184,8 +176,8 @@ pub fn bench(args: &HerdArgs) -> Result<()> {
                 for r in 1..=args.repeat {
                     let cfg = HerdConfig {
                         addr,
-                        conns: args.conns,
-                        duration: args.duration,
+                        conns: args.clients.conns,
+                        duration: args.clients.duration,
                         invalidate_every: args.invalidate,
                         db_latency: args.db_latency,
                         retry_after: args.retry,
@@ -308,8 +300,8 @@ fn json_report(
         .collect();
     json!({
         "parameters": {
-            "conns": args.conns,
-            "duration_s": args.duration.as_secs_f64(),
+            "conns": args.clients.conns,
+            "duration_s": args.clients.duration.as_secs_f64(),
             "invalidate_every_ms": args.invalidate.as_secs_f64() * 1000.0,
             "db_latency_ms": args.db_latency.as_secs_f64() * 1000.0,
             "retry_after_ms": args.retry.as_secs_f64() * 1000.0,
