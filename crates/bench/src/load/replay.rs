@@ -383,18 +383,12 @@ fn mib(bytes: Option<u64>) -> String {
 
 /// One row per server and memory size.
 pub fn sizing_table(rows: &[ReplayRow]) -> String {
+    #[rustfmt::skip]
     const COLUMNS: [Column; 11] = [
-        Column::left("server", 12),
-        Column::right("mem_MiB", 8),
-        Column::right("miss_ratio", 10),
-        Column::right("byte_miss", 10),
-        Column::right("gets", 10),
-        Column::right("used_MiB", 9),
-        Column::right("limit_MiB", 9),
-        Column::right("rss_MiB", 9),
-        Column::right("items", 9),
-        Column::right("evictions", 10),
-        Column::right("req/s", 8),
+        Column::left("server", 12), Column::right("mem_MiB", 8), Column::right("miss_ratio", 10),
+        Column::right("byte_miss", 10), Column::right("gets", 10), Column::right("used_MiB", 9),
+        Column::right("limit_MiB", 9), Column::right("rss_MiB", 9), Column::right("items", 9),
+        Column::right("evictions", 10), Column::right("req/s", 8),
     ];
     let mut t = Table::new(&COLUMNS);
     let count = |n: Option<u64>| n.map_or("-".into(), |n| n.to_string());

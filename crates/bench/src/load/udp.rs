@@ -254,15 +254,11 @@ async fn udp_client(sock: UdpSocket, mut c: ClientLoop) -> Result<Measured> {
 }
 
 /// The table's columns.
+#[rustfmt::skip]
 const COLUMNS: [Column; 8] = [
-    Column::left("server", 12),
-    Column::left("via", 5),
-    Column::right("gets/s", 10),
-    Column::right("p50 µs", 8),
-    Column::right("p90 µs", 8),
-    Column::right("p99 µs", 8),
-    Column::right("p99.9 µs", 8),
-    Column::right("lost", 8),
+    Column::left("server", 12), Column::left("via", 5), Column::right("gets/s", 10),
+    Column::right("p50 µs", 8), Column::right("p90 µs", 8), Column::right("p99 µs", 8),
+    Column::right("p99.9 µs", 8), Column::right("lost", 8),
 ];
 
 /// One table line.

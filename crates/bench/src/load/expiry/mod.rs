@@ -214,14 +214,11 @@ fn summary_table(outcomes: &[ExpiryRun], summaries: &[Summary], steady_from: f64
         "\nbytes held in expired items (steady: from second {steady_from:.0} on, once the \
          first short TTLs have run out; early gone: live items no longer held):"
     );
+    #[rustfmt::skip]
     const COLUMNS: [Column; 8] = [
-        Column::left("server", 12),
-        Column::right("sets", 10),
-        Column::right("peak MiB", 10),
-        Column::right("mean MiB", 10),
-        Column::right("steady mean MiB", 15),
-        Column::right("steady share%", 13),
-        Column::right("early gone%", 13),
+        Column::left("server", 12), Column::right("sets", 10), Column::right("peak MiB", 10),
+        Column::right("mean MiB", 10), Column::right("steady mean MiB", 15),
+        Column::right("steady share%", 13), Column::right("early gone%", 13),
         Column::right("peak RSS MiB", 12),
     ];
     let mut table = Table::new(&COLUMNS);

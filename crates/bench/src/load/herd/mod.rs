@@ -82,19 +82,12 @@ pub struct HerdArgs {
 }
 
 /// The report table's columns.
+#[rustfmt::skip]
 const COLUMNS: [Column; 13] = [
-    Column::left("server", 12),
-    Column::left("mode", 6),
-    Column::right("reads/s", 10),
-    Column::right("hit1 %", 8),
-    Column::right("db total", 9),
-    Column::right("db q/s", 10),
-    Column::right("db peak/s", 10),
-    Column::right("waits", 8),
-    Column::right("stale", 8),
-    Column::right("stale-hit", 9),
-    Column::right("refused", 8),
-    Column::right("p50 µs", 8),
+    Column::left("server", 12), Column::left("mode", 6), Column::right("reads/s", 10),
+    Column::right("hit1 %", 8), Column::right("db total", 9), Column::right("db q/s", 10),
+    Column::right("db peak/s", 10), Column::right("waits", 8), Column::right("stale", 8),
+    Column::right("stale-hit", 9), Column::right("refused", 8), Column::right("p50 µs", 8),
     Column::right("p99 µs", 8),
 ];
 

@@ -149,18 +149,12 @@ fn summary_table(outcomes: &[WarmupRun], summaries: &[Summary]) -> String {
     use std::fmt::Write as _;
     let mut t = String::new();
     let after = |r: Option<usize>| r.map_or("never".into(), |s| format!("{s}s"));
+    #[rustfmt::skip]
     const COLUMNS: [Column; 12] = [
-        Column::left("run", 16),
-        Column::right("gets", 9),
-        Column::right("db", 9),
-        Column::right("db/100get", 10),
-        Column::right("clnt hit%", 9),
-        Column::right("cold last%", 10),
-        Column::right("50% at", 9),
-        Column::right("90% at", 9),
-        Column::right("p50 ms", 8),
-        Column::right("p99 ms", 8),
-        Column::right("cold items", 10),
+        Column::left("run", 16), Column::right("gets", 9), Column::right("db", 9),
+        Column::right("db/100get", 10), Column::right("clnt hit%", 9),
+        Column::right("cold last%", 10), Column::right("50% at", 9), Column::right("90% at", 9),
+        Column::right("p50 ms", 8), Column::right("p99 ms", 8), Column::right("cold items", 10),
         Column::right("errors", 6),
     ];
     let mut table = Table::new(&COLUMNS);
