@@ -1,5 +1,6 @@
-//! `memfleet bench`: a memcached text-protocol load generator that compares
-//! servers side by side in one run. For each target (started here with
+//! `memfleet bench load` (and the home of every other experiment's module; the subcommands
+//! are `cli`'s): a memcached text-protocol load generator that compares servers side by
+//! side in one run. For each target (started here with
 //! `--spawn`, or given with `--target`) it pre-fills the key range, then at
 //! each pipeline depth runs a warm-up and a measured phase with identical load
 //! (N connections, closed loop, 90% get / 10% set by default; open loop at a
