@@ -231,7 +231,7 @@ fn check(args: &ReplayArgs) -> Result<()> {
     Ok(())
 }
 
-/// Runs the scenario: prints the tables, writes `--out`, fails on any wrong reply.
+/// `memfleet bench replay`: prints the tables, writes `--out`, fails on any wrong reply.
 pub fn bench(args: &ReplayArgs) -> Result<()> {
     check(args)?;
     let (source, limit) = source(args)?;
