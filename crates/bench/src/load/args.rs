@@ -11,6 +11,7 @@ use memfleet_loadgen::workload::{Mix, Protocol, Workload, WorkloadSpec};
 use memfleet_sim::duration::parse_duration;
 use memfleet_sim::sizes::{KeySizes, SizeDistribution, ValueSizes};
 use memfleet_sim::workload::TtlMix;
+use memfleet_testkit::Spawned;
 use std::time::Duration;
 
 /// The servers under test: started for the run or already running.
@@ -42,6 +43,15 @@ impl Target {
         match self {
             Target::Spawn(s) => s.name(),
             Target::External(t) => &t.name,
+        }
+    }
+
+    /// Its process ID, for its CPU time: of `spawned`, the process started for it, or the
+    /// one `--target` gave.
+    pub(crate) fn pid(&self, spawned: Option<&Spawned>) -> Option<u32> {
+        match self {
+            Target::Spawn(_) => spawned.map(Spawned::pid),
+            Target::External(t) => t.pid,
         }
     }
 }

@@ -335,10 +335,7 @@ async fn run_target(
         Some(bar) => bar.suspend(|| start(target, settings, server_pin, &[]))?,
         None => start(target, settings, server_pin, &[])?,
     };
-    let pid = match target {
-        Target::Spawn(_) => spawned.as_ref().map(Spawned::pid),
-        Target::External(t) => t.pid,
-    };
+    let pid = target.pid(spawned.as_ref());
     if !args.no_prefill {
         let start = Instant::now();
         client::prefill(addr, workload, 100).await?;

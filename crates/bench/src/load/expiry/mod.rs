@@ -132,10 +132,7 @@ pub fn bench(args: &ExpiryArgs) -> Result<()> {
     let mut servers: Vec<(Option<Spawned>, SocketAddr, Option<u32>)> = Vec::new();
     for t in &targets {
         let (spawned, addr) = start(t, &settings, None, &[])?;
-        let pid = match t {
-            Target::Spawn(_) => spawned.as_ref().map(Spawned::pid),
-            Target::External(e) => e.pid,
-        };
+        let pid = t.pid(spawned.as_ref());
         servers.push((spawned, addr, pid));
     }
     let (rt, local) = runtime()?;
