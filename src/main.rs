@@ -14,7 +14,7 @@ struct Cli {
     command: Command,
 }
 
-// Parsed once per process: the size of its largest variant (bench's many flags) is no cost.
+// Parsed once per process: the size of its largest variant is no cost.
 #[allow(clippy::large_enum_variant)]
 #[derive(Subcommand)]
 enum Command {
@@ -28,10 +28,11 @@ enum Command {
     /// Replay a trace or a synthetic workload through the Segcache engine and an exact LRU
     /// (memcached-like 56-byte item overhead) in-process, and print miss ratio vs memory.
     Sim(memfleet_sim::SimArgs),
-    /// Load memcached-protocol servers side by side (spawned with --spawn or given with
-    /// --target) and print ops/s, latency percentiles and server CPU time per operation.
-    // Boxed: the load generator's flags make its variant several times the size of the others.
-    Bench(Box<memfleet_bench::load::LoadArgs>),
+    /// Run an experiment on memcached-protocol servers, each with its own flags: load (the
+    /// default: `memfleet bench --spawn ...` is `memfleet bench load --spawn ...`), herd, udp,
+    /// restart, gutter, client, invalidation, replay, warmup, expiry.
+    #[command(subcommand)]
+    Bench(memfleet_bench::load::Experiment),
     /// The floor server (answers `memfleet bench`'s requests with no cache: the socket I/O
     /// floor) or, with --backend, the floor proxy: yardsticks for the bench.
     Floor(memfleet_floor::FloorArgs),
@@ -45,7 +46,15 @@ enum Command {
 }
 
 fn main() -> anyhow::Result<()> {
-    let cli = Cli::parse();
+    // `memfleet bench --scenario X ...` and `memfleet bench --flag ...` are older spellings
+    // of `memfleet bench X ...` and `memfleet bench load --flag ...`.
+    let argv = memfleet_bench::load::cli::subcommand_argv(std::env::args_os().collect());
+    let bench = argv.get(1).is_some_and(|a| a == "bench");
+    let cli = Cli::try_parse_from(argv).unwrap_or_else(|e| match bench {
+        // A flag of another experiment: say whose.
+        true => memfleet_bench::load::cli::explain(e).exit(),
+        false => e.exit(),
+    });
     // One log setup for every subcommand: `MEMFLEET_LOG` (tracing's filter syntax, default
     // `info`) to stderr, colored only on a terminal.
     let _ = tracing_subscriber::fmt()
@@ -63,7 +72,7 @@ fn main() -> anyhow::Result<()> {
             let segcache = memfleet_sim::segcache::factory(args.engine.clone());
             memfleet_sim::run(&args, &segcache)
         }
-        Command::Bench(args) => memfleet_bench::load::run(&args),
+        Command::Bench(experiment) => memfleet_bench::load::cli::run(&experiment),
         Command::Floor(args) => memfleet_floor::run(&args),
         Command::Fleet(command) => fleet::run(&command),
         Command::Invalidator(args) => memfleet_invalidator::run_cli(&args),

@@ -1,10 +1,213 @@
 //! `memfleet bench` end to end: it spawns the do-nothing floor server and `memfleet server`
-//! from this build, loads both, verifies every reply and exits 0 only if there was no error.
+//! from this build, loads both, verifies every reply and exits 0 only if there was no error;
+//! each experiment is a subcommand with only its own flags, and the older spellings
+//! (`--scenario X`, `--herd-*` and the like) still run.
 
 mod support;
 
-use std::process::Command;
+use std::collections::BTreeSet;
+use std::process::{Command, Output};
 use support::results::{assert_figure, assert_results, out_dir};
+
+fn memfleet(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_memfleet"))
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+/// The long flags an experiment's `--help` lists.
+fn flags_of(experiment: &str) -> BTreeSet<String> {
+    let out = memfleet(&["bench", experiment, "--help"]);
+    assert!(out.status.success(), "{experiment} --help: {out:?}");
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .filter_map(|l| {
+            // `      --keys <KEYS>` or `  -c, --conns <CONNS>`
+            let l = l.trim_start();
+            let l = l
+                .split_once(", ")
+                .filter(|(short, _)| short.len() == 2)
+                .map_or(l, |s| s.1);
+            let flag = l.strip_prefix("--")?.split([' ', '=']).next()?;
+            Some(flag.to_string())
+        })
+        .collect()
+}
+
+/// Each experiment's `--help` lists exactly the flags it reads: the groups it shares with
+/// others and its own, never another experiment's.
+#[test]
+fn each_experiment_lists_only_its_own_flags() {
+    const SERVERS: &str = "spawn target server-threads server-memory memcached-bin \
+                           memfleet-bin server-cpu client-cpu no-pin";
+    const CLOSED_LOOP: &str = "conns duration keys value-size zipf repeat seed";
+    let expected = [
+        (
+            "load",
+            format!(
+                "{SERVERS} {CLOSED_LOOP} pipeline get-ratio warmup no-prefill rate \
+                 delete-ratio mix key-size ttl protocol workload"
+            ),
+        ),
+        (
+            "herd",
+            format!(
+                "{SERVERS} conns duration repeat value-size invalidate db-latency retry \
+                 accept-stale modes"
+            ),
+        ),
+        ("udp", format!("{SERVERS} {CLOSED_LOOP}")),
+        (
+            "restart",
+            "server-threads server-memory memcached-bin memfleet-bin server-cpu client-cpu \
+             no-pin keys value-size"
+                .into(),
+        ),
+        (
+            "gutter",
+            "conns duration keys value-size zipf memfleet-bin db-latency fail-at gutter-ttl".into(),
+        ),
+        (
+            "client",
+            format!("{CLOSED_LOOP} memfleet-bin server-cpu client-cpu no-pin"),
+        ),
+        (
+            "invalidation",
+            "memfleet-bin conns duration rate outage no-spool".into(),
+        ),
+        (
+            "replay",
+            "spawn server-threads server-memory memcached-bin memfleet-bin server-cpu \
+             client-cpu no-pin memory-sizes trace trace-format requests speedup workload \
+             keys zipf seed window conns depth"
+                .into(),
+        ),
+        (
+            "warmup",
+            "conns duration keys value-size zipf memfleet-bin db-latency seed server-memory \
+             db-concurrency"
+                .into(),
+        ),
+        (
+            "expiry",
+            "spawn target server-threads server-memory memcached-bin memfleet-bin duration \
+             value-size seed rate short-ttl long-share"
+                .into(),
+        ),
+    ];
+    for (experiment, flags) in expected {
+        let want: BTreeSet<String> = flags
+            .split_whitespace()
+            .chain(["out", "help"])
+            .map(String::from)
+            .collect();
+        assert_eq!(
+            flags_of(experiment),
+            want,
+            "memfleet bench {experiment} --help"
+        );
+    }
+    // Where no experiment is named, the flags are load's.
+    let out = String::from_utf8(memfleet(&["bench", "--help"]).stdout).unwrap();
+    for experiment in ["load", "herd", "replay", "expiry"] {
+        assert!(out.contains(&format!("\n  {experiment} ")), "{out}");
+    }
+}
+
+/// `--scenario X` anywhere on the line is the subcommand X, and the old prefixed names of
+/// an experiment's flags are aliases of the new ones.
+#[test]
+fn scenario_flag_and_old_flag_names_still_work() {
+    let help = |args: &[&str]| memfleet(args).stdout;
+    assert_eq!(
+        help(&["bench", "--scenario", "herd", "--help"]),
+        help(&["bench", "herd", "--help"])
+    );
+    assert_eq!(
+        help(&["bench", "--scenario=replay", "--help"]),
+        help(&["bench", "replay", "--help"])
+    );
+    // The same refusal by herd itself, however the experiment and the flag are spelled: the
+    // flags reached herd's own checks.
+    for args in [
+        &["bench", "herd", "--spawn", "memfleet", "--invalidate", "0s"][..],
+        &[
+            "bench",
+            "--spawn",
+            "memfleet",
+            "--scenario",
+            "herd",
+            "--herd-invalidate",
+            "0s",
+        ],
+    ] {
+        let out = memfleet(args);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {stderr}");
+        assert!(
+            stderr.contains("--repeat, --duration and --invalidate must be positive"),
+            "{args:?}: {stderr}"
+        );
+    }
+    // Plain `memfleet bench --flag ...` is load.
+    let out = memfleet(&["bench", "--conns", "0", "--spawn", "memfleet"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("--conns, --repeat and every --pipeline"),
+        "{stderr}"
+    );
+}
+
+/// A flag of another experiment is refused before anything starts, naming the experiments
+/// that take it.
+#[test]
+fn another_experiments_flag_is_refused_with_its_owner_named() {
+    for (args, owner) in [
+        (
+            &["bench", "load", "--invalidate", "1s"][..],
+            "`memfleet bench herd`",
+        ),
+        (
+            &["bench", "--spawn", "memfleet", "--herd-invalidate", "1s"],
+            "`memfleet bench herd`",
+        ),
+        (
+            &["bench", "--scenario", "udp", "--pipeline", "4"],
+            "`memfleet bench load`",
+        ),
+        (
+            &["bench", "gutter", "--spawn", "memfleet"],
+            "load|herd|udp|replay|expiry`",
+        ),
+        (
+            &["bench", "expiry", "--trace", "t.csv"],
+            "`memfleet bench replay`",
+        ),
+    ] {
+        let out = memfleet(args);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(
+            out.status.code(),
+            Some(2),
+            "{args:?} was accepted: {stderr}"
+        );
+        let flag = args
+            .iter()
+            .find(|a| a.starts_with("--") && **a != "--spawn" && **a != "--scenario");
+        let flag = flag.copied().unwrap_or("--spawn");
+        assert!(
+            stderr.contains(&format!("unexpected argument '{flag}'")),
+            "{args:?}: {stderr}"
+        );
+        assert!(
+            stderr.contains(&format!("{flag} is a flag of")),
+            "{args:?}: {stderr}"
+        );
+        assert!(stderr.contains(owner), "{args:?}: {stderr}");
+    }
+}
 
 #[test]
 fn bench_spawns_floor_and_memfleet_and_verifies_every_reply() {
@@ -12,6 +215,7 @@ fn bench_spawns_floor_and_memfleet_and_verifies_every_reply() {
     let out = Command::new(bin)
         .args([
             "bench",
+            "load",
             "--spawn",
             "floor",
             "--spawn",
@@ -53,8 +257,9 @@ fn bench_spawns_floor_and_memfleet_and_verifies_every_reply() {
     }
 }
 
-/// The herd scenario against this build's server: with leases one client per delete
-/// queries the database; without, every reader that misses does.
+/// The herd experiment against this build's server: with leases one client per delete
+/// queries the database; without, every reader that misses does. Spelled the old way
+/// (`--scenario herd`, `--herd-*` flags), which must keep working.
 #[test]
 fn herd_scenario_shows_leases_cutting_database_queries() {
     let bin = env!("CARGO_BIN_EXE_memfleet");
@@ -110,14 +315,7 @@ fn restart_scenario_keeps_every_item() {
     let bin = env!("CARGO_BIN_EXE_memfleet");
     let dir = out_dir("restart");
     let out = Command::new(bin)
-        .args([
-            "bench",
-            "--scenario",
-            "restart",
-            "--memfleet-bin",
-            bin,
-            "--no-pin",
-        ])
+        .args(["bench", "restart", "--memfleet-bin", bin, "--no-pin"])
         .arg("--out")
         .arg(&dir)
         .args([
@@ -152,18 +350,11 @@ fn gutter_scenario_shows_the_gutter_absorbing_a_failure() {
     let bin = env!("CARGO_BIN_EXE_memfleet");
     let dir = out_dir("gutter");
     let out = Command::new(bin)
-        .args(["bench", "--scenario", "gutter", "--memfleet-bin", bin])
+        .args(["bench", "gutter", "--memfleet-bin", bin])
         .arg("--out")
         .arg(&dir)
-        .args([
-            "--duration",
-            "4s",
-            "--gutter-fail-at",
-            "1s",
-            "--conns",
-            "10",
-        ])
-        .args(["--keys", "2000", "--herd-db-latency", "2ms"])
+        .args(["--duration", "4s", "--fail-at", "1s", "--conns", "10"])
+        .args(["--keys", "2000", "--db-latency", "2ms"])
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -219,14 +410,7 @@ fn client_scenario_compares_direct_udp_and_router_paths() {
     let bin = env!("CARGO_BIN_EXE_memfleet");
     let dir = out_dir("client");
     let out = Command::new(bin)
-        .args([
-            "bench",
-            "--scenario",
-            "client",
-            "--memfleet-bin",
-            bin,
-            "--no-pin",
-        ])
+        .args(["bench", "client", "--memfleet-bin", bin, "--no-pin"])
         .arg("--out")
         .arg(&dir)
         .args([
@@ -285,7 +469,7 @@ fn udp_scenario_measures_tcp_and_udp_latency() {
     let bin = env!("CARGO_BIN_EXE_memfleet");
     let dir = out_dir("udp");
     let out = Command::new(bin)
-        .args(["bench", "--scenario", "udp", "--spawn", "memfleet"])
+        .args(["bench", "udp", "--spawn", "memfleet"])
         .args(["--memfleet-bin", bin, "--no-pin", "--server-memory", "64"])
         .arg("--out")
         .arg(&dir)
@@ -323,17 +507,10 @@ fn invalidation_scenario_reports_commit_to_deleted_latency() {
     let bin = env!("CARGO_BIN_EXE_memfleet");
     let dir = out_dir("invalidation");
     let out = Command::new(bin)
-        .args(["bench", "--scenario", "invalidation", "--memfleet-bin", bin])
+        .args(["bench", "invalidation", "--memfleet-bin", bin])
         .arg("--out")
         .arg(&dir)
-        .args([
-            "--duration",
-            "2s",
-            "--conns",
-            "4",
-            "--invalidation-rate",
-            "400",
-        ])
+        .args(["--duration", "2s", "--conns", "4", "--rate", "400"])
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);

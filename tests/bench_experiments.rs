@@ -1,4 +1,4 @@
-//! The experiment scenarios of `memfleet bench`, end to end in their short form: each starts
+//! The experiments of `memfleet bench`, end to end in their short form: each starts
 //! what it needs on loopback from this build and must show its paper's direction.
 
 mod support;
@@ -31,11 +31,11 @@ fn warmup_scenario_spares_the_database_and_serves_hits_from_the_start() {
     let bin = env!("CARGO_BIN_EXE_memfleet");
     let dir = out_dir("warmup");
     let out = Command::new(bin)
-        .args(["bench", "--scenario", "warmup", "--memfleet-bin", bin])
+        .args(["bench", "warmup", "--memfleet-bin", bin])
         .arg("--out")
         .arg(&dir)
         .args(["--server-memory", "64", "--keys", "20000", "--conns", "8"])
-        .args(["--duration", "3s", "--herd-db-latency", "10ms"])
+        .args(["--duration", "3s", "--db-latency", "10ms"])
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -75,12 +75,12 @@ fn expiry_scenario_shows_memfleet_holding_fewer_expired_bytes_than_memcached() {
     let bin = env!("CARGO_BIN_EXE_memfleet");
     let dir = out_dir("expiry");
     let out = Command::new(bin)
-        .args(["bench", "--scenario", "expiry", "--memfleet-bin", bin])
+        .args(["bench", "expiry", "--memfleet-bin", bin])
         .arg("--out")
         .arg(&dir)
         .args(["--spawn", "memfleet", "--spawn", "memcached"])
         .args(["--server-memory", "64", "--duration", "8s"])
-        .args(["--expiry-rate", "4000", "--expiry-short-ttl", "1-2"])
+        .args(["--rate", "4000", "--short-ttl", "1-2"])
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);

@@ -1,4 +1,4 @@
-//! `memfleet bench --scenario load` end to end against this build's server and Debian's
+//! `memfleet bench load` end to end against this build's server and Debian's
 //! memcached: the open loop reaches its target rate, the meta protocol and delete and TTL
 //! mixes are verified reply by reply (misses allowed, wrong values not), and `--out`
 //! leaves the rows with their latency CDFs as JSON.
@@ -46,7 +46,14 @@ fn bench(test: &str, args: &[&str]) -> (String, Value) {
     let bin = env!("CARGO_BIN_EXE_memfleet");
     let out_dir = OutDir::new(test);
     let out = Command::new(bin)
-        .args(["bench", "--spawn", "memfleet", "--spawn", "memcached"])
+        .args([
+            "bench",
+            "load",
+            "--spawn",
+            "memfleet",
+            "--spawn",
+            "memcached",
+        ])
         .args(["--memfleet-bin", bin, "--memcached-bin", MEMCACHED])
         .args(["--no-pin", "--server-memory", "64", "--conns", "8"])
         .args(["--keys", "2000", "--pipeline", "1"])

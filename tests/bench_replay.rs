@@ -1,4 +1,4 @@
-//! `memfleet bench --scenario replay` end to end: `memfleet sim --write-trace` writes a small
+//! `memfleet bench replay` end to end: `memfleet sim --write-trace` writes a small
 //! synthetic trace in each of the three formats, and the replay runs it against `memfleet
 //! server` from this build and Debian's memcached, each started fresh per memory size. The
 //! sizing curve must point the right way (more memory, no more misses) and the results must
@@ -55,14 +55,7 @@ fn replay(
     sizes: &str,
     out: &Path,
 ) -> serde_json::Value {
-    let mut args = vec![
-        "bench",
-        "--scenario",
-        "replay",
-        "--memfleet-bin",
-        BIN,
-        "--no-pin",
-    ];
+    let mut args = vec!["bench", "replay", "--memfleet-bin", BIN, "--no-pin"];
     for s in servers {
         args.extend(["--spawn", s]);
     }
@@ -75,7 +68,7 @@ fn replay(
         sizes,
         "--speedup",
         "20",
-        "--replay-window",
+        "--window",
         "2",
         "--out",
         out.to_str().unwrap(),

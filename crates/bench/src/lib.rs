@@ -1,8 +1,9 @@
 //! memfleet-bench: memfleet's experiments.
 //!
-//! - [`load`], behind `memfleet bench`: the load scenario that compares memcached-protocol
-//!   servers side by side (ops/s, latency percentiles, server CPU time per operation), and
-//!   the other scenarios, each starting what it needs.
+//! - [`load`], behind `memfleet bench <experiment>`: the load experiment that compares
+//!   memcached-protocol servers side by side (ops/s, latency percentiles, server CPU time
+//!   per operation), and the other experiments, each starting what it needs, each a
+//!   subcommand with its own flags ([`load::cli`]).
 //!
 //! Not here: the load generator they all drive (workload, connections, reply checks, CPU
 //! time, the report table: `memfleet-loadgen`), starting servers, routers, PostgreSQL and

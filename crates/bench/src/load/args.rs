@@ -1,6 +1,8 @@
-//! `memfleet bench`'s flags (`LoadArgs`): the targets, the load, the workload, and each
-//! scenario's own options; the scenario list (`Scenario`). Not here: running them (the
-//! parent module).
+//! The flag groups the experiments of `memfleet bench` share (`Targets`, `Spawning`,
+//! `Pinning` and `Servers` for the servers under test; `Clients`, `Keys`, `ClosedLoop` and
+//! `LookAside` for the load; `MemfleetBin`) and the load experiment's own flags
+//! (`LoadArgs`). Not here: the other experiments' own flags (each in its module: e.g.
+//! `herd::HerdArgs`), the subcommand list (`cli`), running anything (the parent module).
 
 use anyhow::Result;
 use memfleet_loadgen::cpu;
@@ -9,56 +11,80 @@ use memfleet_loadgen::workload::{Mix, Protocol, Workload, WorkloadSpec};
 use memfleet_sim::duration::parse_duration;
 use memfleet_sim::sizes::{KeySizes, SizeDistribution, ValueSizes};
 use memfleet_sim::workload::TtlMix;
+use memfleet_testkit::Spawned;
 use std::time::Duration;
 
-/// Arguments of `memfleet bench`.
+/// The servers under test: started for the run or already running.
 #[derive(Debug, Clone, clap::Args)]
-pub struct LoadArgs {
+pub struct Targets {
     /// Start this server for the run, on a free port: memcached, memfleet, floor (a server
     /// that only reads and writes its socket, not a cache: the cost of socket I/O alone), or
-    /// NAME='COMMAND ... {port} ...' ({memory} and {threads} become --server-memory, or each
-    /// --memory-sizes entry, and --server-threads). Repeatable; spawned servers come before
-    /// --target ones, and the first target is the anchor of the ratio columns.
+    /// NAME='COMMAND ... {port} ...' ({memory} and {threads} become --server-memory and
+    /// --server-threads). Repeatable; spawned servers come before --target ones, and the
+    /// first target is the anchor of the ratio columns.
     #[arg(long, value_parser = target::parse_spawn)]
     pub spawn: Vec<SpawnSpec>,
     /// A running server: NAME=HOST:PORT[,pid=PID] (the PID gives its CPU time). Repeatable.
     #[arg(long, value_parser = target::parse_target)]
     pub target: Vec<ExternalTarget>,
-    /// Client connections.
-    #[arg(short = 'c', long, default_value_t = 50)]
-    pub conns: usize,
-    /// Pipeline depths (requests per batch, written at once), comma-separated; one run each.
-    #[arg(long, value_delimiter = ',', default_value = "1,16")]
-    pub pipeline: Vec<usize>,
-    /// Distinct keys (key:0 .. key:N-1), all stored before measuring.
-    #[arg(long, default_value_t = 100_000)]
-    pub keys: u64,
-    /// Value sizes in bytes: N, A-B (uniform), fb-wildcard, fb-app, fb-replicated,
-    /// fb-regional (Facebook's Table 3 pools) or etc (the ETC workload); a key's size is
-    /// fixed. Scenarios other than load take N only.
-    #[arg(long, default_value = "100")]
-    pub value_size: ValueSizes,
-    /// Fraction of requests that are gets (the rest are sets).
-    #[arg(long, default_value_t = 0.9)]
-    pub get_ratio: f64,
-    /// Draw keys from a Zipf distribution with this exponent instead of uniformly.
-    #[arg(long)]
-    pub zipf: Option<f64>,
-    /// Measured time per run, e.g. 10s, 500ms, 1m.
-    #[arg(long, value_parser = parse_duration, default_value = "10s")]
-    pub duration: Duration,
-    /// Unmeasured load before each measured phase.
-    #[arg(long, value_parser = parse_duration, default_value = "2s")]
-    pub warmup: Duration,
-    /// Run everything N times (targets interleaved) and report medians.
-    #[arg(long, default_value_t = 1)]
-    pub repeat: usize,
-    /// RNG seed of the request streams.
-    #[arg(long, default_value_t = 1)]
-    pub seed: u64,
-    /// Do not store every key first (the servers already hold them).
-    #[arg(long)]
-    pub no_prefill: bool,
+}
+
+/// A server of the run: started by it or already running.
+pub enum Target {
+    /// `--spawn`.
+    Spawn(SpawnSpec),
+    /// `--target`.
+    External(ExternalTarget),
+}
+
+impl Target {
+    /// Its name in the report.
+    pub fn name(&self) -> &str {
+        match self {
+            Target::Spawn(s) => s.name(),
+            Target::External(t) => &t.name,
+        }
+    }
+
+    /// Its process ID, for its CPU time: of `spawned`, the process started for it, or the
+    /// one `--target` gave.
+    pub(crate) fn pid(&self, spawned: Option<&Spawned>) -> Option<u32> {
+        match self {
+            Target::Spawn(_) => spawned.map(Spawned::pid),
+            Target::External(t) => t.pid,
+        }
+    }
+}
+
+impl Targets {
+    /// Whether no server was given.
+    pub fn is_empty(&self) -> bool {
+        self.spawn.is_empty() && self.target.is_empty()
+    }
+
+    /// The targets in report order: spawned servers first, then `--target` ones.
+    pub(crate) fn list(&self) -> Vec<Target> {
+        self.spawn
+            .iter()
+            .cloned()
+            .map(Target::Spawn)
+            .chain(self.target.iter().cloned().map(Target::External))
+            .collect()
+    }
+}
+
+/// The memfleet executable, for experiments that start memfleet servers or routers.
+#[derive(Debug, Clone, clap::Args)]
+pub struct MemfleetBin {
+    /// The memfleet executable for --spawn memfleet and --spawn floor, and for the servers and
+    /// routers an experiment starts itself.
+    #[arg(long, default_value = "target/release/memfleet")]
+    pub memfleet_bin: String,
+}
+
+/// How the servers an experiment starts are started.
+#[derive(Debug, Clone, clap::Args)]
+pub struct Spawning {
     /// Worker threads of spawned servers (-t).
     #[arg(long, default_value_t = 1)]
     pub server_threads: u32,
@@ -68,9 +94,29 @@ pub struct LoadArgs {
     /// The memcached executable for --spawn memcached.
     #[arg(long, default_value = "memcached")]
     pub memcached_bin: String,
-    /// The memfleet executable for --spawn memfleet and --spawn floor.
-    #[arg(long, default_value = "target/release/memfleet")]
-    pub memfleet_bin: String,
+    /// The memfleet executable.
+    #[command(flatten)]
+    pub memfleet: MemfleetBin,
+}
+
+impl Spawning {
+    /// How spawned servers are started (`udp`: also serve UDP on the TCP port number;
+    /// `value_size`: what the floor server answers, the only server that reads it).
+    pub(crate) fn settings(&self, udp: bool, value_size: usize) -> ServerSettings {
+        ServerSettings {
+            memcached_bin: self.memcached_bin.clone(),
+            memfleet_bin: self.memfleet.memfleet_bin.clone(),
+            threads: self.server_threads,
+            memory_mib: self.server_memory,
+            value_size,
+            udp,
+        }
+    }
+}
+
+/// Which CPUs the load generator and the spawned servers run on.
+#[derive(Debug, Clone, clap::Args)]
+pub struct Pinning {
     /// CPU that spawned servers are pinned to (taskset -c).
     #[arg(long, default_value_t = 1)]
     pub server_cpu: usize,
@@ -80,81 +126,156 @@ pub struct LoadArgs {
     /// Pin nothing.
     #[arg(long)]
     pub no_pin: bool,
-    /// What to run: `load` (the request mix above) or `herd` (one hot key invalidated
-    /// every --herd-invalidate while --conns readers fill it from a simulated database,
-    /// with and without leases: Facebook §3.2.1's thundering herd).
-    #[arg(long, value_enum, default_value = "load")]
-    pub scenario: Scenario,
-    /// herd: time between database updates, each followed by a delete of the key.
-    #[arg(long, value_parser = parse_duration, default_value = "300ms")]
-    pub herd_invalidate: Duration,
-    /// herd: how long a simulated database query takes.
-    #[arg(long, value_parser = parse_duration, default_value = "10ms")]
-    pub herd_db_latency: Duration,
-    /// herd: pause before a reader told to wait (hot miss) asks again.
-    #[arg(long, value_parser = parse_duration, default_value = "2ms")]
-    pub herd_retry: Duration,
-    /// herd: a reader told to wait takes a stale value when one is offered.
-    #[arg(long)]
-    pub herd_accept_stale: bool,
-    /// herd: which modes to run where the server speaks them (plain, lease, meta).
-    #[arg(long, value_delimiter = ',', default_value = "plain,lease,meta")]
-    pub herd_modes: Vec<String>,
-    /// invalidation: committed transactions per second across all writers (0: as fast as
-    /// they go).
-    #[arg(long, default_value_t = 0)]
-    pub invalidation_rate: u64,
-    /// invalidation: hang the second cluster's router (SIGSTOP, then SIGCONT) for this long,
-    /// starting a third of the way into the run: its deletes wait in the invalidator's
-    /// spool and count as delivered only when replayed (0s: no outage).
-    #[arg(long, value_parser = parse_duration, default_value = "0s")]
-    pub invalidation_outage: Duration,
-    /// invalidation: no delete spool (`spool_deletes = false`): a delete a cluster cannot
-    /// take fails its batch, which the invalidator retries until it is delivered.
-    #[arg(long)]
-    pub invalidation_no_spool: bool,
-    /// gutter: when a server of the main pool is killed.
-    #[arg(long, value_parser = parse_duration, default_value = "5s")]
-    pub gutter_fail_at: Duration,
-    /// gutter: the longest TTL of a set into the gutter, seconds.
-    #[arg(long, default_value_t = 10)]
-    pub gutter_ttl: u32,
-    /// Write the results as JSON (and figures as PNG) into this directory, with the
-    /// command that made them.
-    #[arg(long, value_name = "DIR")]
-    pub out: Option<std::path::PathBuf>,
-    /// replay: the trace to replay (Twitter CSV, Twitter/libCacheSim twr, oracleGeneral);
-    /// without it, a synthetic workload (--replay-workload, --keys, --zipf, --seed).
-    #[arg(long, value_name = "FILE")]
-    pub trace: Option<std::path::PathBuf>,
-    /// replay: the trace's format; by default guessed from its name (.csv, *oracleGeneral*).
-    #[arg(long, value_enum)]
-    pub trace_format: Option<memfleet_sim::trace::TraceFormat>,
-    /// replay: memory sizes in MiB, comma-separated; a fresh server is started at each.
-    #[arg(long, value_delimiter = ',', default_value = "16,32,64")]
-    pub memory_sizes: Vec<u64>,
-    /// replay: requests to replay [default: 1000000 synthetic, the whole trace otherwise].
-    #[arg(long)]
-    pub replay_requests: Option<u64>,
-    /// replay: trace seconds per wall second; TTLs are divided by it (0: unpaced, TTLs as
-    /// recorded).
-    #[arg(long, default_value_t = 100.0)]
-    pub speedup: f64,
-    /// replay: synthetic workload without --trace: c, u1, u2, n, mix or a TTL mix like
-    /// 120:0.5,3600:0.5 (as memfleet sim --workload).
-    #[arg(long, default_value = "mix")]
-    pub replay_workload: String,
-    /// replay: width of a miss-ratio window, in trace seconds.
-    #[arg(long, default_value_t = 60)]
-    pub replay_window: u32,
-    /// replay: connections (a key always goes over the same one).
-    #[arg(long, default_value_t = 4)]
-    pub replay_conns: usize,
-    /// replay: requests per pipelined batch on each connection.
-    #[arg(long, default_value_t = 32)]
-    pub replay_depth: usize,
+}
 
-    // The load scenario's open loop, request mix, key sizes, TTLs and protocol.
+impl Pinning {
+    /// CPUs for the load generator and the spawned servers, unless `--no-pin` or a CPU is
+    /// not online (said on stdout).
+    pub(crate) fn pins(&self) -> (Option<usize>, Option<usize>) {
+        let cpus = cpu::online_cpus();
+        if self.no_pin {
+            (None, None)
+        } else if self.client_cpu < cpus && self.server_cpu < cpus {
+            (Some(self.client_cpu), Some(self.server_cpu))
+        } else {
+            println!(
+                "note: not pinning (CPU {} or {} is not online)",
+                self.client_cpu, self.server_cpu
+            );
+            (None, None)
+        }
+    }
+}
+
+/// The key space of the requests.
+#[derive(Debug, Clone, clap::Args)]
+pub struct Keys {
+    /// Distinct keys (key:0 .. key:N-1), all stored before measuring.
+    #[arg(long, default_value_t = 100_000)]
+    pub keys: u64,
+    /// Value sizes in bytes: N; load also takes A-B (uniform), fb-wildcard, fb-app,
+    /// fb-replicated, fb-regional (Facebook's Table 3 pools) or etc (the ETC workload); a
+    /// key's size is fixed.
+    #[arg(long, default_value = "100")]
+    pub value_size: ValueSizes,
+    /// Draw keys from a Zipf distribution with this exponent instead of uniformly.
+    #[arg(long)]
+    pub zipf: Option<f64>,
+}
+
+impl Keys {
+    /// `--value-size` of an experiment that takes one fixed size (`what` names it).
+    pub fn fixed_value_size(&self, what: &str) -> Result<usize> {
+        self.value_size.fixed(what).map_err(anyhow::Error::msg)
+    }
+
+    /// The workload of an experiment that only reads: gets of `--keys` keys with
+    /// `popularity` (uniform when `None`) and one fixed `--value-size` (`what` names the
+    /// experiment in the error when a size distribution was given).
+    pub fn gets_workload(&self, what: &str, popularity: Option<f64>) -> Result<Workload> {
+        Workload::new(self.keys, 1.0, self.fixed_value_size(what)?, popularity)
+            .map_err(anyhow::Error::msg)
+    }
+}
+
+/// The clients of a run and how long they run.
+#[derive(Debug, Clone, clap::Args)]
+pub struct Clients {
+    /// Client connections: the experiment's readers, writers or look-aside clients, each a
+    /// closed loop on a connection of its own.
+    #[arg(short = 'c', long, default_value_t = 50)]
+    pub conns: usize,
+    /// Measured time per run, e.g. 10s, 500ms, 1m.
+    #[arg(long, value_parser = parse_duration, default_value = "10s")]
+    pub duration: Duration,
+}
+
+/// The servers under test (given or started) and where they run: the experiments that
+/// compare servers side by side.
+#[derive(Debug, Clone, clap::Args)]
+pub struct Servers {
+    /// The servers under test.
+    #[command(flatten)]
+    pub targets: Targets,
+    /// How spawned servers are started.
+    #[command(flatten)]
+    pub spawning: Spawning,
+    /// Where the load generator and the servers run.
+    #[command(flatten)]
+    pub pinning: Pinning,
+}
+
+/// Closed-loop clients requesting keys, repeated: load, udp and client.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ClosedLoop {
+    /// The clients and the run time.
+    #[command(flatten)]
+    pub clients: Clients,
+    /// The keys and values requested.
+    #[command(flatten)]
+    pub keys: Keys,
+    /// Run everything N times (targets interleaved) and report medians.
+    #[arg(long, default_value_t = 1)]
+    pub repeat: usize,
+    /// RNG seed of the request streams.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+}
+
+impl ClosedLoop {
+    /// The `parameters` of a closed-loop report (`udp` and `client`): the load, and what
+    /// its rows are.
+    pub(crate) fn parameters(&self, rows_are: &str) -> serde_json::Value {
+        serde_json::json!({
+            "conns": self.clients.conns,
+            "keys": self.keys.keys,
+            "value_size": self.keys.value_size.to_string(),
+            "duration_s": self.clients.duration.as_secs_f64(),
+            "repeat": self.repeat,
+            "rows_are": rows_are,
+        })
+    }
+}
+
+/// Look-aside clients in front of a simulated database, against memfleet servers and a
+/// router the experiment starts itself: gutter and warmup.
+#[derive(Debug, Clone, clap::Args)]
+pub struct LookAside {
+    /// The clients and the run time.
+    #[command(flatten)]
+    pub clients: Clients,
+    /// The keys and values requested.
+    #[command(flatten)]
+    pub keys: Keys,
+    /// The memfleet executable.
+    #[command(flatten)]
+    pub memfleet: MemfleetBin,
+    /// How long a simulated database query takes.
+    #[arg(long, alias = "herd-db-latency", value_parser = parse_duration, default_value = "10ms")]
+    pub db_latency: Duration,
+}
+
+/// `memfleet bench load`: the request mix at each pipeline depth.
+#[derive(Debug, Clone, clap::Args)]
+pub struct LoadArgs {
+    /// The servers under test.
+    #[command(flatten)]
+    pub servers: Servers,
+    /// The clients, the keys, the repeats.
+    #[command(flatten)]
+    pub run: ClosedLoop,
+    /// Pipeline depths (requests per batch, written at once), comma-separated; one run each.
+    #[arg(long, value_delimiter = ',', default_value = "1,16")]
+    pub pipeline: Vec<usize>,
+    /// Fraction of requests that are gets (the rest are sets).
+    #[arg(long, default_value_t = 0.9)]
+    pub get_ratio: f64,
+    /// Unmeasured load before each measured phase.
+    #[arg(long, value_parser = parse_duration, default_value = "2s")]
+    pub warmup: Duration,
+    /// Do not store every key first (the servers already hold them).
+    #[arg(long)]
+    pub no_prefill: bool,
     /// Open loop: send this many requests per second across all connections on a schedule
     /// that ignores replies, measuring latency from each request's intended send time
     /// (without it: closed loop, as fast as replies come back).
@@ -182,20 +303,10 @@ pub struct LoadArgs {
     /// ETC key and value sizes, 30 gets per set).
     #[arg(long, value_enum, conflicts_with_all = ["key_size", "value_size", "mix", "get_ratio"])]
     pub workload: Option<WorkloadPreset>,
-
-    /// warmup: database queries served at once; more wait their turn, so the database
-    /// answers at most this many per --herd-db-latency.
-    #[arg(long, default_value_t = 8)]
-    pub warmup_db_concurrency: usize,
-    /// expiry: sets per second, each of a new key, spread evenly over each second.
-    #[arg(long, default_value_t = 20_000)]
-    pub expiry_rate: u64,
-    /// expiry: the short TTLs, seconds, drawn uniformly from MIN-MAX.
-    #[arg(long, value_parser = parse_ttl_range, default_value = "2-10")]
-    pub expiry_short_ttl: TtlRange,
-    /// expiry: the fraction of sets with a long TTL (an hour: live for the whole run).
-    #[arg(long, default_value_t = 0.2)]
-    pub expiry_long_share: f64,
+    /// Write the results as JSON (and the latency CDF as PNG) into this directory, with the
+    /// command that made them.
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<std::path::PathBuf>,
 }
 
 /// A published workload for `--workload`.
@@ -213,73 +324,8 @@ pub fn parse_ttl(s: &str) -> Result<TtlMix, String> {
     }
 }
 
-/// What `memfleet bench` runs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum Scenario {
-    /// The get/set mix at each pipeline depth.
-    Load,
-    /// The hot-key thundering herd, with and without leases.
-    Herd,
-    /// Get latency over TCP and over UDP at the same load (servers get `-U` on the same
-    /// port number).
-    Udp,
-    /// Warm restart: fill a memfleet server that keeps its memory in a file, read every
-    /// key, stop it with SIGUSR1, start it again, read every key again.
-    Restart,
-    /// A server of four killed behind a router, without and with a gutter pool: database
-    /// load and client-visible failures per second, the gutter's hit rate.
-    Gutter,
-    /// The client library straight to a server over TCP, over UDP, and through the router:
-    /// latency and CPU per get of each part.
-    Client,
-    /// Commit-to-deleted latency of the invalidator, from a scratch PostgreSQL to two
-    /// clusters.
-    Invalidation,
-    /// Trace replay at each --memory-sizes against fresh servers, look-aside: miss ratio per
-    /// server and size (the sizing curve) and over the trace.
-    Replay,
-    /// Facebook §4.3's cold cluster warm-up: an empty cluster behind a router's warmup
-    /// route, with and without it: its hit rate and the database's queries per second
-    /// (Zipf 1.0 keys unless --zipf; database latency --herd-db-latency).
-    Warmup,
-    /// Segcache §3.5's proactive expiration: bytes each --spawn/--target server holds in
-    /// expired items per second while short- and long-TTL items are written.
-    Expiry,
-}
-/// A server of the run: started by it or already running.
-pub enum Target {
-    /// `--spawn`.
-    Spawn(SpawnSpec),
-    /// `--target`.
-    External(ExternalTarget),
-}
-
-impl Target {
-    /// Its name in the report.
-    pub fn name(&self) -> &str {
-        match self {
-            Target::Spawn(s) => s.name(),
-            Target::External(t) => &t.name,
-        }
-    }
-}
-
 impl LoadArgs {
-    /// `--value-size` of a scenario that takes one fixed size (`what` names it).
-    pub fn fixed_value_size(&self, what: &str) -> Result<usize> {
-        self.value_size.fixed(what).map_err(anyhow::Error::msg)
-    }
-
-    /// The workload of a scenario that only reads: gets of `--keys` keys with `popularity`
-    /// (uniform when `None`) and one fixed `--value-size` (`scenario` names the scenario in
-    /// the error when a size distribution was given).
-    pub fn gets_workload(&self, scenario: &str, popularity: Option<f64>) -> Result<Workload> {
-        Workload::new(self.keys, 1.0, self.fixed_value_size(scenario)?, popularity)
-            .map_err(anyhow::Error::msg)
-    }
-
-    /// The requests of the load scenario: `--workload`, or the mix, sizes, TTLs and
-    /// protocol given one by one.
+    /// The requests: `--workload`, or the mix, sizes, TTLs and protocol given one by one.
     pub fn workload_spec(&self) -> Result<WorkloadSpec, String> {
         let (mix, key_sizes, value_sizes) = match self.workload {
             Some(WorkloadPreset::Etc) => (
@@ -293,13 +339,13 @@ impl LoadArgs {
                     None => Mix::from_ratios(self.get_ratio, self.delete_ratio)?,
                 },
                 self.key_size.as_ref().map(|k| k.0.clone()),
-                self.value_size.0.clone(),
+                self.run.keys.value_size.0.clone(),
             ),
         };
         Ok(WorkloadSpec {
-            keys: self.keys,
+            keys: self.run.keys.keys,
             mix,
-            zipf: self.zipf,
+            zipf: self.run.keys.zipf,
             key_sizes,
             value_sizes,
             ttl: self.ttl.clone(),
@@ -307,95 +353,10 @@ impl LoadArgs {
         })
     }
 
-    /// The targets in report order: spawned servers first, then `--target` ones.
-    pub(crate) fn targets(&self) -> Vec<Target> {
-        self.spawn
-            .iter()
-            .cloned()
-            .map(Target::Spawn)
-            .chain(self.target.iter().cloned().map(Target::External))
-            .collect()
-    }
-
-    /// How spawned servers are started (`udp`: also serve UDP on the TCP port number).
-    pub(crate) fn server_settings(&self, udp: bool) -> ServerSettings {
-        ServerSettings {
-            memcached_bin: self.memcached_bin.clone(),
-            memfleet_bin: self.memfleet_bin.clone(),
-            threads: self.server_threads,
-            memory_mib: self.server_memory,
-            // Only the floor server reads it, and `bench` refuses floor with a distribution.
-            value_size: self.value_size.0.fixed().unwrap_or_default(),
-            udp,
-        }
-    }
-
-    /// CPUs for the load generator and the spawned servers, unless `--no-pin` or a CPU is
-    /// not online (said on stdout).
-    pub(crate) fn pins(&self) -> (Option<usize>, Option<usize>) {
-        let cpus = cpu::online_cpus();
-        if self.no_pin {
-            (None, None)
-        } else if self.client_cpu < cpus && self.server_cpu < cpus {
-            (Some(self.client_cpu), Some(self.server_cpu))
-        } else {
-            println!(
-                "note: not pinning (CPU {} or {} is not online)",
-                self.client_cpu, self.server_cpu
-            );
-            (None, None)
-        }
-    }
-
-    /// The `parameters` of a closed-loop report (`--scenario client` and `udp`): the load,
-    /// and what its rows are.
-    pub(crate) fn closed_loop_parameters(&self, rows_are: &str) -> serde_json::Value {
-        serde_json::json!({
-            "conns": self.conns,
-            "keys": self.keys,
-            "value_size": self.value_size.to_string(),
-            "duration_s": self.duration.as_secs_f64(),
-            "repeat": self.repeat,
-            "rows_are": rows_are,
-        })
-    }
-}
-
-/// The TTL of long-lived items: longer than any run, so they never expire in one.
-pub const LONG_TTL: u32 = 3600;
-
-/// The range short TTLs are drawn from, seconds.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct TtlRange {
-    /// Shortest.
-    pub min: u32,
-    /// Longest.
-    pub max: u32,
-}
-
-/// Parses `MIN-MAX` or a single TTL, in seconds (at least 1).
-pub fn parse_ttl_range(s: &str) -> Result<TtlRange, String> {
-    let (min, max) = s.split_once('-').unwrap_or((s, s));
-    let parse = |n: &str| n.trim().parse::<u32>().ok().filter(|&n| n >= 1);
-    match (parse(min), parse(max)) {
-        (Some(min), Some(max)) if min <= max && max < LONG_TTL => Ok(TtlRange { min, max }),
-        _ => Err(format!(
-            "bad TTL range {s:?}: MIN-MAX seconds with 1 <= MIN <= MAX < {LONG_TTL}, like 2-10"
-        )),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn ttl_ranges() {
-        assert_eq!(parse_ttl_range("2-10"), Ok(TtlRange { min: 2, max: 10 }));
-        assert_eq!(parse_ttl_range("5"), Ok(TtlRange { min: 5, max: 5 }));
-        assert!(parse_ttl_range("10-2").is_err());
-        assert!(parse_ttl_range("0-3").is_err());
-        assert!(parse_ttl_range("2-99999").is_err());
-        assert!(parse_ttl_range("soon").is_err());
+    /// How spawned servers are started: only the floor server reads the value size, and
+    /// `bench` refuses floor with a distribution.
+    pub(crate) fn server_settings(&self) -> ServerSettings {
+        let value_size = self.run.keys.value_size.0.fixed().unwrap_or_default();
+        self.servers.spawning.settings(false, value_size)
     }
 }

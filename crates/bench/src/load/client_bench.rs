@@ -1,4 +1,4 @@
-//! `memfleet bench --scenario client`: the client library three ways against one server —
+//! `memfleet bench client`: the client library three ways against one server —
 //! straight to the server over TCP, straight over UDP (Facebook §3.1: gets over UDP, about
 //! 20% lower latency), and through `memfleet router` (mcrouter's place) — at the same load:
 //! `--conns` tasks of one application, each getting a random pre-filled key at a time.
@@ -17,13 +17,33 @@ use rand::rngs::SmallRng;
 use rand::SeedableRng;
 use serde_json::json;
 
+use super::args::{Clients, ClosedLoop, MemfleetBin, Pinning};
 use super::cpu::{cpu_time, Who};
 use super::run_log::{write_results, RunLog};
+use super::table::{self, Column};
 use super::target::free_port;
 use super::workload::Workload;
-use super::{client, load_average, report, runtime, LoadArgs};
+use super::{client, load_average, report, runtime};
 use memfleet_results::plot::Series;
 use memfleet_testkit::{Router, RouterConfig, Spawned};
+
+/// `memfleet bench client`'s flags.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ClientArgs {
+    /// The clients, the keys, the repeats.
+    #[command(flatten)]
+    pub run: ClosedLoop,
+    /// The memfleet executable.
+    #[command(flatten)]
+    pub memfleet: MemfleetBin,
+    /// Where the load generator and the servers run.
+    #[command(flatten)]
+    pub pinning: Pinning,
+    /// Write client.json and client-latency-cdf.png into this directory, with the command
+    /// that made them.
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<std::path::PathBuf>,
+}
 
 /// How the application reaches the server.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -57,19 +77,23 @@ struct Run {
     latency_cdf: Vec<report::CdfPoint>,
 }
 
-/// `--scenario client`.
-pub fn bench(args: &LoadArgs) -> Result<()> {
-    if args.repeat == 0 || args.duration.is_zero() || args.conns == 0 {
+/// `memfleet bench client`.
+pub fn bench(args: &ClientArgs) -> Result<()> {
+    if args.run.repeat == 0 || args.run.clients.duration.is_zero() || args.run.clients.conns == 0 {
         bail!("--repeat, --duration and --conns must be positive");
     }
-    let workload = Rc::new(args.gets_workload("--scenario client", args.zipf)?);
+    let workload = Rc::new(args.run.keys.gets_workload("client", args.run.keys.zipf)?);
     println!(
-        "memfleet bench --scenario client: {} tasks of one application, one get at a time \
+        "memfleet bench client: {} tasks of one application, one get at a time \
          each, {} keys, {}-byte values, {:?} per run, {} repeat(s)",
-        args.conns, args.keys, args.value_size, args.duration, args.repeat
+        args.run.clients.conns,
+        args.run.keys.keys,
+        args.run.keys.value_size,
+        args.run.clients.duration,
+        args.run.repeat
     );
     RunLog::new().print_start();
-    let bin = &args.memfleet_bin;
+    let bin = &args.memfleet.memfleet_bin;
     let port = free_port()?;
     let server_addr: SocketAddr = ([127, 0, 0, 1], port).into();
     let argv: Vec<String> = [
@@ -86,7 +110,7 @@ pub fn bench(args: &LoadArgs) -> Result<()> {
     ]
     .map(String::from)
     .to_vec();
-    let (client_cpu, server_cpu) = args.pins();
+    let (client_cpu, server_cpu) = args.pinning.pins();
     let server = Spawned::start(&argv, server_addr, server_cpu)?;
     let router_port = free_port()?;
     let router_addr: SocketAddr = ([127, 0, 0, 1], router_port).into();
@@ -106,7 +130,7 @@ pub fn bench(args: &LoadArgs) -> Result<()> {
     let mut runs: Vec<Vec<Run>> = vec![Vec::new(); modes.len()];
     local.block_on(&rt, async {
         client::prefill(server_addr, &workload, 100).await?;
-        for r in 1..=args.repeat {
+        for r in 1..=args.run.repeat {
             for (i, &mode) in modes.iter().enumerate() {
                 let run = measure(
                     mode,
@@ -114,8 +138,8 @@ pub fn bench(args: &LoadArgs) -> Result<()> {
                     router_addr,
                     (server.pid(), router.spawned.pid()),
                     &workload,
-                    args,
-                    args.seed.wrapping_add(r as u64),
+                    &args.run.clients,
+                    args.run.seed.wrapping_add(r as u64),
                 )
                 .await
                 .with_context(|| mode.name())?;
@@ -136,18 +160,18 @@ pub fn bench(args: &LoadArgs) -> Result<()> {
         }
         anyhow::Ok(())
     })?;
-    println!(
-        "\n{:<26} {:>9} {:>7} {:>7} {:>6} {:>12} {:>12} {:>12} {:>13}",
-        "path (medians)",
-        "gets/s",
-        "p50 µs",
-        "p99 µs",
-        "lost",
-        "client µs/op",
-        "router µs/op",
-        "server µs/op",
-        "total µs/op"
-    );
+    const COLUMNS: [Column; 9] = [
+        Column::left("path (medians)", 26),
+        Column::right("gets/s", 9),
+        Column::right("p50 µs", 7),
+        Column::right("p99 µs", 7),
+        Column::right("lost", 6),
+        Column::right("client µs/op", 12),
+        Column::right("router µs/op", 12),
+        Column::right("server µs/op", 12),
+        Column::right("total µs/op", 13),
+    ];
+    println!("\n{}", table::heading(&COLUMNS));
     // For --out: each path's medians, and its latency CDF as a figure line.
     let (mut medians, mut cdf_lines) = (Vec::new(), Vec::new());
     for (mode, runs) in modes.iter().zip(&runs) {
@@ -157,18 +181,20 @@ pub fn bench(args: &LoadArgs) -> Result<()> {
             med(&|r| r.router_us),
             med(&|r| r.server_us),
         );
-        println!(
-            "{:<26} {:>9.0} {:>7.0} {:>7.0} {:>6.0} {:>12.2} {:>12.2} {:>12.2} {:>13.2}",
-            mode.name(),
-            med(&|r| r.gets_per_s),
-            med(&|r| r.p50 as f64),
-            med(&|r| r.p99 as f64),
-            med(&|r| r.lost as f64),
-            client,
-            router,
-            server,
-            client + router + server
-        );
+        let (whole, hundredths) = (|x: f64| format!("{x:.0}"), |x: f64| format!("{x:.2}"));
+        let row = [
+            mode.name().to_string(),
+            whole(med(&|r| r.gets_per_s)),
+            whole(med(&|r| r.p50 as f64)),
+            whole(med(&|r| r.p99 as f64)),
+            whole(med(&|r| r.lost as f64)),
+            hundredths(client),
+            hundredths(router),
+            hundredths(server),
+            hundredths(client + router + server),
+        ];
+        let cells: Vec<&dyn std::fmt::Display> = row.iter().map(|c| c as _).collect();
+        println!("{}", table::line(&COLUMNS, &cells));
         let cdfs: Vec<&[report::CdfPoint]> =
             runs.iter().map(|r| r.latency_cdf.as_slice()).collect();
         let latency_cdf = report::median_cdf(&cdfs);
@@ -191,7 +217,7 @@ pub fn bench(args: &LoadArgs) -> Result<()> {
     drop(server);
     if let Some(dir) = &args.out {
         let value = json!({
-            "parameters": args.closed_loop_parameters(
+            "parameters": args.run.parameters(
                 "medians over the repeats; latency_cdf point by point"
             ),
             "load_average_at_end": load_at_end,
@@ -215,7 +241,7 @@ async fn measure(
     router: SocketAddr,
     (server_pid, router_pid): (u32, u32),
     workload: &Rc<Workload>,
-    args: &LoadArgs,
+    args: &Clients,
     seed: u64,
 ) -> Result<Run> {
     let target = if mode == Mode::ViaRouter {

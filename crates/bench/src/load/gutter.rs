@@ -1,11 +1,11 @@
-//! `memfleet bench --scenario gutter`: Facebook §3.3's experiment — what a server failure
+//! `memfleet bench gutter`: Facebook §3.3's experiment — what a server failure
 //! costs the backing store and the clients, with and without a gutter pool.
 //!
 //! Each run starts four `memfleet server`s and a `memfleet router` in front of them (and,
 //! for the gutter run, a fifth server as the gutter pool behind a `gutter` route), fills
 //! `--keys` keys, and then `--conns` clients do look-aside caching for `--duration`: `get`;
-//! on a miss (or an error) query the simulated database (`--herd-db-latency`, counted) and
-//! `set` the value back. At `--gutter-fail-at` one of the four servers is killed (SIGKILL).
+//! on a miss (or an error) query the simulated database (`--db-latency`, counted) and
+//! `set` the value back. At `--fail-at` one of the four servers is killed (SIGKILL).
 //!
 //! Reported per second and in total: gets, database queries, client-visible failures (error
 //! replies), and for the gutter run the gutter's hit rate (its `stats`). The paper reports
@@ -21,18 +21,38 @@ use std::net::SocketAddr;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
+use super::args::LookAside;
 use super::run_log::{write_results, RunLog};
 use super::target::free_port;
 use super::workload::Workload;
-use super::{load_average, runtime, LoadArgs};
+use super::{load_average, runtime};
 use anyhow::{bail, Context, Result};
 use memfleet_results::plot::{self, Timeline};
+use memfleet_sim::duration::parse_duration;
 use memfleet_testkit::{Router, RouterConfig, Spawned};
 use rand::rngs::SmallRng;
 use rand::SeedableRng;
 use serde_json::json;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
+
+/// `memfleet bench gutter`'s flags.
+#[derive(Debug, Clone, clap::Args)]
+pub struct GutterArgs {
+    /// The clients, the keys, the servers' executable, the database.
+    #[command(flatten)]
+    pub look_aside: LookAside,
+    /// When a server of the main pool is killed.
+    #[arg(long, alias = "gutter-fail-at", value_parser = parse_duration, default_value = "5s")]
+    pub fail_at: Duration,
+    /// The longest TTL of a set into the gutter, seconds.
+    #[arg(long, default_value_t = 10)]
+    pub gutter_ttl: u32,
+    /// Write gutter.json and its figures into this directory, with the command that made
+    /// them.
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<std::path::PathBuf>,
+}
 
 /// Servers in the main pool.
 const SERVERS: usize = 4;
@@ -82,24 +102,30 @@ impl GutterRun {
     }
 }
 
-/// `--scenario gutter`.
-pub fn bench(args: &LoadArgs) -> Result<()> {
-    let fail_at = args.gutter_fail_at;
-    if fail_at >= args.duration {
-        bail!("--gutter-fail-at must come before the end of --duration");
+/// `memfleet bench gutter`.
+pub fn bench(args: &GutterArgs) -> Result<()> {
+    let fail_at = args.fail_at;
+    if fail_at >= args.look_aside.clients.duration {
+        bail!("--fail-at must come before the end of --duration");
     }
-    let workload = Rc::new(args.gets_workload("--scenario gutter", args.zipf)?);
+    let workload = Rc::new(
+        args.look_aside
+            .keys
+            .gets_workload("gutter", args.look_aside.keys.zipf)?,
+    );
     println!(
-        "memfleet bench --scenario gutter: {} servers behind a router, {} look-aside clients, \
+        "memfleet bench gutter: {} servers behind a router, {} look-aside clients, \
          {} keys{}, database queries take {:?}; one server killed at {:?} of {:?}",
         SERVERS,
-        args.conns,
-        args.keys,
-        args.zipf
+        args.look_aside.clients.conns,
+        args.look_aside.keys.keys,
+        args.look_aside
+            .keys
+            .zipf
             .map_or(String::from(" (uniform)"), |z| format!(" (Zipf {z})")),
-        args.herd_db_latency,
+        args.look_aside.db_latency,
         fail_at,
-        args.duration
+        args.look_aside.clients.duration
     );
     RunLog::new().print_start();
     let (rt, local) = runtime()?;
@@ -165,7 +191,7 @@ fn figures(dir: &std::path::Path, outcomes: &[GutterRun]) -> Result<Vec<std::pat
 }
 
 /// `gutter.json`: the parameters and both runs' per-second timelines and totals.
-fn json_report(args: &LoadArgs, outcomes: &[GutterRun], load_at_end: &str) -> serde_json::Value {
+fn json_report(args: &GutterArgs, outcomes: &[GutterRun], load_at_end: &str) -> serde_json::Value {
     let runs: Vec<serde_json::Value> = outcomes
         .iter()
         .zip(LABELS)
@@ -197,13 +223,13 @@ fn json_report(args: &LoadArgs, outcomes: &[GutterRun], load_at_end: &str) -> se
     json!({
         "parameters": {
             "servers": SERVERS,
-            "conns": args.conns,
-            "keys": args.keys,
-            "zipf": args.zipf,
-            "value_size": args.value_size.to_string(),
-            "db_latency_ms": args.herd_db_latency.as_secs_f64() * 1000.0,
-            "fail_at_s": args.gutter_fail_at.as_secs_f64(),
-            "duration_s": args.duration.as_secs_f64(),
+            "conns": args.look_aside.clients.conns,
+            "keys": args.look_aside.keys.keys,
+            "zipf": args.look_aside.keys.zipf,
+            "value_size": args.look_aside.keys.value_size.to_string(),
+            "db_latency_ms": args.look_aside.db_latency.as_secs_f64() * 1000.0,
+            "fail_at_s": args.fail_at.as_secs_f64(),
+            "duration_s": args.look_aside.clients.duration.as_secs_f64(),
             "gutter_ttl_s": args.gutter_ttl,
         },
         "load_average_at_end": load_at_end,
@@ -230,8 +256,8 @@ fn router_config(listen: u16, servers: &[u16], gutter: Option<u16>, ttl: u32) ->
     c.text()
 }
 
-async fn run(args: &LoadArgs, workload: &Rc<Workload>, with_gutter: bool) -> Result<GutterRun> {
-    let bin = &args.memfleet_bin;
+async fn run(args: &GutterArgs, workload: &Rc<Workload>, with_gutter: bool) -> Result<GutterRun> {
+    let bin = &args.look_aside.memfleet.memfleet_bin;
     let server = |port: u16| -> Result<Spawned> {
         let argv: Vec<String> = [
             bin.as_str(),
@@ -274,14 +300,14 @@ async fn run(args: &LoadArgs, workload: &Rc<Workload>, with_gutter: bool) -> Res
     );
     fill(addr, workload).await?;
 
-    let seconds = (args.duration.as_secs_f64().ceil() as usize).max(1);
+    let seconds = (args.look_aside.clients.duration.as_secs_f64().ceil() as usize).max(1);
     let windows = Rc::new(RefCell::new(vec![Second::default(); seconds]));
     let start = Instant::now();
-    let deadline = start + args.duration;
+    let deadline = start + args.look_aside.clients.duration;
     let mut clients = Vec::new();
-    for c in 0..args.conns {
+    for c in 0..args.look_aside.clients.conns {
         let (w, windows) = (workload.clone(), windows.clone());
-        let db_latency = args.herd_db_latency;
+        let db_latency = args.look_aside.db_latency;
         clients.push(tokio::task::spawn_local(async move {
             client(addr, &w, c as u64, start, deadline, db_latency, &windows).await
         }));
@@ -296,7 +322,7 @@ async fn run(args: &LoadArgs, workload: &Rc<Workload>, with_gutter: bool) -> Res
             }
         })
     };
-    tokio::time::sleep_until((start + args.gutter_fail_at).into()).await;
+    tokio::time::sleep_until((start + args.fail_at).into()).await;
     if let Some(victim) = servers[1].take() {
         // SAFETY: kill only sends a signal to our own child, which has not been reaped.
         unsafe { libc::kill(victim.pid() as libc::pid_t, libc::SIGKILL) };

@@ -1,4 +1,4 @@
-//! `memfleet bench --scenario invalidation`: commit-to-deleted latency of the invalidator
+//! `memfleet bench invalidation`: commit-to-deleted latency of the invalidator
 //! (Facebook §4.1, §7.3: mcsqueal; the paper reports four 9s of deletes within a second in
 //! the master region). A scratch PostgreSQL, two clusters of one `memfleet router` in front
 //! of one `memfleet server` each (the paper's mcsqueal talks to each cluster's mcrouters),
@@ -7,10 +7,10 @@
 //! one key with `pg_logical_emit_message`. Reported: committed transactions per second,
 //! the invalidator's commit-to-deleted-everywhere latency percentiles (the database's
 //! commit timestamp to the last cluster's reply), keys per batch, and the sampled check
-//! that deleted keys are gone. `--invalidation-outage 2s` hangs the second cluster's router
+//! that deleted keys are gone. `--outage 2s` hangs the second cluster's router
 //! (SIGSTOP) for that long a third of the way in: its deletes are spooled by the invalidator
 //! and count only once replayed, so the tail shows the outage plus the replay (with
-//! `--invalidation-no-spool`, the invalidator's retries instead). What the invalidator did
+//! `--no-spool`, the invalidator's retries instead). What the invalidator did
 //! is read from its Prometheus metrics (`invalidator_metrics`). With `--out DIR`:
 //! `invalidation.json` (with the latency CDF) and `invalidation-latency-cdf.png`.
 
@@ -22,30 +22,59 @@ use anyhow::{bail, Context, Result};
 use memfleet_testkit::{Postgres, Router, RouterConfig, Spawned};
 use serde_json::json;
 
+use super::args::{Clients, MemfleetBin};
 use super::invalidator_metrics::Scrape;
 use super::run_log::{write_results, RunLog};
 use super::target::free_port;
-use super::{load_average, report, LoadArgs};
+use super::{load_average, report};
+use memfleet_sim::duration::parse_duration;
 
-/// `--scenario invalidation`.
-pub fn bench(args: &LoadArgs) -> Result<()> {
-    if args.duration.is_zero() || args.conns == 0 {
+/// `memfleet bench invalidation`'s flags.
+#[derive(Debug, Clone, clap::Args)]
+pub struct InvalidationArgs {
+    /// The memfleet executable.
+    #[command(flatten)]
+    pub memfleet: MemfleetBin,
+    /// The writers, each committing transactions in a closed loop, and the run time.
+    #[command(flatten)]
+    pub clients: Clients,
+    /// Committed transactions per second across all writers (0: as fast as they go).
+    #[arg(long, alias = "invalidation-rate", default_value_t = 0)]
+    pub rate: u64,
+    /// Hang the second cluster's router (SIGSTOP, then SIGCONT) for this long, starting a
+    /// third of the way into the run: its deletes wait in the invalidator's spool and count
+    /// as delivered only when replayed (0s: no outage).
+    #[arg(long, alias = "invalidation-outage", value_parser = parse_duration, default_value = "0s")]
+    pub outage: Duration,
+    /// No delete spool (`spool_deletes = false`): a delete a cluster cannot take fails its
+    /// batch, which the invalidator retries until it is delivered.
+    #[arg(long, alias = "invalidation-no-spool")]
+    pub no_spool: bool,
+    /// Write invalidation.json and invalidation-latency-cdf.png into this directory, with
+    /// the command that made them.
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<std::path::PathBuf>,
+}
+
+/// `memfleet bench invalidation`.
+pub fn bench(args: &InvalidationArgs) -> Result<()> {
+    if args.clients.duration.is_zero() || args.clients.conns == 0 {
         bail!("--duration and --conns must be positive");
     }
     println!(
-        "memfleet bench --scenario invalidation: {} writers committing one invalidation per \
+        "memfleet bench invalidation: {} writers committing one invalidation per \
          transaction for {:?} ({}); two clusters; the invalidator a process of its own",
-        args.conns,
-        args.duration,
-        if args.invalidation_rate > 0 {
-            format!("{} transactions/s in all", args.invalidation_rate)
+        args.clients.conns,
+        args.clients.duration,
+        if args.rate > 0 {
+            format!("{} transactions/s in all", args.rate)
         } else {
             "as fast as they go".to_string()
         }
     );
     RunLog::new().print_start();
     let pg = Postgres::start().context("starting a scratch PostgreSQL")?;
-    let bin = &args.memfleet_bin;
+    let bin = &args.memfleet.memfleet_bin;
     // Each cluster as in the paper: a router in front of its server (mcsqueal talks to the
     // cluster's mcrouters). Every delete spool of this run (the routers' and the
     // invalidator's) lives under one private directory.
@@ -94,7 +123,7 @@ pub fn bench(args: &LoadArgs) -> Result<()> {
     );
     for (name, (_, _, port)) in ["a", "b"].into_iter().zip(&clusters) {
         config.pool(name, &[*port]);
-        if args.invalidation_no_spool {
+        if args.no_spool {
             config.set("spool_deletes", false);
         }
     }
@@ -114,7 +143,7 @@ pub fn bench(args: &LoadArgs) -> Result<()> {
     let started_invalidator = Spawned::start(&argv, metrics, None);
     let _ = std::fs::remove_file(&config_path);
     let mut invalidator = started_invalidator?;
-    let outage = args.invalidation_outage;
+    let outage = args.outage;
     let hung = &clusters[1].1.spawned;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -123,11 +152,11 @@ pub fn bench(args: &LoadArgs) -> Result<()> {
     let (mut results, latency_cdf) = rt.block_on(async {
         let committed = Arc::new(AtomicU64::new(0));
         let started = Instant::now();
-        let deadline = started + args.duration;
+        let deadline = started + args.clients.duration;
         let mut writers = Vec::new();
-        let gap = (args.invalidation_rate > 0)
-            .then(|| Duration::from_secs_f64(args.conns as f64 / args.invalidation_rate as f64));
-        for w in 0..args.conns {
+        let gap = (args.rate > 0)
+            .then(|| Duration::from_secs_f64(args.clients.conns as f64 / args.rate as f64));
+        for w in 0..args.clients.conns {
             let db = pg.connect().await?;
             let committed = committed.clone();
             writers.push(tokio::spawn(async move {
@@ -152,7 +181,7 @@ pub fn bench(args: &LoadArgs) -> Result<()> {
             }));
         }
         if !outage.is_zero() {
-            tokio::time::sleep(args.duration / 3).await;
+            tokio::time::sleep(args.clients.duration / 3).await;
             hung.signal(libc::SIGSTOP);
             println!(
                 "cluster b's router hung (SIGSTOP) at {:.1} s",
@@ -199,7 +228,7 @@ pub fn bench(args: &LoadArgs) -> Result<()> {
             "\n{total} transactions committed in {:.1} s ({:.0}/s) by {} writers",
             elapsed.as_secs_f64(),
             total as f64 / elapsed.as_secs_f64(),
-            args.conns
+            args.clients.conns
         );
         println!(
             "invalidator: {keys} keys deleted in 2 clusters, {batches} batches ({:.1} keys per \
@@ -224,12 +253,12 @@ pub fn bench(args: &LoadArgs) -> Result<()> {
         println!("spooled batches: {spooled}; still undelivered at the end: {undelivered}");
         let results = json!({
             "parameters": {
-                "writers": args.conns,
-                "duration_s": args.duration.as_secs_f64(),
-                "rate_per_s": (args.invalidation_rate > 0).then_some(args.invalidation_rate),
+                "writers": args.clients.conns,
+                "duration_s": args.clients.duration.as_secs_f64(),
+                "rate_per_s": (args.rate > 0).then_some(args.rate),
                 "clusters": 2,
                 "outage_s": outage.as_secs_f64(),
-                "spooling": !args.invalidation_no_spool,
+                "spooling": !args.no_spool,
             },
             "spooled_batches": spooled,
             "undelivered_batches": undelivered,

@@ -1,4 +1,4 @@
-//! What `--scenario invalidation` reads from the `memfleet invalidator` it started: one
+//! What `bench invalidation` reads from the `memfleet invalidator` it started: one
 //! `GET /metrics` (Prometheus text) turned into the counters, the commit-to-delivered
 //! percentiles (the summary, whose quantile 1 is the maximum) and a latency CDF (the
 //! histogram's buckets, interpolated within each). Not here: running the experiment

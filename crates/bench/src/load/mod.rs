@@ -1,5 +1,6 @@
-//! `memfleet bench`: a memcached text-protocol load generator that compares
-//! servers side by side in one run. For each target (started here with
+//! `memfleet bench load` (and the home of every other experiment's module; the subcommands
+//! are `cli`'s): a memcached text-protocol load generator that compares servers side by
+//! side in one run. For each target (started here with
 //! `--spawn`, or given with `--target`) it pre-fills the key range, then at
 //! each pipeline depth runs a warm-up and a measured phase with identical load
 //! (N connections, closed loop, 90% get / 10% set by default; open loop at a
@@ -17,6 +18,7 @@
 //! the other (`--server-cpu`, via `taskset`).
 
 pub mod args;
+pub mod cli;
 pub mod client_bench;
 pub mod expiry;
 pub mod gutter;
@@ -26,6 +28,7 @@ mod invalidator_metrics;
 pub mod replay;
 pub mod restart;
 mod run_log;
+mod table;
 mod timeline;
 pub mod udp;
 pub mod warmup;
@@ -48,21 +51,25 @@ use self::target::{ServerSettings, SpawnSpec};
 use self::workload::{Protocol, Workload, WorkloadSpec};
 use memfleet_testkit::Spawned;
 
-pub use self::args::{parse_ttl, LoadArgs, Scenario, Target, WorkloadPreset};
+pub use self::args::{parse_ttl, LoadArgs, Target, WorkloadPreset};
+pub use self::cli::Experiment;
 
 pub use memfleet_results::provenance::{command_line, load_average};
 
 /// Runs the benchmark, prints the per-run lines and the table, and returns the table's
 /// rows (medians over repeats) without judging them. [`run`] is this plus the verdict.
 pub fn bench(args: &LoadArgs) -> Result<Vec<Row>> {
-    if args.spawn.is_empty() && args.target.is_empty() {
+    if args.servers.targets.is_empty() {
         bail!("nothing to load: give --spawn memcached|memfleet|floor|NAME=CMD or --target NAME=HOST:PORT[,pid=PID]");
     }
-    if args.conns == 0 || args.repeat == 0 || args.pipeline.contains(&0) || args.pipeline.is_empty()
+    if args.run.clients.conns == 0
+        || args.run.repeat == 0
+        || args.pipeline.contains(&0)
+        || args.pipeline.is_empty()
     {
         bail!("--conns, --repeat and every --pipeline depth must be at least 1");
     }
-    if args.duration.is_zero() {
+    if args.run.clients.duration.is_zero() {
         bail!("--duration must be positive");
     }
     if let Some(rate) = args.rate {
@@ -71,7 +78,7 @@ pub fn bench(args: &LoadArgs) -> Result<Vec<Row>> {
         }
     }
     let spec = args.workload_spec().map_err(anyhow::Error::msg)?;
-    let targets = args.targets();
+    let targets = args.servers.targets.list();
     refuse_floor_beyond_its_replies(&targets, &spec)?;
     let workload = Rc::new(Workload::from_spec(spec.clone()).map_err(anyhow::Error::msg)?);
     let command = command_line();
@@ -82,7 +89,7 @@ pub fn bench(args: &LoadArgs) -> Result<Vec<Row>> {
         "memfleet bench: {} connections, pipeline {}, {}, {} keys ({}), {:.0}% get / {:.0}% set / \
          {:.0}% delete, {} protocol, key size {}, value size {}, TTL {}, {:?} warm-up + {:?} \
          measured per run, {} repeat(s)",
-        args.conns,
+        args.run.clients.conns,
         args.pipeline
             .iter()
             .map(|d| d.to_string())
@@ -90,8 +97,11 @@ pub fn bench(args: &LoadArgs) -> Result<Vec<Row>> {
             .join(","),
         args.rate
             .map_or("closed loop".into(), |r| format!("open loop at {r} ops/s")),
-        args.keys,
-        args.zipf.map_or("uniform".into(), |s| format!("zipf {s}")),
+        args.run.keys.keys,
+        args.run
+            .keys
+            .zipf
+            .map_or("uniform".into(), |s| format!("zipf {s}")),
         spec.mix.get * 100.0,
         spec.mix.set * 100.0,
         spec.mix.delete * 100.0,
@@ -102,24 +112,24 @@ pub fn bench(args: &LoadArgs) -> Result<Vec<Row>> {
         spec.value_sizes,
         report::ttl_text(&spec.ttl),
         args.warmup,
-        args.duration,
-        args.repeat
+        args.run.clients.duration,
+        args.run.repeat
     );
     println!("load average at start: {load_at_start} ({cpus} CPUs online)");
     println!("command: {command}");
 
-    let (client_pin, server_pin) = args.pins();
+    let (client_pin, server_pin) = args.servers.pinning.pins();
     let _pinned = client_pin.map(cpu::pin_this_thread).transpose()?;
     if let (Some(c), Some(s)) = (client_pin, server_pin) {
         println!("pinning: load generator on CPU {c}, spawned servers on CPU {s}");
     }
-    let settings = args.server_settings(false);
+    let settings = args.server_settings();
     let progress = progress_bar(args, targets.len());
     let (rt, local) = runtime()?;
     // runs[target][depth] holds one row per repeat.
     let mut runs: Vec<Vec<Vec<Row>>> = vec![vec![Vec::new(); args.pipeline.len()]; targets.len()];
     local.block_on(&rt, async {
-        for r in 1..=args.repeat {
+        for r in 1..=args.run.repeat {
             for (ti, t) in targets.iter().enumerate() {
                 let rows = run_target(
                     args,
@@ -147,11 +157,11 @@ pub fn bench(args: &LoadArgs) -> Result<Vec<Row>> {
         .flat_map(|per_depth| per_depth.iter().map(|reps| Row::median(reps)))
         .collect();
     println!();
-    if args.repeat > 1 {
-        println!("median of {} runs:", args.repeat);
+    if args.run.repeat > 1 {
+        println!("median of {} runs:", args.run.repeat);
     }
     print!("{}", report::table(&rows));
-    if args.repeat > 1 {
+    if args.run.repeat > 1 {
         for per_depth in &runs {
             for reps in per_depth {
                 let cpu: Vec<String> = reps
@@ -190,13 +200,13 @@ pub fn bench(args: &LoadArgs) -> Result<Vec<Row>> {
 /// What `--out` records of a load run: its flags and its resolved workload `spec`.
 fn run_settings(args: &LoadArgs, spec: &WorkloadSpec) -> report::RunSettings {
     report::RunSettings {
-        conns: args.conns,
+        conns: args.run.clients.conns,
         pipeline: args.pipeline.clone(),
         rate: args.rate,
         warmup_s: args.warmup.as_secs_f64(),
-        duration_s: args.duration.as_secs_f64(),
-        repeat: args.repeat,
-        seed: args.seed,
+        duration_s: args.run.clients.duration.as_secs_f64(),
+        repeat: args.run.repeat,
+        seed: args.run.seed,
         ..report::RunSettings::of_workload(spec)
     }
 }
@@ -238,8 +248,8 @@ fn refuse_floor_beyond_its_replies(targets: &[Target], spec: &WorkloadSpec) -> R
 /// terminal and the runs take more than a few seconds.
 fn progress_bar(args: &LoadArgs, targets: usize) -> Option<indicatif::ProgressBar> {
     use std::io::IsTerminal;
-    let runs = (targets * args.pipeline.len() * args.repeat) as u32;
-    let total = (args.warmup + args.duration) * runs;
+    let runs = (targets * args.pipeline.len() * args.run.repeat) as u32;
+    let total = (args.warmup + args.run.clients.duration) * runs;
     if !std::io::stderr().is_terminal() || total < Duration::from_secs(5) {
         return None;
     }
@@ -263,21 +273,9 @@ fn say(progress: Option<&indicatif::ProgressBar>, line: impl std::fmt::Display) 
     }
 }
 
-/// Runs the benchmark and fails (after printing everything) if any reply was wrong or any
-/// connection failed.
+/// Runs the load experiment and fails (after printing everything) if any reply was wrong or
+/// any connection failed.
 pub fn run(args: &LoadArgs) -> Result<()> {
-    match args.scenario {
-        Scenario::Herd => return herd::bench(args),
-        Scenario::Udp => return udp::bench(args),
-        Scenario::Restart => return restart::bench(args),
-        Scenario::Gutter => return gutter::bench(args),
-        Scenario::Client => return client_bench::bench(args),
-        Scenario::Invalidation => return invalidation::bench(args),
-        Scenario::Replay => return replay::bench(args),
-        Scenario::Warmup => return warmup::bench(args),
-        Scenario::Expiry => return expiry::bench(args),
-        Scenario::Load => {}
-    }
     let rows = bench(args)?;
     let errors: u64 = rows.iter().map(|r| r.errors).sum();
     if errors > 0 {
@@ -337,10 +335,7 @@ async fn run_target(
         Some(bar) => bar.suspend(|| start(target, settings, server_pin, &[]))?,
         None => start(target, settings, server_pin, &[])?,
     };
-    let pid = match target {
-        Target::Spawn(_) => spawned.as_ref().map(Spawned::pid),
-        Target::External(t) => t.pid,
-    };
+    let pid = target.pid(spawned.as_ref());
     if !args.no_prefill {
         let start = Instant::now();
         client::prefill(addr, workload, 100).await?;
@@ -356,18 +351,21 @@ async fn run_target(
     let mut rows = Vec::new();
     for &depth in &args.pipeline {
         if let Some(bar) = progress {
-            bar.set_message(format!("{name} depth {depth} run {repeat}/{}", args.repeat));
+            bar.set_message(format!(
+                "{name} depth {depth} run {repeat}/{}",
+                args.run.repeat
+            ));
         }
         let cfg = LoadConfig {
             addr,
             server_pid: pid,
-            conns: args.conns,
+            conns: args.run.clients.conns,
             depth,
             rate: args.rate,
             progress: progress.cloned(),
             warmup: args.warmup,
-            duration: args.duration,
-            seed: args.seed.wrapping_add(repeat as u64),
+            duration: args.run.clients.duration,
+            seed: args.run.seed.wrapping_add(repeat as u64),
         };
         let m: Measured = client::measure(&cfg, workload.clone())
             .await
@@ -376,7 +374,7 @@ async fn run_target(
         row.target_rate = args.rate;
         say(
             progress,
-            format_args!("[{name}] run {repeat}/{}: {}", args.repeat, row.brief()),
+            format_args!("[{name}] run {repeat}/{}: {}", args.run.repeat, row.brief()),
         );
         if m.stats.misses > 0 {
             say(

@@ -1,4 +1,4 @@
-//! `memfleet bench --scenario replay`: a trace (or a seeded synthetic workload) replayed
+//! `memfleet bench replay`: a trace (or a seeded synthetic workload) replayed
 //! against live servers at several memory sizes, for sizing. For each `--spawn` server and
 //! each `--memory-sizes` entry a fresh server is started with that memory (`-m`), the trace is
 //! replayed with look-aside semantics ([`super::replay_client`]: same rules and counters as
@@ -23,15 +23,76 @@ use serde::Serialize;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
+use super::args::{Pinning, Spawning};
 use super::replay_client::{self, LiveReport, Pacing, ReplayConfig};
-use super::{cpu, start, LoadArgs, Target};
+use super::table::{Column, Table};
+use super::target::{self, SpawnSpec};
+use super::{cpu, start, Target};
 use memfleet_results::plot::{self, Series};
 use memfleet_sim::synthetic::SyntheticConfig;
 use memfleet_sim::workload::Workload;
 use memfleet_sim::{Source, DEFAULT_RATE};
 
-/// Synthetic requests replayed when neither --trace nor --replay-requests says otherwise.
+/// Synthetic requests replayed when neither --trace nor --requests says otherwise.
 pub const DEFAULT_SYNTHETIC_REQUESTS: u64 = 1_000_000;
+
+/// `memfleet bench replay`'s flags.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ReplayArgs {
+    /// Start this server afresh at each --memory-sizes entry: memcached, memfleet, or
+    /// NAME='COMMAND ... {port} ... {memory} ...' ({memory}: the entry, {threads}:
+    /// --server-threads). Repeatable.
+    #[arg(long, value_parser = target::parse_spawn)]
+    pub spawn: Vec<SpawnSpec>,
+    /// How spawned servers are started.
+    #[command(flatten)]
+    pub spawning: Spawning,
+    /// Where the load generator and the servers run.
+    #[command(flatten)]
+    pub pinning: Pinning,
+    /// Memory sizes in MiB, comma-separated; a fresh server is started at each (instead of
+    /// --server-memory).
+    #[arg(long, value_delimiter = ',', default_value = "16,32,64")]
+    pub memory_sizes: Vec<u64>,
+    /// The trace to replay (Twitter CSV, Twitter/libCacheSim twr, oracleGeneral); without
+    /// it, a synthetic workload (--workload, --keys, --zipf, --seed).
+    #[arg(long, value_name = "FILE")]
+    pub trace: Option<std::path::PathBuf>,
+    /// The trace's format; by default guessed from its name (.csv, *oracleGeneral*).
+    #[arg(long, value_enum)]
+    pub trace_format: Option<memfleet_sim::trace::TraceFormat>,
+    /// Requests to replay [default: 1000000 synthetic, the whole trace otherwise].
+    #[arg(long, alias = "replay-requests")]
+    pub requests: Option<u64>,
+    /// Trace seconds per wall second; TTLs are divided by it (0: unpaced, TTLs as recorded).
+    #[arg(long, default_value_t = 100.0)]
+    pub speedup: f64,
+    /// Synthetic workload without --trace: c, u1, u2, n, mix or a TTL mix like
+    /// 120:0.5,3600:0.5 (as memfleet sim --workload).
+    #[arg(long, alias = "replay-workload", default_value = "mix")]
+    pub workload: String,
+    /// Distinct keys of the synthetic workload.
+    #[arg(long, default_value_t = 100_000)]
+    pub keys: u64,
+    /// Zipf exponent of the synthetic workload's key popularity [default: 1.0].
+    #[arg(long)]
+    pub zipf: Option<f64>,
+    /// RNG seed of the synthetic workload.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Width of a miss-ratio window, in trace seconds.
+    #[arg(long, alias = "replay-window", default_value_t = 60)]
+    pub window: u32,
+    /// Connections (a key always goes over the same one).
+    #[arg(short = 'c', long, alias = "replay-conns", default_value_t = 4)]
+    pub conns: usize,
+    /// Requests per pipelined batch on each connection.
+    #[arg(long, alias = "replay-depth", default_value_t = 32)]
+    pub depth: usize,
+    /// Write replay.json, replay-sizing.png and replay-over-time.png into this directory.
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<std::path::PathBuf>,
+}
 
 /// One server at one memory size, as printed and written to `replay.json`.
 #[derive(Debug, Clone, Serialize)]
@@ -132,21 +193,18 @@ struct ReplayResult<'a> {
 }
 
 /// The workload of `args`: the trace, or the synthetic preset.
-fn source(args: &LoadArgs) -> Result<(Source, Option<u64>)> {
+fn source(args: &ReplayArgs) -> Result<(Source, Option<u64>)> {
     if let Some(path) = &args.trace {
-        return Ok((
-            Source::trace(path, args.trace_format)?,
-            args.replay_requests,
-        ));
+        return Ok((Source::trace(path, args.trace_format)?, args.requests));
     }
     let cfg = SyntheticConfig {
         keys: args.keys,
-        requests: args.replay_requests.unwrap_or(DEFAULT_SYNTHETIC_REQUESTS),
+        requests: args.requests.unwrap_or(DEFAULT_SYNTHETIC_REQUESTS),
         rate: DEFAULT_RATE,
         alpha: args.zipf.unwrap_or(1.0),
         write_ratio: 0.0,
         seed: args.seed,
-        workload: Workload::parse(&args.replay_workload).map_err(anyhow::Error::msg)?,
+        workload: Workload::parse(&args.workload).map_err(anyhow::Error::msg)?,
         drift: 0.0,
         value_size_late: None,
     };
@@ -154,18 +212,18 @@ fn source(args: &LoadArgs) -> Result<(Source, Option<u64>)> {
     Ok((Source::Synthetic(cfg), None))
 }
 
-fn check(args: &LoadArgs) -> Result<()> {
-    if args.spawn.is_empty() || !args.target.is_empty() {
+fn check(args: &ReplayArgs) -> Result<()> {
+    if args.spawn.is_empty() {
         bail!(
-            "--scenario replay starts a fresh server per memory size: give --spawn memfleet, \
-             --spawn memcached or --spawn NAME=CMD (with {{port}}), and no --target"
+            "replay starts a fresh server per memory size: give --spawn memfleet, \
+             --spawn memcached or --spawn NAME=CMD (with {{port}})"
         );
     }
     if args.memory_sizes.is_empty() || args.memory_sizes.contains(&0) {
         bail!("--memory-sizes needs sizes in MiB, like 16,32,64");
     }
-    if args.replay_conns == 0 || args.replay_depth == 0 || args.replay_window == 0 {
-        bail!("--replay-conns, --replay-depth and --replay-window must be at least 1");
+    if args.conns == 0 || args.depth == 0 || args.window == 0 {
+        bail!("--conns, --depth and --window must be at least 1");
     }
     if !(args.speedup.is_finite() && args.speedup >= 0.0) {
         bail!("--speedup must be 0 (unpaced) or positive");
@@ -173,20 +231,20 @@ fn check(args: &LoadArgs) -> Result<()> {
     Ok(())
 }
 
-/// Runs the scenario: prints the tables, writes `--out`, fails on any wrong reply.
-pub fn bench(args: &LoadArgs) -> Result<()> {
+/// `memfleet bench replay`: prints the tables, writes `--out`, fails on any wrong reply.
+pub fn bench(args: &ReplayArgs) -> Result<()> {
     check(args)?;
     let (source, limit) = source(args)?;
     let config = ReplayConfig {
-        conns: args.replay_conns,
-        depth: args.replay_depth,
-        window_secs: args.replay_window,
+        conns: args.conns,
+        depth: args.depth,
+        window_secs: args.window,
         pacing: Pacing {
             speedup: args.speedup,
         },
     };
     let load_at_start = super::load_average();
-    println!("memfleet bench --scenario replay: {}", source.describe());
+    println!("memfleet bench replay: {}", source.describe());
     println!(
         "look-aside replay over {} connections x {} pipelined; {}; window {} trace s",
         config.conns,
@@ -204,13 +262,13 @@ pub fn bench(args: &LoadArgs) -> Result<()> {
     println!("load average at start: {load_at_start}");
     println!("command: {}", super::command_line());
 
-    let (client_pin, server_pin) = args.pins();
+    let (client_pin, server_pin) = args.pinning.pins();
     let _pinned = client_pin.map(cpu::pin_this_thread).transpose()?;
     let (rt, local) = super::runtime()?;
     let mut rows = Vec::new();
-    for target in args.targets() {
+    for target in args.spawn.iter().cloned().map(Target::Spawn) {
         for &mib in &args.memory_sizes {
-            let mut settings = args.server_settings(false);
+            let mut settings = args.spawning.settings(false, 0);
             settings.memory_mib = mib;
             let row = local.block_on(
                 &rt,
@@ -325,37 +383,31 @@ fn mib(bytes: Option<u64>) -> String {
 
 /// One row per server and memory size.
 pub fn sizing_table(rows: &[ReplayRow]) -> String {
-    let mut out = format!(
-        "{:<12} {:>8} {:>10} {:>10} {:>10} {:>9} {:>9} {:>9} {:>9} {:>10} {:>8}\n",
-        "server",
-        "mem_MiB",
-        "miss_ratio",
-        "byte_miss",
-        "gets",
-        "used_MiB",
-        "limit_MiB",
-        "rss_MiB",
-        "items",
-        "evictions",
-        "req/s"
-    );
+    #[rustfmt::skip]
+    const COLUMNS: [Column; 11] = [
+        Column::left("server", 12), Column::right("mem_MiB", 8), Column::right("miss_ratio", 10),
+        Column::right("byte_miss", 10), Column::right("gets", 10), Column::right("used_MiB", 9),
+        Column::right("limit_MiB", 9), Column::right("rss_MiB", 9), Column::right("items", 9),
+        Column::right("evictions", 10), Column::right("req/s", 8),
+    ];
+    let mut t = Table::new(&COLUMNS);
+    let count = |n: Option<u64>| n.map_or("-".into(), |n| n.to_string());
     for r in rows {
-        out += &format!(
-            "{:<12} {:>8} {:>10.4} {:>10.4} {:>10} {:>9} {:>9} {:>9} {:>9} {:>10} {:>8.0}\n",
-            r.server,
-            r.memory_mib,
-            r.miss_ratio,
-            r.byte_miss_ratio,
-            r.gets,
-            mib(r.bytes),
-            mib(r.limit_maxbytes),
-            mib(r.rss_bytes),
-            r.curr_items.map_or("-".into(), |n| n.to_string()),
-            r.evictions.map_or("-".into(), |n| n.to_string()),
-            r.requests as f64 / r.wall_secs.max(1e-9)
-        );
+        t.row(&[
+            &r.server,
+            &r.memory_mib,
+            &format!("{:.4}", r.miss_ratio),
+            &format!("{:.4}", r.byte_miss_ratio),
+            &r.gets,
+            &mib(r.bytes),
+            &mib(r.limit_maxbytes),
+            &mib(r.rss_bytes),
+            &count(r.curr_items),
+            &count(r.evictions),
+            &format!("{:.0}", r.requests as f64 / r.wall_secs.max(1e-9)),
+        ]);
     }
-    out
+    t.text()
 }
 
 /// Miss ratio per window of trace time: one row per window, one column per server and size.
@@ -386,7 +438,7 @@ pub fn windows_table(rows: &[ReplayRow]) -> String {
 fn write_out(
     dir: &Path,
     workload: &str,
-    args: &LoadArgs,
+    args: &ReplayArgs,
     config: &ReplayConfig,
     rows: &[ReplayRow],
 ) -> Result<Vec<std::path::PathBuf>> {

@@ -1,4 +1,4 @@
-//! `memfleet bench --scenario restart`: the warm-restart experiment (Facebook §6.4). Start
+//! `memfleet bench restart`: the warm-restart experiment (Facebook §6.4). Start
 //! `memfleet server` with a memory file on tmpfs, fill it, read every key back (values
 //! checked) for the hit ratio, stop it with SIGUSR1, start it again on the same file, and
 //! read every key again: the hit ratio right after the restart should equal the one before,
@@ -13,10 +13,31 @@ use serde_json::json;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
 
+use super::args::{Pinning, Spawning};
 use super::run_log::write_results;
 use super::target::SpawnSpec;
 use super::workload::Workload;
-use super::{client, command_line, load_average, runtime, start, LoadArgs, Target};
+use super::{client, command_line, load_average, runtime, start, Target};
+
+/// `memfleet bench restart`'s flags.
+#[derive(Debug, Clone, clap::Args)]
+pub struct RestartArgs {
+    /// How the server is started.
+    #[command(flatten)]
+    pub spawning: Spawning,
+    /// Where the load generator and the servers run.
+    #[command(flatten)]
+    pub pinning: Pinning,
+    /// Keys stored and read back (key:0 .. key:N-1).
+    #[arg(long, default_value_t = 100_000)]
+    pub keys: u64,
+    /// Value size in bytes.
+    #[arg(long, default_value_t = 100)]
+    pub value_size: usize,
+    /// Write restart.json into this directory, with the command that made it.
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<std::path::PathBuf>,
+}
 
 /// What reading every key found.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -113,7 +134,7 @@ pub struct RestartReport {
 impl RestartReport {
     /// `restart.json`: the workload, the timings and both readbacks. No figure: the
     /// experiment is a handful of numbers, not a curve.
-    pub fn json(&self, args: &LoadArgs, w: &Workload) -> serde_json::Value {
+    pub fn json(&self, server_memory_mib: u64, w: &Workload) -> serde_json::Value {
         let readback = |r: &Readback| {
             json!({
                 "keys": r.keys,
@@ -126,7 +147,7 @@ impl RestartReport {
             "parameters": {
                 "keys": w.keys(),
                 "value_size": w.value_size(),
-                "server_memory_mib": args.server_memory,
+                "server_memory_mib": server_memory_mib,
             },
             "fill_s": self.fill.as_secs_f64(),
             "before": readback(&self.before),
@@ -182,12 +203,13 @@ impl RestartReport {
     }
 }
 
-/// `--scenario restart`: see `restart.rs`. Uses --memfleet-bin, --server-memory, --keys and
-/// --value-size; the memory file goes to /dev/shm (or the temporary directory).
-pub fn bench(args: &LoadArgs) -> Result<()> {
-    let workload = args.gets_workload("--scenario restart", None)?;
+/// `memfleet bench restart`: see `restart.rs`. The memory file goes to /dev/shm (or the
+/// temporary directory).
+pub fn bench(args: &RestartArgs) -> Result<()> {
+    let workload =
+        Workload::new(args.keys, 1.0, args.value_size, None).map_err(anyhow::Error::msg)?;
     let command = command_line();
-    println!("memfleet bench --scenario restart");
+    println!("memfleet bench restart");
     println!("load average at start: {}", load_average());
     println!("command: {command}");
     let dir = if std::path::Path::new("/dev/shm").is_dir() {
@@ -200,8 +222,8 @@ pub fn bench(args: &LoadArgs) -> Result<()> {
         "memfleet-bench-restart-{}.meta",
         std::process::id()
     ));
-    let settings = args.server_settings(false);
-    let (_, server_pin) = args.pins();
+    let settings = args.spawning.settings(false, args.value_size);
+    let (_, server_pin) = args.pinning.pins();
     let memfleet = Target::Spawn(SpawnSpec::Memfleet);
     let extra = ["--memory-file".to_string(), file.display().to_string()];
     let (rt, _) = runtime()?;
@@ -247,7 +269,11 @@ pub fn bench(args: &LoadArgs) -> Result<()> {
     }
     println!("command: {command}");
     if let Some(dir) = &args.out {
-        write_results(dir, "restart", &report.json(args, &workload))?;
+        write_results(
+            dir,
+            "restart",
+            &report.json(args.spawning.server_memory, &workload),
+        )?;
     }
     if report.before.wrong + report.after.wrong > 0 {
         bail!("wrong values were served");

@@ -1,5 +1,5 @@
 //! The per-second tables of the experiments that follow runs side by side over time
-//! (`--scenario expiry`, `warmup`).
+//! (`bench expiry`, `bench warmup`).
 
 use std::fmt::Write as _;
 

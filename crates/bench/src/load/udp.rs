@@ -1,4 +1,4 @@
-//! `memfleet bench --scenario udp`: get latency over UDP and over TCP at the same load
+//! `memfleet bench udp`: get latency over UDP and over TCP at the same load
 //! (Facebook §3.1 moved gets to UDP to cut latency). The same number of clients, each in a
 //! closed loop of one `get` of a random pre-filled key at a time, first over TCP (one
 //! connection each), then over UDP (one socket each, memcached's 8-byte framing). Every
@@ -19,10 +19,27 @@ use serde_json::json;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{TcpStream, UdpSocket};
 
+use super::args::{ClosedLoop, Servers};
 use super::run_log::{write_results, RunLog};
+use super::table::{self, Column};
 use super::workload::{conn_rng, Workload};
-use super::{client, cpu, report, runtime, start, LoadArgs};
+use super::{client, cpu, report, runtime, start};
 use memfleet_results::plot::Series;
+
+/// `memfleet bench udp`'s flags.
+#[derive(Debug, Clone, clap::Args)]
+pub struct UdpArgs {
+    /// The servers under test.
+    #[command(flatten)]
+    pub servers: Servers,
+    /// The clients, the keys, the repeats.
+    #[command(flatten)]
+    pub run: ClosedLoop,
+    /// Write udp.json and udp-latency-cdf.png into this directory, with the command that
+    /// made them.
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<std::path::PathBuf>,
+}
 
 /// What one transport measured.
 #[derive(Debug, Clone)]
@@ -236,50 +253,61 @@ async fn udp_client(sock: UdpSocket, mut c: ClientLoop) -> Result<Measured> {
     Ok((c.h, lost))
 }
 
+/// The table's columns.
+#[rustfmt::skip]
+const COLUMNS: [Column; 8] = [
+    Column::left("server", 12), Column::left("via", 5), Column::right("gets/s", 10),
+    Column::right("p50 µs", 8), Column::right("p90 µs", 8), Column::right("p99 µs", 8),
+    Column::right("p99.9 µs", 8), Column::right("lost", 8),
+];
+
 /// One table line.
 pub fn line(server: &str, transport: &str, r: &LatencyResult) -> String {
-    format!(
-        "{:<12} {:<5} {:>10.0} {:>8} {:>8} {:>8} {:>8} {:>8}",
-        server,
-        transport,
-        r.ops as f64 / r.elapsed.as_secs_f64().max(1e-9),
-        r.us[0],
-        r.us[1],
-        r.us[2],
-        r.us[3],
-        r.lost
+    table::line(
+        &COLUMNS,
+        &[
+            &server,
+            &transport,
+            &format!("{:.0}", r.ops as f64 / r.elapsed.as_secs_f64().max(1e-9)),
+            &r.us[0],
+            &r.us[1],
+            &r.us[2],
+            &r.us[3],
+            &r.lost,
+        ],
     )
 }
 
 /// The table header.
 pub fn header() -> String {
-    format!(
-        "{:<12} {:<5} {:>10} {:>8} {:>8} {:>8} {:>8} {:>8}",
-        "server", "via", "gets/s", "p50 µs", "p90 µs", "p99 µs", "p99.9 µs", "lost"
-    )
+    table::heading(&COLUMNS)
 }
 
-/// `--scenario udp`: per target, pre-fill, then `--repeat` pairs of runs (TCP, then UDP) with
+/// `memfleet bench udp`: per target, pre-fill, then `--repeat` pairs of runs (TCP, then UDP) with
 /// the same clients, keys and duration; the table shows the run with the median p50 of each.
-pub fn bench(args: &LoadArgs) -> Result<()> {
-    if args.spawn.is_empty() && args.target.is_empty() {
+pub fn bench(args: &UdpArgs) -> Result<()> {
+    if args.servers.targets.is_empty() {
         bail!("nothing to load: give --spawn memcached|memfleet or --target NAME=HOST:PORT");
     }
-    if args.repeat == 0 || args.duration.is_zero() || args.conns == 0 {
+    if args.run.repeat == 0 || args.run.clients.duration.is_zero() || args.run.clients.conns == 0 {
         bail!("--repeat, --duration and --conns must be positive");
     }
-    let workload = Rc::new(args.gets_workload("--scenario udp", args.zipf)?);
+    let workload = Rc::new(args.run.keys.gets_workload("udp", args.run.keys.zipf)?);
     let log = RunLog::new();
     println!(
-        "memfleet bench --scenario udp: {} clients, one get at a time each, {} keys, \
+        "memfleet bench udp: {} clients, one get at a time each, {} keys, \
          {}-byte values, {:?} per run, {} repeat(s)",
-        args.conns, args.keys, args.value_size, args.duration, args.repeat
+        args.run.clients.conns,
+        args.run.keys.keys,
+        args.run.keys.value_size,
+        args.run.clients.duration,
+        args.run.repeat
     );
     log.print_start();
-    let settings = args.server_settings(true);
-    let (client_pin, server_pin) = args.pins();
+    let settings = args.servers.spawning.settings(true, workload.value_size());
+    let (client_pin, server_pin) = args.servers.pinning.pins();
     let _pinned = client_pin.map(cpu::pin_this_thread).transpose()?;
-    let targets = args.targets();
+    let targets = args.servers.targets.list();
     let (rt, local) = runtime()?;
     // The table's rows: (target, transport, the run with the median p50).
     let mut medians: Vec<(String, &str, LatencyResult)> = Vec::new();
@@ -288,13 +316,13 @@ pub fn bench(args: &LoadArgs) -> Result<()> {
             let (spawned, addr) = start(t, &settings, server_pin, &[])?;
             client::prefill(addr, &workload, 100).await?;
             let (mut tcp_runs, mut udp_runs) = (Vec::new(), Vec::new());
-            for r in 1..=args.repeat {
+            for r in 1..=args.run.repeat {
                 let clients = Clients {
                     addr,
                     w: workload.clone(),
-                    conns: args.conns,
-                    duration: args.duration,
-                    seed: args.seed.wrapping_add(r as u64),
+                    conns: args.run.clients.conns,
+                    duration: args.run.clients.duration,
+                    seed: args.run.seed.wrapping_add(r as u64),
                 };
                 let tcp = clients
                     .tcp()
@@ -323,8 +351,8 @@ pub fn bench(args: &LoadArgs) -> Result<()> {
         anyhow::Ok(())
     })?;
     println!();
-    if args.repeat > 1 {
-        println!("median (by p50) of {} runs:", args.repeat);
+    if args.run.repeat > 1 {
+        println!("median (by p50) of {} runs:", args.run.repeat);
     }
     println!("{}", header());
     for (server, via, r) in &medians {
@@ -352,7 +380,7 @@ pub fn bench(args: &LoadArgs) -> Result<()> {
 
 /// `udp.json`: the parameters and the table's rows with their latency CDFs.
 fn json_report(
-    args: &LoadArgs,
+    args: &UdpArgs,
     medians: &[(String, &str, LatencyResult)],
     load_at_end: &str,
 ) -> serde_json::Value {
@@ -373,8 +401,9 @@ fn json_report(
             })
         })
         .collect();
-    let mut parameters =
-        args.closed_loop_parameters("the run with the median p50 of each server and transport");
+    let mut parameters = args
+        .run
+        .parameters("the run with the median p50 of each server and transport");
     parameters["udp_timeout_ms"] = json!(UDP_TIMEOUT.as_secs_f64() * 1000.0);
     json!({
         "parameters": parameters,

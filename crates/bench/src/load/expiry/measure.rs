@@ -2,9 +2,8 @@
 //! (`write`), the ledger of what should still be live, and the per-tick samples of what the
 //! server holds (`run`). Not here: the report (the parent module).
 
-use crate::load::args::LONG_TTL;
+use super::{ExpiryArgs, LONG_TTL};
 use crate::load::server_stats::{resident_bytes, Stats, StatsConn};
-use crate::load::LoadArgs;
 use anyhow::{bail, Context, Result};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
@@ -166,7 +165,7 @@ impl ExpiryRun {
 
 /// Writes to one server from `begin` for `--duration`, sampling it every second.
 pub(super) async fn run(
-    args: &LoadArgs,
+    args: &ExpiryArgs,
     name: String,
     addr: SocketAddr,
     pid: Option<u32>,
@@ -207,10 +206,10 @@ pub(super) async fn run(
     })
 }
 
-/// Sets new keys at `--expiry-rate` per second until `--duration` has passed since `begin`,
+/// Sets new keys at `--rate` per second until `--duration` has passed since `begin`,
 /// recording each one's deadline; every reply must be `STORED`.
 pub(super) async fn write(
-    args: &LoadArgs,
+    args: &ExpiryArgs,
     addr: SocketAddr,
     begin: Instant,
     stream: u64,
@@ -222,8 +221,8 @@ pub(super) async fn write(
     conn.set_nodelay(true)?;
     // Every server gets the same TTL sequence.
     let mut rng = SmallRng::seed_from_u64(args.seed);
-    let value = vec![b'x'; args.fixed_value_size("--scenario expiry")?];
-    let ttl = args.expiry_short_ttl;
+    let value = vec![b'x'; args.value_size];
+    let ttl = args.short_ttl;
     let (mut batch, mut replies) = (Vec::new(), Vec::new());
     let mut sent = 0u64;
     tokio::time::sleep_until(begin.into()).await;
@@ -234,7 +233,7 @@ pub(super) async fn write(
         if elapsed >= args.duration {
             return Ok(());
         }
-        let due = (args.expiry_rate as f64 * elapsed.as_secs_f64()) as u64;
+        let due = (args.rate as f64 * elapsed.as_secs_f64()) as u64;
         let n = due.saturating_sub(sent).min(MAX_BATCH);
         if n == 0 {
             continue;
@@ -242,7 +241,7 @@ pub(super) async fn write(
         batch.clear();
         let now_ms = elapsed.as_millis() as u64;
         for i in sent..sent + n {
-            let ttl = if rng.gen_bool(args.expiry_long_share) {
+            let ttl = if rng.gen_bool(args.long_share) {
                 LONG_TTL
             } else {
                 rng.gen_range(ttl.min..=ttl.max)

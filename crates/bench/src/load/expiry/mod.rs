@@ -1,10 +1,10 @@
-//! `memfleet bench --scenario expiry`: Segcache §3.5's claim that proactive, segment-level
+//! `memfleet bench expiry`: Segcache §3.5's claim that proactive, segment-level
 //! expiration frees expired items promptly, where memcached frees them lazily (on access),
 //! from the LRU tails its maintainer walks, or when its LRU crawler visits them.
 //!
 //! Every `--spawn`/`--target` server gets the same write stream at the same time: new keys
-//! at `--expiry-rate` sets per second, each with a TTL drawn uniformly from
-//! `--expiry-short-ttl` or, for a `--expiry-long-share` of them, an hour (live for the whole
+//! at `--rate` sets per second, each with a TTL drawn uniformly from
+//! `--short-ttl` or, for a `--long-share` of them, an hour (live for the whole
 //! run). Nothing is ever read back, so nothing expires by access. The client keeps the
 //! deadline of everything it wrote, so at every second it knows how many items are still
 //! live; the server says how many it holds (`curr_items`) and their bytes (`bytes`). The
@@ -18,7 +18,6 @@
 //! automatic LRU crawler on); the report prints those settings and its reclaim counters so
 //! the comparison can be judged.
 
-use super::args::LONG_TTL;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
@@ -27,41 +26,101 @@ use serde_json::json;
 
 use memfleet_results::plot::{self, Timeline};
 
+use super::args::{Spawning, Targets};
 use super::run_log::{write_results, RunLog};
 use super::server_stats::Stats;
+use super::table::{Column, Table};
 use super::timeline;
-use super::{runtime, start, LoadArgs, Target};
+use super::{runtime, start, Target};
+use memfleet_sim::duration::parse_duration;
 use memfleet_testkit::Spawned;
 
 mod measure;
 pub use self::measure::GRACE;
 use self::measure::{run, ExpiryRun, Sample, Summary, COUNTERS, SETTINGS};
 
-/// `--scenario expiry`.
-pub fn bench(args: &LoadArgs) -> Result<()> {
-    let targets = args.targets();
+/// `memfleet bench expiry`'s flags.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ExpiryArgs {
+    /// The servers under test.
+    #[command(flatten)]
+    pub targets: Targets,
+    /// How spawned servers are started.
+    #[command(flatten)]
+    pub spawning: Spawning,
+    /// How long the sets go on, e.g. 30s (one sample per second).
+    #[arg(long, value_parser = parse_duration, default_value = "10s")]
+    pub duration: Duration,
+    /// Value size in bytes.
+    #[arg(long, default_value_t = 100)]
+    pub value_size: usize,
+    /// RNG seed of the TTL sequence (the same for every server).
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Sets per second, each of a new key, spread evenly over each second.
+    #[arg(long, alias = "expiry-rate", default_value_t = 20_000)]
+    pub rate: u64,
+    /// The short TTLs, seconds, drawn uniformly from MIN-MAX.
+    #[arg(long, alias = "expiry-short-ttl", value_parser = parse_ttl_range, default_value = "2-10")]
+    pub short_ttl: TtlRange,
+    /// The fraction of sets with a long TTL (an hour: live for the whole run).
+    #[arg(long, alias = "expiry-long-share", default_value_t = 0.2)]
+    pub long_share: f64,
+    /// Write expiry.json and its figures into this directory, with the command that made
+    /// them.
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<std::path::PathBuf>,
+}
+
+/// The TTL of long-lived items: longer than any run, so they never expire in one.
+pub const LONG_TTL: u32 = 3600;
+
+/// The range short TTLs are drawn from, seconds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TtlRange {
+    /// Shortest.
+    pub min: u32,
+    /// Longest.
+    pub max: u32,
+}
+
+/// Parses `MIN-MAX` or a single TTL, in seconds (at least 1).
+pub fn parse_ttl_range(s: &str) -> Result<TtlRange, String> {
+    let (min, max) = s.split_once('-').unwrap_or((s, s));
+    let parse = |n: &str| n.trim().parse::<u32>().ok().filter(|&n| n >= 1);
+    match (parse(min), parse(max)) {
+        (Some(min), Some(max)) if min <= max && max < LONG_TTL => Ok(TtlRange { min, max }),
+        _ => Err(format!(
+            "bad TTL range {s:?}: MIN-MAX seconds with 1 <= MIN <= MAX < {LONG_TTL}, like 2-10"
+        )),
+    }
+}
+
+/// `memfleet bench expiry`.
+pub fn bench(args: &ExpiryArgs) -> Result<()> {
+    let targets = args.targets.list();
     if targets.is_empty() {
         bail!("expiry: give the servers to compare, e.g. --spawn memfleet --spawn memcached");
     }
-    if args.expiry_rate == 0 || args.duration < Duration::from_secs(1) {
-        bail!("expiry needs a positive --expiry-rate and a --duration of at least 1s");
+    if args.rate == 0 || args.duration < Duration::from_secs(1) {
+        bail!("expiry needs a positive --rate and a --duration of at least 1s");
     }
-    if !(0.0..=1.0).contains(&args.expiry_long_share) {
-        bail!("--expiry-long-share must be within 0..=1");
+    if !(0.0..=1.0).contains(&args.long_share) {
+        bail!("--long-share must be within 0..=1");
     }
-    let ttl = args.expiry_short_ttl;
+    let ttl = args.short_ttl;
     let log = RunLog::new();
     println!(
-        "memfleet bench --scenario expiry: {} new keys per second with {}-byte values for {:?}, \
+        "memfleet bench expiry: {} new keys per second with {}-byte values for {:?}, \
          {:.0}% with a TTL of {}-{} s and {:.0}% of {LONG_TTL} s, to {} at once; nothing is \
          read back",
-        args.expiry_rate,
+        args.rate,
         args.value_size,
         args.duration,
-        100.0 * (1.0 - args.expiry_long_share),
+        100.0 * (1.0 - args.long_share),
         ttl.min,
         ttl.max,
-        100.0 * args.expiry_long_share,
+        100.0 * args.long_share,
         targets
             .iter()
             .map(Target::name)
@@ -69,14 +128,11 @@ pub fn bench(args: &LoadArgs) -> Result<()> {
             .join(", ")
     );
     log.print_start();
-    let settings = args.server_settings(false);
+    let settings = args.spawning.settings(false, args.value_size);
     let mut servers: Vec<(Option<Spawned>, SocketAddr, Option<u32>)> = Vec::new();
     for t in &targets {
         let (spawned, addr) = start(t, &settings, None, &[])?;
-        let pid = match t {
-            Target::Spawn(_) => spawned.as_ref().map(Spawned::pid),
-            Target::External(e) => e.pid,
-        };
+        let pid = t.pid(spawned.as_ref());
         servers.push((spawned, addr, pid));
     }
     let (rt, local) = runtime()?;
@@ -155,32 +211,27 @@ fn summary_table(outcomes: &[ExpiryRun], summaries: &[Summary], steady_from: f64
         "\nbytes held in expired items (steady: from second {steady_from:.0} on, once the \
          first short TTLs have run out; early gone: live items no longer held):"
     );
-    let _ = writeln!(
-        t,
-        "{:<12} {:>10} {:>10} {:>10} {:>15} {:>13} {:>13} {:>12}",
-        "server",
-        "sets",
-        "peak MiB",
-        "mean MiB",
-        "steady mean MiB",
-        "steady share%",
-        "early gone%",
-        "peak RSS MiB"
-    );
+    #[rustfmt::skip]
+    const COLUMNS: [Column; 8] = [
+        Column::left("server", 12), Column::right("sets", 10), Column::right("peak MiB", 10),
+        Column::right("mean MiB", 10), Column::right("steady mean MiB", 15),
+        Column::right("steady share%", 13), Column::right("early gone%", 13),
+        Column::right("peak RSS MiB", 12),
+    ];
+    let mut table = Table::new(&COLUMNS);
     for (o, s) in outcomes.iter().zip(summaries) {
-        let _ = writeln!(
-            t,
-            "{:<12} {:>10} {:>10} {:>10} {:>15} {:>13.1} {:>13.1} {:>12}",
-            o.name,
-            o.written,
-            mib(s.peak as f64),
-            mib(s.mean),
-            mib(s.steady_mean),
-            100.0 * s.steady_share,
-            100.0 * s.steady_early_share,
-            s.peak_rss.map_or("-".into(), |r| mib(r as f64))
-        );
+        table.row(&[
+            &o.name,
+            &o.written,
+            &mib(s.peak as f64),
+            &mib(s.mean),
+            &mib(s.steady_mean),
+            &format!("{:.1}", 100.0 * s.steady_share),
+            &format!("{:.1}", 100.0 * s.steady_early_share),
+            &s.peak_rss.map_or("-".into(), |r| mib(r as f64)),
+        ]);
     }
+    t += &table.text();
     for o in outcomes {
         let pick = |stats: &Stats, names: &[&str]| {
             names
@@ -241,7 +292,7 @@ fn figures(dir: &std::path::Path, outcomes: &[ExpiryRun]) -> Result<Vec<std::pat
 }
 
 fn json_report(
-    args: &LoadArgs,
+    args: &ExpiryArgs,
     outcomes: &[ExpiryRun],
     summaries: &[Summary],
     steady_from: f64,
@@ -278,17 +329,32 @@ fn json_report(
         .collect();
     json!({
         "parameters": {
-            "rate": args.expiry_rate,
-            "short_ttl_s": [args.expiry_short_ttl.min, args.expiry_short_ttl.max],
+            "rate": args.rate,
+            "short_ttl_s": [args.short_ttl.min, args.short_ttl.max],
             "long_ttl_s": LONG_TTL,
-            "long_share": args.expiry_long_share,
-            "value_size": args.value_size.to_string(),
+            "long_share": args.long_share,
+            "value_size": args.value_size,
             "duration_s": args.duration.as_secs_f64(),
-            "server_memory_mib": args.server_memory,
+            "server_memory_mib": args.spawning.server_memory,
             "grace_s": GRACE.as_secs_f64(),
             "steady_from_s": steady_from,
         },
         "load_average_at_end": load_at_end,
         "servers": servers,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ttl_ranges() {
+        assert_eq!(parse_ttl_range("2-10"), Ok(TtlRange { min: 2, max: 10 }));
+        assert_eq!(parse_ttl_range("5"), Ok(TtlRange { min: 5, max: 5 }));
+        assert!(parse_ttl_range("10-2").is_err());
+        assert!(parse_ttl_range("0-3").is_err());
+        assert!(parse_ttl_range("2-99999").is_err());
+        assert!(parse_ttl_range("soon").is_err());
+    }
 }

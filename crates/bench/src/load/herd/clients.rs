@@ -72,7 +72,7 @@ pub struct HerdResult {
     pub db_qps_peak: f64,
     /// Times a reader was told to wait (hot miss, `Z` without a value).
     pub waits: u64,
-    /// Reads that took a stale value by choice (`--herd-accept-stale`).
+    /// Reads that took a stale value by choice (`--accept-stale`).
     pub stale_taken: u64,
     /// Cache hits older than the last completed update: stale data served as fresh.
     pub stale_served_as_fresh: u64,

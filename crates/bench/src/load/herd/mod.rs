@@ -1,9 +1,9 @@
-//! `memfleet bench --scenario herd`: the thundering-herd experiment of Facebook §3.2.1.
+//! `memfleet bench herd`: the thundering-herd experiment of Facebook §3.2.1.
 //!
 //! One hot key, read in a closed loop by `--conns` clients that each behave like a web
 //! server doing look-aside caching against a simulated database. A writer updates the
-//! database row every `--herd-invalidate` and then deletes the key, as the paper's
-//! applications do. The database is in-process: every query takes `--herd-db-latency`
+//! database row every `--invalidate` and then deletes the key, as the paper's
+//! applications do. The database is in-process: every query takes `--db-latency`
 //! and is counted in 100 ms windows, so the report can give the mean and the peak query
 //! rate the cache let through.
 //!
@@ -11,11 +11,11 @@
 //! - `plain`: `get`; on a miss, query the database and `set` (every client that misses
 //!   after a delete queries: the herd).
 //! - `lease`: mcrouter's `lease-get`/`lease-set` (memfleet): one client per key per delete
-//!   gets a token and queries; the others get a hot miss and retry after `--herd-retry`.
+//!   gets a token and queries; the others get a hot miss and retry after `--retry`.
 //! - `meta`: memcached's meta-protocol leases, `mg <key> v c N30` then `ms <key> C<cas>`
 //!   (memcached 1.6 and memfleet): the `W` winner queries, `Z` readers retry.
 //!
-//! With `--herd-accept-stale`, a reader told to wait takes a stale value instead when one is
+//! With `--accept-stale`, a reader told to wait takes a stale value instead when one is
 //! offered (memfleet keeps deleted values for lease reads; `X` in meta).
 //!
 //! Every value carries the database version it was read at, so a reader can tell a stale
@@ -26,99 +26,138 @@
 //! With `--out DIR`: `herd.json` (the table's rows with each one's database timeline) and
 //! `herd-db-queries.png` (database queries per second in each 100 ms window, per mode).
 
+use super::args::{Clients, Servers};
 use super::run_log::{write_results, RunLog};
-use super::{runtime, start, LoadArgs};
+use super::table::{Column, Table};
+use super::{runtime, start};
 use anyhow::{bail, Context, Result};
 use memfleet_results::plot::{self, Series};
+use memfleet_sim::duration::parse_duration;
 use serde_json::json;
+use std::path::PathBuf;
+use std::time::Duration;
 
 mod clients;
 pub use self::clients::{run, supported_modes, HerdConfig, HerdResult, Mode, WINDOW};
 
-/// The report table: one row per (server, mode).
-pub fn table(rows: &[(String, Mode, HerdResult)]) -> String {
-    use std::fmt::Write;
-    let mut t = String::new();
-    let _ = writeln!(
-        t,
-        "{:<12} {:<6} {:>10} {:>8} {:>9} {:>10} {:>10} {:>8} {:>8} {:>9} {:>8} {:>8} {:>8}",
-        "server",
-        "mode",
-        "reads/s",
-        "hit1 %",
-        "db total",
-        "db q/s",
-        "db peak/s",
-        "waits",
-        "stale",
-        "stale-hit",
-        "refused",
-        "p50 µs",
-        "p99 µs"
-    );
-    for (server, mode, r) in rows {
-        let secs = r.elapsed.as_secs_f64().max(1e-9);
-        let _ = writeln!(
-            t,
-            "{:<12} {:<6} {:>10.0} {:>8.2} {:>9} {:>10.1} {:>10.0} {:>8} {:>8} {:>9} {:>8} {:>8} {:>8}",
-            server,
-            mode.name(),
-            r.reads as f64 / secs,
-            100.0 * r.first_try_hits as f64 / r.reads.max(1) as f64,
-            r.db_queries,
-            r.db_qps_mean,
-            r.db_qps_peak,
-            r.waits,
-            r.stale_taken,
-            r.stale_served_as_fresh,
-            r.fills_refused,
-            r.latency_us.0,
-            r.latency_us.1
-        );
-    }
-    t
+/// `memfleet bench herd`'s flags.
+#[derive(Debug, Clone, clap::Args)]
+pub struct HerdArgs {
+    /// The servers under test.
+    #[command(flatten)]
+    pub servers: Servers,
+    /// The readers of the hot key and the run time.
+    #[command(flatten)]
+    pub clients: Clients,
+    /// Run every server and mode N times and report the run with the median database peak.
+    #[arg(long, default_value_t = 1)]
+    pub repeat: usize,
+    /// Size of the hot key's value in bytes (at least 20: it starts with the version).
+    #[arg(long, default_value_t = 100)]
+    pub value_size: usize,
+    /// Time between database updates, each followed by a delete of the key.
+    #[arg(long, alias = "herd-invalidate", value_parser = parse_duration, default_value = "300ms")]
+    pub invalidate: Duration,
+    /// How long a simulated database query takes.
+    #[arg(long, alias = "herd-db-latency", value_parser = parse_duration, default_value = "10ms")]
+    pub db_latency: Duration,
+    /// Pause before a reader told to wait (hot miss) asks again.
+    #[arg(long, alias = "herd-retry", value_parser = parse_duration, default_value = "2ms")]
+    pub retry: Duration,
+    /// A reader told to wait takes a stale value when one is offered.
+    #[arg(long, alias = "herd-accept-stale")]
+    pub accept_stale: bool,
+    /// Which modes to run where the server speaks them (plain, lease, meta).
+    #[arg(
+        long,
+        alias = "herd-modes",
+        value_delimiter = ',',
+        default_value = "plain,lease,meta"
+    )]
+    pub modes: Vec<String>,
+    /// Write herd.json and herd-db-queries.png into this directory, with the command that
+    /// made them.
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
 }
 
-/// `--scenario herd`: every target, every mode it speaks, `--repeat` times; prints each run
+/// The report table's columns.
+#[rustfmt::skip]
+const COLUMNS: [Column; 13] = [
+    Column::left("server", 12), Column::left("mode", 6), Column::right("reads/s", 10),
+    Column::right("hit1 %", 8), Column::right("db total", 9), Column::right("db q/s", 10),
+    Column::right("db peak/s", 10), Column::right("waits", 8), Column::right("stale", 8),
+    Column::right("stale-hit", 9), Column::right("refused", 8), Column::right("p50 µs", 8),
+    Column::right("p99 µs", 8),
+];
+
+/// The report table: one row per (server, mode).
+pub fn table(rows: &[(String, Mode, HerdResult)]) -> String {
+    let mut t = Table::new(&COLUMNS);
+    for (server, mode, r) in rows {
+        let secs = r.elapsed.as_secs_f64().max(1e-9);
+        t.row(&[
+            server,
+            &mode.name(),
+            &format!("{:.0}", r.reads as f64 / secs),
+            &format!(
+                "{:.2}",
+                100.0 * r.first_try_hits as f64 / r.reads.max(1) as f64
+            ),
+            &r.db_queries,
+            &format!("{:.1}", r.db_qps_mean),
+            &format!("{:.0}", r.db_qps_peak),
+            &r.waits,
+            &r.stale_taken,
+            &r.stale_served_as_fresh,
+            &r.fills_refused,
+            &r.latency_us.0,
+            &r.latency_us.1,
+        ]);
+    }
+    t.text()
+}
+
+/// `memfleet bench herd`: every target, every mode it speaks, `--repeat` times; prints each run
 /// and the table of medians (by peak database rate).
-pub fn bench(args: &LoadArgs) -> Result<()> {
-    if args.spawn.is_empty() && args.target.is_empty() {
+pub fn bench(args: &HerdArgs) -> Result<()> {
+    if args.servers.targets.is_empty() {
         bail!("nothing to load: give --spawn memcached|memfleet or --target NAME=HOST:PORT");
     }
-    if args.repeat == 0 || args.duration.is_zero() || args.herd_invalidate.is_zero() {
-        bail!("--repeat, --duration and --herd-invalidate must be positive");
+    if args.repeat == 0 || args.clients.duration.is_zero() || args.invalidate.is_zero() {
+        bail!("--repeat, --duration and --invalidate must be positive");
     }
     let wanted: Vec<Mode> = args
-        .herd_modes
+        .modes
         .iter()
         .map(|m| match m.as_str() {
             "plain" => Ok(Mode::Plain),
             "lease" => Ok(Mode::Lease),
             "meta" => Ok(Mode::Meta),
-            other => bail!("--herd-modes: unknown mode {other:?} (plain, lease, meta)"),
+            other => bail!("--modes: unknown mode {other:?} (plain, lease, meta)"),
         })
         .collect::<Result<_>>()?;
     let log = RunLog::new();
     println!(
-        "memfleet bench --scenario herd: {} readers of one hot key, updated and deleted every \
+        "memfleet bench herd: {} readers of one hot key, updated and deleted every \
          {:?}; database queries take {:?}; waiting readers retry after {:?}{}; {:?} per run, \
          {} repeat(s)",
-        args.conns,
-        args.herd_invalidate,
-        args.herd_db_latency,
-        args.herd_retry,
-        if args.herd_accept_stale {
+        args.clients.conns,
+        args.invalidate,
+        args.db_latency,
+        args.retry,
+        if args.accept_stale {
             ", or take a stale value"
         } else {
             ""
         },
-        args.duration,
+        args.clients.duration,
         args.repeat
     );
     log.print_start();
-    let settings = args.server_settings(false);
-    let (_, server_pin) = args.pins();
-    let targets = args.targets();
+    let settings = args.servers.spawning.settings(false, args.value_size);
+    let (_, server_pin) = args.servers.pinning.pins();
+    let targets = args.servers.targets.list();
     let (rt, local) = runtime()?;
     let mut runs: Vec<(String, Mode, Vec<HerdResult>)> = Vec::new();
     local.block_on(&rt, async {
@@ -130,13 +169,13 @@ pub fn bench(args: &LoadArgs) -> Result<()> {
                 for r in 1..=args.repeat {
                     let cfg = HerdConfig {
                         addr,
-                        conns: args.conns,
-                        duration: args.duration,
-                        invalidate_every: args.herd_invalidate,
-                        db_latency: args.herd_db_latency,
-                        retry_after: args.herd_retry,
-                        accept_stale: args.herd_accept_stale,
-                        value_size: args.fixed_value_size("--scenario herd")?,
+                        conns: args.clients.conns,
+                        duration: args.clients.duration,
+                        invalidate_every: args.invalidate,
+                        db_latency: args.db_latency,
+                        retry_after: args.retry,
+                        accept_stale: args.accept_stale,
+                        value_size: args.value_size,
                         key: format!("herd:{}:{r}", mode.name()),
                     };
                     let res = run(&cfg, mode)
@@ -222,7 +261,7 @@ fn db_timeline(r: &HerdResult) -> Vec<(f64, f64)> {
 /// `herd.json`: the parameters and, per server and mode, the table's row (the median run)
 /// with its database timeline.
 fn json_report(
-    args: &LoadArgs,
+    args: &HerdArgs,
     rows: &[(String, Mode, HerdResult)],
     load_at_end: &str,
 ) -> serde_json::Value {
@@ -254,13 +293,13 @@ fn json_report(
         .collect();
     json!({
         "parameters": {
-            "conns": args.conns,
-            "duration_s": args.duration.as_secs_f64(),
-            "invalidate_every_ms": args.herd_invalidate.as_secs_f64() * 1000.0,
-            "db_latency_ms": args.herd_db_latency.as_secs_f64() * 1000.0,
-            "retry_after_ms": args.herd_retry.as_secs_f64() * 1000.0,
-            "accept_stale": args.herd_accept_stale,
-            "value_size": args.value_size.to_string(),
+            "conns": args.clients.conns,
+            "duration_s": args.clients.duration.as_secs_f64(),
+            "invalidate_every_ms": args.invalidate.as_secs_f64() * 1000.0,
+            "db_latency_ms": args.db_latency.as_secs_f64() * 1000.0,
+            "retry_after_ms": args.retry.as_secs_f64() * 1000.0,
+            "accept_stale": args.accept_stale,
+            "value_size": args.value_size,
             "repeat": args.repeat,
             "window_ms": WINDOW.as_secs_f64() * 1000.0,
             "rows_are": "the run with the median database peak of each server and mode",

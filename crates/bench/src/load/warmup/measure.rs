@@ -2,13 +2,13 @@
 //! configuration), the look-aside clients against a database of fixed capacity, and the
 //! per-second samples of each run. Not here: the report (the parent module).
 
+use super::WarmupArgs;
 use crate::load::client;
 use crate::load::conn::Conn;
 use crate::load::reply::CheckedReply;
 use crate::load::server_stats::StatsConn;
 use crate::load::target::free_port;
 use crate::load::workload::{conn_rng, Workload, WorkloadOp};
-use crate::load::LoadArgs;
 use anyhow::{Context, Result};
 use hdrhistogram::Histogram;
 use memfleet_testkit::{Router, RouterConfig, Spawned};
@@ -167,14 +167,14 @@ pub(super) fn router_config(
 }
 
 pub(super) async fn run(
-    args: &LoadArgs,
+    args: &WarmupArgs,
     workload: &Rc<Workload>,
     warm_up: bool,
 ) -> Result<WarmupRun> {
     let label = label(warm_up);
     let start_server = |port: u16| -> Result<Spawned> {
         let argv: Vec<String> = [
-            args.memfleet_bin.as_str(),
+            args.look_aside.memfleet.memfleet_bin.as_str(),
             "server",
             "-l",
             "127.0.0.1",
@@ -199,7 +199,12 @@ pub(super) async fn run(
     let front_addr: SocketAddr = ([127, 0, 0, 1], front).into();
     let fill_addr: SocketAddr = ([127, 0, 0, 1], fill).into();
     let config = router_config(front, fill, &cold_ports, &warm_ports, warm_up);
-    let router = Router::start(&args.memfleet_bin, &config, front_addr, None)?;
+    let router = Router::start(
+        &args.look_aside.memfleet.memfleet_bin,
+        &config,
+        front_addr,
+        None,
+    )?;
     println!(
         "[{label}] router pid {} on {front_addr}; cold cluster {cold_ports:?}, warm cluster \
          {warm_ports:?}",
@@ -215,16 +220,16 @@ pub(super) async fn run(
         filling.elapsed().as_secs_f64()
     );
 
-    let seconds = args.duration.as_secs_f64().ceil() as usize;
+    let seconds = args.look_aside.clients.duration.as_secs_f64().ceil() as usize;
     let windows = Rc::new(RefCell::new(vec![Second::new(); seconds]));
     let start = Instant::now();
-    let deadline = start + args.duration;
+    let deadline = start + args.look_aside.clients.duration;
     let database = Rc::new(Database {
-        latency: args.herd_db_latency,
-        slots: Semaphore::new(args.warmup_db_concurrency),
+        latency: args.look_aside.db_latency,
+        slots: Semaphore::new(args.db_concurrency),
     });
     let mut clients = Vec::new();
-    for c in 0..args.conns {
+    for c in 0..args.look_aside.clients.conns {
         let (workload, windows, database) = (workload.clone(), windows.clone(), database.clone());
         let rng = conn_rng(args.seed, c);
         clients.push(tokio::task::spawn_local(async move {

@@ -1,4 +1,4 @@
-//! `memfleet bench --scenario warmup`: Facebook §4.3's Cold Cluster Warmup — how fast an
+//! `memfleet bench warmup`: Facebook §4.3's Cold Cluster Warmup — how fast an
 //! empty ("cold") cluster reaches a useful hit rate, and what it costs the database, with
 //! and without the router's `warmup` route.
 //!
@@ -12,8 +12,8 @@
 //! value. With warm-up, the router turns a cold miss into a read of the warm cluster and an
 //! `add` into the cold one, so the client gets a hit.
 //!
-//! The database has a fixed capacity: a query takes `--herd-db-latency` and at most
-//! `--warmup-db-concurrency` run at once (the others queue), as a real database can absorb
+//! The database has a fixed capacity: a query takes `--db-latency` and at most
+//! `--db-concurrency` run at once (the others queue), as a real database can absorb
 //! only so much extra load. The clients are closed loops, so without warm-up that capacity
 //! limits how fast the cold cluster fills (the reason the paper's cold clusters took days
 //! rather than hours), and the queueing shows in the clients' latency. Reported per second:
@@ -29,38 +29,64 @@ use serde_json::json;
 
 use memfleet_results::plot::{self, Timeline};
 
+use super::args::LookAside;
 use super::run_log::{write_results, RunLog};
+use super::runtime;
+use super::table::{Column, Table};
 use super::timeline;
-use super::{runtime, LoadArgs};
 
 mod measure;
 use self::measure::{
     label, run, Second, Summary, WarmupRun, DEFAULT_ZIPF, GOALS, SERVERS_PER_CLUSTER,
 };
 
-/// `--scenario warmup`.
-pub fn bench(args: &LoadArgs) -> Result<()> {
-    if args.conns == 0 || args.warmup_db_concurrency == 0 || args.duration < Duration::from_secs(1)
+/// `memfleet bench warmup`'s flags.
+#[derive(Debug, Clone, clap::Args)]
+pub struct WarmupArgs {
+    /// The clients, the keys, the servers' executable, the database.
+    #[command(flatten)]
+    pub look_aside: LookAside,
+    /// RNG seed of the clients' key streams.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Memory of each cache server in MiB (-m).
+    #[arg(long, default_value_t = 1024)]
+    pub server_memory: u64,
+    /// Database queries served at once; more wait their turn, so the database answers at
+    /// most this many per --db-latency.
+    #[arg(long, alias = "warmup-db-concurrency", default_value_t = 8)]
+    pub db_concurrency: usize,
+    /// Write warmup.json and its figures into this directory, with the command that made
+    /// them.
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<std::path::PathBuf>,
+}
+
+/// `memfleet bench warmup`.
+pub fn bench(args: &WarmupArgs) -> Result<()> {
+    if args.look_aside.clients.conns == 0
+        || args.db_concurrency == 0
+        || args.look_aside.clients.duration < Duration::from_secs(1)
     {
         bail!(
-            "warmup needs --conns and --warmup-db-concurrency of at least 1 and a --duration \
+            "warmup needs --conns and --db-concurrency of at least 1 and a --duration \
              of at least 1s"
         );
     }
-    let zipf = args.zipf.unwrap_or(DEFAULT_ZIPF);
-    let workload = Rc::new(args.gets_workload("--scenario warmup", Some(zipf))?);
+    let zipf = args.look_aside.keys.zipf.unwrap_or(DEFAULT_ZIPF);
+    let workload = Rc::new(args.look_aside.keys.gets_workload("warmup", Some(zipf))?);
     let log = RunLog::new();
     println!(
-        "memfleet bench --scenario warmup: a cold and a warm cluster of {SERVERS_PER_CLUSTER} \
+        "memfleet bench warmup: a cold and a warm cluster of {SERVERS_PER_CLUSTER} \
          servers each behind a router; the warm one holds {} keys of {} bytes; {} look-aside \
          clients read Zipf {zipf} keys through the router for {:?}; database queries take {:?}, \
          {} at a time",
-        args.keys,
-        args.value_size,
-        args.conns,
-        args.duration,
-        args.herd_db_latency,
-        args.warmup_db_concurrency
+        args.look_aside.keys.keys,
+        args.look_aside.keys.value_size,
+        args.look_aside.clients.conns,
+        args.look_aside.clients.duration,
+        args.look_aside.db_latency,
+        args.db_concurrency
     );
     log.print_start();
     let (rt, local) = runtime()?;
@@ -123,40 +149,33 @@ fn summary_table(outcomes: &[WarmupRun], summaries: &[Summary]) -> String {
     use std::fmt::Write as _;
     let mut t = String::new();
     let after = |r: Option<usize>| r.map_or("never".into(), |s| format!("{s}s"));
-    let _ = writeln!(
-        t,
-        "\n{:<16} {:>9} {:>9} {:>10} {:>9} {:>10} {:>9} {:>9} {:>8} {:>8} {:>10} {:>6}",
-        "run",
-        "gets",
-        "db",
-        "db/100get",
-        "clnt hit%",
-        "cold last%",
-        "50% at",
-        "90% at",
-        "p50 ms",
-        "p99 ms",
-        "cold items",
-        "errors"
-    );
+    #[rustfmt::skip]
+    const COLUMNS: [Column; 12] = [
+        Column::left("run", 16), Column::right("gets", 9), Column::right("db", 9),
+        Column::right("db/100get", 10), Column::right("clnt hit%", 9),
+        Column::right("cold last%", 10), Column::right("50% at", 9), Column::right("90% at", 9),
+        Column::right("p50 ms", 8), Column::right("p99 ms", 8), Column::right("cold items", 10),
+        Column::right("errors", 6),
+    ];
+    let mut table = Table::new(&COLUMNS);
     for (o, s) in outcomes.iter().zip(summaries) {
-        let _ = writeln!(
-            t,
-            "{:<16} {:>9} {:>9} {:>10.2} {:>9.1} {:>10} {:>9} {:>9} {:>8.2} {:>8.2} {:>10} {:>6}",
-            o.label,
-            s.gets,
-            s.db,
-            100.0 * s.db as f64 / s.gets.max(1) as f64,
-            100.0 * s.client_hit_rate,
-            percent(s.last_cold_hit_rate),
-            after(s.reached[0]),
-            after(s.reached[1]),
-            s.p50_ms,
-            s.p99_ms,
-            s.cold_items,
-            s.errors
-        );
+        table.row(&[
+            &o.label,
+            &s.gets,
+            &s.db,
+            &format!("{:.2}", 100.0 * s.db as f64 / s.gets.max(1) as f64),
+            &format!("{:.1}", 100.0 * s.client_hit_rate),
+            &percent(s.last_cold_hit_rate),
+            &after(s.reached[0]),
+            &after(s.reached[1]),
+            &format!("{:.2}", s.p50_ms),
+            &format!("{:.2}", s.p99_ms),
+            &s.cold_items,
+            &s.errors,
+        ]);
     }
+    t.push('\n');
+    t += &table.text();
     for o in outcomes.iter().filter(|o| o.warm_up) {
         let _ = writeln!(
             t,
@@ -203,7 +222,7 @@ fn figures(dir: &std::path::Path, outcomes: &[WarmupRun]) -> Result<Vec<std::pat
 }
 
 fn json_report(
-    args: &LoadArgs,
+    args: &WarmupArgs,
     zipf: f64,
     outcomes: &[WarmupRun],
     summaries: &[Summary],
@@ -246,13 +265,13 @@ fn json_report(
     json!({
         "parameters": {
             "servers_per_cluster": SERVERS_PER_CLUSTER,
-            "keys": args.keys,
+            "keys": args.look_aside.keys.keys,
             "zipf": zipf,
-            "value_size": args.value_size.to_string(),
-            "conns": args.conns,
-            "db_latency_ms": args.herd_db_latency.as_secs_f64() * 1000.0,
-            "db_concurrency": args.warmup_db_concurrency,
-            "duration_s": args.duration.as_secs_f64(),
+            "value_size": args.look_aside.keys.value_size.to_string(),
+            "conns": args.look_aside.clients.conns,
+            "db_latency_ms": args.look_aside.db_latency.as_secs_f64() * 1000.0,
+            "db_concurrency": args.db_concurrency,
+            "duration_s": args.look_aside.clients.duration.as_secs_f64(),
             "server_memory_mib": args.server_memory,
         },
         "load_average_at_end": load_at_end,
