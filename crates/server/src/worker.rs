@@ -11,7 +11,7 @@ use crate::conn_stats::ConnInfo;
 use crate::connection;
 use crate::state::{ServerState, WorkerContext};
 use crate::stats::WorkerCounters;
-use crate::transport::TlsTransport;
+use crate::transport::{TlsTransport, Transport};
 use memfleet_protocol::response;
 use socket2::{Domain, Protocol, Socket, Type};
 use std::cell::{Cell, RefCell};
@@ -162,18 +162,7 @@ async fn accept_loop(ctx: &Rc<WorkerContext>, listener: tokio::net::TcpListener)
         // Two task types, so that a plaintext connection's task is not sized for a TLS
         // session it does not have.
         let task = match ctx.server.tls.clone() {
-            None => tokio::task::spawn_local(async move {
-                let open = open;
-                let stream = open
-                    .ctx
-                    .server
-                    .connections
-                    .table
-                    .track(stream, open.info.clone());
-                if let Err(e) = connection::serve(&open.ctx, stream).await {
-                    tracing::debug!(error = %e, "connection ended with an error");
-                }
-            }),
+            None => tokio::task::spawn_local(async move { serve_tracked(&open, stream).await }),
             Some(tls) => tokio::task::spawn_local(serve_tls(open, tls, stream)),
         };
         if !task.is_finished() {
@@ -196,7 +185,11 @@ async fn serve_tls(
         }
     };
     let (socket, session) = session.into_inner();
-    let stream = TlsTransport::new(socket, session);
+    serve_tracked(&open, TlsTransport::new(socket, session)).await;
+}
+
+/// Serves the connection over `stream`, its traffic counted in the connection table.
+async fn serve_tracked<T: Transport>(open: &OpenConnection, stream: T) {
     let stream = open
         .ctx
         .server

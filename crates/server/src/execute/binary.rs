@@ -52,7 +52,7 @@ impl Executor<'_> {
                     (SetOp::Add, _) => StoreMode::Add,
                     (SetOp::Replace, _) => StoreMode::Replace,
                 };
-                let result = self.store(mode, key, value, flags, i64::from(exptime));
+                let result = self.store(mode, key, value, flags, i64::from(exptime), None);
                 let status = match result {
                     Ok(StoreStatus::Stored) => Status::Success,
                     Ok(StoreStatus::NotStored) if op == SetOp::Add => Status::KeyExists,
@@ -76,7 +76,7 @@ impl Executor<'_> {
                         ConcatOp::Append => StoreMode::Append,
                         ConcatOp::Prepend => StoreMode::Prepend,
                     };
-                    match self.store(mode, key, value, 0, 0) {
+                    match self.store(mode, key, value, 0, 0, None) {
                         Ok(StoreStatus::Stored) => Status::Success,
                         Ok(_) => Status::NotStored,
                         Err(e) => store_error(e),
@@ -120,6 +120,7 @@ impl Executor<'_> {
                         text.as_bytes(),
                         0,
                         i64::from(exptime),
+                        None,
                     ) {
                         Ok(StoreStatus::Stored) => Ok(Some(initial)),
                         // Created by someone else meanwhile: count on theirs.

@@ -99,9 +99,7 @@ impl Executor<'_> {
             c.get_misses.incr();
         }
         if !found && !m.flags.quiet() {
-            let mut w = MetaWriter::new(out, MetaStatus::En);
-            w.echo(&m.flags, &m.key);
-            w.finish();
+            status_line(out, MetaStatus::En, &m.flags, &m.key);
         }
     }
 
@@ -133,7 +131,7 @@ impl Executor<'_> {
                 StoreCommand::LeaseSet => unreachable!("ms has no lease-set mode"),
             };
             match (
-                self.store_as(mode, &key, m.data, flags, exptime, m.flags.new_cas()),
+                self.store(mode, &key, m.data, flags, exptime, m.flags.new_cas()),
                 compare,
             ) {
                 // `I` with a CAS older than the item's: memcached keeps the value as stale.
@@ -152,7 +150,7 @@ impl Executor<'_> {
             // memcached 1.6.45: `N` on an append or prepend to a missing key stores the data
             // as a new item with that TTL.
             (Ok(StoreStatus::NotStored), Some(ttl)) if concat && compare.is_none() => {
-                self.store_as(StoreMode::Add, &key, m.data, flags, ttl, m.flags.new_cas())
+                self.store(StoreMode::Add, &key, m.data, flags, ttl, m.flags.new_cas())
             }
             (result, _) => result,
         };
@@ -232,9 +230,7 @@ impl Executor<'_> {
         if status == MetaStatus::Hd && m.flags.quiet() {
             return;
         }
-        let mut w = MetaWriter::new(out, status);
-        w.echo(&m.flags, &m.key);
-        w.finish();
+        status_line(out, status, &m.flags, &m.key);
     }
 
     pub(super) fn meta_arith(&mut self, m: &MetaArith<'_>, out: &mut Vec<u8>) {
@@ -259,7 +255,7 @@ impl Executor<'_> {
                 // Autovivify: create the counter with the initial value (`J`, default 0).
                 let initial = m.flags.initial().unwrap_or(0);
                 let text = initial.to_string();
-                match self.store_as(
+                match self.store(
                     StoreMode::Add,
                     &key,
                     text.as_bytes(),
@@ -470,4 +466,11 @@ fn item_flags(w: &mut MetaWriter<'_>, m: &Meta<'_>, item: &ItemRef<'_>, now: u32
             _ => {}
         }
     }
+}
+
+/// A meta reply that is its status and the echoed flags (`O`, `k`, `b`) alone.
+fn status_line(out: &mut Vec<u8>, status: MetaStatus, flags: &MetaFlags, key: &MetaKey<'_>) {
+    let mut w = MetaWriter::new(out, status);
+    w.echo(flags, key);
+    w.finish();
 }

@@ -19,7 +19,7 @@ impl Executor<'_> {
             StoreCommand::Cas => StoreMode::Cas(s.cas),
             StoreCommand::LeaseSet => StoreMode::Lease(s.cas),
         };
-        let reply = self.store(mode, s.key, s.data, s.flags, s.exptime);
+        let reply = self.store(mode, s.key, s.data, s.flags, s.exptime, None);
         if !s.noreply {
             out.extend_from_slice(match reply {
                 Ok(status) => text_status(status).as_bytes(),
@@ -79,20 +79,9 @@ impl Executor<'_> {
         Ok(deleted)
     }
 
-    /// A write, counted as memcached counts it.
+    /// A write, counted as memcached counts it; the new item takes `new_cas` as its CAS
+    /// unique when given (meta `E`).
     pub(super) fn store(
-        &mut self,
-        mode: StoreMode,
-        key: &[u8],
-        data: &[u8],
-        flags: u32,
-        exptime: i64,
-    ) -> Result<StoreStatus, StoreError> {
-        self.store_as(mode, key, data, flags, exptime, None)
-    }
-
-    /// [`Executor::store`], the new item taking `new_cas` as its CAS unique (meta `E`).
-    pub(super) fn store_as(
         &mut self,
         mode: StoreMode,
         key: &[u8],
