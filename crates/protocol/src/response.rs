@@ -121,25 +121,44 @@ pub const UDP_TOO_LARGE: &[u8] = b"SERVER_ERROR reply too large for UDP; use TCP
 
 /// Appends `VALUE <key> <flags> <bytes>[ <cas>]\r\n`, the header of one retrieval hit.
 pub fn value_header(out: &mut Vec<u8>, key: &[u8], flags: u32, len: usize, cas: Option<u64>) {
-    // "VALUE", three spaces, `\r\n`, and the longest flags, length and CAS: one growth check.
-    out.reserve(6 + key.len() + 1 + 10 + 1 + 20 + 1 + 20 + 2);
+    value_line(out, key, flags, len, cas, 0);
+}
+
+/// The `VALUE` line, with room reserved for `then` more bytes after it: one growth check
+/// for the whole hit (this is the reply of nearly every get).
+#[inline]
+fn value_line(
+    out: &mut Vec<u8>,
+    key: &[u8],
+    flags: u32,
+    len: usize,
+    cas: Option<u64>,
+    then: usize,
+) {
+    let mut flags_text = itoa::Buffer::new();
+    let flags = flags_text.format(flags).as_bytes();
+    let mut len_text = itoa::Buffer::new();
+    let len = len_text.format(len).as_bytes();
+    let mut cas_text = itoa::Buffer::new();
+    let cas = cas.map(|c| cas_text.format(c).as_bytes());
+    let cas_len = cas.map_or(0, |c| 1 + c.len());
+    out.reserve(b"VALUE ".len() + key.len() + 1 + flags.len() + 1 + len.len() + cas_len + 2 + then);
     out.extend_from_slice(b"VALUE ");
     out.extend_from_slice(key);
     out.push(b' ');
-    push_u64(out, u64::from(flags));
+    out.extend_from_slice(flags);
     out.push(b' ');
-    push_u64(out, len as u64);
+    out.extend_from_slice(len);
     if let Some(cas) = cas {
         out.push(b' ');
-        push_u64(out, cas);
+        out.extend_from_slice(cas);
     }
     out.extend_from_slice(CRLF);
 }
 
 /// Appends one retrieval hit: the `VALUE` line, the data and `\r\n` (`cas` for gets/gats).
 pub fn value(out: &mut Vec<u8>, key: &[u8], flags: u32, data: &[u8], cas: Option<u64>) {
-    out.reserve(data.len() + 2);
-    value_header(out, key, flags, data.len(), cas);
+    value_line(out, key, flags, data.len(), cas, data.len() + 2);
     out.extend_from_slice(data);
     out.extend_from_slice(CRLF);
 }

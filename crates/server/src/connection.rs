@@ -262,34 +262,37 @@ const LOOKAHEAD: usize = 16;
 /// key's item header: the cache misses of the batch overlap instead of queueing one after
 /// another (two dependent misses per lookup otherwise dominate a pipelined get).
 fn prefetch(handle: &memfleet_storage::Handle, batch: &[Option<(Request<'_>, usize)>]) {
-    fn keys<'r>(request: &'r Request<'_>) -> impl Iterator<Item = &'r [u8]> {
-        let (single, multi) = match request {
-            Request::Get(get) => (None, Some(get.keys.take(4))),
-            Request::Store(s) => (Some(s.key), None),
-            Request::Delete { key, .. }
-            | Request::Arith { key, .. }
-            | Request::Touch { key, .. } => (Some(*key), None),
-            // Base64 keys would need decoding twice; plain meta keys are used as they are.
-            Request::MetaGet(m) | Request::MetaDelete(m) if !m.key.is_base64() => {
-                (Some(m.key.raw()), None)
-            }
-            Request::MetaSet(m) if !m.key.is_base64() => (Some(m.key.raw()), None),
-            Request::MetaArithmetic(m) if !m.key.is_base64() => (Some(m.key.raw()), None),
-            _ => (None, None),
-        };
-        single.into_iter().chain(multi.into_iter().flatten())
-    }
     // Each key hashed once for both steps.
     let mut hashes = [KeyHash::default(); LOOKAHEAD * 4];
-    let keys = batch.iter().flatten().flat_map(|(r, _)| keys(r));
     let mut n = 0;
-    for (slot, key) in hashes.iter_mut().zip(keys) {
-        *slot = KeyHash::of(key);
-        handle.prefetch_bucket(*slot);
-        n += 1;
+    for (request, _) in batch.iter().flatten() {
+        for_each_key(request, |key| {
+            let hash = KeyHash::of(key);
+            handle.prefetch_bucket(hash);
+            hashes[n] = hash;
+            n += 1;
+        });
     }
     for &hash in &hashes[..n] {
         handle.prefetch_item(hash);
+    }
+}
+
+/// Calls `f` with the keys a request will look up first: its key, or a multi-get's first
+/// four (at most four per request, so [`prefetch`]'s table of hashes cannot overflow).
+#[inline]
+fn for_each_key(request: &Request<'_>, mut f: impl FnMut(&[u8])) {
+    match request {
+        Request::Get(get) => get.keys.take(4).for_each(f),
+        Request::Store(s) => f(s.key),
+        Request::Delete { key, .. } | Request::Arith { key, .. } | Request::Touch { key, .. } => {
+            f(key)
+        }
+        // Base64 keys would need decoding twice; plain meta keys are used as they are.
+        Request::MetaGet(m) | Request::MetaDelete(m) if !m.key.is_base64() => f(m.key.raw()),
+        Request::MetaSet(m) if !m.key.is_base64() => f(m.key.raw()),
+        Request::MetaArithmetic(m) if !m.key.is_base64() => f(m.key.raw()),
+        _ => {}
     }
 }
 

@@ -170,6 +170,7 @@ impl Handle {
     /// Looks up what memcached's `get` returns: a value (possibly stale after meta `md I`, as
     /// memcached serves it), not a lease placeholder, a deleted value kept for lease reads, or
     /// a hold-off.
+    #[inline]
     pub fn get(&self, key: &[u8]) -> Option<ItemRef<'_>> {
         let item = self.lookup(key)?;
         if Visibility::of(item.marks()).value {
@@ -183,6 +184,7 @@ impl Handle {
 
     /// Looks up any live item, marked or not (for the lease machinery). Counts a miss when
     /// there is none.
+    #[inline]
     pub fn lookup(&self, key: &[u8]) -> Option<ItemRef<'_>> {
         if key.is_empty() || key.len() > item::MAX_KEY_LEN {
             return None;
@@ -212,6 +214,7 @@ impl Handle {
     }
 
     /// Finds the live item for `key` without taking a lock.
+    #[inline]
     pub(crate) fn find(
         &self,
         key: &[u8],
@@ -230,6 +233,7 @@ impl Handle {
         }
     }
 
+    #[inline]
     fn probe(
         &self,
         table: &Table,
