@@ -72,7 +72,7 @@ pub struct Lease {
 pub const EXPLICIT_CAS: u32 = u32::MAX;
 
 impl Lease {
-    /// The extension that stores a client-chosen CAS unique (see [`EXPLICIT_CAS`]).
+    /// The extension that stores a client-chosen CAS unique (see `EXPLICIT_CAS`).
     pub fn explicit_cas(cas: u64) -> Lease {
         Lease {
             token: cas,

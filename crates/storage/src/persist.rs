@@ -259,7 +259,7 @@ impl Cache {
     }
 
     /// A cache in `mapping` (the memory file) rebuilt from `snapshot`, or the reason it
-    /// cannot be; the caller then starts empty with [`Config::memory_mapping`].
+    /// cannot be; the caller then starts empty with [`Cache::with_mapping`].
     pub fn resume(
         config: Config,
         mapping: memmap2::MmapMut,

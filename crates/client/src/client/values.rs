@@ -46,7 +46,7 @@ pub struct Value {
 pub enum Lease {
     /// The value.
     Hit(Value),
-    /// A miss, and this caller holds the key's lease: fill with [`Client::lease_set`] and
+    /// A miss, and this caller holds the key's lease: fill with [`Client::lease_set`](super::Client::lease_set) and
     /// this token. `stale` is the recently deleted value, if the server kept one.
     Token {
         /// The lease token.

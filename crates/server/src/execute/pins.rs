@@ -22,7 +22,7 @@ const CAPACITY: usize = 16;
 /// the replies so far (releasing their items), then again after every 20.
 const REQUESTS_PER_EVENT: u32 = 20;
 
-/// The items this batch's unsent replies hold, each as its [`Pin`].
+/// The items this batch's unsent replies hold, each as its `Pin`.
 #[derive(Default)]
 pub struct ReadPins {
     held: [Pin; CAPACITY],
