@@ -136,6 +136,26 @@ fn replay_reads_the_binary_formats() {
         let json = replay(&trace, format, &[server], "16", &dir.join(format));
         let row = &rows(&json)[0];
         assert_eq!(row["server"], server);
+        let mut keys: Vec<&str> = row
+            .as_object()
+            .unwrap()
+            .keys()
+            .map(|k| k.as_str())
+            .collect();
+        keys.sort_unstable();
+        #[rustfmt::skip]
+        let expected = [
+            "byte_miss_ratio", "deletes", "errors", "evictions", "fills", "gets", "hits", "items",
+            "lag_secs", "limit_maxbytes", "memory_mib", "memory_used", "miss_ratio", "misses",
+            "other", "rejected_sets", "requests", "rss_bytes", "server", "sets", "sim_secs",
+            "skipped_large", "wall_secs", "window_secs", "windows",
+        ];
+        assert_eq!(keys, expected, "replay.json uses sim.json's names: {row}");
+        assert!(
+            row["memory_used"].as_u64().unwrap() > 0,
+            "stats bytes: {row}"
+        );
+        assert_eq!(row["windows"][0].as_array().unwrap().len(), 4, "{row}");
         assert_eq!(row["requests"], 20000, "{row}");
         assert_eq!(row["errors"], 0, "{row}");
         let ratio = row["miss_ratio"].as_f64().unwrap();

@@ -1,4 +1,4 @@
-//! The connections of `memfleet bench --scenario replay` (`memfleet_bench::load::replay`): they replay a stream of trace
+//! The connections of `memfleet bench replay` (`memfleet_bench::load::replay`): they replay a stream of trace
 //! requests against one live server with look-aside semantics and count what happened into a
 //! [`Report`], overall and per window of trace time, exactly as `memfleet sim`'s in-process
 //! replay does (same [`Report`], same rules), so a live miss ratio and a simulated one mean
@@ -34,6 +34,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use memfleet_protocol::reply::{self, frame, ErrorClass, Frame, ReplyKind, ServerReply};
 use memfleet_protocol::response::Status;
+use serde::{Serialize, Serializer};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
@@ -103,10 +104,13 @@ pub struct ReplayConfig {
     pub pacing: Pacing,
 }
 
-/// What a replay against a live server did, beyond the simulator's [`Report`].
-#[derive(Debug, Clone, Default)]
+/// What a replay against a live server did, beyond the simulator's [`Report`]. As JSON (a
+/// row of `replay.json`): the report's fields, then these, `lag` as `lag_secs`, without
+/// `first_error`.
+#[derive(Debug, Clone, Default, Serialize)]
 pub struct LiveReport {
     /// The same counters as `memfleet sim` (cache = the server's name).
+    #[serde(flatten)]
     pub report: Report,
     /// Sets (trace sets and fills) the server refused with `SERVER_ERROR` (out of memory).
     pub rejected_sets: u64,
@@ -115,9 +119,15 @@ pub struct LiveReport {
     /// Replies that made no sense for their request, with the first one.
     pub errors: u64,
     /// The first wrong reply.
+    #[serde(skip)]
     pub first_error: Option<String>,
     /// Longest time a request was sent after its paced time.
+    #[serde(rename = "lag_secs", serialize_with = "seconds")]
     pub lag: Duration,
+}
+
+fn seconds<S: Serializer>(d: &Duration, serializer: S) -> Result<S::Ok, S::Error> {
+    serializer.serialize_f64(d.as_secs_f64())
 }
 
 /// One request as a connection sends it.

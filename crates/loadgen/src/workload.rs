@@ -11,7 +11,7 @@ use rand::{Rng, SeedableRng};
 
 use memfleet_protocol::number::push_u64;
 use memfleet_sim::sizes::{key_unit, SizeDistribution, MAX_KEY_SIZE, MAX_VALUE_SIZE};
-use memfleet_sim::workload::TtlMix;
+use memfleet_sim::workload::{share_list, TtlMix};
 use memfleet_sim::zipf::Zipf;
 
 /// The prefix of every key.
@@ -119,15 +119,8 @@ impl std::str::FromStr for Mix {
     /// `get=0.8,set=0.15,delete=0.05`; missing kinds get 0.
     fn from_str(s: &str) -> Result<Mix, String> {
         let (mut get, mut set, mut delete) = (0.0, 0.0, 0.0);
-        for part in s.split(',').filter(|p| !p.trim().is_empty()) {
-            let (kind, share) = part
-                .split_once('=')
-                .ok_or_else(|| format!("{part:?} is not kind=share (get, set, delete)"))?;
-            let share: f64 = share
-                .trim()
-                .parse()
-                .map_err(|_| format!("share {share:?} of {kind} is not a number"))?;
-            match kind.trim() {
+        for (kind, share) in share_list(s, '=', "kind=share (get, set, delete)")? {
+            match kind {
                 "get" => get = share,
                 "set" => set = share,
                 "delete" => delete = share,

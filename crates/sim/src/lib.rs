@@ -174,7 +174,7 @@ pub struct SimArgs {
     #[arg(long, value_name = "DIR")]
     pub out: Option<PathBuf>,
     /// Instead of simulating, write the workload (synthetic, or the --trace converted) to
-    /// FILE as a trace, for `memfleet sim --trace` and `memfleet bench --scenario replay`.
+    /// FILE as a trace, for `memfleet sim --trace` and `memfleet bench replay`.
     #[arg(long, value_name = "FILE")]
     pub write_trace: Option<PathBuf>,
     /// Format of --write-trace; by default guessed from the file name like --format.
@@ -189,7 +189,7 @@ pub const DEFAULT_REQUESTS: u64 = 2_000_000;
 pub const DEFAULT_RATE: u32 = 2000;
 
 /// Where requests come from (a trace file or a seeded synthetic workload); can be opened
-/// any number of times. `memfleet bench --scenario replay` reads its workload through it too.
+/// any number of times. `memfleet bench replay` reads its workload through it too.
 pub enum Source {
     /// A seeded synthetic workload.
     Synthetic(SyntheticConfig),

@@ -8,31 +8,18 @@ use std::path::{Path, PathBuf};
 use anyhow::Result;
 use serde::Serialize;
 
+use super::report::Report;
 use super::RunResult;
 use memfleet_results::plot::{self, Series};
 
-/// One cache at one memory size, as written to JSON.
+/// One cache at one memory size, as written to JSON: its name and memory, then the
+/// [`Report`]'s fields.
 #[derive(Debug, Serialize)]
 struct Cell<'a> {
     cache: &'a str,
     memory_mib: f64,
-    requests: u64,
-    gets: u64,
-    hits: u64,
-    misses: u64,
-    miss_ratio: f64,
-    byte_miss_ratio: f64,
-    sets: u64,
-    fills: u64,
-    deletes: u64,
-    other: u64,
-    sim_secs: u32,
-    memory_used: Option<u64>,
-    items: Option<u64>,
-    wall_secs: f64,
-    window_secs: u32,
-    /// `(window start in trace seconds, gets, misses, miss ratio)`.
-    windows: Vec<(u32, u64, u64, f64)>,
+    #[serde(flatten)]
+    report: &'a Report,
 }
 
 #[derive(Debug, Serialize)]
@@ -48,27 +35,7 @@ pub fn write(dir: &Path, workload: &str, results: &[RunResult]) -> Result<Vec<Pa
         .map(|r| Cell {
             cache: &r.report.cache,
             memory_mib: r.memory_mib,
-            requests: r.report.requests,
-            gets: r.report.gets,
-            hits: r.report.hits,
-            misses: r.report.misses,
-            miss_ratio: r.report.miss_ratio(),
-            byte_miss_ratio: r.report.byte_miss_ratio(),
-            sets: r.report.sets,
-            fills: r.report.fills,
-            deletes: r.report.deletes,
-            other: r.report.other,
-            sim_secs: r.report.sim_secs,
-            memory_used: r.report.memory_used,
-            items: r.report.items,
-            wall_secs: r.report.elapsed.as_secs_f64(),
-            window_secs: r.report.window_secs,
-            windows: r
-                .report
-                .windows
-                .iter()
-                .map(|w| (w.start, w.gets, w.misses, w.miss_ratio()))
-                .collect(),
+            report: &r.report,
         })
         .collect();
     let mut written = vec![memfleet_results::write_json(

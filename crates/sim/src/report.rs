@@ -1,10 +1,14 @@
 //! The [`Report`] of one replay: overall and per-window counters, with a
-//! human-readable table (`Display`), a one-line summary and a per-window CSV.
-//! Plain data, no serde. Not here: the counting itself (`replay`).
+//! human-readable table (`Display`), a one-line summary, a per-window CSV and the JSON
+//! fields that `sim.json` and the bench's `replay.json` write per row (`Serialize`). Not
+//! here: the counting itself (`replay`).
 
 use std::fmt;
 use std::io::{self, Write};
 use std::time::Duration;
+
+use serde::ser::{SerializeStruct, SerializeTuple};
+use serde::{Serialize, Serializer};
 
 /// Gets and misses in one window of trace time.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -178,6 +182,44 @@ impl fmt::Display for Report {
             writeln!(f, "  {start:>12} {gets:>12} {misses:>12} {ratio:>10.4}")?;
         }
         Ok(())
+    }
+}
+
+/// A window as JSON: `[start, gets, misses, miss_ratio]`.
+impl Serialize for WindowStats {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut t = serializer.serialize_tuple(4)?;
+        t.serialize_element(&self.start)?;
+        t.serialize_element(&self.gets)?;
+        t.serialize_element(&self.misses)?;
+        t.serialize_element(&self.miss_ratio())?;
+        t.end()
+    }
+}
+
+/// The counters as JSON fields, with both ratios and `wall_secs` for `elapsed`; not
+/// `cache`, nor the byte counts behind `byte_miss_ratio`. Meant to be flattened into a row
+/// that names the cache (`#[serde(flatten)]`), as `sim.json` and `replay.json` do.
+impl Serialize for Report {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut s = serializer.serialize_struct("Report", 16)?;
+        s.serialize_field("requests", &self.requests)?;
+        s.serialize_field("gets", &self.gets)?;
+        s.serialize_field("hits", &self.hits)?;
+        s.serialize_field("misses", &self.misses)?;
+        s.serialize_field("miss_ratio", &self.miss_ratio())?;
+        s.serialize_field("byte_miss_ratio", &self.byte_miss_ratio())?;
+        s.serialize_field("sets", &self.sets)?;
+        s.serialize_field("fills", &self.fills)?;
+        s.serialize_field("deletes", &self.deletes)?;
+        s.serialize_field("other", &self.other)?;
+        s.serialize_field("sim_secs", &self.sim_secs)?;
+        s.serialize_field("memory_used", &self.memory_used)?;
+        s.serialize_field("items", &self.items)?;
+        s.serialize_field("wall_secs", &self.elapsed.as_secs_f64())?;
+        s.serialize_field("window_secs", &self.window_secs)?;
+        s.serialize_field("windows", &self.windows)?;
+        s.end()
     }
 }
 

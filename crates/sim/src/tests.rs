@@ -374,6 +374,29 @@ fn out_writes_json_and_one_figure_per_cache() {
     assert!(cells
         .iter()
         .all(|c| c["miss_ratio"].as_f64().unwrap() > 0.0));
+    let mut keys: Vec<&str> = cells[0]
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(|k| k.as_str())
+        .collect();
+    keys.sort_unstable();
+    #[rustfmt::skip]
+    let expected = [
+        "byte_miss_ratio", "cache", "deletes", "fills", "gets", "hits", "items", "memory_mib",
+        "memory_used", "miss_ratio", "misses", "other", "requests", "sets", "sim_secs",
+        "wall_secs", "window_secs", "windows",
+    ];
+    assert_eq!(
+        keys, expected,
+        "sim.json's field names are what readers use"
+    );
+    let window = cells[0]["windows"][0].as_array().unwrap();
+    assert_eq!(
+        window.len(),
+        4,
+        "[start, gets, misses, miss_ratio]: {window:?}"
+    );
     for png in [
         "sim-miss-ratio.png",
         "sim-miss-ratio-fake-seg.png",

@@ -122,6 +122,26 @@ fn parse_ttl(t: &str) -> Result<u32, String> {
     Ok(secs as u32)
 }
 
+/// The `NAME<sep>SHARE` pairs of a comma-separated list (empty parts skipped), names trimmed
+/// and shares parsed: the grammar of TTL mixes (`120:0.5,3600:0.5`) and of the load
+/// generator's request mix (`get=0.8,set=0.2`). `form` names a pair's form in errors.
+pub fn share_list<'a>(s: &'a str, sep: char, form: &str) -> Result<Vec<(&'a str, f64)>, String> {
+    s.split(',')
+        .filter(|p| !p.trim().is_empty())
+        .map(|part| {
+            let (name, share) = part
+                .split_once(sep)
+                .ok_or_else(|| format!("{part:?} is not {form}"))?;
+            let name = name.trim();
+            let share = share
+                .trim()
+                .parse()
+                .map_err(|_| format!("share {share:?} of {name} is not a number"))?;
+            Ok((name, share))
+        })
+        .collect()
+}
+
 impl FromStr for TtlMix {
     type Err = String;
 
@@ -130,17 +150,10 @@ impl FromStr for TtlMix {
         if let Some(mix) = TtlMix::preset(s.trim()) {
             return Ok(mix);
         }
-        let mut classes = Vec::new();
-        for part in s.split(',').filter(|p| !p.trim().is_empty()) {
-            let (ttl, share) = part
-                .split_once(':')
-                .ok_or_else(|| format!("TTL class {part:?} is not ttl:share"))?;
-            let share: f64 = share
-                .trim()
-                .parse()
-                .map_err(|_| format!("share {share:?} is not a number"))?;
-            classes.push((parse_ttl(ttl)?, share));
-        }
+        let classes = share_list(s, ':', "a TTL class ttl:share")?
+            .into_iter()
+            .map(|(ttl, share)| Ok((parse_ttl(ttl)?, share)))
+            .collect::<Result<_, String>>()?;
         TtlMix::new(classes)
     }
 }
@@ -283,5 +296,16 @@ mod tests {
         assert_eq!(w.ttl_mix, TtlMix::single(60));
         assert_eq!(w.mean_object_size(), 243.0);
         assert!(Workload::parse("nope").unwrap_err().contains("presets are"));
+    }
+
+    #[test]
+    fn share_lists_trim_names_skip_empty_parts_and_name_the_bad_pair() {
+        let list = share_list(" get=0.8, set = 0.2,", '=', "kind=share").unwrap();
+        assert_eq!(list, [("get", 0.8), ("set", 0.2)]);
+        assert_eq!(share_list("", ':', "ttl:share").unwrap(), []);
+        let err = share_list("get=1,set", '=', "kind=share").unwrap_err();
+        assert_eq!(err, r#""set" is not kind=share"#);
+        let err = share_list("120:x", ':', "ttl:share").unwrap_err();
+        assert_eq!(err, r#"share "x" of 120 is not a number"#);
     }
 }

@@ -17,6 +17,7 @@
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::Path;
+use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use serde::Serialize;
@@ -29,6 +30,7 @@ use super::table::{Column, Table};
 use super::target::{self, SpawnSpec};
 use super::{cpu, start, Target};
 use memfleet_results::plot::{self, Series};
+use memfleet_sim::report::Report;
 use memfleet_sim::synthetic::SyntheticConfig;
 use memfleet_sim::workload::Workload;
 use memfleet_sim::{Source, DEFAULT_RATE};
@@ -94,92 +96,51 @@ pub struct ReplayArgs {
     pub out: Option<std::path::PathBuf>,
 }
 
-/// One server at one memory size, as printed and written to `replay.json`.
+/// One server at one memory size, as printed and written to `replay.json`: the replay's
+/// [`LiveReport`] (its report's `memory_used` and `items` are the server's `stats` `bytes` and
+/// `curr_items` at the end), and what else the server and the OS said at the end.
 #[derive(Debug, Clone, Serialize)]
 pub struct ReplayRow {
     /// Server name (`memfleet`, `memcached`, ...).
     pub server: String,
     /// `-m` it was started with, MiB.
     pub memory_mib: u64,
-    /// Requests replayed.
-    pub requests: u64,
-    /// Gets.
-    pub gets: u64,
-    /// Get misses.
-    pub misses: u64,
-    /// Misses over gets.
-    pub miss_ratio: f64,
-    /// Missed value bytes over requested value bytes.
-    pub byte_miss_ratio: f64,
-    /// Trace sets sent.
-    pub sets: u64,
-    /// Fills after misses.
-    pub fills: u64,
-    /// Deletes.
-    pub deletes: u64,
-    /// Requests only counted (append, prepend, incr, decr).
-    pub other: u64,
-    /// Sets the server refused (`SERVER_ERROR`).
-    pub rejected_sets: u64,
-    /// Sets not sent: value over 1 MB.
-    pub skipped_large: u64,
-    /// Wrong replies.
-    pub errors: u64,
-    /// `stats bytes` at the end: bytes of items held.
-    pub bytes: Option<u64>,
+    /// Counters, overall and per window of trace time.
+    #[serde(flatten)]
+    pub live: LiveReport,
     /// `stats limit_maxbytes`.
     pub limit_maxbytes: Option<u64>,
-    /// `stats curr_items` at the end.
-    pub curr_items: Option<u64>,
     /// `stats evictions`.
     pub evictions: Option<u64>,
     /// Resident set of the server process at the end, bytes.
     pub rss_bytes: Option<u64>,
-    /// Trace seconds covered.
-    pub trace_secs: u32,
-    /// Wall-clock seconds of the replay.
-    pub wall_secs: f64,
-    /// Longest delay behind the paced schedule, seconds.
-    pub lag_secs: f64,
-    /// Window width, trace seconds.
-    pub window_secs: u32,
-    /// `(window start in trace seconds, gets, misses, miss ratio)`.
-    pub windows: Vec<(u32, u64, u64, f64)>,
 }
 
 impl ReplayRow {
-    fn new(server: &str, memory_mib: u64, live: &LiveReport, stats: &HashMap<String, u64>) -> Self {
-        let r = &live.report;
+    fn new(
+        server: &str,
+        memory_mib: u64,
+        mut live: LiveReport,
+        stats: &HashMap<String, u64>,
+    ) -> Self {
+        live.report.memory_used = stats.get("bytes").copied();
+        live.report.items = stats.get("curr_items").copied();
         ReplayRow {
             server: server.to_string(),
             memory_mib,
-            requests: r.requests,
-            gets: r.gets,
-            misses: r.misses,
-            miss_ratio: r.miss_ratio(),
-            byte_miss_ratio: r.byte_miss_ratio(),
-            sets: r.sets,
-            fills: r.fills,
-            deletes: r.deletes,
-            other: r.other,
-            rejected_sets: live.rejected_sets,
-            skipped_large: live.skipped_large,
-            errors: live.errors,
-            bytes: stats.get("bytes").copied(),
+            live,
             limit_maxbytes: stats.get("limit_maxbytes").copied(),
-            curr_items: stats.get("curr_items").copied(),
             evictions: stats.get("evictions").copied(),
             rss_bytes: None,
-            trace_secs: r.sim_secs,
-            wall_secs: r.elapsed.as_secs_f64(),
-            lag_secs: live.lag.as_secs_f64(),
-            window_secs: r.window_secs,
-            windows: r
-                .windows
-                .iter()
-                .map(|w| (w.start, w.gets, w.misses, w.miss_ratio()))
-                .collect(),
         }
+    }
+
+    fn report(&self) -> &Report {
+        &self.live.report
+    }
+
+    fn requests_per_sec(&self) -> f64 {
+        self.report().requests as f64 / self.report().elapsed.as_secs_f64().max(1e-9)
     }
 }
 
@@ -274,15 +235,16 @@ pub fn bench(args: &ReplayArgs) -> Result<()> {
                 &rt,
                 replay_one(&target, &settings, server_pin, mib, &source, limit, &config),
             )?;
+            let r = row.report();
             println!(
                 "[{}] {mib} MiB: miss ratio {:.4} ({} of {} gets), {:.1} s, {:.0} req/s, lag {:.2} s",
                 row.server,
-                row.miss_ratio,
-                row.misses,
-                row.gets,
-                row.wall_secs,
-                row.requests as f64 / row.wall_secs.max(1e-9),
-                row.lag_secs
+                r.miss_ratio(),
+                r.misses,
+                r.gets,
+                r.elapsed.as_secs_f64(),
+                row.requests_per_sec(),
+                row.live.lag.as_secs_f64()
             );
             rows.push(row);
         }
@@ -292,7 +254,10 @@ pub fn bench(args: &ReplayArgs) -> Result<()> {
     print!("{}", sizing_table(&rows));
     println!();
     print!("{}", windows_table(&rows));
-    let lagging = rows.iter().filter(|r| r.lag_secs > 1.0).count();
+    let lagging = rows
+        .iter()
+        .filter(|r| r.live.lag > Duration::from_secs(1))
+        .count();
     if args.speedup > 0.0 && lagging > 0 {
         println!(
             "note: {lagging} run(s) fell over 1 s behind the {}x schedule: their items expired \
@@ -309,7 +274,7 @@ pub fn bench(args: &ReplayArgs) -> Result<()> {
         "load average: {load_at_start} at start, {} at end",
         super::load_average()
     );
-    let errors: u64 = rows.iter().map(|r| r.errors).sum();
+    let errors: u64 = rows.iter().map(|r| r.live.errors).sum();
     if errors > 0 {
         bail!("{errors} wrong repl(y/ies) during the replay (first ones above)");
     }
@@ -342,7 +307,7 @@ async fn replay_one(
         println!("[{}] no stats: {e:#}", target.name());
         HashMap::new()
     });
-    let mut row = ReplayRow::new(target.name(), mib, &live, &stats);
+    let mut row = ReplayRow::new(target.name(), mib, live, &stats);
     row.rss_bytes = resident_bytes(spawned.pid());
     Ok(row)
 }
@@ -392,19 +357,20 @@ pub fn sizing_table(rows: &[ReplayRow]) -> String {
     ];
     let mut t = Table::new(&COLUMNS);
     let count = |n: Option<u64>| n.map_or("-".into(), |n| n.to_string());
-    for r in rows {
+    for row in rows {
+        let r = row.report();
         t.row(&[
-            &r.server,
-            &r.memory_mib,
-            &format!("{:.4}", r.miss_ratio),
-            &format!("{:.4}", r.byte_miss_ratio),
+            &row.server,
+            &row.memory_mib,
+            &format!("{:.4}", r.miss_ratio()),
+            &format!("{:.4}", r.byte_miss_ratio()),
             &r.gets,
-            &mib(r.bytes),
-            &mib(r.limit_maxbytes),
-            &mib(r.rss_bytes),
-            &count(r.curr_items),
-            &count(r.evictions),
-            &format!("{:.0}", r.requests as f64 / r.wall_secs.max(1e-9)),
+            &mib(r.memory_used),
+            &mib(row.limit_maxbytes),
+            &mib(row.rss_bytes),
+            &count(r.items),
+            &count(row.evictions),
+            &format!("{:.0}", row.requests_per_sec()),
         ]);
     }
     t.text()
@@ -417,16 +383,16 @@ pub fn windows_table(rows: &[ReplayRow]) -> String {
         out += &format!(" {:>16}", format!("{}@{}MiB", r.server, r.memory_mib));
     }
     out.push('\n');
-    let windows = rows.iter().map(|r| r.windows.len()).max().unwrap_or(0);
-    for i in 0..windows {
+    let windows = rows.iter().map(|r| r.report().windows.len()).max();
+    for i in 0..windows.unwrap_or(0) {
         let start = rows
             .iter()
-            .find_map(|r| r.windows.get(i))
-            .map_or(0, |w| w.0);
+            .find_map(|r| r.report().windows.get(i))
+            .map_or(0, |w| w.start);
         out += &format!("{start:>12}");
         for r in rows {
-            match r.windows.get(i) {
-                Some(w) if w.1 > 0 => out += &format!(" {:>16.4}", w.3),
+            match r.report().windows.get(i) {
+                Some(w) if w.gets > 0 => out += &format!(" {:>16.4}", w.miss_ratio()),
                 _ => out += &format!(" {:>16}", "-"),
             }
         }
@@ -464,7 +430,7 @@ fn write_out(
             let mut points: Vec<(f64, f64)> = rows
                 .iter()
                 .filter(|r| r.server == s)
-                .map(|r| (r.memory_mib as f64, r.miss_ratio))
+                .map(|r| (r.memory_mib as f64, r.report().miss_ratio()))
                 .collect();
             points.sort_by(|a, b| a.0.total_cmp(&b.0));
             Series {
@@ -488,10 +454,11 @@ fn write_out(
         .map(|r| Series {
             name: format!("{} {} MiB", r.server, r.memory_mib),
             points: r
+                .report()
                 .windows
                 .iter()
-                .filter(|w| w.1 > 0)
-                .map(|w| (f64::from(w.0), w.3))
+                .filter(|w| w.gets > 0)
+                .map(|w| (f64::from(w.start), w.miss_ratio()))
                 .collect(),
         })
         .collect();
