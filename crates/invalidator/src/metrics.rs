@@ -1,7 +1,7 @@
 //! Prometheus metrics at `metrics_listen` (`GET /metrics`): what was invalidated, how long
 //! from commit to delivery (a summary whose quantile 1 is the maximum, and a histogram of
 //! ten buckets a decade from 100 µs to 100 s, which dashboards aggregate and
-//! `memfleet bench --scenario invalidation` reads its CDF from), and every destination's
+//! `memfleet bench invalidation` reads its CDF from), and every destination's
 //! spool (depth, oldest waiting delete, deliveries), served by
 //! `memfleet_client::metrics_http`.
 

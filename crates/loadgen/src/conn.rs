@@ -1,7 +1,7 @@
 //! One load-generator connection and what its replies add up to: the socket with its
 //! outgoing batch and [`ReplyBuffer`] (received bytes, replies parsed out of them), the
 //! per-phase counters and latency histogram ([`Stats`]), and what the connections of one
-//! run share ([`RunState`], [`Phase`]). Used by the closed loop (`client`) and the open loop
+//! run share (`RunState`, `Phase`). Used by the closed loop (`client`) and the open loop
 //! (`open_loop`) alike. Not here: parsing one reply (`reply`), the loops themselves.
 
 use std::cell::{Cell, RefCell};

@@ -8,14 +8,14 @@
 //! of task share one thread:
 //! - the pacer turns due times into requests on the connections' due queues.
 //!   tokio's timers tick in milliseconds, far coarser than the gaps at tens of
-//!   thousands of requests per second, so within [`SPIN_WINDOW`] of the next
+//!   thousands of requests per second, so within `SPIN_WINDOW` of the next
 //!   due time it yields to the runtime instead of sleeping (each yield polls
 //!   the sockets). This keeps send times within a few µs of the schedule at
 //!   the price of a busy load-generator core: the client CPU column of an
 //!   open-loop run is the core, not the cost per request;
 //! - one sender per connection writes whatever is due, up to the pipeline
 //!   depth per write, without waiting for replies (a connection that is
-//!   behind pipelines, up to [`MAX_IN_FLIGHT`] requests);
+//!   behind pipelines, up to `MAX_IN_FLIGHT` requests);
 //! - one receiver per connection matches replies to its in-flight requests in
 //!   order, checks each like the closed loop does and records its latency from
 //!   the intended send time.

@@ -288,8 +288,8 @@ pub struct LoadArgs {
     /// (instead of --get-ratio and --delete-ratio).
     #[arg(long, conflicts_with_all = ["get_ratio", "delete_ratio"])]
     pub mix: Option<Mix>,
-    /// Key sizes in bytes: N, A-B (uniform) or etc (the ETC workload); keys are key:<n>
-    /// padded to the size (never shorter than key:<n>). Default: key:<n> unpadded.
+    /// Key sizes in bytes: N, A-B (uniform) or etc (the ETC workload); keys are `key:<n>`
+    /// padded to the size (never shorter than `key:<n>`). Default: `key:<n>` unpadded.
     #[arg(long)]
     pub key_size: Option<KeySizes>,
     /// TTL of sets: seconds (0 never expires), a mix such as 120:0.5,1h:0.5 (a key's
