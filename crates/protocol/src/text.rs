@@ -28,6 +28,11 @@ pub(crate) fn parse_line<'a>(buf: &'a [u8], line: &Line<'a>, cfg: &ParserConfig)
     if let Some(parsed) = plain_get(line) {
         return parsed;
     }
+    parse_tokenized(buf, line, cfg)
+}
+
+/// [`parse_line`] for any line, by its tokens.
+fn parse_tokenized<'a>(buf: &'a [u8], line: &Line<'a>, cfg: &ParserConfig) -> Parsed<'a> {
     let t = Tokenized::new(line.text);
     let consumed = line.consumed;
     // memcached 1.6.45: a line under four bytes, its `\n` included, is a format error (so
@@ -427,4 +432,48 @@ fn verbosity<'a>(consumed: usize, t: &Tokenized<'a>) -> Parsed<'a> {
         return Err(reject(ErrorKind::BadCommandLineFormat, consumed, noreply));
     };
     Ok((Request::Verbosity { level, noreply }, consumed))
+}
+
+#[cfg(test)]
+mod plain_get_tests {
+    use super::*;
+    use crate::tokens::Framing;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// The `get`/`gets` shortcut answers every line it takes exactly as the general
+        /// path does (keys of any length, runs of spaces, `noreply`, a trailing `\r`).
+        #[test]
+        fn the_shortcut_agrees_with_the_tokenized_path(
+            command in prop::sample::select(vec!["get", "gets"]),
+            words in prop::collection::vec(
+                prop_oneof![
+                    "[a-z:0-9]{1,12}",
+                    Just("noreply".to_string()),
+                    Just(String::new()),
+                    "x{240,260}",
+                ],
+                0..30,
+            ),
+            spaces in 1usize..3,
+            cr in any::<bool>(),
+        ) {
+            let sep = " ".repeat(spaces);
+            let mut text = format!("{command} {}", words.join(&sep)).into_bytes();
+            if cr {
+                text.push(b'\r');
+            }
+            text.push(b'\n');
+            let Framing::Line(line) = crate::tokens::frame(&text) else {
+                panic!("a line ending in \\n frames");
+            };
+            let cfg = ParserConfig::default();
+            if let Some(shortcut) = plain_get(&line) {
+                prop_assert_eq!(shortcut, parse_tokenized(&text, &line, &cfg));
+            } else {
+                // Declined only for a line with no key, which the general path refuses.
+                prop_assert!(parse_tokenized(&text, &line, &cfg).is_err());
+            }
+        }
+    }
 }
