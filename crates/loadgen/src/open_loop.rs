@@ -33,7 +33,7 @@ use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use rand::rngs::SmallRng;
-use rand::Rng;
+use rand::RngExt;
 use tokio::io::AsyncWriteExt;
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::sync::Notify;
@@ -133,7 +133,7 @@ pub(super) fn spawn(
 
 /// An exponential gap with mean `1 / rate` seconds.
 fn gap(rng: &mut SmallRng, rate: f64) -> Duration {
-    let u: f64 = rng.gen();
+    let u: f64 = rng.random();
     Duration::from_secs_f64(-(1.0 - u).ln() / rate)
 }
 

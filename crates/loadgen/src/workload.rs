@@ -7,7 +7,7 @@
 //! distributions themselves (`memfleet_sim::sizes`).
 
 use rand::rngs::SmallRng;
-use rand::{Rng, SeedableRng};
+use rand::{RngExt, SeedableRng};
 
 use memfleet_protocol::number::push_u64;
 use memfleet_sim::sizes::{key_unit, SizeDistribution, MAX_KEY_SIZE, MAX_VALUE_SIZE};
@@ -296,18 +296,18 @@ impl Workload {
     }
 
     /// Draws a key number.
-    pub fn key<R: Rng + ?Sized>(&self, rng: &mut R) -> u64 {
+    pub fn key<R: RngExt + ?Sized>(&self, rng: &mut R) -> u64 {
         match &self.zipf {
             // Rank 1 is the most popular; key:0 gets it.
             Some(z) => z.sample(rng) - 1,
-            None => rng.gen_range(0..self.keys),
+            None => rng.random_range(0..self.keys),
         }
     }
 
     /// Draws a request.
-    pub fn op<R: Rng + ?Sized>(&self, rng: &mut R) -> WorkloadOp {
+    pub fn op<R: RngExt + ?Sized>(&self, rng: &mut R) -> WorkloadOp {
         let key = self.key(rng);
-        let u = rng.gen::<f64>();
+        let u = rng.random::<f64>();
         if u < self.mix.get {
             WorkloadOp::Get(key)
         } else if u < self.mix.get + self.mix.set || self.mix.delete == 0.0 {

@@ -21,7 +21,7 @@
 //!   linearly over the run.
 
 use rand::rngs::StdRng;
-use rand::{Rng, SeedableRng};
+use rand::{RngExt, SeedableRng};
 use xxhash_rust::xxh3::xxh3_64_with_seed;
 
 use super::size::SizeSpec;
@@ -87,7 +87,7 @@ fn key_unit(seed: u64, salt: u64, id: u64) -> f64 {
 }
 
 /// Iterator of synthetic requests.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct Synthetic {
     cfg: SyntheticConfig,
     zipf: Zipf,
@@ -142,7 +142,7 @@ impl Synthetic {
             let switch_at = if late.per_key {
                 key_unit(self.cfg.seed, SALT_SHIFT, id)
             } else {
-                self.rng.gen()
+                self.rng.random()
             };
             if switch_at < progress {
                 spec = late;
@@ -151,7 +151,7 @@ impl Synthetic {
         let unit = if spec.per_key {
             key_unit(self.cfg.seed, SALT_VALUE_SIZE, id)
         } else {
-            self.rng.gen()
+            self.rng.random()
         };
         spec.dist.at_unit(unit).max(1)
     }
@@ -168,7 +168,7 @@ impl Iterator for Synthetic {
         self.issued += 1;
         let rank = self.zipf.sample(&mut self.rng) - 1;
         let id = self.key_at_rank(rank);
-        let write = self.cfg.write_ratio > 0.0 && self.rng.gen::<f64>() < self.cfg.write_ratio;
+        let write = self.cfg.write_ratio > 0.0 && self.rng.random::<f64>() < self.cfg.write_ratio;
         Some(Request {
             time,
             key: id,
@@ -280,10 +280,9 @@ mod tests {
     #[test]
     fn mean_object_size_matches_the_preset() {
         for (name, mean) in [("c", 230.0), ("u2", 55.0)] {
-            let g = Synthetic::new(config(name, 1, 0, 1.0, 2)).unwrap();
-            let mut g2 = g.clone();
+            let mut g = Synthetic::new(config(name, 1, 0, 1.0, 2)).unwrap();
             let total: f64 = (0..50_000u64)
-                .map(|id| f64::from(g.key_size_of(id)) + f64::from(g2.value_size_of(id)))
+                .map(|id| f64::from(g.key_size_of(id)) + f64::from(g.value_size_of(id)))
                 .sum();
             let got = total / 50_000.0;
             assert!(

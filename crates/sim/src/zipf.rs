@@ -4,7 +4,7 @@
 //! O(1) expected time per sample for any `n` and any `alpha >= 0` (0 is
 //! uniform, 1 the classic Zipf). Not here: mapping ranks to keys.
 
-use rand::Rng;
+use rand::RngExt;
 
 /// Zipf distribution over `1..=n` with exponent `alpha`.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -46,9 +46,10 @@ impl Zipf {
     }
 
     /// Draws a rank in `1..=n` (1 is the most popular).
-    pub fn sample<R: Rng + ?Sized>(&self, rng: &mut R) -> u64 {
+    pub fn sample<R: RngExt + ?Sized>(&self, rng: &mut R) -> u64 {
         loop {
-            let u = self.h_integral_n + rng.gen::<f64>() * (self.h_integral_x1 - self.h_integral_n);
+            let u =
+                self.h_integral_n + rng.random::<f64>() * (self.h_integral_x1 - self.h_integral_n);
             let x = self.h_integral_inverse(u);
             let k = (x + 0.5).floor().clamp(1.0, self.n);
             if k - x <= self.s || u >= self.h_integral(k + 0.5) - self.h(k) {

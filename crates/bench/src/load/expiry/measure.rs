@@ -6,7 +6,7 @@ use super::{ExpiryArgs, LONG_TTL};
 use crate::load::server_stats::{resident_bytes, Stats, StatsConn};
 use anyhow::{bail, Context, Result};
 use rand::rngs::SmallRng;
-use rand::{Rng, SeedableRng};
+use rand::{RngExt, SeedableRng};
 use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -241,10 +241,10 @@ pub(super) async fn write(
         batch.clear();
         let now_ms = elapsed.as_millis() as u64;
         for i in sent..sent + n {
-            let ttl = if rng.gen_bool(args.long_share) {
+            let ttl = if rng.random_bool(args.long_share) {
                 LONG_TTL
             } else {
-                rng.gen_range(ttl.min..=ttl.max)
+                rng.random_range(ttl.min..=ttl.max)
             };
             // `stream` keeps the keys of servers that share a cache (two --target names for
             // one server) apart.
