@@ -5,13 +5,13 @@
 //! merges read it (and the segments' `reads`, which the second chance reads) once per pass of
 //! the merge cursor, that is about once per heap turnover. How many seconds a turnover lasts
 //! depends on the request rate and the heap's size, not on the workload's shape: the look-aside
-//! stream of BENCHMARKS.md at 1 GiB takes about 14 s per turnover at 960,000 requests/s and
-//! about 230 s on the same requests replayed at 60,000/s. Counted per second, the slow replay
-//! gave an item read every 16 s sixteen times the count, a read segment sixteen times the
-//! `reads`: merges passed over nearly every segment that held a few read items, so the window
-//! they ranked was made of new segments only, and sizes ceased to matter against counts
-//! (memfleet sim: 0.2251 at 960,000/s, 0.2336 on the 60,000/s replay, 4.85M items held
-//! against 5.59M).
+//! stream of BENCHMARKS.md at 1 GiB takes about 13 s per turnover at 960,000 requests/s and
+//! about 210 s on the same requests replayed at 60,000/s. Counted per second, an item read
+//! every second counted 210 times per turnover on the replay against 13 on the fast stream,
+//! and a segment's `reads` grew alike: merges passed over nearly every segment that held a few
+//! read items, so the windows they ranked were made of new segments only, and sizes ceased to
+//! matter against counts (memfleet sim: 0.2251 at 960,000/s, 0.2336 on the 60,000/s replay,
+//! 5.59M items held against 4.85M).
 //!
 //! So the window is a power of two seconds near 1/[`WINDOWS_PER_TURNOVER`] of the last
 //! turnover (never below one second): an access counts at most once per window, whatever the
@@ -23,7 +23,7 @@
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 /// The counting window is about this fraction of a heap turnover (on the look-aside stream of
-/// BENCHMARKS.md, a turnover of 13 s at 64 MiB keeps the one-second window that was tuned
+/// BENCHMARKS.md, a turnover of 11 s at 64 MiB keeps the one-second window that was tuned
 /// there).
 const WINDOWS_PER_TURNOVER: f64 = 16.0;
 
@@ -94,7 +94,7 @@ mod tests {
         assert_eq!(shift_for(22), 0); // 1.375 windows of a second: rounds to one
         assert_eq!(shift_for(23), 1); // 1.44: nearer two
         assert_eq!(shift_for(64), 2);
-        assert_eq!(shift_for(230), 4); // 14.4 s: 16 s
+        assert_eq!(shift_for(210), 4); // 13.1 s: 16 s
         assert_eq!(shift_for(u32::MAX), MAX_SHIFT);
     }
 
