@@ -18,6 +18,7 @@ use crate::clock::Clock;
 use crate::config::{Config, Geometry};
 use crate::counters::{EngineCounters, HandleCounters, HandleRegistry, HandleTotals};
 use crate::evictor_state::EvictorState;
+use crate::freq::CountWindow;
 use crate::ghost::Ghosts;
 use crate::hashtable::{hash, ChainGuard, HashTable, Slot, Table};
 use crate::heap::Heap;
@@ -55,6 +56,8 @@ pub(crate) struct EngineState {
     evictor: Mutex<EvictorState>,
     /// What is remembered of evicted keys (see `ghost.rs`).
     ghosts: Ghosts,
+    /// How often an item's reads may count (see `freq.rs`).
+    count_window: CountWindow,
     /// The next lease token (see `lease.rs`).
     next_token: AtomicU64,
 }
@@ -108,6 +111,7 @@ impl EngineState {
             handles: Mutex::new(HandleRegistry::default()),
             evictor: Mutex::new(EvictorState::default()),
             ghosts: Ghosts::for_heap(g.segments * config.segment_size),
+            count_window: CountWindow::new(g.segments, config.clock.now()),
             next_token: AtomicU64::new(first_token()),
             config,
         }
@@ -117,6 +121,7 @@ impl EngineState {
     /// counter and the wall clock; ghosts (hints, not state) start empty.
     pub fn restored(config: Config, g: Geometry, parts: RestoredParts) -> EngineState {
         let w = parts.words;
+        let now = parts.clock.now();
         EngineState {
             active: ActiveSegments::new(g.segments),
             heap: parts.heap,
@@ -133,6 +138,7 @@ impl EngineState {
             handles: Mutex::new(HandleRegistry::default()),
             evictor: Mutex::new(EvictorState::default()),
             ghosts: Ghosts::for_heap(g.segments * config.segment_size),
+            count_window: CountWindow::new(g.segments, now),
             next_token: AtomicU64::new(w.next_token.max(first_token())),
             config,
         }
@@ -213,6 +219,12 @@ impl EngineState {
     #[inline]
     pub fn ghosts(&self) -> &Ghosts {
         &self.ghosts
+    }
+
+    /// How often an item's reads may count.
+    #[inline]
+    pub fn count_window(&self) -> &CountWindow {
+        &self.count_window
     }
 
     /// log2 of the item alignment unit (items start at multiples of it).

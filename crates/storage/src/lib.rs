@@ -20,6 +20,7 @@
 //! | `chains`        | per-TTL-bucket segment chains and the free pool |
 //! | `active`        | the active segments writers append to, shared by handles |
 //! | `ghost`         | what is remembered of evicted keys |
+//! | `freq`          | how often an item's reads may count: a window scaled to the heap's turnover |
 //! | `config`        | settings and the geometry they give the engine |
 //! | `counters`      | engine and per-handle counters |
 //! | `lease`         | the lease rules: what each mark means to each command |
@@ -73,6 +74,7 @@ mod engine_state;
 mod evict;
 mod evictor_state;
 mod expire;
+mod freq;
 mod ghost;
 mod handle;
 mod hashtable;

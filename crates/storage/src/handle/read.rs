@@ -290,7 +290,7 @@ impl Handle {
             if count_access {
                 // At most one counted access per item per second (the paper's smoothing):
                 // the chain's shared second decides whether this item's mark is current.
-                let new_second = table.touch_timestamp(head, now);
+                let new_second = table.touch_timestamp(head, now, engine.count_window().shift());
                 if new_second {
                     table.start_second(head);
                 }

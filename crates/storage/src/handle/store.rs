@@ -186,7 +186,7 @@ impl Handle {
         }
         engine.segment(written.seg).add_live(written.len);
         // A write is an access: meta `l` (last access) counts from it, as memcached's does.
-        chain.touch(engine.clock().now());
+        chain.touch(engine.clock().now(), engine.count_window().shift());
         if bump_cas {
             chain.bump_cas();
         }

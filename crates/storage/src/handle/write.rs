@@ -231,6 +231,7 @@ impl Handle {
                 return Err(StoreError::OutOfMemory);
             }
         };
+        engine.count_window().opened(now);
         let h = engine.segment(seg);
         h.open(now, bucket, generation, state::ACTIVE);
         engine

@@ -169,17 +169,19 @@ impl Table {
         }
     }
 
-    /// Updates the chain's last-access second; true when this call moved it: a new second
-    /// began for the chain, and the caller clears its items' [`COUNTED`] marks with
-    /// [`Table::start_second`].
+    /// Updates the chain's last-access second; true when this call moved it into a new
+    /// counting window (2^`window_shift` seconds, `freq.rs`), and the caller clears its items'
+    /// [`COUNTED`] marks with [`Table::start_second`].
     #[inline]
-    pub fn touch_timestamp(&self, head: usize, now: u32) -> bool {
+    pub fn touch_timestamp(&self, head: usize, now: u32, window_shift: u32) -> bool {
         let info = self.info(head);
-        let ts = u64::from(now & 0xffff) << TS_SHIFT;
+        let now = now & 0xffff;
+        let ts = u64::from(now) << TS_SHIFT;
         let cur = info.load(Ordering::Relaxed);
         if cur & TS_MASK == ts {
             return false;
         }
+        let before = ((cur & TS_MASK) >> TS_SHIFT) as u32;
         info.compare_exchange(
             cur,
             (cur & !TS_MASK) | ts,
@@ -187,6 +189,7 @@ impl Table {
             Ordering::Relaxed,
         )
         .is_ok()
+            && before >> window_shift != now >> window_shift
     }
 
     /// Clears the [`COUNTED`] mark of every item of chain `head` (a new second began for it,
@@ -263,8 +266,8 @@ impl<'a> ChainGuard<'a> {
     }
 
     /// Records an access (a write) at second `now` for the chain, as a read does.
-    pub fn touch(&self, now: u32) {
-        if self.table.touch_timestamp(self.head, now) {
+    pub fn touch(&self, now: u32, window_shift: u32) {
+        if self.table.touch_timestamp(self.head, now, window_shift) {
             self.table.start_second(self.head);
         }
     }
