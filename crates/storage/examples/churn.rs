@@ -10,7 +10,7 @@
 //! 1/60 (43,200 s 14%, 20,160 s 11%, 1,440 s 23%, 720 s 40%, 2 s 12%); 7% of requests are
 //! sets, every get that misses is filled; 60,000 requests per simulated second, request *i*
 //! through handle *i* mod `handles` (a server's connections are spread over its workers).
-//! `N` is the number of segments per merge (default 4). Prints the miss ratio over the
+//! `N` is the number of segments per merge (default: the engine's, 2). Prints the miss ratio over the
 //! second half of the run and where the heap is at the end: live items, dead copies, and
 //! room not yet written. `memfleet sim` runs the same kind of stream against pelikan's engine
 //! and an exact LRU.
@@ -28,7 +28,9 @@ fn main() {
     let seconds: u64 = args.next().map_or(90, |s| s.parse().expect("seconds"));
     let merge: usize = args
         .next()
-        .map_or(4, |s| s.parse().expect("segments per merge"));
+        .map_or(Config::new(64 << 20).merge_segments, |s| {
+            s.parse().expect("segments per merge")
+        });
     let shape = Shape {
         keys: 1_000_000,
         alpha: 0.9,
