@@ -7,8 +7,8 @@
 //! leading C whitespace (`\t \v \f \r`) and a `+`/`-` sign are accepted; the digits may be
 //! followed by a whitespace byte and then anything; 32-bit fields are parsed as 64-bit and then
 //! silently truncated (`set k 4294967297 0 1` stores flags 1, checked against memcached 1.6.18);
-//! unsigned fields reject a minus sign before the number's end only when the result would be negative
-//! as a signed value.
+//! unsigned fields reject a minus sign before the number's end only when the result would be
+//! negative as a signed value.
 
 /// C's `isspace` in the "C" locale.
 fn is_c_space(b: u8) -> bool {
