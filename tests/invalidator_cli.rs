@@ -5,7 +5,7 @@
 
 mod support;
 
-use memfleet_server::{Server, Settings};
+use memfleet_server::{Limits, Listen, Server, Settings};
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::process::{Command, Stdio};
@@ -53,9 +53,15 @@ async fn a_killed_invalidator_loses_no_committed_invalidation() {
     let postgres = memfleet_testkit::Postgres::start().unwrap();
     let db = postgres.connect().await.unwrap();
     let cache = Server::start(Settings {
-        port: 0,
-        threads: 1,
-        memory_bytes: 16 << 20,
+        listen: Listen {
+            port: 0,
+            ..Listen::default()
+        },
+        limits: Limits {
+            threads: 1,
+            memory_bytes: 16 << 20,
+            ..Limits::default()
+        },
         ..Settings::default()
     })
     .unwrap();

@@ -5,7 +5,7 @@
 
 use memfleet_client::{BackendError, Client, ClientOptions, Error, UdpGet};
 use memfleet_routing::from_toml;
-use memfleet_server::{Server, Settings};
+use memfleet_server::{Limits, Listen, Server, Settings};
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
@@ -17,10 +17,16 @@ fn setup(test: &str, password: &str) -> (Server, Client) {
     let authfile = dir.join(format!("{test}.users"));
     std::fs::write(&authfile, "app:s3cret\n").unwrap();
     let server = Server::start(Settings {
-        port: 0,
-        threads: 1,
-        memory_bytes: 16 << 20,
-        auth_file: Some(authfile),
+        listen: Listen {
+            port: 0,
+            auth_file: Some(authfile),
+            ..Listen::default()
+        },
+        limits: Limits {
+            threads: 1,
+            memory_bytes: 16 << 20,
+            ..Limits::default()
+        },
         ..Settings::default()
     })
     .expect("server starts");

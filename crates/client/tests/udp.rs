@@ -4,7 +4,7 @@
 
 use memfleet_client::{Client, ClientOptions, UdpGet};
 use memfleet_routing::from_toml;
-use memfleet_server::{Server, Settings};
+use memfleet_server::{Limits, Listen, Server, Settings};
 use std::net::{SocketAddr, UdpSocket};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -83,10 +83,16 @@ fn setup(fault: Fault) -> (Server, Client, u16) {
         .unwrap()
         .port();
     let server = Server::start(Settings {
-        port: 0,
-        threads: 1,
-        memory_bytes: 16 << 20,
-        udp_port: Some(udp_port),
+        listen: Listen {
+            port: 0,
+            udp_port: Some(udp_port),
+            ..Listen::default()
+        },
+        limits: Limits {
+            threads: 1,
+            memory_bytes: 16 << 20,
+            ..Limits::default()
+        },
         ..Settings::default()
     })
     .expect("server starts");

@@ -7,7 +7,8 @@
 //! leading C whitespace (`\t \v \f \r`) and a `+`/`-` sign are accepted; the digits may be
 //! followed by a whitespace byte and then anything; 32-bit fields are parsed as 64-bit and then
 //! silently truncated (`set k 4294967297 0 1` stores flags 1, checked against memcached 1.6.18);
-//! unsigned fields reject a minus sign only when the result would be negative as a signed value.
+//! unsigned fields reject a minus sign before the number's end only when the result would be
+//! negative as a signed value.
 
 /// C's `isspace` in the "C" locale.
 fn is_c_space(b: u8) -> bool {
@@ -98,20 +99,17 @@ pub(crate) fn safe_strtol(tok: &[u8]) -> Option<i32> {
     trailer_ok(tok, end).then_some(v as i32)
 }
 
-/// memcached's `safe_strtoul`: a 64-bit `strtoul` stored into a `uint32_t` (truncating); a
-/// value negative as a signed long is rejected if the token has a `-` anywhere.
+/// memcached's `safe_strtoul`: a 64-bit `strtoul` stored into a `uint32_t` (truncating).
 pub(crate) fn safe_strtoul(tok: &[u8]) -> Option<u32> {
-    let (v, end) = strtoull(tok)?;
-    if !trailer_ok(tok, end) || ((v as i64) < 0 && tok.contains(&b'-')) {
-        return None;
-    }
-    Some(v as u32)
+    safe_strtoull(tok).map(|v| v as u32)
 }
 
-/// memcached's `safe_strtoull`.
+/// memcached's `safe_strtoull`: a value negative as a signed long is rejected when a `-`
+/// stands before the number's end (`memchr(str, '-', endptr - str)`: its sign, not a `-`
+/// after the whitespace that may follow it).
 pub(crate) fn safe_strtoull(tok: &[u8]) -> Option<u64> {
     let (v, end) = strtoull(tok)?;
-    if !trailer_ok(tok, end) || ((v as i64) < 0 && tok.contains(&b'-')) {
+    if !trailer_ok(tok, end) || ((v as i64) < 0 && tok[..end].contains(&b'-')) {
         return None;
     }
     Some(v)
@@ -164,6 +162,16 @@ mod tests {
         assert_eq!(safe_strtoull(b"18446744073709551616"), None);
         assert_eq!(safe_strtoull(b"9223372036854775808"), Some(1 << 63));
         assert_eq!(safe_strtoull(b"-5"), None);
+    }
+
+    #[test]
+    fn only_a_minus_before_the_numbers_end_refuses_it() {
+        // memcached looks for `-` between the token's start and strtoull's end pointer:
+        // after the whitespace that may end the number, a `-` is ignored like the rest.
+        assert_eq!(safe_strtoull(b"9223372036854775808\t-"), Some(1 << 63));
+        assert_eq!(safe_strtoul(b"18446744073709551615\t-1"), Some(u32::MAX));
+        assert_eq!(safe_strtoull(b" -9223372036854775808"), None);
+        assert_eq!(safe_strtoul(b"-1\t-"), None);
     }
 
     #[test]

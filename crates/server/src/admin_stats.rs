@@ -95,7 +95,10 @@ impl<'s> StatsReport<'s> {
             ("pointer_size", Int(usize::BITS.into())),
             ("rusage_user", Float(user)),
             ("rusage_system", Float(system)),
-            ("max_connections", Int(s.settings.max_connections as u64)),
+            (
+                "max_connections",
+                Int(s.settings.limits.max_connections as u64),
+            ),
             (
                 "curr_connections",
                 Int(conns.current.load(Ordering::Relaxed) as u64),
@@ -124,10 +127,10 @@ impl<'s> StatsReport<'s> {
             ("response_obj_bytes", Int(0)),
             // One shared read buffer per worker; a connection holds bytes of its own only
             // while a request is incomplete. A failed allocation aborts, so no OOM count.
-            ("read_buf_count", Int(s.settings.threads as u64)),
+            ("read_buf_count", Int(s.settings.limits.threads as u64)),
             (
                 "read_buf_bytes",
-                Int((s.settings.threads * crate::limits::READ_CHUNK * 2) as u64),
+                Int((s.settings.limits.threads * crate::limits::READ_CHUNK * 2) as u64),
             ),
             ("read_buf_bytes_free", Int(0)),
             ("read_buf_oom", Int(0)),
@@ -149,7 +152,7 @@ impl<'s> StatsReport<'s> {
             ("auth_errors", Int(c.auth_errors)),
             ("bytes_read", Int(c.bytes_read)),
             ("bytes_written", Int(c.bytes_written)),
-            ("limit_maxbytes", Int(s.settings.memory_bytes as u64)),
+            ("limit_maxbytes", Int(s.settings.limits.memory_bytes as u64)),
             ("accepting_conns", Int(1)),
             (
                 "listen_disabled_num",
@@ -159,7 +162,7 @@ impl<'s> StatsReport<'s> {
                 "time_in_listen_disabled_us",
                 Int(conns.listen_disabled_us.load(Ordering::Relaxed)),
             ),
-            ("threads", Int(s.settings.threads as u64)),
+            ("threads", Int(s.settings.limits.threads as u64)),
             ("conn_yields", Int(c.conn_yields)),
             (
                 "hash_power_level",

@@ -178,13 +178,48 @@ struct FileSettings {
     tls_verify_client: Option<bool>,
 }
 
-/// Resolved settings.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// Resolved settings, grouped by concern: how clients reach the server, what it may use,
+/// and how leases behave.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Settings {
-    /// Address to listen on.
-    pub listen: IpAddr,
+    /// Sockets and who may use them.
+    pub listen: Listen,
+    /// Memory, connections, threads and item size.
+    pub limits: Limits,
+    /// Lease tokens and stale values.
+    pub leases: Leases,
+    /// The memory file for warm restarts.
+    pub memory_file: Option<PathBuf>,
+    /// `flush_all` refused (memcached's -F).
+    pub flush_disabled: bool,
+    /// `debugtime` moves the clock (tests only; `debug_clock.rs`).
+    pub debug_time: bool,
+}
+
+/// Where clients connect and what they must present: the TCP, UDP and metrics ports.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Listen {
+    /// Address to listen on (every port shares it).
+    pub address: IpAddr,
     /// TCP port (0: let the kernel choose; all workers then share the first one chosen).
     pub port: u16,
+    /// TCP listen backlog.
+    pub backlog: u32,
+    /// UDP port for reads (`None`: off; `Some(0)`: any free port, for tests).
+    pub udp_port: Option<u16>,
+    /// Every command over UDP, not just reads (`--udp-writes`).
+    pub udp_writes: bool,
+    /// Metrics port.
+    pub admin_port: Option<u16>,
+    /// memcached's ASCII authentication file (`user:password` lines); `None`: no auth.
+    pub auth_file: Option<PathBuf>,
+    /// TLS on the TCP port; `None`: plain TCP.
+    pub tls: Option<ServerTlsFiles>,
+}
+
+/// What the server may use.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Limits {
     /// Bytes of item memory.
     pub memory_bytes: usize,
     /// Connection limit.
@@ -195,51 +230,49 @@ pub struct Settings {
     pub max_item_size: usize,
     /// Idle connection timeout; `None` for never.
     pub idle_timeout: Option<Duration>,
-    /// The memory file for warm restarts.
-    pub memory_file: Option<PathBuf>,
-    /// UDP port for reads (`None`: off; `Some(0)`: any free port, for tests).
-    pub udp_port: Option<u16>,
-    /// Every command over UDP, not just reads (`--udp-writes`).
-    pub udp_writes: bool,
-    /// Lease interval, seconds (at least 1).
-    pub lease_interval: u32,
-    /// Seconds deleted values stay readable as stale (0: none).
-    pub stale_after_delete: u32,
-    /// Metrics port.
-    pub admin_port: Option<u16>,
-    /// Listen backlog.
-    pub backlog: u32,
-    /// memcached's ASCII authentication file (`user:password` lines); `None`: no auth.
-    pub auth_file: Option<PathBuf>,
-    /// TLS on the TCP port; `None`: plain TCP.
-    pub tls: Option<ServerTlsFiles>,
-    /// `flush_all` refused (memcached's -F).
-    pub flush_disabled: bool,
-    /// `debugtime` moves the clock (tests only; `debug_clock.rs`).
-    pub debug_time: bool,
 }
 
-impl Default for Settings {
+/// Lease behaviour (`lease-get`, meta `N`/`R`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Leases {
+    /// Lease interval, seconds (at least 1).
+    pub interval: u32,
+    /// Seconds deleted values stay readable as stale (0: none).
+    pub stale_after_delete: u32,
+}
+
+impl Default for Listen {
     fn default() -> Self {
-        Settings {
-            listen: IpAddr::from([127, 0, 0, 1]),
+        Listen {
+            address: IpAddr::from([127, 0, 0, 1]),
             port: 11211,
+            backlog: 1024,
+            udp_port: None,
+            udp_writes: false,
+            admin_port: None,
+            auth_file: None,
+            tls: None,
+        }
+    }
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
             memory_bytes: 64 << 20,
             max_connections: 1024,
             threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
             max_item_size: 1 << 20,
             idle_timeout: None,
-            memory_file: None,
-            udp_port: None,
-            udp_writes: false,
-            lease_interval: 10,
+        }
+    }
+}
+
+impl Default for Leases {
+    fn default() -> Self {
+        Leases {
+            interval: 10,
             stale_after_delete: 10,
-            admin_port: None,
-            backlog: 1024,
-            auth_file: None,
-            tls: None,
-            flush_disabled: false,
-            debug_time: false,
         }
     }
 }
@@ -255,16 +288,16 @@ impl Settings {
         let tls = resolve_tls(args, &file)?;
         let mut s = Settings::default();
         if let Some(v) = args.listen.or(file.listen) {
-            s.listen = v;
+            s.listen.address = v;
         }
         if let Some(v) = args.port.or(file.port) {
-            s.port = v;
+            s.listen.port = v;
         }
         if let Some(mib) = args.memory_limit.or(file.memory_limit) {
             if mib == 0 {
                 bail!("--memory-limit must be at least 1 MiB");
             }
-            s.memory_bytes = mib
+            s.limits.memory_bytes = mib
                 .checked_mul(1 << 20)
                 .context("--memory-limit too large")?;
         }
@@ -272,13 +305,13 @@ impl Settings {
             if v == 0 {
                 bail!("--max-connections must be at least 1");
             }
-            s.max_connections = v;
+            s.limits.max_connections = v;
         }
         if let Some(v) = args.threads.or(file.threads) {
             if v == 0 || v > 1024 {
                 bail!("--threads must be between 1 and 1024, got {v}");
             }
-            s.threads = v;
+            s.limits.threads = v;
         }
         let item_size = match (&args.max_item_size, &file.max_item_size) {
             (Some(text), _) => Some(parse_size(text)?),
@@ -293,38 +326,38 @@ impl Settings {
             if !(1024..=1 << 30).contains(&v) {
                 bail!("--max-item-size must be between 1k and 1024m, got {v} bytes");
             }
-            s.max_item_size = v;
+            s.limits.max_item_size = v;
         }
         if let Some(secs) = args.idle_timeout.or(file.idle_timeout) {
-            s.idle_timeout = (secs > 0).then(|| Duration::from_secs(secs));
+            s.limits.idle_timeout = (secs > 0).then(|| Duration::from_secs(secs));
         }
         s.memory_file = args.memory_file.clone().or(file.memory_file);
         // memcached's -U 0 means off; tests ask for a free port by setting Some(0) directly.
-        s.udp_port = args.udp_port.or(file.udp_port).filter(|p| *p != 0);
-        s.udp_writes = args.udp_writes || file.udp_writes.unwrap_or(false);
-        if s.udp_writes && s.udp_port.is_none() {
+        s.listen.udp_port = args.udp_port.or(file.udp_port).filter(|p| *p != 0);
+        s.listen.udp_writes = args.udp_writes || file.udp_writes.unwrap_or(false);
+        if s.listen.udp_writes && s.listen.udp_port.is_none() {
             bail!("--udp-writes needs --udp-port: it opens writes on the UDP listener");
         }
         if let Some(v) = args.lease_interval.or(file.lease_interval) {
             if v == 0 {
                 bail!("--lease-interval must be at least 1 second");
             }
-            s.lease_interval = v;
+            s.leases.interval = v;
         }
         if let Some(v) = args.stale_after_delete.or(file.stale_after_delete) {
-            s.stale_after_delete = v;
+            s.leases.stale_after_delete = v;
         }
-        s.admin_port = args.admin_port.or(file.admin_port);
+        s.listen.admin_port = args.admin_port.or(file.admin_port);
         if let Some(v) = args.backlog.or(file.listen_backlog) {
-            s.backlog = v;
+            s.listen.backlog = v;
         }
-        s.auth_file = args.auth_file.clone().or(file.auth_file);
-        if s.auth_file.is_some() && s.udp_port.is_some() {
+        s.listen.auth_file = args.auth_file.clone().or(file.auth_file);
+        if s.listen.auth_file.is_some() && s.listen.udp_port.is_some() {
             bail!(
                 "--auth-file and --udp-port cannot be combined: a UDP request cannot authenticate"
             );
         }
-        s.tls = tls;
+        s.listen.tls = tls;
         s.flush_disabled = args.disable_flush_all;
         s.debug_time = args.debug_time;
         if s.debug_time && s.memory_file.is_some() {
@@ -332,7 +365,7 @@ impl Settings {
                 "--debug-time and --memory-file cannot be combined: a moved clock would be saved"
             );
         }
-        if s.memory_bytes < 8 * s.segment_size() {
+        if s.limits.memory_bytes < 8 * s.segment_size() {
             bail!(
                 "--memory-limit must hold at least 8 segments of {} MiB (the item size \
                  limit rounded up): at least {} MiB",
@@ -346,7 +379,7 @@ impl Settings {
     /// The engine's segment size: 1 MiB, or the item size limit rounded up to a power of two
     /// when items may be larger (an item never spans segments).
     pub fn segment_size(&self) -> usize {
-        self.max_item_size.next_power_of_two().max(1 << 20)
+        self.limits.max_item_size.next_power_of_two().max(1 << 20)
     }
 }
 
@@ -414,157 +447,4 @@ pub fn parse_size(text: &str) -> anyhow::Result<usize> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn tls_flags_and_memcached_spellings_agree() {
-        let long = ServerArgs {
-            tls_cert: Some("c.pem".into()),
-            tls_key: Some("k.pem".into()),
-            tls_ca: Some("ca.pem".into()),
-            tls_verify_client: true,
-            ..ServerArgs::default()
-        };
-        let memcached = ServerArgs {
-            enable_ssl: true,
-            extended: vec![
-                "ssl_chain_cert=c.pem,ssl_key=k.pem".into(),
-                "ssl_ca_cert=ca.pem,ssl_verify_mode=2".into(),
-            ],
-            ..ServerArgs::default()
-        };
-        let a = Settings::resolve(&long).unwrap().tls.unwrap();
-        assert_eq!(
-            Some(&a),
-            Settings::resolve(&memcached).unwrap().tls.as_ref()
-        );
-        assert!(a.verify_client);
-        let refused = [
-            ServerArgs {
-                enable_ssl: true,
-                ..ServerArgs::default()
-            },
-            ServerArgs {
-                tls_cert: Some("c.pem".into()),
-                ..ServerArgs::default()
-            },
-            ServerArgs {
-                tls_cert: Some("c.pem".into()),
-                tls_key: Some("k.pem".into()),
-                tls_verify_client: true,
-                ..ServerArgs::default()
-            },
-            ServerArgs {
-                extended: vec!["idle_timeout=5".into()],
-                ..ServerArgs::default()
-            },
-        ];
-        for args in refused {
-            assert!(Settings::resolve(&args).is_err(), "{args:?}");
-        }
-        assert_eq!(Settings::resolve(&ServerArgs::default()).unwrap().tls, None);
-    }
-
-    #[test]
-    fn sizes_parse_like_memcached() {
-        assert_eq!(parse_size("1m").unwrap(), 1 << 20);
-        assert_eq!(parse_size("512k").unwrap(), 512 << 10);
-        assert_eq!(parse_size("2048").unwrap(), 2048);
-        assert!(parse_size("lots").is_err());
-    }
-
-    #[test]
-    fn file_settings_apply_under_flags() {
-        let dir = std::env::temp_dir().join(format!("memfleet-cfg-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join("server.toml");
-        std::fs::write(
-            &path,
-            "port = 4000\nmemory_limit = 16\nmax_item_size = \"2m\"\n",
-        )
-        .unwrap();
-        let args = ServerArgs {
-            config: Some(path.clone()),
-            port: Some(5000),
-            ..ServerArgs::default()
-        };
-        let s = Settings::resolve(&args).unwrap();
-        assert_eq!(
-            (s.port, s.memory_bytes, s.max_item_size),
-            (5000, 16 << 20, 2 << 20)
-        );
-        assert_eq!(s.segment_size(), 2 << 20);
-        std::fs::write(&path, "prot = 1\n").unwrap();
-        let err = Settings::resolve(&args).unwrap_err();
-        assert!(format!("{err:#}").contains("unknown field"), "{err:#}");
-        std::fs::remove_dir_all(&dir).unwrap();
-    }
-
-    #[test]
-    fn debug_time_is_off_unless_asked_for_and_not_with_a_memory_file() {
-        assert!(
-            !Settings::resolve(&ServerArgs::default())
-                .unwrap()
-                .debug_time
-        );
-        let debug = ServerArgs {
-            debug_time: true,
-            ..ServerArgs::default()
-        };
-        assert!(Settings::resolve(&debug).unwrap().debug_time);
-        let warm = ServerArgs {
-            memory_file: Some("/nonexistent/memfleet.mem".into()),
-            ..debug
-        };
-        let err = Settings::resolve(&warm).unwrap_err();
-        assert!(format!("{err:#}").contains("--debug-time"), "{err:#}");
-    }
-
-    #[test]
-    fn udp_writes_are_off_unless_asked_for_and_need_udp() {
-        let udp = ServerArgs {
-            udp_port: Some(11311),
-            ..ServerArgs::default()
-        };
-        assert!(!Settings::resolve(&udp).unwrap().udp_writes);
-        let writes = ServerArgs {
-            udp_writes: true,
-            ..udp
-        };
-        assert!(Settings::resolve(&writes).unwrap().udp_writes);
-        let no_port = ServerArgs {
-            udp_writes: true,
-            ..ServerArgs::default()
-        };
-        let err = Settings::resolve(&no_port).unwrap_err();
-        assert!(format!("{err:#}").contains("needs --udp-port"), "{err:#}");
-        // The flag's spelling, and the TOML key.
-        #[derive(clap::Parser)]
-        struct Cli {
-            #[command(flatten)]
-            server: ServerArgs,
-        }
-        let cli = <Cli as clap::Parser>::try_parse_from(["memfleet", "-U", "1", "--udp-writes"]);
-        assert!(Settings::resolve(&cli.unwrap().server).unwrap().udp_writes);
-        let dir = std::env::temp_dir().join(format!("memfleet-udp-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join("server.toml");
-        std::fs::write(&path, "udp_port = 11311\nudp_writes = true\n").unwrap();
-        let file = ServerArgs {
-            config: Some(path),
-            ..ServerArgs::default()
-        };
-        assert!(Settings::resolve(&file).unwrap().udp_writes);
-        std::fs::remove_dir_all(&dir).unwrap();
-    }
-
-    #[test]
-    fn item_size_must_fit_memory() {
-        let args = ServerArgs {
-            memory_limit: Some(1),
-            ..ServerArgs::default()
-        };
-        assert!(Settings::resolve(&args).is_err());
-    }
-}
+mod tests;

@@ -376,7 +376,7 @@ async fn serve_stream<T: Transport>(ctx: &Rc<WorkerContext>, stream: &mut T) -> 
     let settings = &server.settings;
     // The longest input that can be a single valid request: a full-size item and its
     // command line, or a multi-get line of several thousand keys.
-    let max_pending = settings.max_item_size + 64 * 1024;
+    let max_pending = settings.limits.max_item_size + 64 * 1024;
     let mut pending_in: Vec<u8> = Vec::new();
     let mut pending_out: Vec<u8> = Vec::new();
     // Replies held while a data block arrives (at most one batch's).
@@ -387,7 +387,7 @@ async fn serve_stream<T: Transport>(ctx: &Rc<WorkerContext>, stream: &mut T) -> 
     // The idle timeout runs from the last completed request (as memcached's does), so a
     // client trickling a command line byte by byte is still timed out; while a data block
     // is arriving it runs from the last read instead. Only kept when a timeout is set.
-    let timeout = settings.idle_timeout;
+    let timeout = settings.limits.idle_timeout;
     let mut idle_since = timeout.map(|_| tokio::time::Instant::now());
 
     loop {
@@ -547,7 +547,7 @@ async fn write_replies<T: Transport>(
         }
         pending_out.extend_from_slice(&out[sent..]);
     }
-    let timeout = ctx.server.settings.idle_timeout;
+    let timeout = ctx.server.settings.limits.idle_timeout;
     // Until both our pending replies and the transport's own output (TLS records the
     // socket would not take yet) are gone.
     while !pending_out.is_empty() || !stream.try_flush()? {

@@ -24,7 +24,10 @@
 //!
 //! ```no_run
 //! use memfleet_server::{Server, Settings};
-//! let server = Server::start(Settings { port: 0, threads: 2, ..Settings::default() })?;
+//! let mut settings = Settings::default();
+//! settings.listen.port = 0;
+//! settings.limits.threads = 2;
+//! let server = Server::start(settings)?;
 //! println!("serving on {}", server.local_addr());
 //! server.shutdown()?;
 //! # anyhow::Ok(())
@@ -48,7 +51,7 @@ mod version;
 pub mod warm;
 pub mod worker;
 
-pub use config::{ServerArgs, Settings};
+pub use config::{Leases, Limits, Listen, ServerArgs, Settings};
 
 use anyhow::Context;
 use memfleet_protocol::ParserConfig;
@@ -82,7 +85,7 @@ impl Server {
     /// Allocates the cache, binds the listeners and starts the workers. With port 0 the
     /// kernel picks a port (see [`Server::local_addr`]).
     pub fn start(mut settings: Settings) -> anyhow::Result<Server> {
-        let wanted = SocketAddr::new(settings.listen, settings.port);
+        let wanted = SocketAddr::new(settings.listen.address, settings.listen.port);
         // SO_REUSEPORT would let this server share a port another process (of the same
         // user) already listens on, splitting the clients between the two without a word:
         // claim the port alone first, so a taken port is an error as in memcached.
@@ -90,17 +93,17 @@ impl Server {
             worker::bind_exclusive(wanted).with_context(|| format!("cannot listen on {wanted}"))?;
         let wanted = probe.local_addr()?;
         drop(probe);
-        let first = worker::bind(wanted, settings.backlog)
+        let first = worker::bind(wanted, settings.listen.backlog)
             .with_context(|| format!("cannot listen on {wanted}"))?;
         let addr = first.local_addr()?;
         let mut listeners = vec![first];
-        for _ in 1..settings.threads {
-            listeners.push(worker::bind(addr, settings.backlog)?);
+        for _ in 1..settings.limits.threads {
+            listeners.push(worker::bind(addr, settings.listen.backlog)?);
         }
         let mut udp_sockets: Vec<Option<std::net::UdpSocket>> =
-            (0..settings.threads).map(|_| None).collect();
-        if let Some(port) = settings.udp_port {
-            let wanted = SocketAddr::new(settings.listen, port);
+            (0..settings.limits.threads).map(|_| None).collect();
+        if let Some(port) = settings.listen.udp_port {
+            let wanted = SocketAddr::new(settings.listen.address, port);
             // As for TCP: claim the port alone first, so a taken port is an error.
             let probe = std::net::UdpSocket::bind(wanted)
                 .with_context(|| format!("cannot listen on UDP {wanted}"))?;
@@ -111,15 +114,15 @@ impl Server {
                     udp::bind(wanted).with_context(|| format!("cannot listen on UDP {wanted}"))?,
                 );
             }
-            settings.udp_port = Some(wanted.port());
+            settings.listen.udp_port = Some(wanted.port());
             tracing::warn!(
                 udp = %wanted,
                 "UDP is on: serve it only where source addresses cannot be spoofed"
             );
         }
-        let admin = match settings.admin_port {
+        let admin = match settings.listen.admin_port {
             Some(port) => {
-                let l = std::net::TcpListener::bind(SocketAddr::new(settings.listen, port))
+                let l = std::net::TcpListener::bind(SocketAddr::new(settings.listen.address, port))
                     .with_context(|| format!("cannot listen on admin port {port}"))?;
                 l.set_nonblocking(true)?;
                 Some(l)
@@ -127,29 +130,35 @@ impl Server {
             None => None,
         };
         let admin_addr = admin.as_ref().map(|l| l.local_addr()).transpose()?;
-        let auth = settings.auth_file.as_deref().map(auth::load).transpose()?;
-        if settings.udp_port.is_some() && auth.is_some() {
+        let auth = settings
+            .listen
+            .auth_file
+            .as_deref()
+            .map(auth::load)
+            .transpose()?;
+        if settings.listen.udp_port.is_some() && auth.is_some() {
             anyhow::bail!(
                 "authentication and UDP cannot be combined: a datagram cannot authenticate"
             );
         }
         let tls = settings
+            .listen
             .tls
             .clone()
             .map(memfleet_tls::ServerTls::load)
             .transpose()
             .context("TLS")?
             .map(Arc::new);
-        if tls.is_some() && settings.udp_port.is_some() {
+        if tls.is_some() && settings.listen.udp_port.is_some() {
             tracing::warn!("TLS covers TCP only: UDP requests and replies are not encrypted");
         }
         // The cache comes last: opening a memory file consumes its snapshot, so a start that
         // fails on a taken port must fail before that.
         let debug_clock = settings.debug_time.then(debug_clock::DebugClock::new);
-        let mut config = Config::new(settings.memory_bytes)
+        let mut config = Config::new(settings.limits.memory_bytes)
             .segment_size(settings.segment_size())
-            .lease_interval(settings.lease_interval)
-            .stale_after_delete(settings.stale_after_delete);
+            .lease_interval(settings.leases.interval)
+            .stale_after_delete(settings.leases.stale_after_delete);
         if let Some(debug) = &debug_clock {
             tracing::warn!("--debug-time: any client can move the clock with `debugtime`");
             config = config.clock(debug.clock());
@@ -176,10 +185,12 @@ impl Server {
             ),
         }
         let (tx, rx) = watch::channel(false);
-        let counters: Vec<_> = (0..settings.threads).map(|_| Arc::default()).collect();
+        let counters: Vec<_> = (0..settings.limits.threads)
+            .map(|_| Arc::default())
+            .collect();
         let expirer = cache.spawn_expirer(EXPIRE_INTERVAL);
         let server = Arc::new(state::ServerState {
-            parser: ParserConfig::with_max_item_size(settings.max_item_size),
+            parser: ParserConfig::with_max_item_size(settings.limits.max_item_size),
             settings,
             cache,
             workers: counters.clone(),
@@ -220,9 +231,9 @@ impl Server {
         }
         tracing::info!(
             %addr,
-            threads = server.settings.threads,
-            memory_mib = server.settings.memory_bytes >> 20,
-            max_connections = server.settings.max_connections,
+            threads = server.settings.limits.threads,
+            memory_mib = server.settings.limits.memory_bytes >> 20,
+            max_connections = server.settings.limits.max_connections,
             tls = server.tls.is_some(),
             "memfleet server listening"
         );
@@ -247,6 +258,7 @@ impl Server {
     pub fn udp_addr(&self) -> Option<SocketAddr> {
         self.server
             .settings
+            .listen
             .udp_port
             .map(|port| SocketAddr::new(self.addr.ip(), port))
     }

@@ -147,7 +147,7 @@ fn run_all(exec: &mut Executor<'_>, payload: &[u8], reply: &mut Vec<u8>) {
 pub async fn serve(ctx: Rc<WorkerContext>, socket: std::net::UdpSocket) -> std::io::Result<()> {
     let socket = tokio::net::UdpSocket::from_std(socket)?;
     let mut shutdown = ctx.server.shutdown.clone();
-    let writes = ctx.server.settings.udp_writes;
+    let writes = ctx.server.settings.listen.udp_writes;
     let mut datagram = vec![0u8; MAX_REQUEST];
     let mut reply = Vec::with_capacity(MAX_UDP_REPLY + 1024);
     let mut framed = Vec::with_capacity(MAX_UDP_REPLY * 2);

@@ -130,7 +130,9 @@ async fn accept_loop(ctx: &Rc<WorkerContext>, listener: tokio::net::TcpListener)
             }
         };
         let conns = &ctx.server.connections;
-        if conns.current.fetch_add(1, Ordering::AcqRel) >= ctx.server.settings.max_connections {
+        if conns.current.fetch_add(1, Ordering::AcqRel)
+            >= ctx.server.settings.limits.max_connections
+        {
             conns.current.fetch_sub(1, Ordering::AcqRel);
             conns.rejected.fetch_add(1, Ordering::Relaxed);
             tokio::task::spawn_local(async move {

@@ -26,6 +26,21 @@ fn set_get_and_flags_round_trip() {
 }
 
 #[test]
+fn flags_are_refused_for_a_minus_sign_only_before_the_numbers_end() {
+    let s = TestServer::start();
+    let mut c = s.connect();
+    // 2^64-1 is negative as a signed long: memcached refuses it when its sign is `-`, but
+    // looks no further than the number's end, so a `-` after a tab is ignored (checked
+    // against memcached 1.6.45: stored, flags truncated to 32 bits).
+    c.check("set tab 18446744073709551615\t- 0 1\r\nv\r\n", "STORED\r\n");
+    c.check("get tab\r\n", "VALUE tab 4294967295 1\r\nv\r\nEND\r\n");
+    c.check(
+        "set neg -1\t- 0 1\r\nv\r\n",
+        "CLIENT_ERROR bad command line format\r\n",
+    );
+}
+
+#[test]
 fn multi_get_answers_in_order_with_repeats() {
     let s = TestServer::start();
     let mut c = s.connect();

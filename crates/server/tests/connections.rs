@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 #[test]
 fn connections_over_the_limit_are_told_and_closed() {
-    let s = TestServer::with(|s| s.max_connections = 3);
+    let s = TestServer::with(|s| s.limits.max_connections = 3);
     let mut open: Vec<Client> = (0..3).map(|_| s.connect()).collect();
     for c in &mut open {
         c.check("mn\r\n", "MN\r\n");
@@ -38,7 +38,7 @@ fn connections_over_the_limit_are_told_and_closed() {
 
 #[test]
 fn idle_connections_are_closed_after_the_timeout() {
-    let s = TestServer::with(|s| s.idle_timeout = Some(Duration::from_secs(1)));
+    let s = TestServer::with(|s| s.limits.idle_timeout = Some(Duration::from_secs(1)));
     let mut c = s.connect();
     c.check("mn\r\n", "MN\r\n");
     let start = Instant::now();
@@ -67,7 +67,7 @@ fn shutdown_closes_connections_and_the_port() {
 
 #[test]
 fn metrics_endpoint_serves_prometheus_text() {
-    let s = TestServer::with(|s| s.admin_port = Some(0));
+    let s = TestServer::with(|s| s.listen.admin_port = Some(0));
     let mut c = s.connect();
     c.check(
         "set k 0 0 1\r\na\r\nget k\r\n",
@@ -102,7 +102,7 @@ fn rss_bytes() -> usize {
 #[test]
 fn idle_connections_cost_little_memory() {
     const N: usize = 2000;
-    let s = TestServer::with(|s| s.max_connections = N + 10);
+    let s = TestServer::with(|s| s.limits.max_connections = N + 10);
     let mut warm = s.connect();
     warm.check("set k 0 0 5\r\nhello\r\n", "STORED\r\n");
     let before = rss_bytes();

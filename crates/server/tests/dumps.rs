@@ -307,7 +307,7 @@ fn requests_pipelined_around_a_dump_are_answered_in_order() {
 /// other connection is never held up, and the server answers normally afterwards.
 #[test]
 fn a_large_dump_streams_while_writes_continue() {
-    let s = TestServer::with(|s| s.threads = 1); // one worker: the dump and the writer share it
+    let s = TestServer::with(|s| s.limits.threads = 1); // one worker: the dump and the writer share it
     let mut c = s.connect();
     let n = 60_000;
     let value = "v".repeat(100);

@@ -697,7 +697,7 @@ fn concurrent_clients_on_shared_keys() {
 #[test]
 fn connection_churn_leaves_no_trace() {
     const LIMIT: usize = 20;
-    let s = TestServer::with(|s| s.max_connections = LIMIT);
+    let s = TestServer::with(|s| s.limits.max_connections = LIMIT);
     let addr = s.addr;
     let threads: Vec<_> = (0..4)
         .map(|t| {
@@ -940,7 +940,7 @@ fn nothing_after_quit_runs() {
 /// whether the half is a command line or a data block (memcached closes both).
 #[test]
 fn idle_timeout_closes_half_sent_requests() {
-    let s = TestServer::with(|s| s.idle_timeout = Some(Duration::from_secs(1)));
+    let s = TestServer::with(|s| s.limits.idle_timeout = Some(Duration::from_secs(1)));
     let mut line = s.connect();
     let mut data = s.connect();
     let start = Instant::now();
@@ -965,7 +965,7 @@ fn idle_timeout_closes_half_sent_requests() {
 /// holds a connection (and a slot under the limit) forever.
 #[test]
 fn idle_timeout_is_not_reset_by_trickled_bytes() {
-    let s = TestServer::with(|s| s.idle_timeout = Some(Duration::from_secs(1)));
+    let s = TestServer::with(|s| s.limits.idle_timeout = Some(Duration::from_secs(1)));
     let mut c = s.connect();
     c.send("get k");
     let start = Instant::now();

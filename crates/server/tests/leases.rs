@@ -126,7 +126,7 @@ fn a_voided_token_cannot_overwrite_a_newer_fill() {
 
 #[test]
 fn tokens_are_rate_limited_per_key_per_lease_interval() {
-    let s = TestServer::with(|s| s.lease_interval = 1);
+    let s = TestServer::with(|s| s.leases.interval = 1);
     let mut c = s.connect();
     let (first, ..) = lease_get(&mut c, "k");
     assert!(first > 1);
@@ -166,7 +166,7 @@ fn stale_values_are_served_after_delete_to_lease_reads() {
 
 #[test]
 fn stale_values_expire_and_can_be_turned_off() {
-    let s = TestServer::with(|s| s.stale_after_delete = 1);
+    let s = TestServer::with(|s| s.leases.stale_after_delete = 1);
     let mut c = s.connect();
     c.check("set k 0 0 2\r\nv1\r\n", "STORED\r\n");
     c.check("delete k\r\n", "DELETED\r\n");
@@ -174,7 +174,7 @@ fn stale_values_expire_and_can_be_turned_off() {
     let (token, _, value) = lease_get(&mut c, "k");
     assert!(token > 1 && value.is_empty());
 
-    let s = TestServer::with(|s| s.stale_after_delete = 0);
+    let s = TestServer::with(|s| s.leases.stale_after_delete = 0);
     let mut c = s.connect();
     c.check("set k 0 0 2\r\nv1\r\n", "STORED\r\n");
     c.check("delete k\r\n", "DELETED\r\n");

@@ -14,8 +14,8 @@ fn udp_server() -> (TestServer, UdpSocket) {
 
 fn udp_server_with(writes: bool) -> (TestServer, UdpSocket) {
     let s = TestServer::with(|s| {
-        s.udp_port = Some(0);
-        s.udp_writes = writes;
+        s.listen.udp_port = Some(0);
+        s.listen.udp_writes = writes;
     });
     let addr = s.server().udp_addr().expect("UDP is on");
     let sock = UdpSocket::bind("127.0.0.1:0").unwrap();

@@ -6,6 +6,7 @@ mod common;
 
 use common::{Client, TestServer};
 use memfleet_server::warm::{meta_path, Start};
+use memfleet_server::{Limits, Listen};
 use std::path::PathBuf;
 
 struct TempFile(PathBuf);
@@ -30,7 +31,7 @@ fn server(file: &TempFile, mib: usize) -> TestServer {
     let path = file.0.clone();
     TestServer::with(move |s| {
         s.memory_file = Some(path);
-        s.memory_bytes = mib << 20;
+        s.limits.memory_bytes = mib << 20;
     })
 }
 
@@ -144,9 +145,15 @@ fn a_start_that_fails_keeps_the_snapshot_for_the_next() {
     // The port is taken: this start fails before it opens the memory file.
     let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let failed = memfleet_server::Server::start(memfleet_server::Settings {
-        port: taken.local_addr().unwrap().port(),
-        threads: 1,
-        memory_bytes: 16 << 20,
+        listen: Listen {
+            port: taken.local_addr().unwrap().port(),
+            ..Listen::default()
+        },
+        limits: Limits {
+            threads: 1,
+            memory_bytes: 16 << 20,
+            ..Limits::default()
+        },
         memory_file: Some(file.0.clone()),
         ..Default::default()
     });
@@ -164,9 +171,15 @@ fn two_servers_cannot_share_a_memory_file() {
     let _first = server(&file, 16);
     let path = file.0.clone();
     let second = memfleet_server::Server::start(memfleet_server::Settings {
-        port: 0,
-        threads: 1,
-        memory_bytes: 16 << 20,
+        listen: Listen {
+            port: 0,
+            ..Listen::default()
+        },
+        limits: Limits {
+            threads: 1,
+            memory_bytes: 16 << 20,
+            ..Limits::default()
+        },
         memory_file: Some(path),
         ..Default::default()
     });

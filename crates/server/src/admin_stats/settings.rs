@@ -11,7 +11,7 @@ use memfleet_storage::EvictionPolicy;
 pub(super) fn rows(server: &ServerState) -> Vec<(String, String)> {
     let st = &server.settings;
     let cfg = server.cache.config();
-    let idle = st.idle_timeout.map_or(0, |d| d.as_secs());
+    let idle = st.limits.idle_timeout.map_or(0, |d| d.as_secs());
     let eviction = match cfg.eviction {
         EvictionPolicy::Merge => "merge",
         EvictionPolicy::Fifo => "fifo",
@@ -20,7 +20,7 @@ pub(super) fn rows(server: &ServerState) -> Vec<(String, String)> {
     let yes_no = |b: bool| if b { "yes" } else { "no" }.to_string();
     let path =
         |p: Option<&std::path::PathBuf>| p.map_or("NULL".into(), |p| p.display().to_string());
-    let tls = st.tls.as_ref();
+    let tls = st.listen.tls.as_ref();
     let verify_mode = match tls {
         Some(t) if t.verify_client => "2",
         Some(t) if t.ca.is_some() => "1",
@@ -28,11 +28,11 @@ pub(super) fn rows(server: &ServerState) -> Vec<(String, String)> {
     };
     let expire_us = crate::EXPIRE_INTERVAL.as_micros().to_string();
     let rows: Vec<(&str, String)> = vec![
-        ("maxbytes", st.memory_bytes.to_string()),
-        ("maxconns", st.max_connections.to_string()),
-        ("tcpport", st.port.to_string()),
-        ("udpport", st.udp_port.unwrap_or(0).to_string()),
-        ("inter", st.listen.to_string()),
+        ("maxbytes", st.limits.memory_bytes.to_string()),
+        ("maxconns", st.limits.max_connections.to_string()),
+        ("tcpport", st.listen.port.to_string()),
+        ("udpport", st.listen.udp_port.unwrap_or(0).to_string()),
+        ("inter", st.listen.address.to_string()),
         ("verbosity", "0".into()),
         ("oldest", "0".into()),
         (
@@ -48,18 +48,18 @@ pub(super) fn rows(server: &ServerState) -> Vec<(String, String)> {
         // Items are packed byte by byte into segments, not into chunks: the smallest takes
         // its 5-byte header and a one-byte key.
         ("chunk_size", "6".into()),
-        ("num_threads", st.threads.to_string()),
-        ("num_threads_per_udp", st.threads.to_string()),
+        ("num_threads", st.limits.threads.to_string()),
+        ("num_threads_per_udp", st.limits.threads.to_string()),
         ("stat_key_prefix", ":".into()),
         ("detail_enabled", "no".into()),
         // Pipelined read batches a connection serves before letting others run.
         ("reqs_per_event", BATCHES_BEFORE_YIELD.to_string()),
         ("cas_enabled", "yes".into()),
-        ("tcp_backlog", st.backlog.to_string()),
+        ("tcp_backlog", st.listen.backlog.to_string()),
         ("binding_protocol", "auto-negotiate".into()),
         ("auth_enabled_sasl", "no".into()),
-        ("auth_enabled_ascii", yes_no(st.auth_file.is_some())),
-        ("item_size_max", st.max_item_size.to_string()),
+        ("auth_enabled_ascii", yes_no(st.listen.auth_file.is_some())),
+        ("item_size_max", st.limits.max_item_size.to_string()),
         ("maxconns_fast", "yes".into()),
         ("hashpower_init", cfg.hash_power.unwrap_or(0).to_string()),
         ("slab_reassign", "no".into()),
@@ -67,7 +67,7 @@ pub(super) fn rows(server: &ServerState) -> Vec<(String, String)> {
         ("slab_automove_ratio", "0.00".into()),
         ("slab_automove_window", "0".into()),
         // The largest item, stored in one piece (never chunked).
-        ("slab_chunk_max", st.max_item_size.to_string()),
+        ("slab_chunk_max", st.limits.max_item_size.to_string()),
         // `lru_crawler enable|disable` as memcached reports it: whether key dumps run.
         // Proactive expiration plays the rest of the LRU crawler's part whatever this says:
         // it frees expired segments every `lru_crawler_sleep` microseconds (memcached: a
@@ -125,8 +125,11 @@ pub(super) fn rows(server: &ServerState) -> Vec<(String, String)> {
         // The warm-restart file (memcached's `-e`).
         ("memory_file", path(st.memory_file.as_ref())),
         ("client_flags_size", "4".into()),
-        ("lease_interval", st.lease_interval.to_string()),
-        ("stale_after_delete", st.stale_after_delete.to_string()),
+        ("lease_interval", st.leases.interval.to_string()),
+        (
+            "stale_after_delete",
+            st.leases.stale_after_delete.to_string(),
+        ),
         ("segment_size", cfg.segment_size.to_string()),
         ("merge_segments", cfg.merge_segments.to_string()),
         ("eviction_policy", eviction.into()),

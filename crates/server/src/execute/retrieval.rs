@@ -97,7 +97,7 @@ impl Executor<'_> {
         let c = self.counters;
         c.cmd_get.incr();
         let ask = LeaseRead {
-            vivify: Some(Expiry::After(self.server.settings.lease_interval)),
+            vivify: Some(Expiry::After(self.server.settings.leases.interval)),
             recache_below: None,
             see_deleted: true,
             read_only: false,

@@ -22,11 +22,9 @@ impl TestServer {
 
     /// Test defaults adjusted by `f`.
     pub fn with(f: impl FnOnce(&mut Settings)) -> TestServer {
-        let mut s = Settings {
-            port: 0,
-            threads: 2,
-            ..Settings::default()
-        };
+        let mut s = Settings::default();
+        s.listen.port = 0;
+        s.limits.threads = 2;
         f(&mut s);
         let server = Server::start(s).expect("server starts");
         let addr = server.local_addr();

@@ -1,0 +1,166 @@
+//! Unit tests of `config.rs`, kept beside it so that the product file
+//! holds product code only.
+
+use super::*;
+
+#[test]
+fn tls_flags_and_memcached_spellings_agree() {
+    let long = ServerArgs {
+        tls_cert: Some("c.pem".into()),
+        tls_key: Some("k.pem".into()),
+        tls_ca: Some("ca.pem".into()),
+        tls_verify_client: true,
+        ..ServerArgs::default()
+    };
+    let memcached = ServerArgs {
+        enable_ssl: true,
+        extended: vec![
+            "ssl_chain_cert=c.pem,ssl_key=k.pem".into(),
+            "ssl_ca_cert=ca.pem,ssl_verify_mode=2".into(),
+        ],
+        ..ServerArgs::default()
+    };
+    let a = Settings::resolve(&long).unwrap().listen.tls.unwrap();
+    assert_eq!(
+        Some(&a),
+        Settings::resolve(&memcached).unwrap().listen.tls.as_ref()
+    );
+    assert!(a.verify_client);
+    let refused = [
+        ServerArgs {
+            enable_ssl: true,
+            ..ServerArgs::default()
+        },
+        ServerArgs {
+            tls_cert: Some("c.pem".into()),
+            ..ServerArgs::default()
+        },
+        ServerArgs {
+            tls_cert: Some("c.pem".into()),
+            tls_key: Some("k.pem".into()),
+            tls_verify_client: true,
+            ..ServerArgs::default()
+        },
+        ServerArgs {
+            extended: vec!["idle_timeout=5".into()],
+            ..ServerArgs::default()
+        },
+    ];
+    for args in refused {
+        assert!(Settings::resolve(&args).is_err(), "{args:?}");
+    }
+    assert_eq!(
+        Settings::resolve(&ServerArgs::default())
+            .unwrap()
+            .listen
+            .tls,
+        None
+    );
+}
+
+#[test]
+fn sizes_parse_like_memcached() {
+    assert_eq!(parse_size("1m").unwrap(), 1 << 20);
+    assert_eq!(parse_size("512k").unwrap(), 512 << 10);
+    assert_eq!(parse_size("2048").unwrap(), 2048);
+    assert!(parse_size("lots").is_err());
+}
+
+#[test]
+fn file_settings_apply_under_flags() {
+    let dir = std::env::temp_dir().join(format!("memfleet-cfg-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("server.toml");
+    std::fs::write(
+        &path,
+        "port = 4000\nmemory_limit = 16\nmax_item_size = \"2m\"\n",
+    )
+    .unwrap();
+    let args = ServerArgs {
+        config: Some(path.clone()),
+        port: Some(5000),
+        ..ServerArgs::default()
+    };
+    let s = Settings::resolve(&args).unwrap();
+    assert_eq!(
+        (s.listen.port, s.limits.memory_bytes, s.limits.max_item_size),
+        (5000, 16 << 20, 2 << 20)
+    );
+    assert_eq!(s.segment_size(), 2 << 20);
+    std::fs::write(&path, "prot = 1\n").unwrap();
+    let err = Settings::resolve(&args).unwrap_err();
+    assert!(format!("{err:#}").contains("unknown field"), "{err:#}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn debug_time_is_off_unless_asked_for_and_not_with_a_memory_file() {
+    assert!(
+        !Settings::resolve(&ServerArgs::default())
+            .unwrap()
+            .debug_time
+    );
+    let debug = ServerArgs {
+        debug_time: true,
+        ..ServerArgs::default()
+    };
+    assert!(Settings::resolve(&debug).unwrap().debug_time);
+    let warm = ServerArgs {
+        memory_file: Some("/nonexistent/memfleet.mem".into()),
+        ..debug
+    };
+    let err = Settings::resolve(&warm).unwrap_err();
+    assert!(format!("{err:#}").contains("--debug-time"), "{err:#}");
+}
+
+#[test]
+fn udp_writes_are_off_unless_asked_for_and_need_udp() {
+    let udp = ServerArgs {
+        udp_port: Some(11311),
+        ..ServerArgs::default()
+    };
+    assert!(!Settings::resolve(&udp).unwrap().listen.udp_writes);
+    let writes = ServerArgs {
+        udp_writes: true,
+        ..udp
+    };
+    assert!(Settings::resolve(&writes).unwrap().listen.udp_writes);
+    let no_port = ServerArgs {
+        udp_writes: true,
+        ..ServerArgs::default()
+    };
+    let err = Settings::resolve(&no_port).unwrap_err();
+    assert!(format!("{err:#}").contains("needs --udp-port"), "{err:#}");
+    // The flag's spelling, and the TOML key.
+    #[derive(clap::Parser)]
+    struct Cli {
+        #[command(flatten)]
+        server: ServerArgs,
+    }
+    let cli = <Cli as clap::Parser>::try_parse_from(["memfleet", "-U", "1", "--udp-writes"]);
+    assert!(
+        Settings::resolve(&cli.unwrap().server)
+            .unwrap()
+            .listen
+            .udp_writes
+    );
+    let dir = std::env::temp_dir().join(format!("memfleet-udp-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("server.toml");
+    std::fs::write(&path, "udp_port = 11311\nudp_writes = true\n").unwrap();
+    let file = ServerArgs {
+        config: Some(path),
+        ..ServerArgs::default()
+    };
+    assert!(Settings::resolve(&file).unwrap().listen.udp_writes);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn item_size_must_fit_memory() {
+    let args = ServerArgs {
+        memory_limit: Some(1),
+        ..ServerArgs::default()
+    };
+    assert!(Settings::resolve(&args).is_err());
+}
