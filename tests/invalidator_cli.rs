@@ -5,7 +5,7 @@
 
 mod support;
 
-use memfleet_server::{Limits, Listen, Server, Settings};
+use memfleet_server::{Server, Settings};
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::process::{Command, Stdio};
@@ -52,19 +52,7 @@ fn invalidator(config: &std::path::Path) -> Killed {
 async fn a_killed_invalidator_loses_no_committed_invalidation() {
     let postgres = memfleet_testkit::Postgres::start().unwrap();
     let db = postgres.connect().await.unwrap();
-    let cache = Server::start(Settings {
-        listen: Listen {
-            port: 0,
-            ..Listen::default()
-        },
-        limits: Limits {
-            threads: 1,
-            memory_bytes: 16 << 20,
-            ..Limits::default()
-        },
-        ..Settings::default()
-    })
-    .unwrap();
+    let cache = Server::start(Settings::single_worker(0, 16 << 20)).unwrap();
     let port = cache.local_addr().port();
     let dir = std::env::temp_dir().join(format!("memfleet-inv-cli-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();

@@ -5,7 +5,7 @@
 
 use memfleet_client::{BackendError, Client, ClientOptions, Error, UdpGet};
 use memfleet_routing::from_toml;
-use memfleet_server::{Limits, Listen, Server, Settings};
+use memfleet_server::{Server, Settings};
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
@@ -16,18 +16,10 @@ fn setup(test: &str, password: &str) -> (Server, Client) {
     std::fs::create_dir_all(&dir).unwrap();
     let authfile = dir.join(format!("{test}.users"));
     std::fs::write(&authfile, "app:s3cret\n").unwrap();
-    let server = Server::start(Settings {
-        listen: Listen {
-            port: 0,
-            auth_file: Some(authfile),
-            ..Listen::default()
-        },
-        limits: Limits {
-            threads: 1,
-            memory_bytes: 16 << 20,
-            ..Limits::default()
-        },
-        ..Settings::default()
+    let server = Server::start({
+        let mut settings = Settings::single_worker(0, 16 << 20);
+        settings.listen.auth_file = Some(authfile);
+        settings
     })
     .expect("server starts");
     let port = server.local_addr().port();

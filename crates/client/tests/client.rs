@@ -5,7 +5,7 @@
 
 use memfleet_client::{CasOutcome, Client, ClientOptions, Lease, FLAG_COMPRESSED};
 use memfleet_routing::from_toml;
-use memfleet_server::{Limits, Listen, Server, Settings};
+use memfleet_server::{Server, Settings};
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -13,19 +13,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 fn server() -> (Server, u16) {
-    let s = Server::start(Settings {
-        listen: Listen {
-            port: 0,
-            ..Listen::default()
-        },
-        limits: Limits {
-            threads: 1,
-            memory_bytes: 16 << 20,
-            ..Limits::default()
-        },
-        ..Settings::default()
-    })
-    .expect("server starts");
+    let s = Server::start(Settings::single_worker(0, 16 << 20)).expect("server starts");
     let port = s.local_addr().port();
     (s, port)
 }

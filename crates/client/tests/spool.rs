@@ -6,25 +6,13 @@ use memfleet_client::{
     BackendError, RequestClass, RequestForm, RouteContext, RouteRequest, Topology,
 };
 use memfleet_routing::from_toml;
-use memfleet_server::{Limits, Listen, Server, Settings};
+use memfleet_server::{Server, Settings};
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
 fn server() -> (Server, u16) {
-    let s = Server::start(Settings {
-        listen: Listen {
-            port: 0,
-            ..Listen::default()
-        },
-        limits: Limits {
-            threads: 1,
-            memory_bytes: 16 << 20,
-            ..Limits::default()
-        },
-        ..Settings::default()
-    })
-    .expect("server starts");
+    let s = Server::start(Settings::single_worker(0, 16 << 20)).expect("server starts");
     let port = s.local_addr().port();
     (s, port)
 }

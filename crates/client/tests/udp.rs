@@ -4,7 +4,7 @@
 
 use memfleet_client::{Client, ClientOptions, UdpGet};
 use memfleet_routing::from_toml;
-use memfleet_server::{Limits, Listen, Server, Settings};
+use memfleet_server::{Server, Settings};
 use std::net::{SocketAddr, UdpSocket};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -82,18 +82,10 @@ fn setup(fault: Fault) -> (Server, Client, u16) {
         .local_addr()
         .unwrap()
         .port();
-    let server = Server::start(Settings {
-        listen: Listen {
-            port: 0,
-            udp_port: Some(udp_port),
-            ..Listen::default()
-        },
-        limits: Limits {
-            threads: 1,
-            memory_bytes: 16 << 20,
-            ..Limits::default()
-        },
-        ..Settings::default()
+    let server = Server::start({
+        let mut settings = Settings::single_worker(0, 16 << 20);
+        settings.listen.udp_port = Some(udp_port);
+        settings
     })
     .expect("server starts");
     let port = server.local_addr().port();

@@ -3,7 +3,7 @@
 //! a destination that is down holds the slot back and gets every delete once it is back.
 
 use memfleet_invalidator::{run, setup, source::PgLogical, Config, Counters};
-use memfleet_server::{Limits, Listen, Server, Settings};
+use memfleet_server::{Server, Settings};
 use memfleet_testkit::Postgres;
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -12,19 +12,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 fn server(port: u16) -> Server {
-    Server::start(Settings {
-        listen: Listen {
-            port,
-            ..Listen::default()
-        },
-        limits: Limits {
-            threads: 1,
-            memory_bytes: 16 << 20,
-            ..Limits::default()
-        },
-        ..Settings::default()
-    })
-    .expect("server starts")
+    Server::start(Settings::single_worker(port, 16 << 20)).expect("server starts")
 }
 
 /// One request, one reply (small).

@@ -278,6 +278,17 @@ impl Default for Leases {
 }
 
 impl Settings {
+    /// A server with one worker and `memory_bytes` of items on 127.0.0.1:`port` (0: a port
+    /// the kernel picks, read back with `Server::local_addr`), everything else the defaults:
+    /// the usual shape of a server embedded in a test or a tool.
+    pub fn single_worker(port: u16, memory_bytes: usize) -> Settings {
+        let mut s = Settings::default();
+        s.listen.port = port;
+        s.limits.threads = 1;
+        s.limits.memory_bytes = memory_bytes;
+        s
+    }
+
     /// Resolves flags (already merged with the environment by clap) over the config file
     /// over the defaults, and checks the result.
     pub fn resolve(args: &ServerArgs) -> anyhow::Result<Settings> {

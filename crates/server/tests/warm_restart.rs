@@ -6,7 +6,6 @@ mod common;
 
 use common::{Client, TestServer};
 use memfleet_server::warm::{meta_path, Start};
-use memfleet_server::{Limits, Listen};
 use std::path::PathBuf;
 
 struct TempFile(PathBuf);
@@ -145,17 +144,8 @@ fn a_start_that_fails_keeps_the_snapshot_for_the_next() {
     // The port is taken: this start fails before it opens the memory file.
     let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let failed = memfleet_server::Server::start(memfleet_server::Settings {
-        listen: Listen {
-            port: taken.local_addr().unwrap().port(),
-            ..Listen::default()
-        },
-        limits: Limits {
-            threads: 1,
-            memory_bytes: 16 << 20,
-            ..Limits::default()
-        },
         memory_file: Some(file.0.clone()),
-        ..Default::default()
+        ..memfleet_server::Settings::single_worker(taken.local_addr().unwrap().port(), 16 << 20)
     });
     assert!(failed.is_err());
     assert!(meta_path(&file.0).exists());
@@ -171,17 +161,8 @@ fn two_servers_cannot_share_a_memory_file() {
     let _first = server(&file, 16);
     let path = file.0.clone();
     let second = memfleet_server::Server::start(memfleet_server::Settings {
-        listen: Listen {
-            port: 0,
-            ..Listen::default()
-        },
-        limits: Limits {
-            threads: 1,
-            memory_bytes: 16 << 20,
-            ..Limits::default()
-        },
         memory_file: Some(path),
-        ..Default::default()
+        ..memfleet_server::Settings::single_worker(0, 16 << 20)
     });
     let err = second.err().expect("the second server must refuse");
     assert!(format!("{err:#}").contains("in use"), "{err:#}");

@@ -2,25 +2,14 @@
 
 #![allow(dead_code)]
 
-use memfleet_server::{Limits, Listen, Server, Settings};
+use memfleet_server::{Server, Settings};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
 /// A one-thread, 16 MiB server on `port` (0: the kernel picks).
 pub fn server(port: u16) -> anyhow::Result<Server> {
-    Server::start(Settings {
-        listen: Listen {
-            port,
-            ..Listen::default()
-        },
-        limits: Limits {
-            threads: 1,
-            memory_bytes: 16 << 20,
-            ..Limits::default()
-        },
-        ..Settings::default()
-    })
+    Server::start(Settings::single_worker(port, 16 << 20))
 }
 
 /// A server on a port the kernel picks (no window in which another test can take it).
