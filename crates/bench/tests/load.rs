@@ -2,12 +2,10 @@
 //! (must pass with zero errors and a server CPU figure) and a fake server that
 //! returns wrong values (must be caught and fail the run).
 
-use memfleet_testkit::free_port;
 use std::io::{BufRead, BufReader, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpListener;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use clap::Parser;
 use memfleet_bench::load::{self, LoadArgs};
@@ -38,54 +36,14 @@ fn have_memcached() -> bool {
     false
 }
 
-/// A memcached started by the test (rather than by `--spawn`), killed on drop.
-struct Memcached(Child);
-
-impl Memcached {
-    fn start(port: u16) -> Memcached {
-        let child = Command::new(MEMCACHED)
-            .args([
-                "-u",
-                "nobody",
-                "-l",
-                "127.0.0.1",
-                "-U",
-                "0",
-                "-t",
-                "1",
-                "-m",
-                "64",
-            ])
-            .args(["-p", &port.to_string()])
-            .stdout(Stdio::null())
-            .spawn()
-            .expect("starting memcached");
-        let start = Instant::now();
-        while TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(
-                start.elapsed() < Duration::from_secs(10),
-                "memcached did not start"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        Memcached(child)
-    }
-}
-
-impl Drop for Memcached {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 #[test]
 fn memcached_target_runs_clean_with_server_cpu() {
     if !have_memcached() {
         return;
     }
-    let port = free_port();
-    let server = Memcached::start(port);
+    // Started by the test (rather than by `--spawn`), killed on drop.
+    let (server, port) = memfleet_testkit::memcached(&["-t", "1", "-m", "64"]);
+    drop(memfleet_testkit::connect(port, Duration::from_secs(1)));
     let target = format!("mc=127.0.0.1:{port},pid={}", server.0.id());
     let rows = load::bench(&args(&[
         "--target",
