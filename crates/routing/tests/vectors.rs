@@ -1,20 +1,16 @@
-//! The hashing vectors in `../shared/vectors/ketama/`, produced by the real libraries
-//! (spymemcached 2.12.3, libmemcached 1.1.4, pymemcache 4.0.0; see their README): every key
-//! must go to the server the library picked.
+//! The hashing vectors in `tests/vectors/ketama/` (copied from the project's shared test
+//! data, `../shared/vectors/ketama/`, so a clone on its own runs them), produced by the real
+//! libraries (spymemcached 2.12.3, libmemcached 1.1.4, pymemcache 4.0.0; their README says
+//! how): every key must go to the server the library picked.
 
 use memfleet_routing::{Distribution, KetamaDialect, KeyHash, Node, Ring};
 use std::path::PathBuf;
 
 fn vectors(file: &str) -> Vec<(String, String)> {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../../shared/vectors/ketama")
+        .join("tests/vectors/ketama")
         .join(file);
-    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| {
-        panic!(
-            "{}: {e} (../shared must sit beside the checkout)",
-            path.display()
-        )
-    });
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     let rows: Vec<(String, String)> = text
         .lines()
         .filter(|l| !l.trim().is_empty())
