@@ -33,8 +33,8 @@ pub mod ring;
 pub mod route_config;
 
 pub use config::{
-    from_toml, from_twemproxy_yaml, ConfigError, PasswordSource, PoolAuth, PoolConfig, PoolTls,
-    RouterConfig,
+    from_toml, from_twemproxy_yaml, ConfigError, DiscoverySettings, DnsEntry, PasswordSource,
+    PoolAuth, PoolConfig, PoolTls, RouterConfig,
 };
 pub use hash::KeyHash;
 pub use ring::{twemproxy_order, Distribution, KetamaDialect, Node, Ring, RingError};

@@ -23,23 +23,32 @@
 //! `auto_eject_hosts = true` rehashes them over the live servers instead, as twemproxy's
 //! YAML key of that name does (and means the same in both formats).
 //!
+//! A `servers` entry may also name members to find in DNS and follow while the router runs:
+//! `dns+NAME:PORT` (every A/AAAA address) or `dnssrv+_memcache._tcp.NAME` (every SRV target,
+//! keyed on its name), looked up again every `resolve_interval` (a `[router]` key, 10 s by
+//! default) through the system's nameservers or `[router] nameservers`: see [`discovery`].
+//!
 //! Routes across pools (prefix routing, replication, gutter, broadcast, warm-up) are
 //! `[routes.NAME]` tables beside the pools: see [`crate::route_config`]. A `[router]` table holds
-//! what is not a pool's: `spool_dir`, where deletes that could not be delivered wait.
+//! what is not a pool's: `spool_dir`, where deletes that could not be delivered wait, and the DNS
+//! settings `resolve_interval` and `nameservers`.
 //!
 //!
 //! | file | what it holds |
 //! |------|---------------|
 //! | `model.rs` | what is read: [`PoolConfig`], [`RouterConfig`], TLS and authentication settings, [`ConfigError`] |
+//! | `discovery.rs` | DNS entries in `servers` ([`DnsEntry`]) and how they are followed ([`DiscoverySettings`]) |
 //! | `pool_keys.rs` | what both formats share: server lines, hash names, hash tags, the pool defaults |
 //! | `toml_file.rs` | memfleet's TOML ([`from_toml`]): pools, routes, the `[router]` table |
 //! | `twemproxy.rs` | twemproxy's YAML ([`from_twemproxy_yaml`]) |
 
+pub mod discovery;
 mod model;
 mod pool_keys;
 mod toml_file;
 mod twemproxy;
 
+pub use discovery::{DiscoverySettings, DnsEntry};
 pub use model::{ConfigError, PasswordSource, PoolAuth, PoolConfig, PoolTls, RouterConfig};
 pub use pool_keys::parse_server;
 pub use toml_file::from_toml;

@@ -1,6 +1,7 @@
 //! The configuration as read: pools (with their TLS and authentication settings), the
 //! router-wide settings, and why a file was refused.
 
+use super::discovery::{DiscoverySettings, DnsEntry};
 use crate::ring::{Ring, RingError};
 use crate::route_config::RouteConfig;
 use crate::{Distribution, KeyHash, Node};
@@ -36,8 +37,12 @@ pub struct PoolConfig {
     /// `server_retry_timeout_ms`, as twemproxy does; without, the pause doubles up to a
     /// minute.
     pub server_retry_timeout_ms: u64,
-    /// The servers, in the order the distribution indexes them.
+    /// The servers written as `host:port`, in the order the distribution indexes them
+    /// (members found through `dns` follow them, sorted by name).
     pub servers: Vec<Node>,
+    /// Entries whose members are found in DNS (`dns+NAME:PORT`, `dnssrv+NAME`) and
+    /// followed while the pool runs; see [`crate::config::discovery`].
+    pub dns: Vec<DnsEntry>,
     /// A delete that cannot be delivered to a server waits in the spool and is replayed,
     /// before the server serves reads again, when it is back (default: on). Off, such a
     /// delete is answered with an error.
@@ -105,6 +110,15 @@ pub struct RouterConfig {
     /// Where undeliverable deletes are kept (none: a slot of the state directory, see
     /// `memfleet_client::spool`); pools with `spool_deletes = false` do not use it.
     pub spool_dir: Option<String>,
+    /// How the pools' DNS entries are looked up and followed.
+    pub discovery: DiscoverySettings,
+}
+
+impl RouterConfig {
+    /// Whether some pool has DNS entries to follow.
+    pub fn has_dns(&self) -> bool {
+        self.pools.iter().any(|p| !p.dns.is_empty())
+    }
 }
 
 impl From<Vec<PoolConfig>> for RouterConfig {
@@ -117,12 +131,15 @@ impl From<Vec<PoolConfig>> for RouterConfig {
 }
 
 impl PoolConfig {
-    /// The ring of this pool's servers.
+    /// The ring of this pool's `servers` (without the members DNS entries find).
     pub fn ring(&self) -> Result<Ring, RingError> {
-        Ok(
-            Ring::new(self.servers.clone(), self.distribution, self.hash)?
-                .with_hash_tag(self.hash_tag),
-        )
+        self.ring_of(self.servers.clone())
+    }
+
+    /// A ring of `nodes` with this pool's distribution, key hash and hash tag (the pool's
+    /// servers and the members its DNS entries found).
+    pub fn ring_of(&self, nodes: Vec<Node>) -> Result<Ring, RingError> {
+        Ok(Ring::new(nodes, self.distribution, self.hash)?.with_hash_tag(self.hash_tag))
     }
 }
 

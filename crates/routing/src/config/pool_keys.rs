@@ -1,6 +1,7 @@
 //! What memfleet's TOML and twemproxy's YAML share: server lines (`host:port[:weight]
 //! [name]`), hash and hash-tag names, and the defaults a pool gets for what it does not say.
 
+use super::discovery::DnsEntry;
 use super::model::{ConfigError, PoolConfig};
 use crate::hash::KeyHash;
 use crate::ring::{Distribution, Node};
@@ -84,24 +85,36 @@ pub(super) fn parse_hash(
     }
 }
 
-/// A pool's server lines: at least one, none listed twice.
-pub(super) fn servers(pool: &str, lines: &[String]) -> Result<Vec<Node>, ConfigError> {
+/// A pool's `servers`: the static lines (`host:port[:weight] [name]`) and the DNS entries
+/// (`dns+NAME:PORT`, `dnssrv+NAME`); at least one line, none listed twice.
+pub(super) struct ServerLines {
+    pub(super) nodes: Vec<Node>,
+    pub(super) dns: Vec<DnsEntry>,
+}
+
+/// Reads a pool's server lines.
+pub(super) fn servers(pool: &str, lines: &[String]) -> Result<ServerLines, ConfigError> {
     if lines.is_empty() {
         return Err(pool_error(pool, "has no servers"));
     }
-    let nodes = lines
-        .iter()
-        .map(|l| parse_server(l).map_err(|e| pool_error(pool, e)))
-        .collect::<Result<Vec<_>, _>>()?;
+    let mut nodes = Vec::new();
+    let mut dns = Vec::new();
+    for line in lines {
+        match DnsEntry::parse(line) {
+            Some(entry) => dns.push(entry.map_err(|e| pool_error(pool, e))?),
+            None => nodes.push(parse_server(line).map_err(|e| pool_error(pool, e))?),
+        }
+    }
     let mut names: Vec<String> = nodes
         .iter()
         .map(|n| n.name.clone().unwrap_or_else(|| n.addr()))
+        .chain(dns.iter().map(DnsEntry::to_string))
         .collect();
     names.sort();
     if let Some(w) = names.windows(2).find(|w| w[0] == w[1]) {
         return Err(pool_error(pool, format!("server {} is listed twice", w[0])));
     }
-    Ok(nodes)
+    Ok(ServerLines { nodes, dns })
 }
 
 /// The pool keys both formats have, as read (absent: the default both formats use), and the
@@ -117,7 +130,9 @@ pub(super) struct SharedKeys {
     pub(super) spool_deletes: Option<bool>,
 }
 
-/// The pool `name`, checked by building its ring, without TLS or authentication: one
+/// The pool `name`, checked by building its ring (of its static servers, when it has
+/// some: DNS entries are checked when their members are found), without TLS or
+/// authentication: one
 /// connection per server, a server marked down after 2 failures and retried after 30 s,
 /// its keys not moved while it is down (the paper's default, which a gutter route serves;
 /// `auto_eject_hosts = true` rehashes them as twemproxy does), and undeliverable deletes
@@ -125,7 +140,7 @@ pub(super) struct SharedKeys {
 pub(super) fn pool(
     name: String,
     distribution: Distribution,
-    servers: Vec<Node>,
+    servers: ServerLines,
     timeout_ms: u64,
     shared: SharedKeys,
 ) -> Result<PoolConfig, ConfigError> {
@@ -134,7 +149,8 @@ pub(super) fn pool(
         auth: None,
         hash: shared.hash,
         hash_tag: shared.hash_tag,
-        servers,
+        servers: servers.nodes,
+        dns: servers.dns,
         listen: shared.listen,
         distribution,
         timeout_ms,
@@ -145,8 +161,10 @@ pub(super) fn pool(
         spool_deletes: shared.spool_deletes.unwrap_or(true),
         name,
     };
-    pool.ring()
-        .map_err(|e| pool_error(&pool.name, e.to_string()))?;
+    if !pool.servers.is_empty() || pool.dns.is_empty() {
+        pool.ring()
+            .map_err(|e| pool_error(&pool.name, e.to_string()))?;
+    }
     Ok(pool)
 }
 

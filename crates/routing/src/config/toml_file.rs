@@ -1,6 +1,7 @@
 //! memfleet's TOML: `[pools.NAME]` tables, `[routes.NAME]` tables (read by
 //! `crate::route_config`) and the `[router]` table.
 
+use super::discovery::{parse_interval, parse_nameserver, DiscoverySettings};
 use super::model::{ConfigError, PasswordSource, PoolAuth, PoolConfig, PoolTls, RouterConfig};
 use super::pool_keys::{parse_hash, parse_hash_tag, pool, pool_error, servers, SharedKeys};
 use crate::hash::KeyHash;
@@ -103,6 +104,25 @@ fn toml_tls(pool: &str, p: &TomlPool) -> Result<Option<PoolTls>, ConfigError> {
 #[serde(deny_unknown_fields)]
 struct TomlRouter {
     spool_dir: Option<String>,
+    resolve_interval: Option<toml::Value>,
+    nameservers: Option<Vec<String>>,
+}
+
+impl TomlRouter {
+    /// The `[router]` keys of DNS discovery, checked.
+    fn discovery(&self) -> Result<DiscoverySettings, ConfigError> {
+        let router_error = |e: String| ConfigError::Syntax(format!("[router] {e}"));
+        let mut settings = DiscoverySettings::default();
+        if let Some(v) = &self.resolve_interval {
+            settings.resolve_interval = parse_interval(v).map_err(router_error)?;
+        }
+        for ns in self.nameservers.iter().flatten() {
+            settings
+                .nameservers
+                .push(parse_nameserver(ns).map_err(router_error)?);
+        }
+        Ok(settings)
+    }
 }
 
 #[derive(Deserialize)]
@@ -137,6 +157,7 @@ pub fn from_toml(text: &str) -> Result<RouterConfig, ConfigError> {
     Ok(RouterConfig {
         pools,
         routes,
+        discovery: file.router.discovery()?,
         spool_dir: file.router.spool_dir,
     })
 }
@@ -229,6 +250,61 @@ mod tests {
         assert!(err("[pools.x]\nservers = [\"a:1\", \"a:1\"]\n").contains("twice"));
         assert!(err("[pools.x]\nservrs = [\"a:1\"]\n").contains("unknown field"));
         assert_eq!(from_toml("pools = {}\n").unwrap_err(), ConfigError::Empty);
+    }
+
+    #[test]
+    fn toml_dns_pools() {
+        use crate::config::DnsEntry;
+        let config = from_toml(
+            "[router]\nresolve_interval = \"250ms\"\nnameservers = [\"127.0.0.1:5353\"]\n\
+             [pools.main]\nservers = [\"dnssrv+_memcache._tcp.cache.test\", \
+             \"dns+cache.test:11211\", \"10.0.0.9:11211\"]\n\
+             [pools.plain]\nservers = [\"10.0.0.1:11211\"]\n",
+        )
+        .unwrap();
+        assert_eq!(
+            config.discovery.resolve_interval,
+            std::time::Duration::from_millis(250)
+        );
+        assert_eq!(
+            config.discovery.nameservers,
+            vec!["127.0.0.1:5353".parse().unwrap()]
+        );
+        assert!(config.has_dns());
+        let main = &config.pools[0];
+        assert_eq!(main.servers.len(), 1);
+        assert_eq!(
+            main.dns,
+            vec![
+                DnsEntry::Srv {
+                    name: "_memcache._tcp.cache.test".into()
+                },
+                DnsEntry::Addresses {
+                    name: "cache.test".into(),
+                    port: 11211
+                }
+            ]
+        );
+        // Only DNS entries: no ring to check yet.
+        let only = from_toml("[pools.a]\nservers = [\"dnssrv+_memcache._tcp.a.test\"]\n").unwrap();
+        assert!(only.pools[0].servers.is_empty());
+        assert_eq!(only.discovery, DiscoverySettings::default());
+        assert!(!from_toml("[pools.a]\nservers = [\"10.0.0.1:1\"]\n")
+            .unwrap()
+            .has_dns());
+        let err = |text: &str| from_toml(text).unwrap_err().to_string();
+        assert!(err("[pools.a]\nservers = [\"dns+a.test\"]\n").contains("dns+NAME:PORT"));
+        assert!(
+            err("[pools.a]\nservers = [\"dns+a.test:1\", \"dns+A.test:1\"]\n").contains("twice")
+        );
+        assert!(
+            err("[router]\nresolve_interval = \"soon\"\n[pools.a]\nservers = [\"a:1\"]\n")
+                .contains("resolve_interval")
+        );
+        assert!(
+            err("[router]\nnameservers = [\"dns.test\"]\n[pools.a]\nservers = [\"a:1\"]\n")
+                .contains("nameserver")
+        );
     }
 
     #[test]

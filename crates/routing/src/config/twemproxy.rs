@@ -68,7 +68,7 @@ pub fn from_twemproxy_yaml(text: &str) -> Result<Vec<PoolConfig>, ConfigError> {
                 }
             };
             let mut servers = servers(&name, &p.servers.unwrap_or_default())?;
-            twemproxy_order(&mut servers);
+            twemproxy_order(&mut servers.nodes);
             // twemproxy has no memcached authentication (`redis_auth` is Redis's), nor TLS.
             let shared = SharedKeys {
                 hash: parse_hash(&name, p.hash, KeyHash::Fnv1a64)?,
