@@ -300,6 +300,8 @@ pub struct Backend {
     options: BackendOptions,
     conns: Vec<mpsc::UnboundedSender<Job>>,
     health: Arc<Health>,
+    /// False for [`Backend::unavailable`]: no address to connect or probe.
+    reachable: bool,
 }
 
 /// Counters and state that outlive connections.
@@ -337,7 +339,29 @@ impl Backend {
             options,
             conns,
             health,
+            reachable: true,
         })
+    }
+
+    /// A server without an address to reach (a DNS-discovered member whose address is
+    /// not known yet, or the stand-in of a pool that has no member): marked down from the
+    /// start, so every request fails at once; nothing connects and no probe brings it up.
+    pub fn unavailable(name: String, options: BackendOptions) -> Arc<Backend> {
+        let health = Arc::new(Health::default());
+        health.down.store(true, Ordering::Release);
+        Arc::new(Backend {
+            addr: SocketAddr::from(([0, 0, 0, 0], 0)),
+            name,
+            options,
+            conns: Vec::new(),
+            health,
+            reachable: false,
+        })
+    }
+
+    /// Whether it has an address (see [`Backend::unavailable`]).
+    pub fn reachable(&self) -> bool {
+        self.reachable
     }
 
     /// The server's address.
@@ -449,6 +473,9 @@ impl Backend {
     pub async fn probe_once(self: &Arc<Self>) -> bool {
         if !self.health.down.load(Ordering::Acquire) {
             return true;
+        }
+        if !self.reachable {
+            return false;
         }
         let options = &self.options;
         let alive = tokio::time::timeout(options.timeout, async {

@@ -12,7 +12,8 @@
 //! | `backend` | a server's pooled, pipelined connections; timeouts; marking down (TKO) and probing |
 //! | `route` | running routes (configured in `memfleet_routing::route_config`): one key's request down a tree of pools, prefix, operation, replicated, gutter, broadcast, warm-up nodes |
 //! | `spool` | deletes that could not be delivered, on disk until they are (`queue.rs` one server's queue and replay, `files.rs` the on-disk layout) |
-//! | `topology` | a configuration built: every pool and route, reusing what a reload keeps |
+//! | `topology` | a configuration built: every pool and route, reusing what a reload keeps; following pools' DNS entries |
+//! | `discovery` | pools' DNS entries (`dns+`, `dnssrv+`) looked up and followed: members, last good answers, counters |
 //! | `client` | [`Client`]: every command, look-aside with leases, typed and compressed values |
 //! | `window` | sliding-window flow control over all of a client's outstanding requests |
 //! | `udp` | gets over UDP, with drops and reordering seen as misses |
@@ -35,6 +36,7 @@
 
 pub mod backend;
 mod client;
+pub mod discovery;
 pub mod metrics_http;
 pub mod route;
 pub mod spool;
@@ -48,4 +50,4 @@ pub use route::{
     ReplyFuture, RequestClass, RequestForm, Route, RouteContext, RouteCounters, RouteReply,
     RouteRequest,
 };
-pub use topology::{Pool, Topology};
+pub use topology::{DnsSummary, Pool, Topology};

@@ -146,26 +146,21 @@ pub async fn run(
         window: (window, 2, window * 4),
         ..ClientOptions::default()
     };
-    let cache = Client::new(&config.destinations, &config.route, options())?;
+    // Destinations found in DNS (`dns+`, `dnssrv+`) are looked up before the first batch,
+    // and followed while it runs.
+    let cache = Client::connect(&config.destinations, &config.route, options()).await?;
     // One client per destination pool, to check sampled keys are gone from each. They
     // only read: no spool of their own (the delivering client holds the spool directory).
     let mut lookups = config.destinations.clone();
     for p in &mut lookups.pools {
         p.spool_deletes = false;
     }
-    let checkers: Arc<Vec<(String, Client)>> = Arc::new(
-        cache
-            .topology()
-            .pools()
-            .iter()
-            .map(|p| {
-                Ok((
-                    p.name().to_string(),
-                    Client::new(&lookups, p.name(), options())?,
-                ))
-            })
-            .collect::<anyhow::Result<Vec<_>>>()?,
-    );
+    let mut checkers = Vec::new();
+    for pool in cache.topology().pools() {
+        let checker = Client::connect(&lookups, pool.name(), options()).await?;
+        checkers.push((pool.name().to_string(), checker));
+    }
+    let checkers: Arc<Vec<(String, Client)>> = Arc::new(checkers);
     let mut keys: Vec<String> = Vec::new();
     let mut commits: Vec<i64> = Vec::new();
     let mut upto: Option<u64> = None;
@@ -331,8 +326,8 @@ async fn deliver(cache: &Client, keys: &[String], counters: &Counters) {
         // A server marked down is otherwise tried again only at its own probe (30 s and
         // more): probe it now, as the spool's replay does, so that the retry can reach it
         // as soon as it answers.
-        let down = cache
-            .topology()
+        let topology = cache.topology();
+        let down = topology
             .pools()
             .iter()
             .flat_map(|pool| pool.backends())

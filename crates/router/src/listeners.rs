@@ -93,10 +93,12 @@ impl Listener {
     }
 }
 
-/// Builds `config` and binds a listener for every pool and route that has a `listen`
-/// address, and the admin port at `admin` if given.
+/// Builds `config` (looking its pools' DNS entries up first: an entry that does not
+/// answer leaves its pool without those members, and holds no other pool back) and binds a
+/// listener for every pool and route that has a `listen` address, and the admin port at
+/// `admin` if given.
 pub async fn bind(config: RouterConfig, admin: Option<&str>) -> anyhow::Result<BoundRouter> {
-    let topology = Topology::build(&config, None)?;
+    let topology = Topology::build_resolving(&config, None).await?;
     let mut addrs = Vec::new();
     let mut listeners = Vec::new();
     for (listen, name, route) in self::listeners(&config, &topology)? {
@@ -145,7 +147,8 @@ impl BoundRouter {
     }
 
     /// Accepts and serves clients until `stop` resolves; each configuration `reloads` yields
-    /// is applied (see [`ServingListeners::reload`]).
+    /// is applied (see [`ServingListeners::reload`]), and pools' DNS entries are looked up
+    /// again when due (see [`ServingListeners::follow_dns`]).
     pub async fn run(
         self,
         stop: impl std::future::Future<Output = ()>,
@@ -165,9 +168,13 @@ impl BoundRouter {
             .map(|l| tokio::spawn(admin::serve(l, serving.served.clone())));
         tokio::pin!(stop);
         loop {
+            let dns_round = serving.served.load().next_dns_round();
             tokio::select! {
                 () = &mut stop => break,
                 Some(config) = reloads.recv() => serving.reload(config).await,
+                () = tokio::time::sleep(dns_round.unwrap_or_default()), if dns_round.is_some() => {
+                    serving.follow_dns().await
+                }
             }
         }
         for (_, (_, task)) in serving.listeners.drain() {
@@ -231,19 +238,38 @@ impl ServingListeners {
     /// Applies a new configuration, all or nothing: listen addresses already served get
     /// the new pool or route in place (their clients stay connected, and servers that stay
     /// keep their connections); new addresses start listening; addresses gone stop
-    /// accepting (their open connections finish on the old routes). A configuration that
-    /// cannot be applied (a port that cannot be bound, a server that does not resolve) is
-    /// logged and the old one keeps serving.
+    /// accepting (their open connections finish on the old routes). Pools' DNS entries are
+    /// looked up first (one that does not answer keeps the members it had). A configuration
+    /// that cannot be applied (a port that cannot be bound, a written server that does not
+    /// resolve) is logged and the old one keeps serving.
     pub async fn reload(&mut self, config: RouterConfig) {
-        let built = Topology::build(&config, Some(&self.served.load()))
-            .and_then(|t| Ok((self::listeners(&config, &t)?, t)));
+        let previous = self.served.load_full();
+        let built = Topology::build_resolving(&config, Some(&previous)).await;
+        self.apply(built, "reload").await;
+    }
+
+    /// One round of DNS lookups for the pools' DNS entries: when a pool's members changed,
+    /// the topology with the new members is applied as a reload is (all or nothing;
+    /// clients stay connected; servers that stay keep their connections).
+    pub async fn follow_dns(&mut self) {
+        let current = self.served.load_full();
+        if let Some(built) = current.follow_dns().await {
+            self.apply(built, "DNS members changed").await;
+        }
+    }
+
+    /// Serves `built` (a new topology, or why it could not be built) in place of the
+    /// current one; see [`ServingListeners::reload`].
+    async fn apply(&mut self, built: anyhow::Result<Topology>, why: &str) {
+        let built = built.and_then(|t| Ok((self::listeners(t.config(), &t)?, t)));
         let (wanted, topology) = match built {
             Ok(b) => b,
             Err(e) => {
-                tracing::error!(error = %format!("{e:#}"), "reload refused");
+                tracing::error!(reason = why, error = %format!("{e:#}"), "reload refused");
                 return;
             }
         };
+        let config = topology.config().clone();
         let mut swaps = Vec::new();
         let mut binds = Vec::new();
         for (listen, name, route) in wanted {

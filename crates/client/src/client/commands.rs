@@ -31,7 +31,7 @@ impl Client {
         let target = self
             .udp
             .as_ref()
-            .and_then(|u| Some((u, self.root.get_target(key, self.ctx())?)));
+            .and_then(|u| Some((u, self.root().get_target(key, self.ctx())?)));
         if let Some((udp, server)) = target {
             let mut request = b"get ".to_vec();
             request.extend_from_slice(key);
@@ -350,7 +350,7 @@ impl Client {
     /// `flush_all` on every server the client's route reaches; the first failure wins.
     pub async fn flush_all(&self) -> Result<(), Error> {
         let mut pools = Vec::new();
-        self.root.pools(&mut pools);
+        self.root().pools(&mut pools);
         let calls: Vec<_> = pools
             .iter()
             .flat_map(|p| p.backends().iter())
@@ -370,7 +370,7 @@ impl Client {
     /// `version` of every server the route reaches: (server, version).
     pub async fn versions(&self) -> Vec<(String, Result<String, Error>)> {
         let mut pools = Vec::new();
-        self.root.pools(&mut pools);
+        self.root().pools(&mut pools);
         let mut out = Vec::new();
         for b in pools.iter().flat_map(|p| p.backends().iter()) {
             let reply = b

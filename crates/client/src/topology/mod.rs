@@ -8,321 +8,31 @@
 //! servers marked down, rebuilt at the first key after a server goes down or comes back
 //! (twemproxy rebuilds its continuum so); other pools keep every key on its server, which
 //! fails fast while down.
+//!
+//! Pools with DNS entries (`dns+`, `dnssrv+`) get their members from a [`Discovery`] the
+//! topology holds and hands on to the next one: [`Topology::build_resolving`] looks them up
+//! before building; [`Topology::follow_dns`] looks again and, when a pool's members
+//! changed, builds the topology that replaces this one (through the same all-or-nothing
+//! swap as a reload: servers that stay keep their connections).
+//!
+//! | file | what it holds |
+//! |------|---------------|
+//! | (this file) | [`Topology`]: building, following DNS, counters and spool figures |
+//! | `pool.rs` | [`Pool`]: a pool's ring over its servers and members, their connections, `stats` lines |
 
-use crate::backend::{health_epoch, Backend, BackendAuth, BackendOptions, BackendTls};
+mod pool;
+
+pub use pool::{DnsSummary, Pool};
+
+use crate::backend::Backend;
+use crate::discovery::{Discovery, Members};
 use crate::route::{self, Route, RouteCounters};
-use crate::spool::{SpoolQueue, SpoolQueueStats, Spooler};
+use crate::spool::{SpoolQueueStats, Spooler};
 use anyhow::Context;
-use memfleet_routing::{PasswordSource, PoolAuth, PoolConfig, Ring, RouterConfig};
+use memfleet_routing::RouterConfig;
 use std::collections::HashMap;
-use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
-
-/// A pool: its ring and its servers' connections.
-pub struct Pool {
-    config: PoolConfig,
-    ring: Ring,
-    backends: Vec<Arc<Backend>>,
-    /// Each backend's delete spool queue, in ring order; empty when the pool does not spool.
-    spool_queues: Vec<Arc<SpoolQueue>>,
-    /// The spooler of those queues.
-    spooler: Option<Arc<Spooler>>,
-    /// With `auto_eject_hosts`: the ring without the servers marked down.
-    live: Option<LiveRing>,
-}
-
-/// An ejecting pool's live ring, current as of a [`health_epoch`].
-struct LiveRing {
-    current: arc_swap::ArcSwap<LiveSnapshot>,
-    /// Held while rebuilding (one rebuild per change, not one per thread).
-    rebuild: Mutex<()>,
-}
-
-/// The servers down at one [`health_epoch`], and the ring without them.
-struct LiveSnapshot {
-    epoch: u64,
-    /// Indexes of the ejected servers, ascending.
-    ejected: Vec<usize>,
-    /// `None`: the pool's full ring (no server down, or every one: then all fail fast).
-    ring: Option<Ring>,
-}
-
-impl LiveRing {
-    fn new(ring: &Ring, backends: &[Arc<Backend>], name: &str) -> LiveRing {
-        let live = LiveRing {
-            current: arc_swap::ArcSwap::from_pointee(LiveSnapshot {
-                epoch: u64::MAX,
-                ejected: Vec::new(),
-                ring: None,
-            }),
-            rebuild: Mutex::new(()),
-        };
-        live.refresh(ring, backends, name);
-        live
-    }
-
-    /// The live ring, rebuilt first if a server went down or came back since it was built.
-    fn current(
-        &self,
-        ring: &Ring,
-        backends: &[Arc<Backend>],
-        name: &str,
-    ) -> arc_swap::Guard<Arc<LiveSnapshot>> {
-        let live = self.current.load();
-        if live.epoch == health_epoch() {
-            return live;
-        }
-        drop(live);
-        self.refresh(ring, backends, name);
-        self.current.load()
-    }
-
-    fn refresh(&self, ring: &Ring, backends: &[Arc<Backend>], name: &str) {
-        let _one = self.rebuild.lock().unwrap_or_else(|e| e.into_inner());
-        // Read before the down flags: a change after this read rebuilds again.
-        let epoch = health_epoch();
-        let old = self.current.load();
-        if old.epoch == epoch {
-            return; // another thread rebuilt it meanwhile
-        }
-        let ejected: Vec<usize> = (0..backends.len())
-            .filter(|&i| backends[i].health().down.load(Ordering::Acquire))
-            .collect();
-        let ring = if ejected == old.ejected {
-            old.ring.clone()
-        } else {
-            tracing::info!(
-                pool = name,
-                ejected = ejected.len(),
-                servers = backends.len(),
-                "servers ejected or back: keys rehashed over the live ones"
-            );
-            if ejected.is_empty() {
-                None
-            } else {
-                ring.without(&ejected)
-            }
-        };
-        self.current.store(Arc::new(LiveSnapshot {
-            epoch,
-            ejected,
-            ring,
-        }));
-    }
-}
-
-impl Pool {
-    /// Resolves the servers and prepares their connections (made on first use), reusing
-    /// those of `previous` (any pool's) for servers that stay with the same settings (a
-    /// reload keeps their connections, counters and health). Undeliverable deletes go to
-    /// `spooler` when the pool spools deletes (opening a queue resumes the replay of what an
-    /// earlier run, or a server a reload brought back, left in it).
-    fn new(
-        config: PoolConfig,
-        previous: &[Arc<Backend>],
-        spooler: Option<&Arc<Spooler>>,
-    ) -> anyhow::Result<Pool> {
-        let ring = config.ring()?;
-        let options = BackendOptions {
-            connections: config.server_connections as usize,
-            timeout: Duration::from_millis(config.timeout_ms.max(1)),
-            // Down after this many failures in every pool (fail fast, probed back); only an
-            // ejecting pool moves the keys meanwhile.
-            failure_limit: config.server_failure_limit,
-            retry: Duration::from_millis(config.server_retry_timeout_ms.max(10)),
-            eject: config.auto_eject_hosts,
-            tls: None,
-            auth: config
-                .auth
-                .as_ref()
-                .map(login)
-                .transpose()
-                .with_context(|| format!("pool {}: authentication", config.name))?,
-        };
-        // The pool's TLS configuration, read once: a file that does not load fails the
-        // build (and so refuses a reload).
-        let tls = match &config.tls {
-            Some(t) => {
-                let files = memfleet_tls::ClientTlsFiles {
-                    ca: t.ca.clone().into(),
-                    cert: t.cert.clone().map(Into::into),
-                    key: t.key.clone().map(Into::into),
-                };
-                let client = memfleet_tls::client_config(&files)
-                    .with_context(|| format!("pool {}: TLS", config.name))?;
-                Some((files, Arc::new(client)))
-            }
-            None => None,
-        };
-        let backends = ring
-            .nodes()
-            .iter()
-            .map(|n| {
-                let addr = std::net::ToSocketAddrs::to_socket_addrs(&(n.host.as_str(), n.port))
-                    .ok()
-                    .and_then(|mut a| a.next())
-                    .with_context(|| {
-                        format!("pool {}: cannot resolve {}", config.name, n.addr())
-                    })?;
-                let mut options = options.clone();
-                if let Some((files, client)) = &tls {
-                    let name = config.tls.as_ref().and_then(|t| t.server_name.as_deref());
-                    let name = memfleet_tls::server_name(name.unwrap_or(&n.host))
-                        .with_context(|| format!("pool {}: TLS", config.name))?;
-                    options.tls = Some(BackendTls::new(files.clone(), client.clone(), name));
-                }
-                let kept = previous
-                    .iter()
-                    .find(|b| b.addr() == addr && b.options() == &options);
-                Ok(match kept {
-                    Some(b) => b.clone(),
-                    None => Backend::new(addr, n.addr(), options),
-                })
-            })
-            .collect::<anyhow::Result<Vec<_>>>()?;
-        let spooler = spooler.filter(|_| config.spool_deletes).cloned();
-        let spool_queues = match &spooler {
-            Some(spooler) => backends
-                .iter()
-                .map(|b| spooler.queue(&config.name, b))
-                .collect(),
-            None => Vec::new(),
-        };
-        let live = config
-            .auto_eject_hosts
-            .then(|| LiveRing::new(&ring, &backends, &config.name));
-        Ok(Pool {
-            config,
-            ring,
-            backends,
-            spool_queues,
-            spooler,
-            live,
-        })
-    }
-
-    /// Its configuration.
-    pub fn config(&self) -> &PoolConfig {
-        &self.config
-    }
-
-    /// Its ring, every server in it (where keys go while every server is up).
-    pub fn ring(&self) -> &Ring {
-        &self.ring
-    }
-
-    /// The index (in [`Pool::backends`] and the ring's nodes) of the server that holds
-    /// `key` now: its ring's pick, or with `auto_eject_hosts` the live ring's, which leaves
-    /// out the servers marked down (an atomic load and an `ArcSwap` load more than the
-    /// ring's pick, until a server goes down or comes back and the live ring is rebuilt).
-    pub fn pick(&self, key: &[u8]) -> usize {
-        match &self.live {
-            None => self.ring.pick(key),
-            Some(live) => {
-                let live = live.current(&self.ring, &self.backends, &self.config.name);
-                live.ring.as_ref().unwrap_or(&self.ring).pick(key)
-            }
-        }
-    }
-
-    /// Whether deletes its servers cannot take wait in a spool.
-    pub fn spools_deletes(&self) -> bool {
-        !self.spool_queues.is_empty()
-    }
-
-    /// Whether some spool queue may hold deletes: then reads must check their server's
-    /// queue ([`SpoolQueue::holds_reads`]) before going to it. One load.
-    pub fn replaying(&self) -> bool {
-        self.spooler.as_ref().is_some_and(|s| s.busy())
-    }
-
-    /// The server that holds `key`, and its delete spool queue if the pool spools.
-    pub fn server_for(&self, key: &[u8]) -> (Arc<Backend>, Option<Arc<SpoolQueue>>) {
-        let i = self.pick(key);
-        (self.backends[i].clone(), self.spool_queues.get(i).cloned())
-    }
-
-    /// The spool queue of `key`'s own server when `auto_eject_hosts` has taken that server
-    /// out of the ring (it may still hold the key when it comes back); `None` otherwise.
-    pub fn ejected_home_queue(&self, key: &[u8]) -> Option<Arc<SpoolQueue>> {
-        self.live.as_ref()?;
-        let home = self.ring.pick(key);
-        self.backends[home]
-            .health()
-            .down
-            .load(Ordering::Acquire)
-            .then(|| self.spool_queues.get(home).cloned())
-            .flatten()
-    }
-
-    /// The server that holds `key`.
-    pub fn backend_for(&self, key: &[u8]) -> Arc<Backend> {
-        self.backends[self.pick(key)].clone()
-    }
-
-    /// The pool's name.
-    pub fn name(&self) -> &str {
-        &self.config.name
-    }
-
-    /// Its servers, in ring order.
-    pub fn backends(&self) -> &[Arc<Backend>] {
-        &self.backends
-    }
-
-    /// `stats` lines: this pool's server count and each server's counters, one value per line.
-    pub fn stat_lines(&self) -> Vec<u8> {
-        let mut out = Vec::new();
-        let mut stat = |name: &str, value: String| {
-            out.extend_from_slice(format!("STAT {name} {value}\r\n").as_bytes());
-        };
-        // One value per line (clients such as pymemcache keep only a line's first value),
-        // each named by its pool so that several pools' lines never share a name.
-        let pool = &self.config.name;
-        stat(
-            &format!("pool:{pool}:servers"),
-            self.backends.len().to_string(),
-        );
-        for b in &self.backends {
-            let h = b.health();
-            let name = b.name();
-            for (field, value) in [
-                ("requests", h.requests.load(Ordering::Relaxed)),
-                ("errors", h.errors.load(Ordering::Relaxed)),
-                ("down", u64::from(h.down.load(Ordering::Relaxed))),
-                ("knockouts", h.knockouts.load(Ordering::Relaxed)),
-            ] {
-                stat(
-                    &format!("pool:{pool}:server:{name}:{field}"),
-                    value.to_string(),
-                );
-            }
-        }
-        out
-    }
-}
-
-/// The pool's login, its password read now (a file that cannot be read fails the build,
-/// and so refuses a reload; a reload that finds a new password makes new connections).
-fn login(auth: &PoolAuth) -> anyhow::Result<BackendAuth> {
-    let password = match &auth.password {
-        PasswordSource::Inline(p) => p.clone().into_bytes(),
-        PasswordSource::File(path) => {
-            let mut text =
-                std::fs::read(path).with_context(|| format!("reading the password file {path}"))?;
-            // An editor's final line break is not part of the password.
-            if text.ends_with(b"\n") {
-                text.pop();
-                if text.ends_with(b"\r") {
-                    text.pop();
-                }
-            }
-            text
-        }
-    };
-    Ok(BackendAuth::new(&auth.user, &password)?)
-}
 
 /// Every pool and route of a configuration, ready to run.
 #[derive(Default)]
@@ -331,12 +41,91 @@ pub struct Topology {
     routes: HashMap<String, Arc<Route>>,
     counters: HashMap<String, Arc<RouteCounters>>,
     spooler: Option<Arc<Spooler>>,
+    /// The configuration it was built from, as read (DNS entries unresolved).
+    config: RouterConfig,
+    /// Following the pools' DNS entries, when some have any.
+    discovery: Option<Arc<Discovery>>,
+    /// The members the DNS entries had when it was built.
+    members: Members,
 }
 
 impl Topology {
     /// Builds `config`, reusing from `previous` the server connections that stay, the spool
     /// and the route counters. Must run inside a tokio runtime (connections are tasks).
+    /// Pools' DNS entries get the members `previous` knew (none without one): look them up
+    /// with [`Topology::build_resolving`], follow them with [`Topology::follow_dns`].
     pub fn build(config: &RouterConfig, previous: Option<&Topology>) -> anyhow::Result<Topology> {
+        let discovery = discovery_for(config, previous);
+        let members = discovery
+            .as_ref()
+            .map(|d| d.current(config))
+            .unwrap_or_default();
+        Topology::assemble(config, discovery, members, previous)
+    }
+
+    /// Builds `config` as [`Topology::build`] does, its pools' DNS entries looked up first
+    /// (an entry that does not answer keeps the members `previous` knew, or has none).
+    pub async fn build_resolving(
+        config: &RouterConfig,
+        previous: Option<&Topology>,
+    ) -> anyhow::Result<Topology> {
+        let discovery = discovery_for(config, previous);
+        let members = match &discovery {
+            Some(d) => d.refresh(config).await,
+            None => Members::default(),
+        };
+        Topology::assemble(config, discovery, members, previous)
+    }
+
+    /// Builds `config` with DNS entries answered by `discovery` (tests and tools that bring
+    /// their own lookup: [`Discovery::with_lookup`]).
+    pub async fn build_with_discovery(
+        config: &RouterConfig,
+        discovery: Arc<Discovery>,
+    ) -> anyhow::Result<Topology> {
+        let members = discovery.refresh(config).await;
+        Topology::assemble(config, Some(discovery), members, None)
+    }
+
+    /// One round of DNS lookups for this topology's DNS entries. `None` when no pool's
+    /// members changed (or it has no DNS entries); else the topology that replaces this one
+    /// (built with this one as the previous: connections, spool and counters carry over),
+    /// or why it could not be built.
+    pub async fn follow_dns(&self) -> Option<anyhow::Result<Topology>> {
+        let discovery = self.discovery.as_ref()?;
+        let members = discovery.refresh(&self.config).await;
+        if members == self.members {
+            return None;
+        }
+        Some(Topology::assemble(
+            &self.config,
+            Some(discovery.clone()),
+            members,
+            Some(self),
+        ))
+    }
+
+    /// When [`Topology::follow_dns`] is due next (`None`: no DNS entries to follow).
+    pub fn next_dns_round(&self) -> Option<Duration> {
+        self.discovery.as_ref().map(|d| d.next_round())
+    }
+
+    /// Its DNS discovery, when some pool has DNS entries.
+    pub fn discovery(&self) -> Option<&Arc<Discovery>> {
+        self.discovery.as_ref()
+    }
+
+    /// The configuration it runs, as read.
+    pub fn config(&self) -> &RouterConfig {
+        &self.config
+    }
+
+    fn assemble(
+        config: &RouterConfig,
+        discovery: Option<Arc<Discovery>>,
+        members: Members,
+        previous: Option<&Topology>,
+    ) -> anyhow::Result<Topology> {
         let empty = Topology::default();
         let previous = previous.unwrap_or(&empty);
         // Deletes a server cannot take wait in a spool unless every pool turned it off:
@@ -357,12 +146,17 @@ impl Topology {
         let old_backends: Vec<Arc<Backend>> = previous
             .pools
             .iter()
-            .flat_map(|p| p.backends.iter().cloned())
+            .flat_map(|p| p.backends().iter().cloned())
             .collect();
         let pools = config
             .pools
             .iter()
-            .map(|c| Pool::new(c.clone(), &old_backends, spooler.as_ref()).map(Arc::new))
+            .map(|c| {
+                let found = members.of_pool(c);
+                let discovery = discovery.clone().filter(|_| !c.dns.is_empty());
+                Pool::new(c.clone(), found, discovery, &old_backends, spooler.as_ref())
+                    .map(Arc::new)
+            })
             .collect::<anyhow::Result<Vec<_>>>()?;
         let by_name: HashMap<String, Arc<Pool>> = pools
             .iter()
@@ -378,6 +172,9 @@ impl Topology {
             routes,
             counters,
             spooler,
+            config: config.clone(),
+            discovery,
+            members,
         })
     }
 
@@ -412,6 +209,52 @@ impl Topology {
         self.spooler.as_ref().map(|s| s.dir())
     }
 
+    /// Every pool's servers (its ring, in order: name, address, whether it is marked down)
+    /// and DNS entries (members, lookups, errors, the failure under way, when the members
+    /// last changed), as JSON: what the router's admin key `__memfleet__.pools` answers.
+    pub fn pools_json(&self) -> serde_json::Value {
+        let pools: Vec<serde_json::Value> = self
+            .pools
+            .iter()
+            .map(|p| {
+                let servers: Vec<serde_json::Value> = p
+                    .members()
+                    .iter()
+                    .map(|b| {
+                        serde_json::json!({
+                            "name": b.name(),
+                            "addr": b.reachable().then(|| b.addr().to_string()),
+                            "down": b.health().down.load(std::sync::atomic::Ordering::Relaxed),
+                        })
+                    })
+                    .collect();
+                let dns: Vec<serde_json::Value> = p
+                    .dns_stats()
+                    .iter()
+                    .map(|e| {
+                        serde_json::json!({
+                            "entry": e.entry.to_string(),
+                            "members": e.members,
+                            "lookups": e.lookups,
+                            "errors": e.errors,
+                            "failing": e.failing,
+                            "last_change": e.last_change.and_then(|t| {
+                                t.duration_since(std::time::UNIX_EPOCH).ok()
+                            }).map(|d| d.as_secs()),
+                        })
+                    })
+                    .collect();
+                serde_json::json!({ "name": p.name(), "servers": servers, "dns": dns })
+            })
+            .collect();
+        let settings = &self.config.discovery;
+        serde_json::json!({
+            "pools": pools,
+            "resolve_interval_ms": settings.resolve_interval.as_millis() as u64,
+            "nameservers": settings.nameservers.iter().map(|a| a.to_string()).collect::<Vec<_>>(),
+        })
+    }
+
     /// `STAT` lines of the route counters and spool depths.
     pub fn stat_lines(&self) -> Vec<u8> {
         let mut out = Vec::new();
@@ -432,4 +275,16 @@ impl Topology {
         }
         out
     }
+}
+
+/// The discovery a build of `config` uses: `previous`'s (for `config`'s settings), or a new
+/// one; none when `config` has no DNS entries.
+fn discovery_for(config: &RouterConfig, previous: Option<&Topology>) -> Option<Arc<Discovery>> {
+    if !config.has_dns() {
+        return None;
+    }
+    Some(match previous.and_then(|p| p.discovery.as_ref()) {
+        Some(d) => d.renewed(&config.discovery),
+        None => Discovery::new(&config.discovery),
+    })
 }

@@ -67,26 +67,32 @@ pub(super) fn flush_all(
     }))
 }
 
-/// The admin key that asks where a key goes: `get __memfleet__.route(KEY)` answers with
-/// the server's `host:port` as the value (mcrouter has `__mcrouter__.route(...)`); through
-/// a route tree, with every server an operation on KEY can reach, space-separated, the one
-/// a get goes to first.
-pub(super) const ROUTE_PREFIX: &[u8] = b"__memfleet__.route(";
+/// The admin keys the router answers itself (`get` only):
+/// - `__memfleet__.route(KEY)`: where a key goes, the server's `host:port` as the value
+///   (mcrouter has `__mcrouter__.route(...)`); through a route tree, every server an
+///   operation on KEY can reach, space-separated, the one a get goes to first;
+/// - `__memfleet__.pools`: every pool's servers and DNS entries, as JSON
+///   (`memfleet_client::Topology::pools_json`).
+pub(super) const ADMIN_PREFIX: &[u8] = b"__memfleet__.";
+const ROUTE_PREFIX: &[u8] = b"__memfleet__.route(";
+const POOLS: &[u8] = b"__memfleet__.pools";
 
-/// Answers admin route keys locally, each with the servers `servers` names for the key
-/// inside it; `None` when the get has other keys.
-pub(super) fn route_lookup(
+/// Answers a get made only of admin keys, each route key with the servers `servers` names
+/// for the key inside it; `None` when the get has other keys.
+pub(super) fn admin_lookup(
     keys: &[Vec<u8>],
     servers: impl Fn(&[u8]) -> Vec<String>,
+    served: &ServedTopology,
 ) -> Option<Vec<u8>> {
-    let asked: Vec<&[u8]> = keys
-        .iter()
-        .map(|k| k.strip_prefix(ROUTE_PREFIX)?.strip_suffix(b")"))
-        .collect::<Option<_>>()?;
     let mut out = Vec::new();
-    for (admin, key) in keys.iter().zip(asked) {
-        let servers = servers(key).join(" ");
-        response::value(&mut out, admin, 0, servers.as_bytes(), None);
+    for admin in keys {
+        let value = if admin.as_slice() == POOLS {
+            served.load().pools_json().to_string()
+        } else {
+            let key = admin.strip_prefix(ROUTE_PREFIX)?.strip_suffix(b")")?;
+            servers(key).join(" ")
+        };
+        response::value(&mut out, admin, 0, value.as_bytes(), None);
     }
     response::end(&mut out);
     Some(out)

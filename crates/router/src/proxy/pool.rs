@@ -2,7 +2,7 @@
 //! (less `noreply` and `q`); a multi-key get is split per server, sent in parallel and
 //! reassembled in the client's key order, a failed server's keys being misses.
 
-use super::local::{answer_locally, flush_all, route_lookup, stats};
+use super::local::{admin_lookup, answer_locally, flush_all, stats};
 use super::queued::{forwarded, local, QueuedReply, Quiet};
 use super::rewrite::{get_head, replying, without_quiet, QUIET_MA, QUIET_MG, QUIET_MS_MD};
 use crate::reloadable::ServedTopology;
@@ -26,7 +26,7 @@ pub(super) fn route(
         return forward(key, bytes, ReplyKind::Line, noreply, None);
     }
     match request {
-        Request::Get(g) => get(pool, lane, g, raw),
+        Request::Get(g) => get(pool, served, lane, g, raw),
         Request::MetaGet(m) | Request::MetaDelete(m) => {
             let key = m.key.bytes().to_vec();
             let quiet = m
@@ -80,11 +80,17 @@ fn forward(
 }
 
 /// A retrieval: split by server, in parallel, reassembled in the client's key order.
-fn get(pool: &Arc<Pool>, lane: usize, g: &memfleet_protocol::Get<'_>, raw: &[u8]) -> QueuedReply {
+fn get(
+    pool: &Arc<Pool>,
+    served: &ServedTopology,
+    lane: usize,
+    g: &memfleet_protocol::Get<'_>,
+    raw: &[u8],
+) -> QueuedReply {
     let keys: Vec<Vec<u8>> = g.keys.map(<[u8]>::to_vec).collect();
     if g.kind == GetKind::Get {
         let server = |key: &[u8]| vec![pool.ring().nodes()[pool.pick(key)].addr()];
-        if let Some(reply) = route_lookup(&keys, server) {
+        if let Some(reply) = admin_lookup(&keys, server, served) {
             return local(reply);
         }
     }

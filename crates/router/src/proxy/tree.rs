@@ -1,7 +1,7 @@
 //! A route tree listener: each key's request becomes a `RouteRequest` down the tree; a
 //! multi-key get becomes one per key, reassembled in the client's order.
 
-use super::local::{answer_locally, flush_all, route_lookup, stats, ROUTE_PREFIX};
+use super::local::{admin_lookup, answer_locally, flush_all, stats, ADMIN_PREFIX};
 use super::queued::{forwarded, local, QueuedReply, Quiet};
 use super::rewrite::{get_head, split_meta, without_quiet, QUIET_MA, QUIET_MG, QUIET_MS_MD};
 use crate::reloadable::ServedTopology;
@@ -44,14 +44,14 @@ pub(super) fn tree(
         Request::Get(g) => {
             // The first key says whether to look (no copy of the keys for a plain get).
             let first = { g.keys }.next();
-            if g.kind == GetKind::Get && first.is_some_and(|k| k.starts_with(ROUTE_PREFIX)) {
+            if g.kind == GetKind::Get && first.is_some_and(|k| k.starts_with(ADMIN_PREFIX)) {
                 let keys: Vec<Vec<u8>> = g.keys.map(<[u8]>::to_vec).collect();
                 let servers = |key: &[u8]| {
                     let mut out = Vec::new();
                     root.servers_for(key, ctx, &mut out);
                     out
                 };
-                if let Some(reply) = route_lookup(&keys, servers) {
+                if let Some(reply) = admin_lookup(&keys, servers, served) {
                     return local(reply);
                 }
             }
