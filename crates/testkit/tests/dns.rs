@@ -37,7 +37,7 @@ fn ip(text: &str) -> IpAddr {
     text.parse().unwrap()
 }
 
-/// The answers of one `rtype` query for `name` as (owner, ttl, data) strings, sorted.
+/// The answer records of one `rtype` query for `name`.
 async fn answers(
     resolver: &TokioResolver,
     name: &str,
