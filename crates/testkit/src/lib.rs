@@ -5,6 +5,7 @@
 //!
 //! | module | what it holds |
 //! |--------|---------------|
+//! | `dns` | [`DnsServer`]: an authoritative DNS server in-process, its zone changed while it runs |
 //! | `ports` | a free port on 127.0.0.1; connecting while a listener comes up |
 //! | `process` | child processes stopped when dropped: [`Killed`] (tests), [`Spawned`] (waited for until it accepts), `memfleet server` and memcached on free ports |
 //! | `router` | a `memfleet router` on a configuration file of its own ([`Router`]) |
@@ -13,12 +14,14 @@
 //!
 //! Not here: the load (`memfleet-bench`), the assertions (each test's own).
 
+pub mod dns;
 pub mod ports;
 pub mod postgres;
 pub mod process;
 pub mod router;
 pub mod router_config;
 
+pub use dns::DnsServer;
 pub use ports::{connect, free_port, try_free_port};
 pub use postgres::Postgres;
 pub use process::{memcached, memfleet_server, Killed, Spawned};
