@@ -1,7 +1,9 @@
 //! A network namespace joined to this one by a veth pair on a private /30
-//! (10.201.x.y, derived from the test's pid), to run a server behind a link the test can
-//! cut without a reset: with the namespace's end of the pair down, packets to it vanish
-//! (no RST, no ICMP), as with a pulled cable or a partitioned switch.
+//! (10.201.x.y, derived from the test's pid; host `i` of a test that needs several:
+//! 10.(202 + i).x.y), to run a server behind a link the test can cut without a reset: with
+//! the namespace's end of the pair down, packets to it vanish (no RST, no ICMP), as with a
+//! pulled cable or a partitioned switch. Each namespace is a machine of its own, with its
+//! own address; this namespace is the machine the tests (and routers) run on.
 //!
 //! Needs root and `ip`; [`Namespace::create`] says why it cannot, and the test skips.
 //! Everything made is removed when the guard drops, also when the test panics: the
@@ -44,19 +46,31 @@ impl Namespace {
     /// Creates the namespace and the link, both up; `Err` says why not (not root, no `ip`,
     /// no permission to create namespaces).
     pub fn create() -> Result<Namespace, String> {
+        Namespace::make("", 201)
+    }
+
+    /// Host `i` (0 to 40) of a test that needs several: [`Namespace::create`] on a /30 of
+    /// its own.
+    #[allow(dead_code)]
+    pub fn host(i: u8) -> Result<Namespace, String> {
+        assert!(i <= 40, "host {i}: at most 41 hosts");
+        Namespace::make(&format!("x{i}"), 202 + i)
+    }
+
+    fn make(suffix: &str, net: u8) -> Result<Namespace, String> {
         // SAFETY: geteuid(2) takes nothing and cannot fail.
         if unsafe { libc::geteuid() } != 0 {
             return Err("not root".into());
         }
         let pid = std::process::id();
-        // A /30 per pid: 10.201.<a>.<4b> (.1 here, .2 there).
+        // A /30 per pid: 10.<net>.<a>.<4b> (.1 here, .2 there).
         let (a, b) = ((pid / 64) % 256, (pid % 64) * 4);
         let ns = Namespace {
-            name: format!("mff{pid}"),
-            inner: format!("mff{pid}n"),
-            outer: format!("mff{pid}h"),
-            host_addr: format!("10.201.{a}.{}", b + 1),
-            ns_addr: format!("10.201.{a}.{}", b + 2),
+            name: format!("mff{pid}{suffix}"),
+            inner: format!("mff{pid}{suffix}n"),
+            outer: format!("mff{pid}{suffix}h"),
+            host_addr: format!("10.{net}.{a}.{}", b + 1),
+            ns_addr: format!("10.{net}.{a}.{}", b + 2),
         };
         ip(&["netns", "add", &ns.name])?;
         // From here on, Drop cleans up whatever was made.

@@ -44,6 +44,46 @@ impl Client {
         assert_eq!(String::from_utf8_lossy(&got), want, "request {request:?}");
     }
 
+    /// Sends `bytes`.
+    pub fn send(&mut self, bytes: &str) {
+        self.0.get_mut().write_all(bytes.as_bytes()).unwrap();
+    }
+
+    /// Reads one line.
+    pub fn read_line(&mut self) -> String {
+        let mut l = String::new();
+        self.0.read_line(&mut l).unwrap();
+        l
+    }
+
+    /// Sends `request` (if any) and reads one line; an error, or the end of the
+    /// connection, is `Err`.
+    pub fn try_line(&mut self, request: &str) -> std::io::Result<String> {
+        if !request.is_empty() {
+            self.0.get_mut().write_all(request.as_bytes())?;
+        }
+        let mut l = String::new();
+        match self.0.read_line(&mut l)? {
+            0 => Err(std::io::ErrorKind::UnexpectedEof.into()),
+            _ => Ok(l),
+        }
+    }
+
+    /// Reads one `VALUE <key> ...` line and its data: (key, data); `None` at `END`.
+    pub fn value(&mut self) -> Option<(String, String)> {
+        let first = self.read_line();
+        if first == "END\r\n" {
+            return None;
+        }
+        let key = first
+            .strip_prefix("VALUE ")
+            .and_then(|rest| rest.split(' ').next())
+            .unwrap_or_else(|| panic!("not a value: {first:?}"))
+            .to_string();
+        let data = self.read_line();
+        Some((key, data.trim_end().to_string()))
+    }
+
     /// Sends one request and reads one line.
     pub fn line(&mut self, request: &str) -> String {
         self.0.get_mut().write_all(request.as_bytes()).unwrap();
