@@ -167,7 +167,10 @@ impl BoundRouter {
         loop {
             tokio::select! {
                 () = &mut stop => break,
-                Some(config) = reloads.recv() => serving.reload(config).await,
+                Some(config) = reloads.recv() => {
+                    serving.reload(config).await;
+                    crate::systemd::applied();
+                }
             }
         }
         for (_, (_, task)) in serving.listeners.drain() {
