@@ -369,3 +369,42 @@ fn sigkill_at_any_moment_of_a_graceful_stop_never_stops_the_next_start() {
         "no stop finished its save: the test proves nothing"
     );
 }
+
+/// A tmpfs too small for the memory file (a container's 64 MiB /dev/shm under `-m 1024`)
+/// is refused at start, saying what to change, instead of dying of SIGBUS once the cache
+/// fills. Needs root (a tmpfs of its own in a mount namespace).
+#[test]
+fn a_tmpfs_too_small_for_the_memory_file_is_refused_at_start() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: mounting a small tmpfs needs root");
+        return;
+    }
+    let dir = Dir::new("small-tmpfs");
+    let run = |mib: usize| {
+        Command::new("unshare")
+            .args(["--mount", "--propagation", "private", "sh", "-c"])
+            .arg(format!(
+                "mount -t tmpfs -o size=24m tmpfs {dir} && exec {EXE} server -l 127.0.0.1 \
+                 -p {port} -m {mib} --memory-file {dir}/heap",
+                dir = dir.0.display(),
+                port = free_port(),
+            ))
+            .stdin(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let out = run(32).wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(stderr.contains("needs 32 MiB"), "{stderr}");
+    assert!(stderr.contains("--shm-size"), "{stderr}");
+    // A memory limit that fits starts (and is stopped by the test).
+    let mut fits = Killed(run(8));
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(
+        fits.0.try_wait().unwrap().is_none(),
+        "a memory file that fits was refused"
+    );
+}

@@ -13,7 +13,9 @@
 //! removed): start empty, say why, serve. Only a snapshot that cannot be *removed* stops
 //! the start, since a later start would trust it against a heap that has changed.
 //!
-//! The file is locked (`flock`) while a server uses it, so two servers cannot share one.
+//! The file is locked (`flock`) while a server uses it, so two servers cannot share one. A
+//! file system without room for the whole file (a container's 64 MiB `/dev/shm`) is refused
+//! at start: the alternative is SIGBUS once the cache fills.
 
 use anyhow::{bail, Context};
 use memfleet_storage::memmap2::MmapMut;
@@ -53,6 +55,34 @@ pub fn meta_path(path: &Path) -> PathBuf {
     PathBuf::from(p)
 }
 
+/// Refuses a memory file its file system cannot hold: pages of a shared mapping are
+/// allocated as they are first written, and one that finds the tmpfs full kills the process
+/// with SIGBUS, long after the start (a container's `/dev/shm` is 64 MiB unless its
+/// `--shm-size` says more). What the file already holds counts as room.
+fn room_for(file: &File, path: &Path, len: u64) -> anyhow::Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    let held = file.metadata()?.blocks() * 512;
+    // SAFETY: statvfs is plain data, for which all zeroes is a valid value.
+    let mut fs: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: fstatvfs fills the struct we own from a descriptor we own.
+    if unsafe { libc::fstatvfs(file.as_raw_fd(), &mut fs) } != 0 {
+        return Err(std::io::Error::last_os_error())
+            .with_context(|| format!("the file system of {}", path.display()));
+    }
+    let free = fs.f_bavail as u64 * fs.f_frsize as u64;
+    if held + free < len {
+        bail!(
+            "the memory file {} needs {} MiB, and its file system has {} MiB free: a full \
+             tmpfs would kill the server (SIGBUS) as the cache fills. Give it more room \
+             (a container's /dev/shm: --shm-size) or a smaller memory limit",
+            path.display(),
+            len >> 20,
+            (held + free) >> 20
+        );
+    }
+    Ok(())
+}
+
 /// Where a snapshot is written before it is renamed to `meta`.
 fn tmp_path(meta: &Path) -> PathBuf {
     let mut p = meta.as_os_str().to_owned();
@@ -88,6 +118,7 @@ pub fn open(path: &Path, config: Config) -> anyhow::Result<(Cache, MemoryFile, S
         );
     }
     let len = Cache::mapping_len(&config)?;
+    room_for(&file, path, len as u64)?;
     let meta = meta_path(path);
     // A save killed before its rename leaves a partial snapshot under the temporary name:
     // never used, only reported.
