@@ -34,6 +34,7 @@ use hdrhistogram::Histogram;
 use memfleet_client::spool::SpoolQueueStats;
 use memfleet_client::{Client, ClientOptions};
 use memfleet_protocol::reply::{self, MetaCode, ReplyKind, ServerReply};
+use sd_notify::NotifyState;
 use source::{CommitLog, CommittedTransaction};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -364,16 +365,27 @@ pub fn run_cli(args: &InvalidatorArgs) -> anyhow::Result<()> {
             // still held by a killed predecessor) is retried; what was not acknowledged is
             // read again from the slot.
             let mut pause = Duration::from_millis(100);
+            let mut ready_sent = false;
             loop {
                 let started = std::time::Instant::now();
                 let attempt = async {
                     let log = source::PgLogical::connect(&config.database).await?;
                     tracing::info!(slot = %config.database.slot, "invalidating from the commit log");
+                    // Streaming (and the metrics port, if any, bound): ready, the first
+                    // time; after a lost stream, the status says it streams again.
+                    let status = format!("streaming from slot {}", config.database.slot);
+                    if ready_sent {
+                        notify(&[NotifyState::Status(&status)]);
+                    } else {
+                        ready_sent = true;
+                        notify(&[NotifyState::Ready, NotifyState::Status(&status)]);
+                    }
                     run(&config, log, counters.clone()).await
                 };
                 match attempt.await {
                     Ok(()) => return anyhow::Ok(()),
                     Err(e) => {
+                        notify(&[NotifyState::Status("commit log lost: reconnecting")]);
                         if started.elapsed() > Duration::from_secs(30) {
                             pause = Duration::from_millis(100);
                         }
@@ -388,8 +400,18 @@ pub fn run_cli(args: &InvalidatorArgs) -> anyhow::Result<()> {
             r = stream => r,
             _ = int.recv() => Ok(()),
             _ = term.recv() => Ok(()),
-        }
+        }?;
+        notify(&[NotifyState::Stopping, NotifyState::Status("stopping")]);
+        Ok(())
     })
+}
+
+/// Tells the service manager (systemd's `sd_notify(3)`; nothing is sent without
+/// `NOTIFY_SOCKET`); a failure is logged, never fatal.
+fn notify(states: &[NotifyState]) {
+    if let Err(e) = sd_notify::notify(states) {
+        tracing::warn!(error = %e, "cannot notify the service manager (NOTIFY_SOCKET)");
+    }
 }
 
 /// A task stopped when its handle goes.

@@ -57,7 +57,7 @@ impl PgLogical {
         .with_start_lsn(Lsn::ZERO)
         .with_status_interval(std::time::Duration::from_millis(500))
         .with_wakeup_interval(std::time::Duration::from_millis(500));
-        let client = ReplicationClient::connect(config).await.map_err(|e| {
+        let cannot = |e| {
             anyhow::anyhow!(
                 "cannot stream slot {:?} of {}:{}/{}: {e}",
                 db.slot,
@@ -65,7 +65,11 @@ impl PgLogical {
                 db.port,
                 db.dbname
             )
-        })?;
+        };
+        let mut client = ReplicationClient::connect(config).await.map_err(cannot)?;
+        // `connect` returns before the server accepted START_REPLICATION (it runs in the
+        // client's worker): streaming, and holding the slot, start only here.
+        client.wait_started().await.map_err(cannot)?;
         Ok(PgLogical {
             client,
             prefix: db.prefix.clone(),

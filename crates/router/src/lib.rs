@@ -14,7 +14,7 @@
 //! | `watch` | reading the configuration and auth files; reloading on SIGHUP and on change |
 //! | `running` | [`RunningRouter`]: a router on its own runtime (tests, embedding) |
 //! | `admin` | `/metrics` on the admin address |
-//! | (this file) | the `memfleet router` command |
+//! | (this file) | the `memfleet router` command; `systemd`: its readiness and reload notifications |
 
 mod admin;
 mod args;
@@ -33,6 +33,7 @@ pub use watch::{load_auth, load_config};
 use anyhow::Context;
 use memfleet_tls::ServerTls;
 use running::runtime;
+use sd_notify::NotifyState;
 use std::sync::Arc;
 use watch::watch_config;
 
@@ -65,6 +66,7 @@ pub fn run(args: &RouterArgs) -> anyhow::Result<()> {
                 _ = int.recv() => {}
                 _ = term.recv() => {}
             }
+            systemd::notify(&[NotifyState::Stopping, NotifyState::Status("stopping")]);
         };
         let (reload_tx, reload_rx) = tokio::sync::mpsc::unbounded_channel();
         tokio::spawn(watch_config(
@@ -81,7 +83,73 @@ pub fn run(args: &RouterArgs) -> anyhow::Result<()> {
             Some(tls) => bound.with_tls(tls),
             None => bound,
         };
+        // Every listener and the admin port are bound: clients' connections queue from now.
+        let mut status = format!("routing on {} listener(s)", bound.addrs.len());
+        if let Some(admin) = bound.admin_addr {
+            status += &format!(", /metrics on {admin}");
+        }
+        systemd::notify(&[NotifyState::Ready, NotifyState::Status(&status)]);
         bound.run(stop, reload_rx).await;
         anyhow::Ok(())
     })
+}
+
+/// systemd's notifications (`sd_notify(3)`; nothing is sent without `NOTIFY_SOCKET`):
+/// `READY=1` once listening, `STOPPING=1` on SIGINT/SIGTERM, and the reload protocol of
+/// `Type=notify-reload` around a SIGHUP: `RELOADING=1` with `MONOTONIC_USEC=` when the
+/// signal arrives, `READY=1` once the configuration it read is applied (or refused: the old
+/// one serves on, ready). A reload because the file changed is not announced: nothing waits
+/// for it.
+pub(crate) mod systemd {
+    use sd_notify::NotifyState;
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    /// Configurations the serving loop has taken from the reload channel (applied or
+    /// refused), in the order the watcher sent them.
+    static APPLIED: AtomicU64 = AtomicU64::new(0);
+    /// The count of [`APPLIED`] at which the latest SIGHUP's configuration is done; 0:
+    /// none is awaited.
+    static READY_AT: AtomicU64 = AtomicU64::new(0);
+
+    /// Sends `states`; a failure is logged, never fatal.
+    pub(crate) fn notify(states: &[NotifyState]) {
+        if let Err(e) = sd_notify::notify(states) {
+            tracing::warn!(error = %e, "cannot notify the service manager (NOTIFY_SOCKET)");
+        }
+    }
+
+    /// A SIGHUP arrived: the reload starts.
+    pub(crate) fn reloading() {
+        match NotifyState::monotonic_usec_now() {
+            Ok(now) => notify(&[
+                NotifyState::Reloading,
+                now,
+                NotifyState::Status("reloading (SIGHUP)"),
+            ]),
+            Err(e) => tracing::warn!(error = %e, "cannot read CLOCK_MONOTONIC"),
+        }
+    }
+
+    /// The SIGHUP's reload ended before reaching the listeners (the file was refused).
+    pub(crate) fn reload_refused(why: &str) {
+        let status = format!("serving the previous configuration: {why}");
+        notify(&[NotifyState::Ready, NotifyState::Status(&status)]);
+    }
+
+    /// The SIGHUP's configuration is the `sent`-th the watcher sends (call before sending
+    /// it): `READY=1` goes once the serving loop has taken that many.
+    pub(crate) fn ready_after(sent: u64) {
+        READY_AT.store(sent, Ordering::SeqCst);
+    }
+
+    /// The serving loop took one configuration from the channel and applied (or refused) it.
+    pub(crate) fn applied() {
+        let n = APPLIED.fetch_add(1, Ordering::SeqCst) + 1;
+        if READY_AT
+            .compare_exchange(n, 0, Ordering::SeqCst, Ordering::SeqCst)
+            .is_ok()
+        {
+            notify(&[NotifyState::Ready, NotifyState::Status("reloaded")]);
+        }
+    }
 }

@@ -171,7 +171,10 @@ impl BoundRouter {
             let dns_round = serving.served.load().next_dns_round();
             tokio::select! {
                 () = &mut stop => break,
-                Some(config) = reloads.recv() => serving.reload(config).await,
+                Some(config) = reloads.recv() => {
+                    serving.reload(config).await;
+                    crate::systemd::applied();
+                }
                 () = tokio::time::sleep(dns_round.unwrap_or_default()), if dns_round.is_some() => {
                     serving.follow_dns().await
                 }

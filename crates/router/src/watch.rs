@@ -77,9 +77,12 @@ pub(crate) async fn watch_config(
         }
     };
     let mut tick = tokio::time::interval(Duration::from_secs(1));
+    // Configurations sent so far (systemd's READY=1 after a SIGHUP waits for its own).
+    let mut sent = 0u64;
     loop {
         let why = tokio::select! {
             _ = hup.recv() => {
+                crate::systemd::reloading();
                 auth_seen = stamp(&args.auth_file);
                 reload_auth();
                 if let Some(tls) = &tls {
@@ -113,12 +116,19 @@ pub(crate) async fn watch_config(
         match load_config(&args) {
             Ok(config) => {
                 tracing::info!(reason = why, "reloading the configuration");
+                sent += 1;
+                if why == "SIGHUP" {
+                    crate::systemd::ready_after(sent);
+                }
                 if reloads.send(config).is_err() {
                     return;
                 }
             }
             Err(e) => {
-                tracing::error!(reason = why, error = %format!("{e:#}"), "new configuration refused; the old one keeps serving")
+                tracing::error!(reason = why, error = %format!("{e:#}"), "new configuration refused; the old one keeps serving");
+                if why == "SIGHUP" {
+                    crate::systemd::reload_refused("the new configuration was refused");
+                }
             }
         }
     }

@@ -335,6 +335,12 @@ pub fn run(args: &ServerArgs) -> anyhow::Result<()> {
         )
     };
     let server = Server::start(settings)?;
+    // Every listener is bound (each worker's TCP socket, UDP, the admin port): connections
+    // are queued from now on, so systemd may start what depends on this server.
+    notify(&[
+        sd_notify::NotifyState::Ready,
+        sd_notify::NotifyState::Status(&serving_status(&server)),
+    ]);
     rt.block_on(async {
         loop {
             tokio::select! {
@@ -352,7 +358,41 @@ pub fn run(args: &ServerArgs) -> anyhow::Result<()> {
         }
     });
     tracing::info!("shutting down");
+    let status = match server.memory_file {
+        Some(_) => "stopping: saving the memory file for a warm restart",
+        None => "stopping",
+    };
+    notify(&[
+        sd_notify::NotifyState::Stopping,
+        sd_notify::NotifyState::Status(status),
+    ]);
     server.shutdown()?;
     tracing::info!("stopped");
     Ok(())
+}
+
+/// Tells the service manager (systemd's `sd_notify(3)` protocol) when it started this process
+/// with `NOTIFY_SOCKET`; without it nothing is sent. A notification that cannot be sent is
+/// logged, never fatal: the server serves either way.
+fn notify(states: &[sd_notify::NotifyState]) {
+    if let Err(e) = sd_notify::notify(states) {
+        tracing::warn!(error = %e, "cannot notify the service manager (NOTIFY_SOCKET)");
+    }
+}
+
+/// The `STATUS=` line `systemctl status` shows once the server serves.
+fn serving_status(server: &Server) -> String {
+    let mut status = format!("serving on {}", server.local_addr());
+    if let Some(udp) = server.udp_addr() {
+        status += &format!(", UDP {udp}");
+    }
+    if let Some(admin) = server.admin_addr() {
+        status += &format!(", /metrics on {admin}");
+    }
+    match server.start_kind() {
+        warm::Start::Plain => {}
+        warm::Start::Warm { items, .. } => status += &format!("; warm restart: {items} items"),
+        warm::Start::Cold(why) => status += &format!("; memory file started empty: {why}"),
+    }
+    status
 }
