@@ -56,7 +56,8 @@ pub struct ServerArgs {
     /// Keep the item memory in this file (on tmpfs, e.g. /dev/shm/memfleet) so that a
     /// restart serves the same items: a graceful stop (SIGTERM, SIGINT, SIGUSR1) saves
     /// PATH.meta, the next start with the same file and memory size restores it. After a
-    /// crash, an upgrade to another version or a size change it starts empty.
+    /// crash, an upgrade to a release with another snapshot format or a size change it
+    /// starts empty (an upgrade of the same format comes back warm).
     #[arg(long = "memory-file", env = "MEMFLEET_MEMORY_FILE")]
     pub memory_file: Option<PathBuf>,
 

@@ -7,8 +7,9 @@
 //! everything outside the heap, written to a temporary name and renamed, so it is whole or
 //! absent. The next start with the same file reads `PATH.meta` and **deletes it before
 //! serving**: from then on the heap changes, so if this process crashes, no snapshot
-//! describes the file and the next start is empty. A snapshot from another version, for
-//! another memory size, torn, corrupt or unreadable is refused the same way, as is a memory
+//! describes the file and the next start is empty. A snapshot of another format or layout
+//! (a release that changed what the heap's bytes mean; another release of the same format
+//! is taken, so upgrades stay warm), for another memory size, torn, corrupt or unreadable is refused the same way, as is a memory
 //! file of the wrong size or a save killed before its rename (its `PATH.meta.tmp` is
 //! removed): start empty, say why, serve. Only a snapshot that cannot be *removed* stops
 //! the start, since a later start would trust it against a heap that has changed.

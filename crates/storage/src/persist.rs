@@ -5,10 +5,14 @@
 //! new process given the same mapping and that snapshot serves the same items, values,
 //! flags, CAS and TTLs, without refilling.
 //!
-//! The snapshot is self-checking: a magic, a format number, this crate's version, the
-//! heap's geometry and an xxh3 checksum over the rest. Anything that does not match — a
-//! different version, another heap size or segment size, a torn or truncated file — is
-//! refused, and the caller starts empty. The caller must delete the snapshot as soon as it
+//! The snapshot is self-checking: a magic, a format number, the layout of what the heap
+//! holds (`layout()`: the item header, its marks, the TTL buckets, the hash slot's fields),
+//! the heap's geometry and an xxh3 checksum over the rest. Anything that does not match —
+//! another format or layout, another heap size or segment size, a torn or truncated file —
+//! is refused, and the caller starts empty. The writer's version is recorded but not
+//! compared: a new release whose format and layout are the same (most releases) comes back
+//! warm, which is what a rolling upgrade needs; a change to what the heap's bytes mean
+//! must bump `FORMAT` (or changes `layout()` by itself). The caller must delete the snapshot as soon as it
 //! has read it: the heap changes from then on, so after a crash the old snapshot would
 //! describe bytes that are no longer there; no snapshot means an empty start.
 //!
@@ -26,7 +30,31 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 const MAGIC: &[u8; 8] = b"MFWARM\x00\x01";
-const FORMAT: u32 = 1;
+const FORMAT: u32 = 2;
+
+/// What the bytes in the heap and the snapshot mean, as a number: a release that changes
+/// one of these constants cannot read an older heap, whatever `FORMAT` says.
+fn layout() -> u64 {
+    use crate::hashtable::slot;
+    let described = format!(
+        "item header {} marks {:#x} explicit cas {:#x} max key {} max value {} prefix {}; \
+         ttl buckets {} never {} precision {}; slot freq {:#x} counted {:#x} segments {} offsets {}",
+        crate::item::HEADER_LEN,
+        crate::item::MARKS,
+        crate::item::EXPLICIT_CAS,
+        crate::item::MAX_KEY_LEN,
+        crate::item::MAX_VALUE_LEN,
+        crate::item::MAX_PREFIX,
+        N_BUCKETS,
+        crate::ttl::NEVER_BUCKET,
+        crate::ttl::DEFAULT_PRECISION_SHIFT,
+        slot::MAX_FREQ,
+        slot::COUNTED,
+        slot::MAX_SEGMENTS,
+        slot::MAX_OFFSET_UNITS,
+    );
+    xxhash_rust::xxh3::xxh3_64(described.as_bytes())
+}
 
 /// Why a snapshot cannot be taken or used.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -192,6 +220,7 @@ impl Cache {
         let mut w = Writer(Vec::new());
         w.0.extend_from_slice(MAGIC);
         w.u32(FORMAT);
+        w.u64(layout());
         w.bytes(env!("CARGO_PKG_VERSION").as_bytes());
         w.u64(s.heap().segments() as u64);
         w.u64(s.heap().segment_size() as u64);
@@ -279,8 +308,9 @@ impl Cache {
             return Err(invalid("not a memfleet snapshot"));
         }
         expect_eq("format", r.u32()?, FORMAT)?;
-        let version = String::from_utf8_lossy(r.bytes()?).into_owned();
-        expect_eq("version", version.as_str(), env!("CARGO_PKG_VERSION"))?;
+        expect_eq("layout", r.u64()?, layout())?;
+        // The writer's version: another release of the same format and layout is welcome.
+        let _written_by = r.bytes()?;
         let segments = usize::try_from(r.u64()?).map_err(|_| invalid("segments"))?;
         expect_eq("segment count", segments, geometry.segments)?;
         let segment_size = usize::try_from(r.u64()?).map_err(|_| invalid("segment size"))?;

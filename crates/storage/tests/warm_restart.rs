@@ -1,6 +1,7 @@
 //! Warm restart in the engine: a heap in a file mapping plus a snapshot bring back every
-//! item (value, flags, CAS, TTL, lease) in a new `Cache`; a snapshot of another version,
-//! geometry or with a flipped byte is refused.
+//! item (value, flags, CAS, TTL, lease) in a new `Cache`; a snapshot of another format,
+//! layout or geometry, or with a flipped byte, is refused; one written by another release
+//! of the same format and layout (a rolling upgrade) is taken.
 
 use memfleet_storage::memmap2::MmapMut;
 use memfleet_storage::{
@@ -178,6 +179,31 @@ fn bad_snapshots_are_refused() {
         Cache::mapping_len(&bigger).unwrap(),
     );
     assert!(why.contains("segment count"), "{why}");
+    // Written by another release (same format and layout): taken, as an upgrade needs.
+    // The header: magic (8), format (4), layout (8), the version's length (8) and bytes.
+    let resealed = |edit: &dyn Fn(&mut Vec<u8>)| {
+        let mut body = snapshot[..snapshot.len() - 8].to_vec();
+        edit(&mut body);
+        let sum = xxhash_rust::xxh3::xxh3_64(&body).to_le_bytes();
+        body.extend_from_slice(&sum);
+        body
+    };
+    let older = resealed(&|b| {
+        let len = u64::from_le_bytes(b[20..28].try_into().unwrap()) as usize;
+        let older = b"0.0.1-older-release";
+        b.splice(28..28 + len, older.iter().copied());
+        b[20..28].copy_from_slice(&(older.len() as u64).to_le_bytes());
+    });
+    let (cache, _) = Cache::resume(cfg.clone(), map(&file.0, len), &older).unwrap();
+    assert_eq!(cache.handle().get(b"k").unwrap().value(), b"v");
+    let resnapshot = cache.snapshot().unwrap();
+    drop(cache);
+    assert_eq!(resnapshot.len(), snapshot.len());
+    // Another layout (a release that changed what the heap's bytes mean) or format: refused.
+    let other_layout = resealed(&|b| b[12] ^= 1);
+    assert!(refused(cfg.clone(), &other_layout, len).contains("layout"));
+    let other_format = resealed(&|b| b[8] ^= 1);
+    assert!(refused(cfg.clone(), &other_format, len).contains("format"));
     // The good snapshot still works on the right geometry.
     let (cache, _) = Cache::resume(cfg, map(&file.0, len), &snapshot).unwrap();
     assert_eq!(cache.handle().get(b"k").unwrap().value(), b"v");

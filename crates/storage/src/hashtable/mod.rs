@@ -26,7 +26,7 @@
 //! a MOVED chain wait for the grower and retry on the new table. Readers of the old table keep
 //! seeing consistent (frozen) chains until they finish.
 
-mod slot;
+pub(crate) mod slot;
 mod table;
 
 pub use slot::{hash, tag_of, Slot, MAX_FREQ, MAX_OFFSET_UNITS, MAX_SEGMENTS};
