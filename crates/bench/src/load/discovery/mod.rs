@@ -7,7 +7,8 @@
 //! `dnssrv+_memcache._tcp.fleet.bench` (re-resolved every `--resolve-interval`) behind a
 //! `gutter` route (`fleet`). It fills `--keys` keys, and `--conns` look-aside clients (get;
 //! on a miss or an error: a `--db-latency` database query, then set) run for `--duration`.
-//! From `--replace-at`, every two resolve intervals, one member is replaced:
+//! From `--replace-at`, every 2¼ resolve intervals (so that the changes fall at different
+//! points of the router's lookup period), one member is replaced:
 //!
 //! 1. **in place** (a StatefulSet pod recreated): the member's server is stopped (SIGTERM), a
 //!    new empty one started at a new address, and the member's A record changed. The ring is
@@ -28,7 +29,8 @@
 //! members that stayed, a disagreement with the ring, or a change the router never showed.
 //!
 //! With `--out DIR`: `discovery.json` (both runs' timelines, replacements and totals) and
-//! `discovery-timeline.png` (`report`).
+//! `discovery-timeline.png`: misses and failed requests per second, the DNS changes marked
+//! (`report`).
 
 mod fleet;
 mod placement;
@@ -64,7 +66,7 @@ pub struct DiscoveryArgs {
     /// replaced).
     #[arg(long, default_value_t = 36)]
     pub members: usize,
-    /// When the first member is replaced; the others follow one by one, every two
+    /// When the first member is replaced; the others follow one by one, every 2¼
     /// --resolve-interval.
     #[arg(long, value_parser = parse_duration, default_value = "5s")]
     pub replace_at: Duration,
@@ -83,9 +85,11 @@ impl DiscoveryArgs {
         self.members.div_ceil(10)
     }
 
-    /// Between one replacement and the next.
+    /// Between one replacement and the next: two intervals and a quarter, so that the
+    /// changes meet the router's lookups at different points of their period (at a whole
+    /// number of intervals, every change would wait exactly as long).
     fn step_gap(&self) -> Duration {
-        self.resolve_interval * 2
+        self.resolve_interval * 9 / 4
     }
 }
 

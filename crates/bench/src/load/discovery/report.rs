@@ -1,7 +1,7 @@
 //! What `memfleet bench discovery` prints and writes: the per-second timelines of both runs
 //! side by side, one summary table (replacements followed, keys moved against the ideal,
 //! failed requests, hit ratio), and with `--out` `discovery.json` and
-//! `discovery-timeline.png` (hit ratio and failed requests per second, each DNS change
+//! `discovery-timeline.png` (misses and failed requests per second, each DNS change
 //! marked).
 
 use std::fmt::Write as _;
@@ -148,7 +148,7 @@ pub(super) fn write(
     let figure = dir.join("discovery-timeline.png");
     plot::line_chart(
         &figure,
-        "DNS-discovered pool: members replaced under load",
+        "A DNS-discovered pool while members are replaced: misses and failures",
         "seconds",
         "% of gets",
         &figure_series(outcomes),
@@ -158,26 +158,16 @@ pub(super) fn write(
     Ok(())
 }
 
-/// The DNS changes as one comb of vertical lines from 0 to 100 (with enough points on each
-/// line that no markers are drawn), then each run's hit ratio and failed requests.
+/// Each run's misses and failed requests per second (percent of gets: misses rather than
+/// hits, so that a dip of a few points is not lost at the top of a 0–100 axis), and the DNS
+/// changes as one comb of vertical lines a quarter above the highest value (the legend's
+/// corner stays free), with enough points on each line that no markers are drawn.
 fn figure_series(outcomes: &[Outcome]) -> Vec<Series> {
-    let mut comb = Vec::new();
-    for o in outcomes {
-        for s in &o.steps {
-            let x = s.dns_change.as_secs_f64();
-            comb.extend((0..=10).map(|i| (x, i as f64 * 10.0)));
-            comb.extend((0..=10).rev().map(|i| (x, i as f64 * 10.0)));
-        }
-    }
-    comb.sort_by(|a, b| a.0.total_cmp(&b.0));
-    let mut series = vec![Series {
-        name: "DNS change (a member replaced)".into(),
-        points: comb,
-    }];
+    let mut series = Vec::new();
     for o in outcomes {
         series.push(Series {
-            name: format!("hit ratio, {}", o.kind.label()),
-            points: plot::per_second(&o.seconds, hit_percent),
+            name: format!("misses, {}", o.kind.label()),
+            points: plot::per_second(&o.seconds, |s| hit_percent(s).map(|h| 100.0 - h)),
         });
     }
     for o in outcomes {
@@ -186,6 +176,27 @@ fn figure_series(outcomes: &[Outcome]) -> Vec<Series> {
             points: plot::per_second(&o.seconds, failed_percent),
         });
     }
+    let top = series
+        .iter()
+        .flat_map(|s| s.points.iter().map(|p| p.1))
+        .fold(1.0f64, f64::max)
+        * 1.25;
+    let mut comb = Vec::new();
+    for o in outcomes {
+        for s in &o.steps {
+            let x = s.dns_change.as_secs_f64();
+            comb.extend((0..=10).map(|i| (x, top * i as f64 / 10.0)));
+            comb.extend((0..=10).rev().map(|i| (x, top * i as f64 / 10.0)));
+        }
+    }
+    comb.sort_by(|a, b| a.0.total_cmp(&b.0));
+    series.insert(
+        0,
+        Series {
+            name: "DNS change (a member replaced)".into(),
+            points: comb,
+        },
+    );
     series
 }
 
