@@ -144,8 +144,10 @@ pub(super) struct Step {
     pub(super) followed: Duration,
 }
 
-/// The members, the DNS server, the gutter and the router of one run.
+/// The members, the DNS server, the gutter and the router of one run (dropped in that
+/// order from the router: the fields' order).
 pub(super) struct Fleet {
+    router: Router,
     bin: String,
     port: u16,
     dns: DnsServer,
@@ -157,7 +159,6 @@ pub(super) struct Fleet {
     /// The router's configuration file's text.
     config: String,
     _gutter: Vec<Spawned>,
-    router: Router,
     /// Where the router's gutter route listens.
     pub(super) addr: SocketAddr,
 }
@@ -187,7 +188,10 @@ impl Fleet {
         let addr = SocketAddr::from(([127, 0, 0, 1], listen));
         let gutter_ports: Vec<u16> = gutter.iter().map(|g| g.addr.port()).collect();
         let config = router_config(listen, dns.addr(), resolve_interval, &gutter_ports);
+        publish_a(&dns, &servers);
+        publish_srv(&dns, port, &servers);
         let fleet = Fleet {
+            router: Router::start(bin, &config, addr, None)?,
             bin: bin.to_string(),
             port,
             dns,
@@ -195,12 +199,10 @@ impl Fleet {
             next_address: members,
             next_name: members,
             resolve_interval,
-            router: Router::start(bin, &config, addr, None)?,
             config,
             _gutter: gutter,
             addr,
         };
-        fleet.publish();
         let mut admin = Admin::connect(addr)?;
         fleet.wait_until(&mut admin, "its first members", |m| m.len() == members)?;
         Ok(fleet)
@@ -234,20 +236,6 @@ impl Fleet {
     /// The ring's name of member `mc-<i>`: `mc-<i>.fleet.bench:<port>`.
     pub(super) fn ring_name(&self, member: &str) -> String {
         format!("{}:{}", target(member), self.port)
-    }
-
-    /// Writes every member's A record and the SRV records naming them all.
-    fn publish(&self) {
-        for (name, s) in &self.members {
-            self.dns.set_a(&target(name), &[s.addr.ip()], TTL);
-        }
-        self.publish_srv();
-    }
-
-    fn publish_srv(&self) {
-        let targets: Vec<String> = self.members.keys().map(|m| target(m)).collect();
-        let records: Vec<(&str, u16)> = targets.iter().map(|t| (t.as_str(), self.port)).collect();
-        self.dns.set_srv(SRV_NAME, &records, TTL);
     }
 
     fn next_address(&mut self) -> IpAddr {
@@ -297,7 +285,7 @@ impl Fleet {
         self.members.insert(newcomer.clone(), new);
         let changed = Instant::now();
         self.dns.set_a(&target(&newcomer), &[new_addr.ip()], TTL);
-        self.publish_srv();
+        publish_srv(&self.dns, self.port, &self.members);
         stop(old)?;
         let (joined, left) = (self.ring_name(&newcomer), self.ring_name(member));
         let want = new_addr.to_string();
@@ -334,6 +322,20 @@ impl Fleet {
             std::thread::sleep(POLL);
         }
     }
+}
+
+/// Writes each member's A record.
+fn publish_a(dns: &DnsServer, members: &BTreeMap<String, Spawned>) {
+    for (name, s) in members {
+        dns.set_a(&target(name), &[s.addr.ip()], TTL);
+    }
+}
+
+/// Writes the SRV records naming every member, at `port`.
+fn publish_srv(dns: &DnsServer, port: u16, members: &BTreeMap<String, Spawned>) {
+    let targets: Vec<String> = members.keys().map(|m| target(m)).collect();
+    let records: Vec<(&str, u16)> = targets.iter().map(|t| (t.as_str(), port)).collect();
+    dns.set_srv(SRV_NAME, &records, TTL);
 }
 
 /// `bin server -l IP -p PORT -m 16 -t 1`, once it accepts connections.
