@@ -13,7 +13,9 @@ use std::ffi::OsString;
 use anyhow::Result;
 
 use super::args::LoadArgs;
-use super::{client_bench, expiry, gutter, herd, invalidation, replay, restart, udp, warmup};
+use super::{
+    client_bench, discovery, expiry, gutter, herd, invalidation, replay, restart, udp, warmup,
+};
 
 /// What `memfleet bench` runs.
 // Parsed once per process: the size of its largest variant is no cost.
@@ -49,6 +51,10 @@ pub enum Experiment {
     /// Segcache §3.5's proactive expiration: bytes each --spawn/--target server holds in
     /// expired items per second while short- and long-TTL items are written.
     Expiry(expiry::ExpiryArgs),
+    /// A pool of 32+ members found through DNS under look-aside load while a tenth of them
+    /// are replaced (in place, then with new names): keys moved against the ideal, failed
+    /// requests, the time the router takes to follow each change.
+    Discovery(discovery::DiscoveryArgs),
 }
 
 /// Runs `experiment`; fails (after printing everything) on a wrong reply or a failed run.
@@ -64,6 +70,7 @@ pub fn run(experiment: &Experiment) -> Result<()> {
         Experiment::Replay(args) => replay::bench(args),
         Experiment::Warmup(args) => warmup::bench(args),
         Experiment::Expiry(args) => expiry::bench(args),
+        Experiment::Discovery(args) => discovery::bench(args),
     }
 }
 

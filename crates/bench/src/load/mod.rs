@@ -20,6 +20,7 @@
 pub mod args;
 pub mod cli;
 pub mod client_bench;
+pub mod discovery;
 pub mod expiry;
 pub mod gutter;
 pub mod herd;
