@@ -30,7 +30,7 @@ enum Command {
     Sim(memfleet_sim::SimArgs),
     /// Run an experiment on memcached-protocol servers, each with its own flags: load (the
     /// default: `memfleet bench --spawn ...` is `memfleet bench load --spawn ...`), herd, udp,
-    /// restart, gutter, client, invalidation, replay, warmup, expiry.
+    /// restart, gutter, client, invalidation, replay, warmup, expiry, discovery.
     #[command(subcommand)]
     Bench(memfleet_bench::load::Experiment),
     /// The floor server (answers `memfleet bench`'s requests with no cache: the socket I/O
