@@ -74,6 +74,9 @@ pub struct Counters {
     pub latency_us: Mutex<Histogram<u64>>,
     /// The spool queues as last seen (refreshed every 250 ms).
     pub spool: Mutex<Vec<SpoolQueueStats>>,
+    /// The destinations' pools as last seen (refreshed with the spool): their members and,
+    /// for destinations found in DNS, their lookups and errors.
+    pub destinations: Mutex<Option<Arc<memfleet_client::Topology>>>,
 }
 
 impl Default for Counters {
@@ -89,6 +92,7 @@ impl Default for Counters {
             spooled_batches: AtomicU64::new(0),
             undelivered_batches: AtomicU64::new(0),
             spool: Mutex::new(Vec::new()),
+            destinations: Mutex::new(None),
             latency_us: Mutex::new(
                 Histogram::new_with_bounds(1, 3_600_000_000, 3).expect("valid histogram bounds"),
             ),
@@ -190,6 +194,8 @@ pub async fn run(
                     }
                 }
                 *counters.spool.lock().unwrap_or_else(|e| e.into_inner()) = spool;
+                *counters.destinations.lock().unwrap_or_else(|e| e.into_inner()) =
+                    Some(cache.topology());
                 // Checked often while replays are owed, so the latency is the replay's.
                 let every = if deliveries.waiting() { 20 } else { 250 };
                 if look.period() != Duration::from_millis(every) {

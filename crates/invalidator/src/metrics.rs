@@ -112,6 +112,14 @@ pub fn render(counters: &Counters) -> String {
     }
     let spool = counters.spool.lock().unwrap_or_else(|e| e.into_inner());
     memfleet_client::spool::prometheus("memfleet_invalidator", &spool, &mut text);
+    let destinations = c
+        .destinations
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .clone();
+    if let Some(topology) = destinations {
+        topology.prometheus_pools("memfleet_invalidator", &mut text);
+    }
     text
 }
 

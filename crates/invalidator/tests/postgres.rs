@@ -369,3 +369,58 @@ async fn with_a_spool_the_slot_moves_on_and_delivery_is_reported_when_the_replay
     task.abort();
     let _ = std::fs::remove_dir_all(&spool);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn destinations_found_in_dns_get_every_delete_and_show_in_the_metrics() {
+    let pg = Postgres::start().unwrap();
+    let db = pg.connect().await.unwrap();
+    let (a, b) = (server(0), server(0));
+    let (pa, pb) = (a.local_addr().port(), b.local_addr().port());
+    // Pool a: every address of a.inv.test; pool b: the SRV targets of its service name.
+    let dns = memfleet_testkit::DnsServer::start();
+    let localhost: std::net::IpAddr = "127.0.0.1".parse().unwrap();
+    dns.set_a("a.inv.test", &[localhost], 1);
+    dns.set_a("b-0.inv.test", &[localhost], 1);
+    dns.set_srv("_memcache._tcp.b.inv.test", &[("b-0.inv.test", pb)], 1);
+    let config = config(
+        pg.port,
+        &format!(
+            "[router]\nresolve_interval = \"300ms\"\nnameservers = [\"{}\"]\n\
+             [pools.a]\nservers = [\"dns+a.inv.test:{pa}\"]\n\
+             [pools.b]\nservers = [\"dnssrv+_memcache._tcp.b.inv.test\"]\n\
+             [routes.everywhere]\ntype = \"broadcast\"\nto = [\"a\", \"b\"]\n",
+            dns.addr()
+        ),
+    );
+    let (task, counters) = start(&config, &db).await;
+    for p in [pa, pb] {
+        assert_eq!(ask(p, "set dk 0 0 1\r\nv\r\n"), "STORED\r\n");
+    }
+    db.batch_execute("SELECT pg_logical_emit_message(true, 'memfleet', 'dk');")
+        .await
+        .unwrap();
+    eventually("dk deleted through both DNS pools", || {
+        !has(pa, "dk") && !has(pb, "dk")
+    })
+    .await;
+    // The destinations' members and lookups are in the invalidator's metrics.
+    let metrics = || memfleet_invalidator::metrics::render(&counters);
+    eventually("the destinations in the metrics", || {
+        metrics().contains("memfleet_invalidator_pool_members{pool=\"b\"} 1")
+    })
+    .await;
+    let text = metrics();
+    assert!(
+        text.contains("memfleet_invalidator_pool_members{pool=\"a\"} 1"),
+        "{text}"
+    );
+    assert!(
+        text.contains("memfleet_invalidator_dns_failing{pool=\"b\"} 0"),
+        "{text}"
+    );
+    assert!(
+        !text.contains("memfleet_invalidator_dns_lookups_total{pool=\"a\"} 0"),
+        "{text}"
+    );
+    task.abort();
+}

@@ -111,7 +111,18 @@ fn router(entry: &str, dns: SocketAddr, extra: &str) -> RunningRouter {
         free_port()
     );
     let config = memfleet_routing::from_toml(&toml).expect("configuration");
-    RunningRouter::start(config, 1, None).expect("router starts")
+    RunningRouter::start(config, 1, Some("127.0.0.1:0".into())).expect("router starts")
+}
+
+/// The router's `/metrics`.
+fn metrics(router: &RunningRouter) -> String {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(router.admin_addr.expect("an admin port")).unwrap();
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
+    let mut body = String::new();
+    s.read_to_string(&mut body).unwrap();
+    body
 }
 
 /// N members, the DNS server naming them, a router following it.
@@ -454,6 +465,14 @@ fn dns_trouble(kind: Kind, mode: Mode) {
     std::thread::sleep(3 * INTERVAL + Duration::from_millis(600));
     assert_eq!(fleet.members(), members);
     assert_eq!(fleet.stat("pool:main:dns_failing"), 1);
+    let text = metrics(&fleet.router);
+    for series in [
+        "memfleet_router_pool_members{pool=\"main\"} 4",
+        "memfleet_router_dns_members{pool=\"main\"} 4",
+        "memfleet_router_dns_failing{pool=\"main\"} 1",
+    ] {
+        assert!(text.contains(series), "{series} in {text}");
+    }
     let failures = fleet.stat("pool:main:dns_errors") - errors_before;
     assert!(failures >= 2, "{failures} failures counted");
     fleet.dns.set_mode(Mode::Answer);

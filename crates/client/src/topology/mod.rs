@@ -49,6 +49,16 @@ pub struct Topology {
     members: Members,
 }
 
+/// Its pools' names (what a log or a `Debug` of a holder needs).
+impl std::fmt::Debug for Topology {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let pools: Vec<&str> = self.pools.iter().map(|p| p.name()).collect();
+        f.debug_struct("Topology")
+            .field("pools", &pools)
+            .finish_non_exhaustive()
+    }
+}
+
 impl Topology {
     /// Builds `config`, reusing from `previous` the server connections that stay, the spool
     /// and the route counters. Must run inside a tokio runtime (connections are tasks).
@@ -253,6 +263,77 @@ impl Topology {
             "resolve_interval_ms": settings.resolve_interval.as_millis() as u64,
             "nameservers": settings.nameservers.iter().map(|a| a.to_string()).collect::<Vec<_>>(),
         })
+    }
+
+    /// Prometheus text of each pool's member count (`<prefix>_pool_members{pool}`), and for
+    /// pools with DNS entries their members found, lookups, errors, failing entries and the
+    /// time their members last changed (`<prefix>_dns_*{pool}`): the router's `/metrics`
+    /// and the invalidator's (its destinations).
+    pub fn prometheus_pools(&self, prefix: &str, text: &mut String) {
+        use std::fmt::Write as _;
+        let snapshot = self;
+        let _ = writeln!(
+            text,
+            "# HELP {prefix}_pool_members servers in the pool's ring (written and found in DNS)"
+        );
+        let _ = writeln!(text, "# TYPE {prefix}_pool_members gauge");
+        for pool in snapshot.pools() {
+            let _ = writeln!(
+                text,
+                "{prefix}_pool_members{{pool=\"{}\"}} {}",
+                pool.name(),
+                pool.members().len()
+            );
+        }
+        let dns: Vec<_> = snapshot
+            .pools()
+            .iter()
+            .filter_map(|p| Some((p.name(), p.dns_summary()?)))
+            .collect();
+        if dns.is_empty() {
+            return;
+        }
+        let series: [(&str, &str, &str); 5] = [
+            (
+                "dns_members",
+                "gauge",
+                "servers of the pool's ring found through its DNS entries",
+            ),
+            (
+                "dns_lookups_total",
+                "counter",
+                "DNS questions asked for the pool's entries (SRV targets' addresses included)",
+            ),
+            (
+                "dns_errors_total",
+                "counter",
+                "DNS rounds that failed, timed out or found nothing (the last good members were kept), and SRV targets without an address",
+            ),
+            (
+                "dns_failing",
+                "gauge",
+                "DNS entries of the pool whose last lookup failed",
+            ),
+            (
+                "dns_last_change_seconds",
+                "gauge",
+                "when the pool's DNS members last changed (Unix time; 0: never found)",
+            ),
+        ];
+        for (name, kind, help) in series {
+            let _ = writeln!(text, "# HELP {prefix}_{name} {help}");
+            let _ = writeln!(text, "# TYPE {prefix}_{name} {kind}");
+            for (pool, dns) in &dns {
+                let v = match name {
+                    "dns_members" => dns.members as u64,
+                    "dns_lookups_total" => dns.lookups,
+                    "dns_errors_total" => dns.errors,
+                    "dns_failing" => dns.failing as u64,
+                    _ => dns.last_change_unix(),
+                };
+                let _ = writeln!(text, "{prefix}_{name}{{pool=\"{pool}\"}} {v}");
+            }
+        }
     }
 
     /// `STAT` lines of the route counters and spool depths.
