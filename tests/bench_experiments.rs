@@ -4,7 +4,7 @@
 mod support;
 
 use std::process::Command;
-use support::results::{assert_figure, out_dir};
+use support::results::{assert_figure, assert_results, out_dir};
 
 /// The row of a table whose first words are `label`, as the numbers after it (`-` and
 /// words that are not numbers are skipped; `12s` counts as 12).
@@ -106,5 +106,61 @@ fn expiry_scenario_shows_memfleet_holding_fewer_expired_bytes_than_memcached() {
     for figure in ["expiry-expired-bytes.png", "expiry-rss.png"] {
         assert_figure(&dir, figure);
     }
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+/// The discovery scenario: 32 members found through DNS, 4 replaced in place and then with
+/// new names under load: no failed request (the gutter serves), no key moved in place, only
+/// the leavers' keys and the newcomers' takings moved, each change followed within two
+/// resolve intervals and some slack, and the router placing keys as the ring computed here.
+#[test]
+fn discovery_scenario_follows_dns_without_a_failed_request() {
+    let bin = env!("CARGO_BIN_EXE_memfleet");
+    let dir = out_dir("discovery");
+    let out = Command::new(bin)
+        .args(["bench", "discovery", "--memfleet-bin", bin])
+        .arg("--out")
+        .arg(&dir)
+        .args(["--members", "32", "--keys", "2000", "--conns", "10"])
+        .args(["--duration", "5s", "--replace-at", "1s"])
+        .args(["--resolve-interval", "300ms", "--db-latency", "2ms"])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "bench failed:\n{stdout}\n{stderr}");
+    assert!(stdout.contains("followed p50"), "{stdout}");
+    let result = assert_results(&dir, "discovery");
+    let runs = result["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 2, "{result}");
+    for run in runs {
+        assert_eq!(run["totals"]["failures"], 0, "{run}");
+        assert!(run["totals"]["hit_ratio"].as_f64().unwrap() > 0.5, "{run}");
+        let keys = &run["keys"];
+        assert_eq!(keys["sample"], 20_000, "{keys}");
+        assert_eq!(keys["router_vs_offline_ring_disagreements"], 0, "{keys}");
+        assert_eq!(keys["between_stayers"], 0, "{keys}");
+        assert_eq!(keys["moved"], keys["moved_on_offline_ring"], "{keys}");
+        let steps = run["replacements"].as_array().unwrap();
+        assert_eq!(steps.len(), 4, "{run}");
+        for step in steps {
+            // Two intervals of 300 ms, and 1.5 s that a loaded two-core machine may add.
+            let followed = step["followed_ms"].as_f64().unwrap();
+            assert!(followed <= 2100.0, "{step}");
+            assert_ne!(step["old_addr"], step["new_addr"], "{step}");
+            let renamed = step["member"] != step["replacement"];
+            assert_eq!(renamed, run["label"] == "new names", "{step}");
+        }
+    }
+    let (in_place, renamed) = (&runs[0]["keys"], &runs[1]["keys"]);
+    assert_eq!(in_place["moved"], 0, "{in_place}");
+    let share = |k: &str| 100.0 * renamed[k].as_f64().unwrap() / 20_000.0;
+    assert_eq!(renamed["ideal_percent"], 12.5, "{renamed}");
+    // Every key of the 4 leavers moves (of 32 members: about 12.5%), and the newcomers'
+    // points on the ring take about 12.5% × 28/32 from the members that stay.
+    assert!((share("on_leavers") - 12.5).abs() < 5.0, "{renamed}");
+    let taken = share("to_newcomers") - 12.5 * 28.0 / 32.0;
+    assert!(taken.abs() < 5.0, "{renamed}");
+    assert_figure(&dir, "discovery-timeline.png");
     std::fs::remove_dir_all(dir).unwrap();
 }
