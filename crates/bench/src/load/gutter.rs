@@ -444,17 +444,34 @@ async fn sample_gutter(
     deadline: Instant,
     windows: &RefCell<Vec<Second>>,
 ) -> Result<()> {
+    sample_gutter_counters(addr, start, deadline, |second, requests, hits| {
+        if let Some(s) = windows.borrow_mut().get_mut(second) {
+            s.gutter_requests = requests;
+            s.gutter_hits = hits;
+        }
+    })
+    .await
+}
+
+/// Reads the `gutter_gets` and `gutter_hits` counters of the router's route `cache` at
+/// `addr` every second from `start` until just after `deadline`, and hands each second's
+/// increase to `record(second, gets, hits)` (second 0 is the first).
+pub(super) async fn sample_gutter_counters(
+    addr: SocketAddr,
+    start: Instant,
+    deadline: Instant,
+    mut record: impl FnMut(usize, u64, u64),
+) -> Result<()> {
     let mut conn = BufReader::new(TcpStream::connect(addr).await?);
     let mut last = (0u64, 0u64);
-    let mut tick = 1u64;
-    loop {
+    for tick in 1u64.. {
         let at = start + Duration::from_secs(tick);
         if at > deadline + Duration::from_millis(500) {
-            return Ok(());
+            break;
         }
         tokio::time::sleep_until(at.into()).await;
         conn.get_mut().write_all(b"stats\r\n").await?;
-        let (mut requests, mut hits) = (last.0, last.1);
+        let (mut gets, mut hits) = last;
         let mut line = String::new();
         loop {
             line.clear();
@@ -463,19 +480,15 @@ async fn sample_gutter(
             }
             let number = |l: &str| l.trim_end().rsplit(' ').next().and_then(|n| n.parse().ok());
             if line.starts_with("STAT route:cache:gutter_gets ") {
-                requests = number(&line).unwrap_or(requests);
+                gets = number(&line).unwrap_or(gets);
             } else if line.starts_with("STAT route:cache:gutter_hits ") {
                 hits = number(&line).unwrap_or(hits);
             }
         }
-        let i = (tick - 1) as usize;
-        if let Some(s) = windows.borrow_mut().get_mut(i) {
-            s.gutter_requests = requests - last.0;
-            s.gutter_hits = hits - last.1;
-        }
-        last = (requests, hits);
-        tick += 1;
+        record((tick - 1) as usize, gets - last.0, hits - last.1);
+        last = (gets, hits);
     }
+    Ok(())
 }
 
 fn report(plain: &GutterRun, gutter: &GutterRun, fail_at: Duration) -> String {

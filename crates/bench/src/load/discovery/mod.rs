@@ -534,34 +534,11 @@ async fn sample_gutter(
     deadline: Instant,
     windows: &RefCell<Vec<Second>>,
 ) -> Result<()> {
-    let mut conn = BufReader::new(TcpStream::connect(addr).await?);
-    let mut last = (0u64, 0u64);
-    for tick in 1.. {
-        let at = start + Duration::from_secs(tick);
-        if at > deadline + Duration::from_millis(500) {
-            break;
+    super::gutter::sample_gutter_counters(addr, start, deadline, |second, gets, hits| {
+        if let Some(s) = windows.borrow_mut().get_mut(second) {
+            s.gutter_gets = gets;
+            s.gutter_hits = hits;
         }
-        tokio::time::sleep_until(at.into()).await;
-        conn.get_mut().write_all(b"stats\r\n").await?;
-        let (mut gets, mut hits) = last;
-        let mut line = String::new();
-        loop {
-            line.clear();
-            if conn.read_line(&mut line).await? == 0 || line == "END\r\n" {
-                break;
-            }
-            let number = |l: &str| l.trim_end().rsplit(' ').next().and_then(|n| n.parse().ok());
-            if line.starts_with("STAT route:cache:gutter_gets ") {
-                gets = number(&line).unwrap_or(gets);
-            } else if line.starts_with("STAT route:cache:gutter_hits ") {
-                hits = number(&line).unwrap_or(hits);
-            }
-        }
-        if let Some(s) = windows.borrow_mut().get_mut(tick as usize - 1) {
-            s.gutter_gets = gets - last.0;
-            s.gutter_hits = hits - last.1;
-        }
-        last = (gets, hits);
-    }
-    Ok(())
+    })
+    .await
 }
