@@ -38,7 +38,53 @@ pub struct PgLogical {
     prefix: String,
     /// Keys of the transaction being read.
     keys: Vec<String>,
+    /// Inside a transaction (between BEGIN and COMMIT).
+    in_transaction: bool,
+    confirmations: Confirmations,
     ended: bool,
+}
+
+/// Which position of the log may be confirmed to PostgreSQL (the slot then forgets what
+/// is before it). Every returned transaction must be acknowledged (delivered) first;
+/// positions with nothing to deliver (a transaction without invalidations, a keepalive's
+/// WAL end) are confirmed too, but never past a returned transaction still waiting.
+/// Confirming idle positions lets PostgreSQL recycle WAL, and a walsender finish: a
+/// server's fast shutdown waits until its logical clients confirmed everything sent.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Confirmations {
+    /// The end of the last transaction returned, and of the last acknowledged.
+    returned: u64,
+    acked: u64,
+    /// The latest position needing no delivery of its own.
+    skip_to: u64,
+}
+
+impl Confirmations {
+    /// A transaction ending at `end` was handed out for delivery.
+    pub fn returned(&mut self, end: u64) {
+        self.returned = self.returned.max(end);
+    }
+
+    /// Everything handed out up to `end` was delivered: the position to confirm.
+    pub fn acked(&mut self, end: u64) -> u64 {
+        self.acked = self.acked.max(end);
+        self.confirmable()
+    }
+
+    /// Nothing up to `end` needs delivery but what was handed out: the position to
+    /// confirm now, if it moved.
+    pub fn skip(&mut self, end: u64) -> Option<u64> {
+        self.skip_to = self.skip_to.max(end);
+        (self.acked >= self.returned).then(|| self.confirmable())
+    }
+
+    fn confirmable(&self) -> u64 {
+        if self.acked >= self.returned {
+            self.acked.max(self.skip_to)
+        } else {
+            self.acked
+        }
+    }
 }
 
 impl PgLogical {
@@ -74,8 +120,17 @@ impl PgLogical {
             client,
             prefix: db.prefix.clone(),
             keys: Vec::new(),
+            in_transaction: false,
+            confirmations: Confirmations::default(),
             ended: false,
         })
+    }
+
+    /// Nothing up to `end` needs delivery of its own.
+    fn skip(&mut self, end: u64) {
+        if let Some(to) = self.confirmations.skip(end).filter(|to| *to > 0) {
+            self.client.update_applied_lsn(Lsn::from_u64(to));
+        }
     }
 }
 
@@ -87,7 +142,10 @@ impl CommitLog for PgLogical {
                 return Ok(None);
             };
             match event {
-                ReplicationEvent::Begin { .. } => self.keys.clear(),
+                ReplicationEvent::Begin { .. } => {
+                    self.keys.clear();
+                    self.in_transaction = true;
+                }
                 ReplicationEvent::Message {
                     transactional: true,
                     prefix,
@@ -103,19 +161,28 @@ impl CommitLog for PgLogical {
                     commit_time_micros,
                     ..
                 } => {
+                    self.in_transaction = false;
                     if self.keys.is_empty() {
-                        // A transaction without invalidations: nothing to wait for, so
-                        // its position can go at once.
-                        self.client.update_applied_lsn(end_lsn);
+                        // A transaction without invalidations: nothing to wait for but
+                        // the ones before it.
+                        self.skip(end_lsn.as_u64());
                         continue;
                     }
+                    self.confirmations.returned(end_lsn.as_u64());
                     return Ok(Some(CommittedTransaction {
                         keys: std::mem::take(&mut self.keys),
                         end: end_lsn.as_u64(),
                         committed_at_us: commit_time_micros + POSTGRES_EPOCH_US,
                     }));
                 }
-                ReplicationEvent::KeepAlive { .. } => return Ok(None),
+                ReplicationEvent::KeepAlive { wal_end, .. } => {
+                    // Everything before it was read: outside a transaction, nothing up to
+                    // it needs delivery but what was returned already.
+                    if !self.in_transaction {
+                        self.skip(wal_end.as_u64());
+                    }
+                    return Ok(None);
+                }
                 ReplicationEvent::StoppedAt { .. } => {
                     self.ended = true;
                     return Ok(None);
@@ -126,10 +193,37 @@ impl CommitLog for PgLogical {
     }
 
     fn ack(&mut self, end: u64) {
-        self.client.update_applied_lsn(Lsn::from_u64(end));
+        let to = self.confirmations.acked(end);
+        self.client.update_applied_lsn(Lsn::from_u64(to));
     }
 
     fn ended(&self) -> bool {
         self.ended
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Confirmations;
+
+    #[test]
+    fn idle_positions_are_confirmed_but_never_past_a_transaction_not_yet_delivered() {
+        let mut c = Confirmations::default();
+        // Idle: a keepalive's position goes at once.
+        assert_eq!(c.skip(50), Some(50));
+        // A transaction with invalidations (ends at 100) is out for delivery; an empty one
+        // after it (200) and a keepalive (250) must wait for it.
+        c.returned(100);
+        assert_eq!(c.skip(200), None);
+        assert_eq!(c.skip(250), None);
+        // Another one with invalidations (300) goes out before the first is delivered.
+        c.returned(300);
+        assert_eq!(c.acked(100), 100);
+        assert_eq!(c.acked(300), 300);
+        // All delivered: idle positions move on again.
+        assert_eq!(c.skip(400), Some(400));
+        c.returned(500);
+        assert_eq!(c.skip(600), None);
+        assert_eq!(c.acked(500), 600);
     }
 }
