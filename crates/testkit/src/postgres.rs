@@ -3,8 +3,14 @@
 //! deleted when dropped. PostgreSQL refuses to run as root, so as root it runs as `nobody`
 //! (through `su`). Not for production data.
 //!
-//! The binaries are found on PATH or in Debian's `/usr/lib/postgresql/<version>/bin`
-//! (`.ci/run` installs the `postgresql` package).
+//! [`Postgres::standby`] makes a streaming (physical) standby of one with `pg_basebackup -R`,
+//! as a replica region's database (paper §5); logical decoding on it needs PostgreSQL 16 or
+//! later ([`Postgres::start_at_least`]).
+//!
+//! The binaries are, in this order: the directory `MEMFLEET_POSTGRES_BIN` names; PostgreSQL
+//! 16 as `scripts/postgres16` unpacks it (`target/tools/postgresql-16/...`); PATH; Debian's
+//! `/usr/lib/postgresql/<version>/bin`, the newest (`scripts/test` installs the `postgresql`
+//! package and runs `scripts/postgres16`).
 
 use anyhow::{ensure, Context};
 use std::net::TcpListener;
@@ -17,15 +23,68 @@ pub struct Postgres {
     pub port: u16,
     dir: PathBuf,
     bin: PathBuf,
+    /// The `-o` options it was started with (to start it again).
+    options: String,
 }
 
-fn find_bin() -> anyhow::Result<PathBuf> {
+/// Where `scripts/postgres16` puts PostgreSQL 16's binaries.
+fn postgres16_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../target/tools/postgresql-16/pgserver/pginstall/bin")
+}
+
+/// The major version of the PostgreSQL in `bin`.
+fn major_version(bin: &Path) -> anyhow::Result<u32> {
+    let out = Command::new(bin.join("postgres"))
+        .arg("--version")
+        .output()?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    // "postgres (PostgreSQL) 16.2"
+    text.split_whitespace()
+        .last()
+        .and_then(|v| v.split('.').next())
+        .and_then(|v| v.parse().ok())
+        .with_context(|| format!("{}/postgres --version said {text:?}", bin.display()))
+}
+
+/// The first installation (see the module's documentation) of at least version `at_least`.
+fn find_bin(at_least: u32) -> anyhow::Result<PathBuf> {
+    let mut candidates: Vec<PathBuf> = Vec::new();
+    if let Some(dir) = std::env::var_os("MEMFLEET_POSTGRES_BIN") {
+        candidates.push(dir.into());
+    }
+    candidates.push(postgres16_dir());
+    candidates.extend(find_system_bin());
+    let mut seen = Vec::new();
+    for dir in candidates {
+        if !dir.join("initdb").is_file() || !dir.join("pg_ctl").is_file() {
+            continue;
+        }
+        let version = major_version(&dir)?;
+        if version >= at_least {
+            return Ok(dir);
+        }
+        seen.push(format!("{} ({version})", dir.display()));
+    }
+    anyhow::bail!(
+        "no PostgreSQL {at_least} or later (found: {}): run scripts/postgres16, or name one's \
+         bin directory in MEMFLEET_POSTGRES_BIN",
+        if seen.is_empty() {
+            "none".to_string()
+        } else {
+            seen.join(", ")
+        }
+    )
+}
+
+/// PATH's, else Debian's newest.
+fn find_system_bin() -> Option<PathBuf> {
     let on_path = std::env::var_os("PATH")
         .map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
         .unwrap_or_default();
     for dir in on_path {
         if dir.join("initdb").is_file() && dir.join("pg_ctl").is_file() {
-            return Ok(dir);
+            return Some(dir);
         }
     }
     let mut debian: Vec<PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
@@ -38,14 +97,7 @@ fn find_bin() -> anyhow::Result<PathBuf> {
             .and_then(|v| v.parse::<u32>().ok())
             .unwrap_or(0)
     });
-    debian
-        .pop()
-        .filter(|d| d.join("initdb").is_file())
-        .ok_or_else(|| {
-            anyhow::anyhow!(
-                "PostgreSQL is not installed (no initdb on PATH or in /usr/lib/postgresql/*/bin)"
-            )
-        })
+    debian.pop().filter(|d| d.join("initdb").is_file())
 }
 
 fn is_root() -> bool {
@@ -70,6 +122,27 @@ fn run_as_pg(program: &Path, args: &[&str]) -> anyhow::Result<std::process::Outp
     output.with_context(|| format!("running {}", program.display()))
 }
 
+/// A fresh directory for one cluster (owned by `nobody` when running as root).
+fn scratch_dir() -> anyhow::Result<PathBuf> {
+    static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let dir = std::env::temp_dir().join(format!(
+        "memfleet-pg-{}-{}-{}",
+        std::process::id(),
+        NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)?
+            .subsec_nanos()
+    ));
+    std::fs::create_dir_all(&dir)?;
+    if is_root() {
+        let status = Command::new("chown")
+            .args(["nobody", &dir.display().to_string()])
+            .status()?;
+        ensure!(status.success(), "chown nobody {}", dir.display());
+    }
+    Ok(dir)
+}
+
 fn shell_quote(s: &str) -> String {
     format!("'{}'", s.replace('\'', "'\\''"))
 }
@@ -82,21 +155,14 @@ impl Postgres {
 
     /// initdb and start with extra `name=value` settings (later ones win).
     pub fn start_with(settings: &[&str]) -> anyhow::Result<Postgres> {
-        let bin = find_bin()?;
-        let dir = std::env::temp_dir().join(format!(
-            "memfleet-pg-{}-{}",
-            std::process::id(),
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)?
-                .subsec_nanos()
-        ));
-        std::fs::create_dir_all(&dir)?;
-        if is_root() {
-            let status = Command::new("chown")
-                .args(["nobody", &dir.display().to_string()])
-                .status()?;
-            ensure!(status.success(), "chown nobody {}", dir.display());
-        }
+        Postgres::start_at_least(0, settings)
+    }
+
+    /// initdb and start PostgreSQL `version` or later (16: logical decoding on a standby),
+    /// with extra `name=value` settings.
+    pub fn start_at_least(version: u32, settings: &[&str]) -> anyhow::Result<Postgres> {
+        let bin = find_bin(version)?;
+        let dir = scratch_dir()?;
         let data = dir.join("data");
         let out = run_as_pg(
             &bin.join("initdb"),
@@ -114,6 +180,48 @@ impl Postgres {
             "initdb failed: {}",
             String::from_utf8_lossy(&out.stderr)
         );
+        Postgres::launch(bin, dir, settings)
+    }
+
+    /// A streaming (physical) standby of this one, as a replica region's database:
+    /// `pg_basebackup -R` (which writes `standby.signal` and `primary_conninfo`), then
+    /// started with `hot_standby_feedback = on` and `wal_level = logical` (so that a
+    /// logical slot can be made on it, PostgreSQL 16 and later) and the extra settings
+    /// (`recovery_min_apply_delay=500ms` holds its replay back).
+    pub fn standby(&self, settings: &[&str]) -> anyhow::Result<Postgres> {
+        let dir = scratch_dir()?;
+        let data = dir.join("data");
+        let out = run_as_pg(
+            &self.bin.join("pg_basebackup"),
+            &[
+                "-h",
+                "127.0.0.1",
+                "-p",
+                &self.port.to_string(),
+                "-U",
+                "postgres",
+                "-D",
+                &data.display().to_string(),
+                "-R",
+                "-X",
+                "stream",
+                "--no-sync",
+            ],
+        )?;
+        if !out.status.success() {
+            let _ = std::fs::remove_dir_all(&dir);
+            anyhow::bail!(
+                "pg_basebackup failed: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        let mut all = vec!["hot_standby_feedback=on"];
+        all.extend_from_slice(settings);
+        Postgres::launch(self.bin.clone(), dir, &all)
+    }
+
+    /// Starts the cluster in `dir/data` on a free port.
+    fn launch(bin: PathBuf, dir: PathBuf, settings: &[&str]) -> anyhow::Result<Postgres> {
         let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
         let mut options = format!(
             "-p {port} -k {} -c listen_addresses=127.0.0.1 -c wal_level=logical \
@@ -124,28 +232,58 @@ impl Postgres {
             options.push_str(" -c ");
             options.push_str(s);
         }
-        let out = run_as_pg(
-            &bin.join("pg_ctl"),
-            &[
-                "-D",
-                &data.display().to_string(),
-                "-o",
-                &options,
-                "-l",
-                &dir.join("log").display().to_string(),
-                "-w",
-                "start",
-            ],
-        )?;
-        // Dropped from here on: stopped and removed even if the checks below fail.
-        let pg = Postgres { port, dir, bin };
+        // Dropped from here on: stopped and removed even if starting fails.
+        let pg = Postgres {
+            port,
+            dir,
+            bin,
+            options,
+        };
+        pg.pg_ctl(&["-w", "start"])?;
+        Ok(pg)
+    }
+
+    /// `pg_ctl -D data -o options -l log ARGS`, failing with its output and the log.
+    fn pg_ctl(&self, args: &[&str]) -> anyhow::Result<()> {
+        let data = self.dir.join("data").display().to_string();
+        let log = self.dir.join("log").display().to_string();
+        let mut all = vec!["-D", &data, "-o", &self.options, "-l", &log];
+        all.extend_from_slice(args);
+        let out = run_as_pg(&self.bin.join("pg_ctl"), &all)?;
         ensure!(
             out.status.success(),
-            "pg_ctl start failed: {}\n{}",
+            "pg_ctl {} failed: {}\n{}",
+            args.join(" "),
             String::from_utf8_lossy(&out.stderr),
-            std::fs::read_to_string(pg.dir.join("log")).unwrap_or_default()
+            std::fs::read_to_string(self.dir.join("log")).unwrap_or_default()
         );
-        Ok(pg)
+        Ok(())
+    }
+
+    /// Stops it (`-m fast`: clients are disconnected, a clean shutdown) and starts it again
+    /// on the same port, waiting until it accepts connections.
+    pub fn restart(&self) -> anyhow::Result<()> {
+        self.pg_ctl(&["-m", "fast", "-w", "restart"])
+    }
+
+    /// Stops it (`-m immediate`: as a crash); [`Postgres::start_again`] brings it back.
+    pub fn kill(&self) -> anyhow::Result<()> {
+        self.pg_ctl(&["-m", "immediate", "stop"])
+    }
+
+    /// Starts it again after [`Postgres::kill`].
+    pub fn start_again(&self) -> anyhow::Result<()> {
+        self.pg_ctl(&["-w", "start"])
+    }
+
+    /// Promotes a standby to a primary (`pg_ctl promote`, waiting until it is done).
+    pub fn promote(&self) -> anyhow::Result<()> {
+        self.pg_ctl(&["-w", "promote"])
+    }
+
+    /// Its server log so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("log")).unwrap_or_default()
     }
 
     /// A plain connection (for the application's transactions); its connection task runs
