@@ -45,7 +45,9 @@ pub mod udp;
 pub mod window;
 
 pub use backend::{Backend, BackendAuth, BackendError, BackendOptions};
-pub use client::{CasOutcome, Client, ClientOptions, Error, Lease, UdpGet, Value, FLAG_COMPRESSED};
+pub use client::{
+    CasOutcome, Client, ClientOptions, Error, Lease, RegionalStats, UdpGet, Value, FLAG_COMPRESSED,
+};
 pub use route::{
     ReplyFuture, RequestClass, RequestForm, Route, RouteContext, RouteCounters, RouteReply,
     RouteRequest,

@@ -16,6 +16,14 @@
 //! prefix = "memfleet"        # pg_logical_emit_message(true, 'memfleet', 'key1 key2')
 //! create = true              # create the slot and publication if missing
 //!
+//! # In a replica region (paper §5), [database] is the region's standby (PostgreSQL 16 or
+//! # later), and the master region's primary is named for what a standby cannot do itself:
+//! # the replication lag in bytes, creating the publication, and a running-transactions
+//! # record so that the slot can be made on the standby at once.
+//! [database.primary]
+//! host = "10.0.0.5"
+//! port = 5432                # user, password, password_env, dbname: the standby's unless given
+//!
 //! [invalidator]
 //! route = "everywhere"
 //! batch_keys = 512
@@ -23,6 +31,7 @@
 //! check_one_in = 1000        # look every 1000th deleted key up everywhere (paper §7.3)
 //! report_every_s = 60        # log counts, commit-to-delivered latency, spool depth and age
 //! metrics_listen = "127.0.0.1:9151"   # optional: Prometheus metrics at /metrics
+//! marker_prefix = "remote-marker:"    # deleted keys so named are remote markers cleared
 //!
 //! [router]
 //! spool_dir = "/var/spool/memfleet-invalidator"   # default: a slot of the state directory
@@ -78,6 +87,35 @@ pub struct Database {
     /// Create the slot and the publication when they are missing.
     #[serde(default)]
     pub create: bool,
+    /// When `host` is a standby: the primary it replicates (see the module's example).
+    #[serde(default)]
+    pub primary: Option<Primary>,
+}
+
+/// The primary a standby `[database]` replicates: asked for its WAL position (the lag in
+/// bytes), to create the publication, and to log a running-transactions record while a
+/// slot is being created on the standby (`pg_log_standby_snapshot()`). Any field left out
+/// is the standby's.
+#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct Primary {
+    /// Host name or address.
+    pub host: String,
+    /// Port.
+    #[serde(default = "default_port")]
+    pub port: u16,
+    /// User (needs `pg_log_standby_snapshot`, i.e. superuser, only for creating a slot).
+    #[serde(default)]
+    pub user: Option<String>,
+    /// Password.
+    #[serde(default)]
+    pub password: Option<String>,
+    /// The environment variable holding the password.
+    #[serde(default)]
+    pub password_env: Option<String>,
+    /// Database.
+    #[serde(default)]
+    pub dbname: Option<String>,
 }
 
 fn default_port() -> u16 {
@@ -100,6 +138,39 @@ impl Database {
             .and_then(|v| std::env::var(v).ok())
             .unwrap_or_default()
     }
+
+    /// The `[database.primary]` connection as a database of its own (the standby's
+    /// user, password and database where it names none).
+    pub fn primary_database(&self) -> Option<Database> {
+        let p = self.primary.as_ref()?;
+        Some(Database {
+            host: p.host.clone(),
+            port: p.port,
+            user: p.user.clone().unwrap_or_else(|| self.user.clone()),
+            password: p.password.clone().or_else(|| {
+                p.password_env
+                    .is_none()
+                    .then(|| self.password.clone())
+                    .flatten()
+            }),
+            password_env: p.password_env.clone().or_else(|| self.password_env.clone()),
+            dbname: p.dbname.clone().unwrap_or_else(|| self.dbname.clone()),
+            primary: None,
+            ..self.clone()
+        })
+    }
+
+    /// Connection settings for tokio-postgres.
+    pub fn connect_config(&self) -> tokio_postgres::Config {
+        let mut cfg = tokio_postgres::Config::new();
+        cfg.host(&self.host)
+            .port(self.port)
+            .user(&self.user)
+            .password(self.password())
+            .dbname(&self.dbname)
+            .connect_timeout(std::time::Duration::from_secs(10));
+        cfg
+    }
 }
 
 #[derive(Deserialize)]
@@ -115,6 +186,12 @@ struct Invalidator {
     #[serde(default = "default_report_every_s")]
     report_every_s: u64,
     metrics_listen: Option<String>,
+    #[serde(default = "default_marker_prefix")]
+    marker_prefix: String,
+}
+
+fn default_marker_prefix() -> String {
+    "remote-marker:".into()
 }
 
 fn default_check_one_in() -> u64 {
@@ -152,6 +229,8 @@ pub struct Config {
     pub report_every: Duration,
     /// Where Prometheus metrics are served (`GET /metrics`), if anywhere.
     pub metrics_listen: Option<String>,
+    /// Deleted keys with this prefix are remote markers (paper §5) being cleared: counted.
+    pub marker_prefix: String,
 }
 
 impl Config {
@@ -197,6 +276,7 @@ impl Config {
             check_one_in: inv.check_one_in,
             report_every: Duration::from_secs(inv.report_every_s.max(1)),
             metrics_listen: inv.metrics_listen,
+            marker_prefix: inv.marker_prefix,
         })
     }
 }
@@ -247,5 +327,36 @@ mod tests {
         );
         assert!(err(&text.replace("[database]", "[db]")).contains("[database]"));
         assert!(err(&text.replace("dbname", "db_name")).contains("db_name"));
+        assert_eq!(c.marker_prefix, "remote-marker:");
+        assert!(c.database.primary_database().is_none());
+    }
+
+    #[test]
+    fn a_standby_names_its_primary_which_borrows_what_it_leaves_out() {
+        let text = r#"
+            [database]
+            host = "standby"
+            user = "memfleet"
+            password_env = "PGPASSWORD"
+            dbname = "app"
+            [database.primary]
+            host = "primary"
+            port = 6432
+            [invalidator]
+            route = "a"
+            marker_prefix = "rm:"
+            [pools.a]
+            servers = ["127.0.0.1:5000"]
+        "#;
+        let c = Config::parse(text).unwrap();
+        let p = c.database.primary_database().unwrap();
+        assert_eq!(
+            (p.host.as_str(), p.port, p.user.as_str(), p.dbname.as_str()),
+            ("primary", 6432, "memfleet", "app")
+        );
+        assert_eq!(p.password_env.as_deref(), Some("PGPASSWORD"));
+        assert_eq!(c.marker_prefix, "rm:");
+        let err = Config::parse(&text.replace("port = 6432", "prot = 6432")).unwrap_err();
+        assert!(format!("{err:#}").contains("prot"), "{err:#}");
     }
 }

@@ -11,6 +11,7 @@
 //! | `source` | the commit log behind a small trait; PostgreSQL's logical replication (pgoutput) |
 //! | `setup` | checks (`wal_level`, slot, credentials) with errors that say what to do |
 //! | `delivery` | when spooled deletes were replayed: commit-to-delivered latency |
+//! | `replication` | a standby's replication lag (bytes, seconds), read every second |
 //! | `metrics` | Prometheus metrics (`metrics_listen`): counters, latency, spool depth and age |
 //! | (this file) | the loop: batch, delete everywhere, acknowledge |
 //!
@@ -26,6 +27,7 @@
 pub mod config;
 pub mod delivery;
 pub mod metrics;
+pub mod replication;
 pub mod setup;
 pub mod source;
 
@@ -70,8 +72,16 @@ pub struct Counters {
     /// Batches acknowledged (spooled) whose spooled deletes are not delivered yet.
     pub undelivered_batches: AtomicU64,
     /// Commit-to-delivered latency per transaction, µs: the database's commit timestamp
-    /// to the last destination's reply, or to the replay of its last spooled delete.
+    /// to the last destination's reply, or to the replay of its last spooled delete. In a
+    /// replica region, the commit is the master's: this is the region's invalidation lag.
     pub latency_us: Mutex<Histogram<u64>>,
+    /// Commit-to-decoded latency per transaction, µs: until the invalidator read it from
+    /// the log. From a standby, never less than its replication lag for that transaction.
+    pub decoded_us: Mutex<Histogram<u64>>,
+    /// Deleted keys that were remote markers (`marker_prefix`): markers cleared.
+    pub markers_cleared: AtomicU64,
+    /// The database's replication lag as last read ([`replication::watch`]).
+    pub replication: Mutex<Option<replication::ReplicationLag>>,
     /// The spool queues as last seen (refreshed every 250 ms).
     pub spool: Mutex<Vec<SpoolQueueStats>>,
     /// The destinations' pools as last seen (refreshed with the spool): their members and,
@@ -93,23 +103,39 @@ impl Default for Counters {
             undelivered_batches: AtomicU64::new(0),
             spool: Mutex::new(Vec::new()),
             destinations: Mutex::new(None),
-            latency_us: Mutex::new(
-                Histogram::new_with_bounds(1, 3_600_000_000, 3).expect("valid histogram bounds"),
-            ),
+            latency_us: Mutex::new(latency_histogram()),
+            decoded_us: Mutex::new(latency_histogram()),
+            markers_cleared: AtomicU64::new(0),
+            replication: Mutex::new(None),
         }
     }
+}
+
+/// µs from 1 to an hour, 3 significant digits.
+fn latency_histogram() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, 3_600_000_000, 3).expect("valid histogram bounds")
+}
+
+/// (p50, p99, p99.9, max) of a histogram.
+fn quantiles(h: &Mutex<Histogram<u64>>) -> (u64, u64, u64, u64) {
+    let h = h.lock().unwrap_or_else(|e| e.into_inner());
+    (
+        h.value_at_quantile(0.5),
+        h.value_at_quantile(0.99),
+        h.value_at_quantile(0.999),
+        h.max(),
+    )
 }
 
 impl Counters {
     /// (p50, p99, p99.9, max) of the commit-to-deleted latency, µs.
     pub fn latency(&self) -> (u64, u64, u64, u64) {
-        let h = self.latency_us.lock().unwrap_or_else(|e| e.into_inner());
-        (
-            h.value_at_quantile(0.5),
-            h.value_at_quantile(0.99),
-            h.value_at_quantile(0.999),
-            h.max(),
-        )
+        quantiles(&self.latency_us)
+    }
+
+    /// (p50, p99, p99.9, max) of the commit-to-decoded latency, µs.
+    pub fn decoded(&self) -> (u64, u64, u64, u64) {
+        quantiles(&self.decoded_us)
     }
 
     /// One line for the log.
@@ -133,39 +159,83 @@ impl Counters {
                 line += &format!("; spool {}: {} waiting, oldest {age} ms", q.name, q.depth);
             }
         }
+        let replication = self
+            .replication
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        if let Some(lag) = replication.filter(|l| l.standby) {
+            let (p50, _, _, max) = self.decoded();
+            line += &format!(
+                "; standby {} bytes and {:.3} s behind, commit-to-decoded p50 {p50} µs, max \
+                 {max} µs; {} remote markers cleared",
+                lag.bytes,
+                lag.seconds,
+                self.markers_cleared.load(Ordering::Relaxed)
+            );
+        }
         line
+    }
+}
+
+/// Where deletes go: the delivering client (with its delete spool) and one reading client
+/// per destination pool for the sampled checks. Made once per process: a lost commit log
+/// is read again with the same destinations (the spool directory is locked by its client).
+pub struct Destinations {
+    cache: Client,
+    checkers: Arc<Vec<(String, Client)>>,
+}
+
+impl Destinations {
+    /// Connects to `config`'s destinations (those found in DNS are looked up first, then
+    /// followed).
+    pub async fn connect(config: &Config) -> anyhow::Result<Destinations> {
+        // A batch is one burst: the window starts as large as a batch (it still halves if
+        // destinations time out).
+        let window = config.batch_keys.max(64);
+        let options = || ClientOptions {
+            compress_above: None,
+            window: (window, 2, window * 4),
+            ..ClientOptions::default()
+        };
+        let cache = Client::connect(&config.destinations, &config.route, options()).await?;
+        // One client per destination pool, to check sampled keys are gone from each. They
+        // only read: no spool of their own (the delivering client holds the spool directory).
+        let mut lookups = config.destinations.clone();
+        for p in &mut lookups.pools {
+            p.spool_deletes = false;
+        }
+        let mut checkers = Vec::new();
+        for pool in cache.topology().pools() {
+            let checker = Client::connect(&lookups, pool.name(), options()).await?;
+            checkers.push((pool.name().to_string(), checker));
+        }
+        Ok(Destinations {
+            cache,
+            checkers: Arc::new(checkers),
+        })
     }
 }
 
 /// Runs the invalidator until `log` ends or fails.
 pub async fn run(
     config: &Config,
-    mut log: impl CommitLog,
+    log: impl CommitLog,
     counters: Arc<Counters>,
 ) -> anyhow::Result<()> {
-    // A batch is one burst: the window starts as large as a batch (it still halves if
-    // destinations time out).
-    let window = config.batch_keys.max(64);
-    let options = || ClientOptions {
-        compress_above: None,
-        window: (window, 2, window * 4),
-        ..ClientOptions::default()
-    };
-    // Destinations found in DNS (`dns+`, `dnssrv+`) are looked up before the first batch,
-    // and followed while it runs.
-    let cache = Client::connect(&config.destinations, &config.route, options()).await?;
-    // One client per destination pool, to check sampled keys are gone from each. They
-    // only read: no spool of their own (the delivering client holds the spool directory).
-    let mut lookups = config.destinations.clone();
-    for p in &mut lookups.pools {
-        p.spool_deletes = false;
-    }
-    let mut checkers = Vec::new();
-    for pool in cache.topology().pools() {
-        let checker = Client::connect(&lookups, pool.name(), options()).await?;
-        checkers.push((pool.name().to_string(), checker));
-    }
-    let checkers: Arc<Vec<(String, Client)>> = Arc::new(checkers);
+    let destinations = Destinations::connect(config).await?;
+    run_with(config, log, counters, &destinations).await
+}
+
+/// Runs the invalidator on `destinations` until `log` ends or fails.
+pub async fn run_with(
+    config: &Config,
+    mut log: impl CommitLog,
+    counters: Arc<Counters>,
+    destinations: &Destinations,
+) -> anyhow::Result<()> {
+    let cache = &destinations.cache;
+    let checkers = &destinations.checkers;
     let mut keys: Vec<String> = Vec::new();
     let mut commits: Vec<i64> = Vec::new();
     let mut upto: Option<u64> = None;
@@ -221,6 +291,12 @@ pub async fn run(
                 committed_at_us,
             }) => {
                 counters.transactions.fetch_add(1, Ordering::Relaxed);
+                let decoded = (unix_micros() - committed_at_us).max(1) as u64;
+                let _ = counters
+                    .decoded_us
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .record(decoded.min(3_600_000_000));
                 keys.extend(k);
                 commits.push(committed_at_us);
                 upto = Some(end);
@@ -247,7 +323,14 @@ pub async fn run(
         let Some(end) = upto.take() else {
             continue;
         };
-        deliver(&cache, &keys, &counters).await;
+        deliver(cache, &keys, &counters).await;
+        let markers = keys
+            .iter()
+            .filter(|key| key.starts_with(&config.marker_prefix))
+            .count();
+        counters
+            .markers_cleared
+            .fetch_add(markers as u64, Ordering::Relaxed);
         let spool = cache.topology().spool_stats();
         deliveries.settle(std::mem::take(&mut commits), &spool, &counters);
         let before = counters
@@ -355,7 +438,12 @@ pub fn run_cli(args: &InvalidatorArgs) -> anyhow::Result<()> {
         let mut term = signal(SignalKind::terminate())?;
         // A database that is not set up is an operator's mistake: say so and stop.
         setup::prepare(&config.database).await?;
+        let destinations = Destinations::connect(&config).await?;
         let counters = Arc::new(Counters::default());
+        let _replication = AbortOnDrop(tokio::spawn(replication::watch(
+            config.database.clone(),
+            counters.clone(),
+        )));
         let _metrics = match &config.metrics_listen {
             Some(addr) => {
                 let listener = tokio::net::TcpListener::bind(addr)
@@ -386,7 +474,7 @@ pub fn run_cli(args: &InvalidatorArgs) -> anyhow::Result<()> {
                         ready_sent = true;
                         notify(&[NotifyState::Ready, NotifyState::Status(&status)]);
                     }
-                    run(&config, log, counters.clone()).await
+                    run_with(&config, log, counters.clone(), &destinations).await
                 };
                 match attempt.await {
                     Ok(()) => return anyhow::Ok(()),

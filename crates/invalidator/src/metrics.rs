@@ -18,7 +18,7 @@ pub async fn serve(listener: TcpListener, counters: Arc<Counters>) {
 
 /// The series read from one counter each, in the order [`render`] reads them: name (after
 /// `memfleet_invalidator_`), Prometheus type, help.
-const PLAIN: [[&str; 3]; 9] = [
+const PLAIN: [[&str; 3]; 10] = [
     [
         "transactions_total",
         "counter",
@@ -56,6 +56,11 @@ const PLAIN: [[&str; 3]; 9] = [
         "counter",
         "sampled keys some destination still held after their delete",
     ],
+    [
+        "remote_markers_cleared_total",
+        "counter",
+        "deleted keys that were remote markers (marker_prefix, paper section 5)",
+    ],
 ];
 
 /// The Prometheus text of `counters`.
@@ -72,6 +77,7 @@ pub fn render(counters: &Counters) -> String {
         &c.acked,
         &c.checked,
         &c.check_failures,
+        &c.markers_cleared,
     ];
     for ([name, kind, help], value) in PLAIN.iter().zip(values) {
         let value = value.load(Ordering::Relaxed);
@@ -109,6 +115,50 @@ pub fn render(counters: &Counters) -> String {
         let sum = h.mean() * h.len() as f64 / 1e6;
         let _ = writeln!(text, "{name}_sum {sum}");
         let _ = writeln!(text, "{name}_count {}", h.len());
+    }
+    {
+        let h = c.decoded_us.lock().unwrap_or_else(|e| e.into_inner());
+        let name = "memfleet_invalidator_commit_to_decoded_seconds";
+        let _ = writeln!(
+            text,
+            "# HELP {name} from a transaction's commit to its decoding here (from a standby: after its replay)"
+        );
+        let _ = writeln!(text, "# TYPE {name} summary");
+        for q in [0.5, 0.99, 0.999, 1.0] {
+            let v = h.value_at_quantile(q) as f64 / 1e6;
+            let _ = writeln!(text, "{name}{{quantile=\"{q}\"}} {v}");
+        }
+        let _ = writeln!(text, "{name}_count {}", h.len());
+    }
+    let lag = c
+        .replication
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .clone()
+        .unwrap_or_default();
+    for (name, kind, help, value) in [
+        (
+            "reading_standby",
+            "gauge",
+            "1 when the database read is a standby (a replica region's)",
+            if lag.standby { 1.0 } else { 0.0 },
+        ),
+        (
+            "replication_lag_bytes",
+            "gauge",
+            "WAL the standby has not replayed (against the primary's position when [database.primary] is given)",
+            lag.bytes as f64,
+        ),
+        (
+            "replication_lag_seconds",
+            "gauge",
+            "how far the standby's replay is behind (0 when it has replayed everything)",
+            lag.seconds,
+        ),
+    ] {
+        let _ = writeln!(text, "# HELP memfleet_invalidator_{name} {help}");
+        let _ = writeln!(text, "# TYPE memfleet_invalidator_{name} {kind}");
+        let _ = writeln!(text, "memfleet_invalidator_{name} {value}");
     }
     let spool = counters.spool.lock().unwrap_or_else(|e| e.into_inner());
     memfleet_client::spool::prometheus("memfleet_invalidator", &spool, &mut text);
@@ -154,6 +204,7 @@ mod tests {
             &counters.acked,
             &counters.checked,
             &counters.check_failures,
+            &counters.markers_cleared,
         ];
         for (i, field) in fields.into_iter().enumerate() {
             field.store(100 + i as u64, Ordering::Relaxed);
@@ -169,6 +220,7 @@ mod tests {
             ("acked_position gauge", 106),
             ("checked_total counter", 107),
             ("check_failures_total counter", 108),
+            ("remote_markers_cleared_total counter", 109),
         ] {
             let (name, kind) = series.split_once(' ').unwrap();
             let name = format!("memfleet_invalidator_{name}");

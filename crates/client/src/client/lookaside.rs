@@ -1,5 +1,5 @@
-//! Look-aside caching on a [`Client`] (paper §3.2.1): leases, `get_or_fill`, remote markers
-//! for replica regions (§5), typed (JSON) values.
+//! Look-aside caching on a [`Client`] (paper §3.2.1): leases, `get_or_fill`, typed (JSON)
+//! values. Remote markers for replica regions (§5) are in `regional`.
 
 use super::replies::{check_key, decode, parse_retrieval, stored, Retrieved};
 use super::values::{Error, Lease, UdpGet};
@@ -104,61 +104,6 @@ impl Client {
                 Err(_) => return loader().await,
             }
         }
-    }
-
-    // ---- remote markers (paper §5) ----
-
-    /// The remote marker of `key`.
-    pub fn marker_key(&self, key: &str) -> String {
-        format!("{}{key}", self.options.marker_prefix)
-    }
-
-    /// Before writing data behind `key` to the master database from a replica region:
-    /// sets `key`'s remote marker (for at most `ttl` seconds, so a lost invalidation cannot
-    /// pin reads to the master forever) and returns the marker's key, which the write's
-    /// transaction must invalidate together with `key`
-    /// (`memfleet_invalidate('user:42', 'remote-marker:user:42')`): the marker goes away
-    /// when the replica has the write. Then delete `key` in the local cluster.
-    pub async fn mark_remote_write(&self, key: &str, ttl: u32) -> Result<String, Error> {
-        let marker = self.marker_key(key);
-        self.set(&marker, b"1", ttl).await?;
-        Ok(marker)
-    }
-
-    /// Look-aside for a replica region: on a miss, a present remote marker means a write
-    /// this region made has not reached its replica yet, so `master` is read; otherwise
-    /// `replica`. Filled as [`Client::get_or_fill`] fills.
-    pub async fn get_or_fill_regional<R, RF, M, MF, E>(
-        &self,
-        key: &str,
-        ttl: u32,
-        replica: R,
-        master: M,
-    ) -> Result<Vec<u8>, E>
-    where
-        R: FnOnce() -> RF,
-        RF: Future<Output = Result<Vec<u8>, E>>,
-        M: FnOnce() -> MF,
-        MF: Future<Output = Result<Vec<u8>, E>>,
-    {
-        let mut replica = Some(replica);
-        let mut master = Some(master);
-        self.get_or_fill(key, ttl, || {
-            let marked = self.get(self.marker_key(key));
-            let (replica, master) = (replica.take(), master.take());
-            async move {
-                // A cache error counts as marked: the master is always right.
-                let to_master = !matches!(marked.await, Ok(None));
-                match (to_master, master, replica) {
-                    (true, Some(m), _) => m().await,
-                    (false, _, Some(r)) => r().await,
-                    (_, Some(m), None) => m().await,
-                    (_, None, Some(r)) => r().await,
-                    (_, None, None) => unreachable!("the loader runs once"),
-                }
-            }
-        })
-        .await
     }
 
     // ---- typed values ----

@@ -15,10 +15,12 @@
 mod commands;
 mod lookaside;
 mod options;
+mod regional;
 mod replies;
 mod values;
 
 pub use self::options::ClientOptions;
+pub use self::regional::RegionalStats;
 pub use self::values::{CasOutcome, Error, Lease, UdpGet, Value, FLAG_COMPRESSED};
 
 use crate::route::{Route, RouteContext, RouteReply, RouteRequest};
@@ -40,6 +42,7 @@ pub struct Client {
     options: Arc<ClientOptions>,
     lane: usize,
     udp: Option<Arc<UdpGets>>,
+    regional: Arc<regional::RegionalCounters>,
 }
 
 /// A client's topology and the route of it the client runs.
@@ -107,6 +110,7 @@ impl Client {
             options: Arc::new(options),
             lane: LANES.fetch_add(1, Ordering::Relaxed),
             udp,
+            regional: Arc::default(),
         })
     }
 
