@@ -14,7 +14,8 @@ use anyhow::Result;
 
 use super::args::LoadArgs;
 use super::{
-    client_bench, discovery, expiry, gutter, herd, invalidation, replay, restart, udp, warmup,
+    client_bench, discovery, expiry, gutter, herd, invalidation, regions, replay, restart, udp,
+    warmup,
 };
 
 /// What `memfleet bench` runs.
@@ -55,6 +56,11 @@ pub enum Experiment {
     /// are replaced (in place, then with new names): keys moved against the ideal, failed
     /// requests, the time the router takes to follow each change.
     Discovery(discovery::DiscoveryArgs),
+    /// Facebook §5: a master and a replica region (PostgreSQL 16 primary and standby),
+    /// the replica's invalidator reading its standby, the standby's replay held back:
+    /// stale reads, read-your-writes with and without remote markers, replication and
+    /// invalidation lag, lost invalidations after an invalidator and a standby restart.
+    Regions(regions::RegionsArgs),
 }
 
 /// Runs `experiment`; fails (after printing everything) on a wrong reply or a failed run.
@@ -71,6 +77,7 @@ pub fn run(experiment: &Experiment) -> Result<()> {
         Experiment::Warmup(args) => warmup::bench(args),
         Experiment::Expiry(args) => expiry::bench(args),
         Experiment::Discovery(args) => discovery::bench(args),
+        Experiment::Regions(args) => regions::bench(args),
     }
 }
 

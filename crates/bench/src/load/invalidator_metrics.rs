@@ -64,6 +64,23 @@ impl Scrape {
             .map_or(0, |s| (s * 1e6).round() as u64)
     }
 
+    /// `quantile` of the summary `memfleet_invalidator_NAME` (in seconds), µs.
+    pub fn summary_us(&self, name: &str, quantile: &str) -> u64 {
+        self.samples
+            .get(&format!(
+                "memfleet_invalidator_{name}{{quantile=\"{quantile}\"}}"
+            ))
+            .map_or(0, |s| (s * 1e6).round() as u64)
+    }
+
+    /// The gauge `memfleet_invalidator_NAME`, 0 when absent.
+    pub fn gauge(&self, name: &str) -> f64 {
+        self.samples
+            .get(&format!("memfleet_invalidator_{name}"))
+            .copied()
+            .unwrap_or(0.0)
+    }
+
     /// The histogram's (upper bound µs, cumulative count) buckets, `+Inf` left out, in order.
     fn buckets(&self) -> Vec<(f64, f64)> {
         let prefix = format!("{HISTOGRAM}_bucket{{le=\"");

@@ -26,6 +26,7 @@ pub mod gutter;
 pub mod herd;
 pub mod invalidation;
 mod invalidator_metrics;
+pub mod regions;
 pub mod replay;
 pub mod restart;
 mod run_log;
