@@ -164,3 +164,72 @@ fn discovery_scenario_follows_dns_without_a_failed_request() {
     assert_figure(&dir, "discovery-timeline.png");
     std::fs::remove_dir_all(dir).unwrap();
 }
+
+/// Regions (Facebook §5): the replica region's invalidator reads its standby, so no read
+/// in that region is stale once its caches were invalidated; writes from the replica region
+/// read back fresh with remote markers and stale without them while the standby lags; every
+/// invalidation arrives after its replay, and none is lost when the invalidator is killed
+/// (-9) and the standby crashes.
+#[test]
+fn regions_scenario_invalidates_a_replica_region_only_after_its_standby_replayed() {
+    let bin = env!("CARGO_BIN_EXE_memfleet");
+    let dir = out_dir("regions");
+    let out = Command::new(bin)
+        .args(["bench", "regions", "--memfleet-bin", bin])
+        .arg("--out")
+        .arg(&dir)
+        .args(["--delays", "0s,1s", "--phase", "4s", "--keys", "200"])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "bench failed:\n{stdout}\n{stderr}");
+    let result = assert_results(&dir, "regions");
+    let phases = result["phases"].as_array().unwrap();
+    assert_eq!(phases.len(), 3, "two delays and the faults: {result}");
+    for phase in phases {
+        for region in ["master", "replica"] {
+            let r = &phase["regions"][region];
+            assert!(r["writes"].as_u64().unwrap() > 50, "{phase}");
+            assert!(r["reads"].as_u64().unwrap() > 200, "{phase}");
+            assert_eq!(r["stale_reads_after_invalidation"], 0, "{region}: {phase}");
+            assert_eq!(r["invalidated_before_replayed"], 0, "{phase}");
+            // Not while the invalidator restarts: it delivers again what it had not
+            // confirmed, and an old write's invalidation clears the marker a newer write
+            // of the same key set (one marker per key, as in the paper).
+            if phase["label"] != "faults" {
+                assert_eq!(r["read_your_writes"]["with_markers"]["stale"], 0, "{phase}");
+            }
+        }
+    }
+    // A second of replay delay: without markers the replica region reads its own write back
+    // stale (almost) every time; with them never, and some reads went to the master.
+    let delayed = &phases[1]["regions"]["replica"];
+    assert_eq!(phases[1]["apply_delay_ms"], 1000, "{result}");
+    let without = &delayed["read_your_writes"]["without_markers"];
+    let with = &delayed["read_your_writes"]["with_markers"];
+    assert!(with["reads"].as_u64().unwrap() > 20, "{delayed}");
+    assert!(
+        without["stale"].as_u64().unwrap() * 2 > without["reads"].as_u64().unwrap(),
+        "{delayed}"
+    );
+    // Invalidation lag never below the delay the standby's replay adds (counted from the
+    // commit's reply here, a little after the commit time the standby's delay counts from).
+    let lag = |what: &str, q: &str| delayed[what][q].as_f64().unwrap();
+    assert!(lag("replication_lag_ms", "min") >= 990.0, "{delayed}");
+    assert!(lag("invalidation_lag_ms", "min") >= 990.0, "{delayed}");
+    assert!(lag("invalidation_lag_ms", "p50") < 3000.0, "{delayed}");
+    for region in ["master", "replica"] {
+        assert_eq!(result["lost_invalidations"][region], 0, "{result}");
+        assert_eq!(result["stale_keys_at_end"][region], 0, "{result}");
+    }
+    let markers = &result["remote_markers"];
+    assert!(markers["set"].as_u64().unwrap() > 50, "{markers}");
+    assert!(markers["master_reads"].as_u64().unwrap() > 0, "{markers}");
+    assert!(
+        markers["cleared"].as_u64() >= markers["set"].as_u64(),
+        "{markers}"
+    );
+    assert_figure(&dir, "regions-lag.png");
+    std::fs::remove_dir_all(dir).unwrap();
+}

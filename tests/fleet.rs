@@ -29,8 +29,11 @@ impl Drop for Fleet {
     }
 }
 
-/// Offsets from the base port that a fleet of 3-server clusters uses.
-const OFFSETS: [u16; 10] = [1, 2, 3, 11, 12, 13, 41, 51, 100, 200];
+/// Offsets from the base port that a fleet of 3-server clusters uses (with a replica
+/// region: 61.. and after).
+const OFFSETS: [u16; 18] = [
+    1, 2, 3, 11, 12, 13, 41, 51, 100, 200, 61, 62, 63, 91, 92, 150, 300, 350,
+];
 
 /// A base port whose fleet ports are all free now.
 fn free_base() -> u16 {
@@ -342,4 +345,123 @@ fn fleet_up_fails_loudly_and_stops_everything_when_a_process_cannot_listen() {
         );
     }
     drop(taken);
+}
+
+/// `fleet up --regions 2`: a delete committed on the primary reaches the master region at
+/// once and the replica region only once its standby replayed the transaction (held back a
+/// second here), each through its own invalidator; `fleet down` stops the databases too.
+#[test]
+fn two_regions_are_invalidated_each_from_its_own_database() {
+    let _one = one_fleet();
+    let (fleet, up) = fleet_up("regions", &["--servers", "1", "--regions", "2"]);
+    assert!(
+        up.status.success(),
+        "fleet up: {}\n{}",
+        String::from_utf8_lossy(&up.stdout),
+        String::from_utf8_lossy(&up.stderr)
+    );
+    // `postgres` lists the standby, then the primary: "port dir bin".
+    let listed = std::fs::read_to_string(fleet.dir.join("postgres")).unwrap();
+    let ports: Vec<u16> = listed
+        .lines()
+        .map(|l| l.split_whitespace().next().unwrap().parse().unwrap())
+        .collect();
+    let (standby, primary) = (ports[0], ports[1]);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let connect = |port: u16| {
+        rt.block_on(async move {
+            let (client, conn) = tokio_postgres::Config::new()
+                .host("127.0.0.1")
+                .port(port)
+                .user("postgres")
+                .dbname("postgres")
+                .connect(tokio_postgres::NoTls)
+                .await
+                .unwrap();
+            tokio::spawn(conn);
+            client
+        })
+    };
+    let (primary, standby) = (connect(primary), connect(standby));
+    rt.block_on(async {
+        standby
+            .batch_execute("ALTER SYSTEM SET recovery_min_apply_delay = '1s'")
+            .await
+            .unwrap();
+        standby
+            .batch_execute("SELECT pg_reload_conf()")
+            .await
+            .unwrap();
+    });
+    let mut master_region = Conn::new(fleet.base + 100);
+    let mut replica_region = Conn::new(fleet.base + 300);
+    for conn in [&mut master_region, &mut replica_region] {
+        assert_eq!(conn.lines("set user:1 0 0 2\r\nv1\r\n", 1), ["STORED"]);
+    }
+    let committed = std::time::Instant::now();
+    rt.block_on(async {
+        primary
+            .batch_execute(
+                "BEGIN; SELECT pg_logical_emit_message(true, 'memfleet', 'user:1'); COMMIT",
+            )
+            .await
+            .unwrap();
+    });
+    let deadline = committed + Duration::from_secs(15);
+    while master_region.get("user:1").is_some() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "master region never invalidated"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let master_after = committed.elapsed();
+    assert!(
+        replica_region.get("user:1").is_some(),
+        "the replica region was invalidated before its standby replayed (master after {master_after:?})"
+    );
+    while replica_region.get("user:1").is_some() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "replica region never invalidated"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let replica_after = committed.elapsed();
+    assert!(
+        replica_after >= Duration::from_millis(900),
+        "the replica region's delete came {replica_after:?} after the commit, before the 1 s replay delay"
+    );
+    // The replica region's invalidator knows it reads a standby.
+    let mut metrics = support::connect(fleet.base + 350, Duration::from_secs(5));
+    metrics
+        .write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    let mut text = String::new();
+    std::io::Read::read_to_string(&mut metrics, &mut text).unwrap();
+    assert!(
+        text.contains("\nmemfleet_invalidator_reading_standby 1\n"),
+        "{text}"
+    );
+    drop((primary, standby));
+    let down = Command::new(EXE)
+        .args(["fleet", "down", "--dir"])
+        .arg(&fleet.dir)
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&down.stdout);
+    assert!(
+        down.status.success() && said.contains("2 databases"),
+        "{said}"
+    );
+    assert!(!fleet.dir.join("postgres").exists());
+    for port in ports {
+        assert!(
+            TcpStream::connect(("127.0.0.1", port)).is_err(),
+            "PostgreSQL on {port} still up"
+        );
+    }
 }

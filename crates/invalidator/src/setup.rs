@@ -70,17 +70,12 @@ pub async fn prepare(db: &Database) -> anyhow::Result<()> {
                     db.port
                 );
             };
-            connect(&primary)
-                .await?
-                .batch_execute(&create)
-                .await
-                .context("creating the publication on the primary")?;
+            let made = connect(&primary).await?.batch_execute(&create).await;
+            already_exists_is_fine(made).context("creating the publication on the primary")?;
             tracing::info!(publication = %db.publication, primary = %primary.host, "publication created on the primary");
             wait_for_publication(db, &client).await?;
         } else {
-            client
-                .batch_execute(&create)
-                .await
+            already_exists_is_fine(client.batch_execute(&create).await)
                 .context("creating the publication")?;
             tracing::info!(publication = %db.publication, "publication created");
         }
@@ -221,6 +216,16 @@ async fn nudge_primary(primary: Database) {
             return;
         }
         tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+    }
+}
+
+/// Another invalidator (another region's, started at the same time) may have made it first.
+fn already_exists_is_fine(
+    made: Result<(), tokio_postgres::Error>,
+) -> Result<(), tokio_postgres::Error> {
+    match made {
+        Err(e) if e.code() == Some(&tokio_postgres::error::SqlState::DUPLICATE_OBJECT) => Ok(()),
+        other => other,
     }
 }
 

@@ -23,7 +23,7 @@ pub mod router_config;
 
 pub use dns::DnsServer;
 pub use ports::{connect, free_port, try_free_port};
-pub use postgres::Postgres;
+pub use postgres::{Detached, Postgres};
 pub use process::{memcached, memfleet_server, Killed, Spawned};
 pub use router::Router;
 pub use router_config::RouterConfig;

@@ -281,6 +281,17 @@ impl Postgres {
         self.pg_ctl(&["-w", "promote"])
     }
 
+    /// Leaves it running after this value goes (for `memfleet fleet up`): what stops and
+    /// removes it later ([`Detached::stop`]).
+    pub fn detach(self) -> Detached {
+        let me = std::mem::ManuallyDrop::new(self);
+        Detached {
+            port: me.port,
+            dir: me.dir.clone(),
+            bin: me.bin.clone(),
+        }
+    }
+
     /// Its server log so far.
     pub fn log(&self) -> String {
         std::fs::read_to_string(self.dir.join("log")).unwrap_or_default()
@@ -299,6 +310,54 @@ impl Postgres {
             .context("connecting to the scratch PostgreSQL")?;
         tokio::spawn(conn);
         Ok(client)
+    }
+}
+
+/// A PostgreSQL left running by [`Postgres::detach`]: one line of text (`port dir bin`) says
+/// how to stop it from another process.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Detached {
+    /// Its port on 127.0.0.1.
+    pub port: u16,
+    dir: PathBuf,
+    bin: PathBuf,
+}
+
+impl Detached {
+    /// `port dir bin` (paths without spaces or newlines).
+    pub fn to_line(&self) -> String {
+        format!(
+            "{} {} {}",
+            self.port,
+            self.dir.display(),
+            self.bin.display()
+        )
+    }
+
+    /// Reads [`Detached::to_line`]'s text.
+    pub fn from_line(line: &str) -> Option<Detached> {
+        let mut w = line.split_whitespace();
+        Some(Detached {
+            port: w.next()?.parse().ok()?,
+            dir: w.next()?.into(),
+            bin: w.next()?.into(),
+        })
+    }
+
+    /// Stops it (`-m fast`, then `-m immediate` if that does not finish in 10 s) and
+    /// removes its files.
+    pub fn stop(&self) -> anyhow::Result<()> {
+        let data = self.dir.join("data").display().to_string();
+        let pg_ctl = self.bin.join("pg_ctl");
+        let fast = run_as_pg(
+            &pg_ctl,
+            &["-D", &data, "-m", "fast", "-t", "10", "-w", "stop"],
+        )?;
+        if !fast.status.success() {
+            run_as_pg(&pg_ctl, &["-D", &data, "-m", "immediate", "stop"])?;
+        }
+        std::fs::remove_dir_all(&self.dir)
+            .with_context(|| format!("removing {}", self.dir.display()))
     }
 }
 

@@ -13,9 +13,10 @@
 //! - a writer reads its key back at once in its own region (read-your-writes): with remote
 //!   markers the replica region reads the master, without them its lagging standby;
 //! - the lag watcher polls a sample of pending tags every 10 ms, and in the replica region
-//!   the standby's row after the tag: the commit-to-invalidated and commit-to-replayed times,
-//!   and a count of tags deleted while the standby still had the older row (never, when the
-//!   invalidator reads the standby);
+//!   the standby's row after the tag: the commit-to-invalidated and commit-to-replayed times
+//!   (of transactions invalidated within the phase they were committed in: the replay delay
+//!   is the standby's setting when it replays), and a count of tags deleted while the
+//!   standby still had the older row (never, when the invalidator reads the standby);
 //! - after the run every tag of every version is gone from both regions (no lost
 //!   invalidation) and every cached key holds the database's version.
 
@@ -433,6 +434,11 @@ pub(super) async fn lag_watcher(shared: Arc<Shared>, region: usize, give_up: Ins
                 counts
                     .invalidated_before_replayed
                     .fetch_add(1, Ordering::Relaxed);
+            }
+            // A transaction replayed after the next phase changed the replay delay took
+            // that phase's delay: it belongs to neither.
+            if shared.phase.load(Ordering::Relaxed) != p.phase {
+                return false;
             }
             let ms = |d: Duration| d.as_secs_f64() * 1000.0;
             let replication = p

@@ -10,11 +10,17 @@
 //!   sets to the local cluster with the gutter behind it and their deletes to both
 //!   clusters (broadcast, spooled when a server is down),
 //!
+//! and with `--regions 2` a replica region beside it (`regions`: its own cluster, gutter,
+//! regional pool and router, a PostgreSQL 16 primary and streaming standby, an invalidator
+//! per region reading its own region's database),
+//!
 //! writes every process id to `<dir>/pids`, waits until every process listens on its port
 //! (its own socket: a port another process holds does not count) and prints how to reach
 //! them. If one exits or does not listen in time, `up` fails with its log's last lines and
 //! stops the others (no pids file is left). `down` stops what `pids` lists. Ports are `--base-port` + a fixed
 //! offset, so a fleet's addresses are predictable.
+
+mod regions;
 
 use anyhow::{bail, Context};
 use memfleet_testkit::RouterConfig;
@@ -58,6 +64,10 @@ pub struct UpArgs {
     /// Item memory per server, MiB.
     #[arg(long, default_value_t = 64)]
     pub memory: u32,
+    /// 2: a replica region too (Facebook §5), with a PostgreSQL 16 primary and standby and
+    /// an invalidator per region (needs scripts/postgres16 or MEMFLEET_POSTGRES_BIN).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u8).range(1..=2))]
+    pub regions: u8,
 }
 
 /// One process of the fleet.
@@ -67,8 +77,9 @@ struct Member {
     args: Vec<String>,
 }
 
-/// The fleet's layout: servers, then routers.
-fn layout(up: &UpArgs) -> (Vec<Member>, String, String) {
+/// The fleet's layout: servers, then routers; and the routers' configuration files (name,
+/// text).
+fn layout(up: &UpArgs) -> (Vec<Member>, Vec<(String, String)>) {
     let base = up.base_port;
     let server = |name: String, port: u16| Member {
         name,
@@ -97,51 +108,99 @@ fn layout(up: &UpArgs) -> (Vec<Member>, String, String) {
     let regional = base + 51;
     members.push(server("gutter".into(), gutter));
     members.push(server("regional".into(), regional));
-    let router_config = |local: &[u16], other: &[u16], listen: u16, spool: &str| {
-        let mut c = RouterConfig::new();
-        c.section("router").set_str("spool_dir", spool);
-        for (name, ports) in [
-            ("local", local),
-            ("other", other),
-            ("gutter", &[gutter][..]),
-            ("regional", &[regional][..]),
-        ] {
-            c.pool(name, ports).quick_failover();
+    // A replica region: one cluster (+61..), its own gutter and regional pool.
+    let replica: Vec<u16> = (0..up.servers).map(|i| base + 61 + i).collect();
+    let (r2_gutter, r2_regional) = (base + 91, base + 92);
+    if up.regions == 2 {
+        for (i, &p) in replica.iter().enumerate() {
+            members.push(server(format!("r2-server{}", i + 1), p));
         }
-        // The prefix route comes first, for every operation: a `/regional/` key's delete
-        // must reach the regional pool with the prefix stripped, as its set did (a delete
-        // broadcast placed before the prefix route would carry the prefix and find nothing).
-        c.route("front", "prefix")
-            .listen(listen)
-            .set("prefixes", "{ \"/regional/\" = \"regional\" }")
-            .set("strip", true)
-            .set_str("default", "by_operation");
-        c.route("by_operation", "operation")
-            .set_str("delete", "invalidate")
-            .set_str("default", "cache");
-        c.route("cache", "gutter")
-            .set_str("main", "local")
-            .set_str("gutter", "gutter")
-            .set("gutter_ttl", 10);
-        c.route("invalidate", "broadcast")
-            .set_str("mode", "all-sync")
-            .set_strs("to", &["local", "other"]);
-        c.text()
-    };
+        members.push(server("r2-gutter".into(), r2_gutter));
+        members.push(server("r2-regional".into(), r2_regional));
+    }
+    // A router in front of cluster `local`; deletes go to it and to `other` (none in a
+    // region of one cluster).
+    let router_config =
+        |local: &[u16], other: &[u16], gutter: u16, regional: u16, listen: u16, spool: &str| {
+            let mut c = RouterConfig::new();
+            c.section("router").set_str("spool_dir", spool);
+            for (name, ports) in [
+                ("local", local),
+                ("other", other),
+                ("gutter", &[gutter][..]),
+                ("regional", &[regional][..]),
+            ] {
+                if !ports.is_empty() {
+                    c.pool(name, ports).quick_failover();
+                }
+            }
+            // The prefix route comes first, for every operation: a `/regional/` key's delete
+            // must reach the regional pool with the prefix stripped, as its set did (a delete
+            // broadcast placed before the prefix route would carry the prefix and find nothing).
+            c.route("front", "prefix")
+                .listen(listen)
+                .set("prefixes", "{ \"/regional/\" = \"regional\" }")
+                .set("strip", true)
+                .set_str("default", "by_operation");
+            c.route("by_operation", "operation")
+                .set_str("delete", "invalidate")
+                .set_str("default", "cache");
+            c.route("cache", "gutter")
+                .set_str("main", "local")
+                .set_str("gutter", "gutter")
+                .set("gutter_ttl", 10);
+            let to: &[&str] = if other.is_empty() {
+                &["local"]
+            } else {
+                &["local", "other"]
+            };
+            c.route("invalidate", "broadcast")
+                .set_str("mode", "all-sync")
+                .set_strs("to", to);
+            c.text()
+        };
     let dir = up.dir.dir.display().to_string();
-    let r1 = router_config(
-        &clusters[0],
-        &clusters[1],
-        base + 100,
-        &format!("{dir}/spool-r1"),
-    );
-    let r2 = router_config(
-        &clusters[1],
-        &clusters[0],
-        base + 200,
-        &format!("{dir}/spool-r2"),
-    );
-    for (name, port) in [("router-c1", base + 100), ("router-c2", base + 200)] {
+    let mut configs = vec![
+        (
+            "router-c1".to_string(),
+            router_config(
+                &clusters[0],
+                &clusters[1],
+                gutter,
+                regional,
+                base + 100,
+                &format!("{dir}/spool-r1"),
+            ),
+        ),
+        (
+            "router-c2".to_string(),
+            router_config(
+                &clusters[1],
+                &clusters[0],
+                gutter,
+                regional,
+                base + 200,
+                &format!("{dir}/spool-r2"),
+            ),
+        ),
+    ];
+    let mut routers = vec![("router-c1", base + 100), ("router-c2", base + 200)];
+    if up.regions == 2 {
+        let port = regions::ReplicaPorts::of(base).router;
+        configs.push((
+            "router-r2".to_string(),
+            router_config(
+                &replica,
+                &[],
+                r2_gutter,
+                r2_regional,
+                port,
+                &format!("{dir}/spool-router-r2"),
+            ),
+        ));
+        routers.push(("router-r2", port));
+    }
+    for (name, port) in routers {
         members.push(Member {
             name: name.into(),
             port,
@@ -154,7 +213,7 @@ fn layout(up: &UpArgs) -> (Vec<Member>, String, String) {
             ],
         });
     }
-    (members, r1, r2)
+    (members, configs)
 }
 
 /// Runs a `memfleet fleet` subcommand.
@@ -178,9 +237,37 @@ fn up(up: &UpArgs) -> anyhow::Result<()> {
         bail!("--servers is at most 10 (the clusters' port ranges would overlap)");
     }
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    let (members, r1, r2) = layout(up);
-    std::fs::write(dir.join("router-c1.toml"), r1)?;
-    std::fs::write(dir.join("router-c2.toml"), r2)?;
+    let (mut members, configs) = layout(up);
+    for (name, text) in configs {
+        std::fs::write(dir.join(format!("{name}.toml")), text)?;
+    }
+    if up.regions == 2 {
+        // The databases first: the invalidators, started last, need them.
+        let dbs = regions::start_databases(dir)?;
+        let ports = regions::ReplicaPorts::of(up.base_port);
+        let d = dir.display().to_string();
+        let base = up.base_port;
+        for (name, db, primary, routers, metrics) in [
+            (
+                "master",
+                &dbs.primary,
+                None,
+                vec![base + 100, base + 200],
+                ports.metrics_master,
+            ),
+            (
+                "replica",
+                &dbs.standby,
+                Some(&dbs.primary),
+                vec![ports.router],
+                ports.metrics_replica,
+            ),
+        ] {
+            let text = regions::invalidator_config(name, db, primary, &routers, metrics, &d);
+            std::fs::write(dir.join(format!("invalidator-{name}.toml")), text)?;
+        }
+        members.extend(regions::invalidators(&d, &ports));
+    }
     let exe = std::env::current_exe().context("finding the memfleet executable")?;
     let mut pids = String::new();
     let mut started: Vec<(&Member, Child)> = Vec::new();
@@ -203,6 +290,7 @@ fn up(up: &UpArgs) -> anyhow::Result<()> {
             Err(e) => {
                 stop(&mut started);
                 let _ = std::fs::remove_file(dir.join("pids"));
+                let _ = regions::stop_databases(dir);
                 return Err(e).with_context(|| format!("starting {}", m.name));
             }
         };
@@ -212,12 +300,14 @@ fn up(up: &UpArgs) -> anyhow::Result<()> {
         if let Err(e) = std::fs::write(dir.join("pids"), &pids) {
             stop(&mut started);
             let _ = std::fs::remove_file(dir.join("pids"));
+            let _ = regions::stop_databases(dir);
             return Err(e).context("writing the pids file");
         }
     }
     if let Err(failed) = wait_listening(&mut started) {
         stop(&mut started);
         let _ = std::fs::remove_file(dir.join("pids"));
+        let _ = regions::stop_databases(dir);
         let mut report = String::new();
         for (m, why) in &failed {
             let log = dir.join(format!("{}.log", m.name));
@@ -243,7 +333,19 @@ fn up(up: &UpArgs) -> anyhow::Result<()> {
     let base = up.base_port;
     println!("memfleet fleet up in {}:", dir.display());
     for m in &members {
-        println!("  {:<14} 127.0.0.1:{}", m.name, m.port);
+        println!("  {:<20} 127.0.0.1:{}", m.name, m.port);
+    }
+    for (name, port) in regions::database_ports(dir) {
+        println!("  {name:<20} 127.0.0.1:{port} (user postgres, database postgres)");
+    }
+    if up.regions == 2 {
+        println!(
+            "\nTwo regions: writes go to postgres-primary, in one transaction with \
+             SELECT pg_logical_emit_message(true, 'memfleet', 'KEY ...'); invalidator-master \
+             deletes the keys through router-c1/router-c2 once committed, invalidator-replica \
+             through router-r2 once the standby replayed them (metrics at /metrics on their \
+             ports)."
+        );
     }
     println!(
         "\nClients talk to a cluster's router, e.g.\n  \
@@ -432,10 +534,16 @@ fn down(dir: &Path) -> anyhow::Result<()> {
         }
     }
     std::fs::remove_file(dir.join("pids"))?;
+    let databases = regions::stop_databases(dir)?;
     println!(
-        "memfleet fleet in {} stopped ({} processes)",
+        "memfleet fleet in {} stopped ({} processes{})",
         dir.display(),
-        members.len()
+        members.len(),
+        if databases > 0 {
+            format!(", {databases} databases")
+        } else {
+            String::new()
+        }
     );
     Ok(())
 }
@@ -443,7 +551,15 @@ fn down(dir: &Path) -> anyhow::Result<()> {
 fn status(dir: &Path) -> anyhow::Result<()> {
     for (pid, name, port) in members(dir)? {
         let state = if alive(pid) { "running" } else { "stopped" };
-        println!("{name:<14} 127.0.0.1:{port:<6} pid {pid:<8} {state}");
+        println!("{name:<20} 127.0.0.1:{port:<6} pid {pid:<8} {state}");
+    }
+    for (name, port) in regions::database_ports(dir) {
+        let state = if TcpStream::connect(("127.0.0.1", port)).is_ok() {
+            "running"
+        } else {
+            "stopped"
+        };
+        println!("{name:<20} 127.0.0.1:{port:<6} {state}");
     }
     Ok(())
 }
