@@ -266,7 +266,11 @@ fn up(up: &UpArgs) -> anyhow::Result<()> {
             let text = regions::invalidator_config(name, db, primary, &routers, metrics, &d);
             std::fs::write(dir.join(format!("invalidator-{name}.toml")), text)?;
         }
-        members.extend(regions::invalidators(&d, &ports));
+        members.extend(
+            regions::invalidators(&d, &ports)
+                .into_iter()
+                .map(|(name, port, args)| Member { name, port, args }),
+        );
     }
     let exe = std::env::current_exe().context("finding the memfleet executable")?;
     let mut pids = String::new();

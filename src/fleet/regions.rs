@@ -8,7 +8,6 @@
 //! later: `scripts/postgres16`, or `MEMFLEET_POSTGRES_BIN`), left running, and listed in
 //! `<dir>/postgres` so that `fleet down` stops them after the processes.
 
-use super::Member;
 use anyhow::Context;
 use memfleet_testkit::{Detached, Postgres, RouterConfig};
 use std::path::Path;
@@ -121,21 +120,20 @@ pub(super) fn invalidator_config(
     c.text()
 }
 
-/// The invalidators' members (started after everything else).
-pub(super) fn invalidators(dir: &str, ports: &ReplicaPorts) -> Vec<Member> {
+/// The invalidators (started after everything else): name, metrics port, arguments.
+pub(super) fn invalidators(dir: &str, ports: &ReplicaPorts) -> Vec<(String, u16, Vec<String>)> {
     [
         ("invalidator-master", ports.metrics_master),
         ("invalidator-replica", ports.metrics_replica),
     ]
     .into_iter()
-    .map(|(name, port)| Member {
-        name: name.into(),
-        port,
-        args: vec![
+    .map(|(name, port)| {
+        let args = vec![
             "invalidator".into(),
             "--config".into(),
             format!("{dir}/{name}.toml"),
-        ],
+        ];
+        (name.to_string(), port, args)
     })
     .collect()
 }
