@@ -356,15 +356,32 @@ async fn remote_markers_send_reads_to_the_master_until_the_replica_catches_up() 
     // A write from this replica region: marker first (in the regional pool), then the
     // database write, then the local delete.
     let marker = cache.mark_remote_write("user:1", 60).await.unwrap();
-    assert_eq!(marker, "remote-marker:user:1");
-    assert!(direct(pr, "get remote-marker:user:1\r\n").starts_with(b"VALUE"));
+    let token = marker.strip_prefix("remote-marker:user:1:").unwrap();
+    assert_eq!(token.len(), 16, "{marker}");
+    // The write's marker and the key's index (naming the write's token), both in the
+    // regional pool.
+    assert!(direct(pr, &format!("get {marker}\r\n")).starts_with(b"VALUE"));
+    let index = direct(pr, "get remote-marker:user:1\r\n");
+    assert!(String::from_utf8_lossy(&index).contains(token), "{index:?}");
     assert!(direct(pl, "get remote-marker:user:1\r\n").starts_with(b"END"));
     cache.delete("user:1").await.unwrap();
     // Until the invalidation arrives, a miss reads the master (and fills with it).
     assert_eq!(read(cache.clone()).await, b"master");
-    // The replica has the write: the invalidation deletes the key and its marker.
+    // A second write of the key before the first's invalidation arrived: the first's
+    // invalidation (late, or delivered again) must not clear the second's marker.
+    let second = cache.mark_remote_write("user:1", 60).await.unwrap();
+    assert_ne!(second, marker);
     cache.delete("user:1").await.unwrap();
     cache.delete(&marker).await.unwrap();
+    assert_eq!(read(cache.clone()).await, b"master");
+    // The replica has the second write: its invalidation deletes the key and its marker.
+    cache.delete("user:1").await.unwrap();
+    cache.delete(&second).await.unwrap();
     assert_eq!(read(cache.clone()).await, b"replica");
     assert_eq!(cache.get("user:1").await.unwrap().unwrap().data, b"replica");
+    let stats = cache.regional_stats();
+    assert_eq!(
+        (stats.markers_set, stats.master_reads, stats.replica_reads),
+        (2, 2, 1)
+    );
 }

@@ -4,6 +4,15 @@
 //! its local cluster. A later miss on the key finds the marker while the region's database
 //! has not replayed the write yet (the invalidation, decoded from that database, has not
 //! deleted the marker), and reads the master instead of the stale replica.
+//!
+//! **One marker per write, not per key.** The paper's marker is a flag per key: a key
+//! written twice within the replication lag loses its marker to the first write's
+//! invalidation while the second is still on its way, and so does a late or repeated
+//! delivery of an old invalidation (an invalidator restarting delivers again what it had not
+//! confirmed). Here each write gets its own marker, `<prefix><key>:<token>`, and the key's
+//! marker *index*, `<prefix><key>`, names the latest write's token; the transaction
+//! invalidates the write's own marker. A miss reads the index, then that write's marker:
+//! an old write's invalidation, however late or repeated, cannot clear a newer write's.
 
 use super::values::Error;
 use super::Client;
@@ -30,28 +39,69 @@ pub struct RegionalStats {
     pub replica_reads: u64,
 }
 
+/// Distinguishes the writes of one process (with the time and the process id: of all).
+static WRITES: AtomicU64 = AtomicU64::new(0);
+
+/// A token no other write of any web server is likely to have: 64 bits of time, process
+/// and sequence, mixed.
+fn write_token() -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    let mut x = nanos
+        ^ (u64::from(std::process::id()) << 40)
+        ^ WRITES
+            .fetch_add(1, Ordering::Relaxed)
+            .wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    // splitmix64's finaliser.
+    x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    format!("{:016x}", x ^ (x >> 31))
+}
+
 impl Client {
-    /// The remote marker of `key`.
+    /// The remote marker index of `key`: it names the token of the latest write marked.
     pub fn marker_key(&self, key: &str) -> String {
         format!("{}{key}", self.options.marker_prefix)
     }
 
     /// Before writing data behind `key` to the master database from a replica region:
-    /// sets `key`'s remote marker (for at most `ttl` seconds, so a lost invalidation cannot
-    /// pin reads to the master forever) and returns the marker's key, which the write's
+    /// sets this write's remote marker and points `key`'s marker index at it (both for at
+    /// most `ttl` seconds, so a lost invalidation cannot pin reads to the master forever),
+    /// and returns the marker's key (`remote-marker:user:42:<token>`), which the write's
     /// transaction must invalidate together with `key`
-    /// (`memfleet_invalidate('user:42', 'remote-marker:user:42')`): the marker goes away
-    /// when the replica has the write. Then delete `key` in the local cluster.
+    /// (`memfleet_invalidate('user:42', marker)`): the marker goes away when the replica
+    /// has the write. Then delete `key` in the local cluster. The marker's key is 17 bytes
+    /// longer than the index's: it must stay within memcached's 250.
     pub async fn mark_remote_write(&self, key: &str, ttl: u32) -> Result<String, Error> {
-        let marker = self.marker_key(key);
+        let index = self.marker_key(key);
+        let token = write_token();
+        let marker = format!("{index}:{token}");
+        // The marker before the index: a reader that finds the index finds its marker.
         self.set(&marker, b"1", ttl).await?;
+        self.set(&index, token.as_bytes(), ttl).await?;
         self.regional.markers_set.fetch_add(1, Ordering::Relaxed);
         Ok(marker)
     }
 
-    /// Look-aside for a replica region: on a miss, a present remote marker means a write
-    /// this region made has not reached its replica yet, so `master` is read; otherwise
-    /// `replica`. Filled as [`Client::get_or_fill`] fills.
+    /// Whether `key`'s latest marked write has not reached this region's replica yet (its
+    /// marker is still there). A cache error counts as marked: the master is always right.
+    async fn marked(&self, key: &str) -> bool {
+        let index = self.marker_key(key);
+        match self.get(&index).await {
+            Ok(None) => false,
+            Ok(Some(token)) => {
+                let token = String::from_utf8_lossy(&token.data).into_owned();
+                !matches!(self.get(format!("{index}:{token}")).await, Ok(None))
+            }
+            Err(_) => true,
+        }
+    }
+
+    /// Look-aside for a replica region: on a miss, a present remote marker (of the key's
+    /// latest marked write) means a write this region made has not reached its replica
+    /// yet, so `master` is read; otherwise `replica`. Filled as [`Client::get_or_fill`]
+    /// fills.
     pub async fn get_or_fill_regional<R, RF, M, MF, E>(
         &self,
         key: &str,
@@ -68,11 +118,9 @@ impl Client {
         let mut replica = Some(replica);
         let mut master = Some(master);
         self.get_or_fill(key, ttl, || {
-            let marked = self.get(self.marker_key(key));
             let (replica, master) = (replica.take(), master.take());
             async move {
-                // A cache error counts as marked: the master is always right.
-                let to_master = !matches!(marked.await, Ok(None));
+                let to_master = self.marked(key).await;
                 let counter = if to_master {
                     &self.regional.master_reads
                 } else {

@@ -279,10 +279,6 @@ fn region_json(c: &Counts) -> Value {
     let lags = c.lags.lock().unwrap().clone();
     let replication: Vec<f64> = lags.iter().filter_map(|l| l.0).collect();
     let invalidation: Vec<f64> = lags.iter().map(|l| l.1).collect();
-    let below = lags
-        .iter()
-        .filter(|(r, i)| r.is_some_and(|r| *i + 10.0 < r))
-        .count();
     json!({
         "writes": n(&c.writes),
         "reads": n(&c.reads),
@@ -296,7 +292,6 @@ fn region_json(c: &Counts) -> Value {
         "replication_lag_ms": percentiles(replication),
         "invalidation_lag_ms": percentiles(invalidation),
         "invalidated_before_replayed": n(&c.invalidated_before_replayed),
-        "invalidation_below_replication_by_over_10ms": below,
         "reported_replication_lag_max_s": *c.reported_lag_s.lock().unwrap(),
     })
 }

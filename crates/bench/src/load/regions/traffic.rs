@@ -14,6 +14,7 @@
 //!   markers the replica region reads the master, without them its lagging standby;
 //! - the lag watcher polls a sample of pending tags every 10 ms, and in the replica region
 //!   the standby's row after the tag: the commit-to-invalidated and commit-to-replayed times
+//!   (from the moment the writer sent COMMIT: never less than the replay delay)
 //!   (of transactions invalidated within the phase they were committed in: the replay delay
 //!   is the standby's setting when it replays), and a count of tags deleted while the
 //!   standby still had the older row (never, when the invalidator reads the standby);
@@ -101,8 +102,10 @@ impl Db {
         }
     }
 
-    /// Commits version `v` of `key` with the invalidation of `invalidate` (one message).
-    async fn write(&self, key: &str, v: u64, invalidate: &str) -> Result<()> {
+    /// Commits version `v` of `key` with the invalidation of `invalidate` (one message);
+    /// returns when COMMIT was sent: the commit's timestamp, which the standby's replay
+    /// delay counts from, is later.
+    async fn write(&self, key: &str, v: u64, invalidate: &str) -> Result<Instant> {
         let mut guard = self.connected().await?;
         let client = guard.as_mut().expect("connected");
         let result = async {
@@ -114,7 +117,8 @@ impl Db {
                 &[&invalidate],
             )
             .await?;
-            tx.commit().await
+            let committing = Instant::now();
+            tx.commit().await.map(|()| committing)
         }
         .await;
         if result.is_err() {
@@ -287,11 +291,10 @@ pub(super) async fn writer(
             counts.cache_errors.fetch_add(1, Ordering::Relaxed);
             continue;
         }
-        if master.write(&key, v, &invalidate).await.is_err() {
+        let Ok(committed) = master.write(&key, v, &invalidate).await else {
             counts.db_errors.fetch_add(1, Ordering::Relaxed);
             continue;
-        }
-        let committed = Instant::now();
+        };
         shared.versions[k].store(v, Ordering::Relaxed);
         shared.written.lock().unwrap().push((k, v));
         counts.writes.fetch_add(1, Ordering::Relaxed);
