@@ -99,18 +99,11 @@ pub(super) fn invalidator_config(
     dir: &str,
 ) -> String {
     let mut c = RouterConfig::new();
-    c.section("database")
-        .set_str("host", "127.0.0.1")
-        .set("port", db.port)
-        .set_str("user", "postgres")
-        .set_str("dbname", "postgres")
-        .set_str("slot", &format!("memfleet_{name}"))
-        .set("create", true);
-    if let Some(p) = primary {
-        c.section("database.primary")
-            .set_str("host", "127.0.0.1")
-            .set("port", p.port);
-    }
+    c.invalidator_database(
+        db.port,
+        &format!("memfleet_{name}"),
+        primary.map(|p| p.port),
+    );
     c.section("invalidator")
         .set_str("route", "region")
         .set_str("metrics_listen", &format!("127.0.0.1:{metrics}"));

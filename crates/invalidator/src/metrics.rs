@@ -90,17 +90,12 @@ pub fn render(counters: &Counters) -> String {
             .latency_us
             .lock()
             .unwrap_or_else(|e| e.into_inner());
-        let name = "memfleet_invalidator_commit_to_delivered_seconds";
-        let _ = writeln!(
-            text,
-            "# HELP {name} from a transaction's commit to its last delete's delivery (spool replays included)"
+        summary(
+            &mut text,
+            "commit_to_delivered_seconds",
+            "from a transaction's commit to its last delete's delivery (spool replays included)",
+            &h,
         );
-        let _ = writeln!(text, "# TYPE {name} summary");
-        for q in [0.5, 0.99, 0.999, 1.0] {
-            let v = h.value_at_quantile(q) as f64 / 1e6;
-            let _ = writeln!(text, "{name}{{quantile=\"{q}\"}} {v}");
-        }
-        let _ = writeln!(text, "{name}_count {}", h.len());
         let name = "memfleet_invalidator_delivery_latency_seconds";
         let _ = writeln!(
             text,
@@ -118,17 +113,12 @@ pub fn render(counters: &Counters) -> String {
     }
     {
         let h = c.decoded_us.lock().unwrap_or_else(|e| e.into_inner());
-        let name = "memfleet_invalidator_commit_to_decoded_seconds";
-        let _ = writeln!(
-            text,
-            "# HELP {name} from a transaction's commit to its decoding here (from a standby: after its replay)"
+        summary(
+            &mut text,
+            "commit_to_decoded_seconds",
+            "from a transaction's commit to its decoding here (from a standby: after its replay)",
+            &h,
         );
-        let _ = writeln!(text, "# TYPE {name} summary");
-        for q in [0.5, 0.99, 0.999, 1.0] {
-            let v = h.value_at_quantile(q) as f64 / 1e6;
-            let _ = writeln!(text, "{name}{{quantile=\"{q}\"}} {v}");
-        }
-        let _ = writeln!(text, "{name}_count {}", h.len());
     }
     let lag = c
         .replication
@@ -171,6 +161,19 @@ pub fn render(counters: &Counters) -> String {
         topology.prometheus_pools("memfleet_invalidator", &mut text);
     }
     text
+}
+
+/// A latency histogram (µs) as the summary `memfleet_invalidator_NAME` in seconds: p50,
+/// p99, p99.9 and the maximum (quantile 1).
+fn summary(text: &mut String, name: &str, help: &str, h: &hdrhistogram::Histogram<u64>) {
+    let name = format!("memfleet_invalidator_{name}");
+    let _ = writeln!(text, "# HELP {name} {help}");
+    let _ = writeln!(text, "# TYPE {name} summary");
+    for q in [0.5, 0.99, 0.999, 1.0] {
+        let v = h.value_at_quantile(q) as f64 / 1e6;
+        let _ = writeln!(text, "{name}{{quantile=\"{q}\"}} {v}");
+    }
+    let _ = writeln!(text, "{name}_count {}", h.len());
 }
 
 /// The histogram's upper bounds, µs: ten a decade (1, 1.25, 1.6, 2, 2.5, 3.2, 4, 5, 6.3, 8

@@ -219,12 +219,19 @@ async fn nudge_primary(primary: Database) {
     }
 }
 
-/// Another invalidator (another region's, started at the same time) may have made it first.
+/// Another invalidator (another region's, started at the same time) may have made it first:
+/// `duplicate_object`, or `unique_violation` when both were creating it at once.
 fn already_exists_is_fine(
     made: Result<(), tokio_postgres::Error>,
 ) -> Result<(), tokio_postgres::Error> {
+    use tokio_postgres::error::SqlState;
     match made {
-        Err(e) if e.code() == Some(&tokio_postgres::error::SqlState::DUPLICATE_OBJECT) => Ok(()),
+        Err(e)
+            if e.code() == Some(&SqlState::DUPLICATE_OBJECT)
+                || e.code() == Some(&SqlState::UNIQUE_VIOLATION) =>
+        {
+            Ok(())
+        }
         other => other,
     }
 }

@@ -59,6 +59,30 @@ impl RouterConfig {
             .set("server_retry_timeout_ms", 1000)
     }
 
+    /// An invalidator's `[database]`: the scratch PostgreSQL on 127.0.0.1:`port` (user and
+    /// database `postgres`), slot `slot`, created when missing; with `primary`, the port of
+    /// the primary it is a standby of (`[database.primary]`).
+    pub fn invalidator_database(
+        &mut self,
+        port: u16,
+        slot: &str,
+        primary: Option<u16>,
+    ) -> &mut RouterConfig {
+        self.section("database")
+            .set_str("host", "127.0.0.1")
+            .set("port", port)
+            .set_str("user", "postgres")
+            .set_str("dbname", "postgres")
+            .set_str("slot", slot)
+            .set("create", true);
+        if let Some(primary) = primary {
+            self.section("database.primary")
+                .set_str("host", "127.0.0.1")
+                .set("port", primary);
+        }
+        self
+    }
+
     /// `key = value`, the value written as TOML as it is.
     pub fn set(&mut self, key: &str, value: impl Display) -> &mut RouterConfig {
         let _ = writeln!(self.text, "{key} = {value}");

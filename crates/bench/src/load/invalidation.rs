@@ -104,13 +104,7 @@ pub fn bench(args: &InvalidationArgs) -> Result<()> {
     let metrics_port = free_port()?;
     let metrics: std::net::SocketAddr = ([127, 0, 0, 1], metrics_port).into();
     let mut config = RouterConfig::new();
-    config
-        .section("database")
-        .set_str("host", "127.0.0.1")
-        .set("port", pg.port)
-        .set_str("user", "postgres")
-        .set_str("dbname", "postgres")
-        .set("create", true);
+    config.invalidator_database(pg.port, "memfleet", None);
     config
         .section("invalidator")
         .set_str("route", "everywhere")

@@ -111,20 +111,11 @@ impl World {
             &self.primary
         };
         let mut config = RouterConfig::new();
-        config
-            .section("database")
-            .set_str("host", "127.0.0.1")
-            .set("port", db.port)
-            .set_str("user", "postgres")
-            .set_str("dbname", "postgres")
-            .set_str("slot", &format!("memfleet_{name}"))
-            .set("create", true);
-        if reads_standby {
-            config
-                .section("database.primary")
-                .set_str("host", "127.0.0.1")
-                .set("port", self.primary.port);
-        }
+        config.invalidator_database(
+            db.port,
+            &format!("memfleet_{name}"),
+            reads_standby.then_some(self.primary.port),
+        );
         config
             .section("invalidator")
             .set_str("route", name)
