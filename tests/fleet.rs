@@ -157,7 +157,7 @@ fn a_local_fleet_routes_invalidates_and_covers_a_dead_server() {
     );
     let printed = String::from_utf8_lossy(&up.stdout);
     assert!(
-        printed.contains(&format!("router-c1      127.0.0.1:{}", base + 100)),
+        printed.contains(&format!("{:<20} 127.0.0.1:{}", "router-c1", base + 100)),
         "{printed}"
     );
 

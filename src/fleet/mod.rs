@@ -242,37 +242,30 @@ fn up(up: &UpArgs) -> anyhow::Result<()> {
         std::fs::write(dir.join(format!("{name}.toml")), text)?;
     }
     if up.regions == 2 {
-        // The databases first: the invalidators, started last, need them.
+        // The databases first: the invalidators, started last, need them. Stopped again if
+        // anything after fails before the processes are started.
         let dbs = regions::start_databases(dir)?;
-        let ports = regions::ReplicaPorts::of(up.base_port);
-        let d = dir.display().to_string();
-        let base = up.base_port;
-        for (name, db, primary, routers, metrics) in [
-            (
-                "master",
-                &dbs.primary,
-                None,
-                vec![base + 100, base + 200],
-                ports.metrics_master,
-            ),
-            (
-                "replica",
-                &dbs.standby,
-                Some(&dbs.primary),
-                vec![ports.router],
-                ports.metrics_replica,
-            ),
-        ] {
-            let text = regions::invalidator_config(name, db, primary, &routers, metrics, &d);
-            std::fs::write(dir.join(format!("invalidator-{name}.toml")), text)?;
+        let written = regions_configs(up, dir, &dbs);
+        if let Err(e) = written {
+            let _ = regions::stop_databases(dir);
+            return Err(e);
         }
         members.extend(
-            regions::invalidators(&d, &ports)
-                .into_iter()
-                .map(|(name, port, args)| Member { name, port, args }),
+            regions::invalidators(
+                &dir.display().to_string(),
+                &regions::ReplicaPorts::of(up.base_port),
+            )
+            .into_iter()
+            .map(|(name, port, args)| Member { name, port, args }),
         );
     }
-    let exe = std::env::current_exe().context("finding the memfleet executable")?;
+    let exe = match std::env::current_exe() {
+        Ok(exe) => exe,
+        Err(e) => {
+            let _ = regions::stop_databases(dir);
+            return Err(e).context("finding the memfleet executable");
+        }
+    };
     let mut pids = String::new();
     let mut started: Vec<(&Member, Child)> = Vec::new();
     for m in &members {
@@ -361,6 +354,33 @@ fn up(up: &UpArgs) -> anyhow::Result<()> {
         dir.display(),
         dir.display()
     );
+    Ok(())
+}
+
+/// Writes the two invalidators' configuration files of a two-region fleet.
+fn regions_configs(up: &UpArgs, dir: &Path, dbs: &regions::Databases) -> anyhow::Result<()> {
+    let ports = regions::ReplicaPorts::of(up.base_port);
+    let d = dir.display().to_string();
+    let base = up.base_port;
+    for (name, db, primary, routers, metrics) in [
+        (
+            "master",
+            &dbs.primary,
+            None,
+            vec![base + 100, base + 200],
+            ports.metrics_master,
+        ),
+        (
+            "replica",
+            &dbs.standby,
+            Some(&dbs.primary),
+            vec![ports.router],
+            ports.metrics_replica,
+        ),
+    ] {
+        let text = regions::invalidator_config(name, db, primary, &routers, metrics, &d);
+        std::fs::write(dir.join(format!("invalidator-{name}.toml")), text)?;
+    }
     Ok(())
 }
 
@@ -522,7 +542,21 @@ fn signal(pid: i32, sig: libc::c_int) {
 }
 
 fn down(dir: &Path) -> anyhow::Result<()> {
-    let members = members(dir)?;
+    let members = match members(dir) {
+        Ok(members) => members,
+        // No processes, but maybe databases a failed `up` left.
+        Err(e) => {
+            let databases = regions::stop_databases(dir)?;
+            if databases == 0 {
+                return Err(e);
+            }
+            println!(
+                "memfleet fleet in {}: {databases} databases stopped",
+                dir.display()
+            );
+            return Ok(());
+        }
+    };
     for (pid, _, _) in &members {
         signal(*pid, libc::SIGTERM);
     }

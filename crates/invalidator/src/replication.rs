@@ -29,29 +29,32 @@ pub struct ReplicationLag {
 pub const EVERY: Duration = Duration::from_secs(1);
 
 /// Reads the lag every [`EVERY`] into `counters.replication`, reconnecting after errors
-/// (logged once per outage), until aborted.
+/// (logged once per outage; the reading is cleared meanwhile, so the metrics do not show
+/// a frozen one), until aborted.
 pub async fn watch(db: Database, counters: Arc<Counters>) {
     let primary = db.primary_database();
     let mut failing = false;
     loop {
-        match measure_loop(&db, primary.as_ref(), &counters).await {
-            Ok(()) => return,
-            Err(e) => {
-                if !failing {
-                    tracing::warn!(error = %format!("{e:#}"), "cannot read the replication lag; retrying");
-                }
-                failing = true;
-            }
+        let Err(e) = measure_loop(&db, primary.as_ref(), &counters, &mut failing).await;
+        *counters
+            .replication
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = None;
+        if !failing {
+            tracing::warn!(error = %format!("{e:#}"), "cannot read the replication lag; retrying");
         }
+        failing = true;
         tokio::time::sleep(EVERY).await;
     }
 }
 
+/// Reads until an error; `failing` goes false at the first good reading.
 async fn measure_loop(
     db: &Database,
     primary: Option<&Database>,
     counters: &Counters,
-) -> anyhow::Result<()> {
+    failing: &mut bool,
+) -> anyhow::Result<std::convert::Infallible> {
     let here = crate::setup::connect(db).await?;
     let there = match primary {
         Some(p) => Some(crate::setup::connect(p).await?),
@@ -61,6 +64,10 @@ async fn measure_loop(
     loop {
         tick.tick().await;
         let lag = measure(&here, there.as_ref()).await?;
+        if *failing {
+            tracing::info!("reading the replication lag again");
+            *failing = false;
+        }
         *counters
             .replication
             .lock()

@@ -5,6 +5,10 @@
 use crate::config::Database;
 use anyhow::{bail, Context};
 
+/// How long making a slot on a standby may wait for the primary's running-transactions
+/// record.
+const SLOT_WAIT: std::time::Duration = std::time::Duration::from_secs(120);
+
 /// Connects to `db` (its connection task runs until the client is dropped).
 pub async fn connect(db: &Database) -> anyhow::Result<tokio_postgres::Client> {
     let (client, connection) = db
@@ -80,9 +84,12 @@ pub async fn prepare(db: &Database) -> anyhow::Result<()> {
             tracing::info!(publication = %db.publication, "publication created");
         }
     }
+    // `conflicting` (PostgreSQL 16+): the slot was invalidated, e.g. a standby's slot whose
+    // rows the primary removed; it will never stream again.
     let slot = client
         .query_opt(
-            "SELECT plugin FROM pg_replication_slots WHERE slot_name = $1 AND database = $2",
+            "SELECT plugin, to_jsonb(s) ->> 'conflicting' FROM pg_replication_slots s \
+             WHERE slot_name = $1 AND database = $2",
             &[&db.slot, &db.dbname],
         )
         .await?;
@@ -92,6 +99,18 @@ pub async fn prepare(db: &Database) -> anyhow::Result<()> {
             if plugin.as_deref() != Some("pgoutput") {
                 bail!(
                     "slot {:?} uses plugin {plugin:?}; the invalidator needs a pgoutput slot",
+                    db.slot
+                );
+            }
+            let conflicting: Option<String> = row.get(1);
+            if conflicting.as_deref() == Some("true") {
+                bail!(
+                    "slot {:?} was invalidated (conflicting with recovery: the primary removed \
+                     rows it needed; give the standby a physical slot, primary_slot_name, \
+                     with hot_standby_feedback = on): its transactions since are lost to it. \
+                     Drop it (SELECT pg_drop_replication_slot('{}')) and let the invalidator \
+                     make a new one, then flush this region's caches",
+                    db.slot,
                     db.slot
                 );
             }
@@ -112,15 +131,28 @@ pub async fn prepare(db: &Database) -> anyhow::Result<()> {
                 }
                 (false, _) => None,
             };
-            let created = client
-                .query_one(
-                    "SELECT pg_create_logical_replication_slot($1, 'pgoutput')",
-                    &[&db.slot],
-                )
-                .await;
+            let slot_name: &(dyn tokio_postgres::types::ToSql + Sync) = &db.slot;
+            let params = [slot_name];
+            let create = client.query_one(
+                "SELECT pg_create_logical_replication_slot($1, 'pgoutput')",
+                &params,
+            );
+            let created = tokio::time::timeout(SLOT_WAIT, create).await;
             if let Some(n) = nudge {
                 n.abort();
             }
+            let Ok(created) = created else {
+                bail!(
+                    "creating slot {:?} on the standby {}:{} waited {} s for a \
+                     running-transactions record from the primary: run SELECT \
+                     pg_log_standby_snapshot() on the primary (or name it in \
+                     [database.primary], as a user allowed to)",
+                    db.slot,
+                    db.host,
+                    db.port,
+                    SLOT_WAIT.as_secs()
+                );
+            };
             created.context("creating the replication slot (the user needs REPLICATION)")?;
             tracing::info!(slot = %db.slot, standby, "replication slot created");
         }

@@ -184,13 +184,20 @@ impl Postgres {
     }
 
     /// A streaming (physical) standby of this one, as a replica region's database:
-    /// `pg_basebackup -R` (which writes `standby.signal` and `primary_conninfo`), then
+    /// `pg_basebackup -R -C -S standby_<n>` (which writes `standby.signal`,
+    /// `primary_conninfo` and `primary_slot_name`, and makes that physical slot on this
+    /// one, so that the standby's `hot_standby_feedback` holds while it restarts), then
     /// started with `hot_standby_feedback = on` and `wal_level = logical` (so that a
     /// logical slot can be made on it, PostgreSQL 16 and later) and the extra settings
     /// (`recovery_min_apply_delay=500ms` holds its replay back).
     pub fn standby(&self, settings: &[&str]) -> anyhow::Result<Postgres> {
         let dir = scratch_dir()?;
         let data = dir.join("data");
+        static STANDBYS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let slot = format!(
+            "standby_{}",
+            STANDBYS.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+        );
         let out = run_as_pg(
             &self.bin.join("pg_basebackup"),
             &[
@@ -203,6 +210,9 @@ impl Postgres {
                 "-D",
                 &data.display().to_string(),
                 "-R",
+                "-C",
+                "-S",
+                &slot,
                 "-X",
                 "stream",
                 "--no-sync",
@@ -264,6 +274,25 @@ impl Postgres {
     /// on the same port, waiting until it accepts connections.
     pub fn restart(&self) -> anyhow::Result<()> {
         self.pg_ctl(&["-m", "fast", "-w", "restart"])
+    }
+
+    /// Stops it with `-m fast` (a clean shutdown), or, when that does not finish within
+    /// `wait`, `-m immediate` (as a crash), and starts it again; says which stop it took.
+    /// (PostgreSQL 16.2's fast shutdown of a standby can wait forever for a logical
+    /// walsender that waits for WAL the standby received but has not replayed.)
+    pub fn restart_within(&self, wait: std::time::Duration) -> anyhow::Result<&'static str> {
+        let secs = wait.as_secs().max(1).to_string();
+        let how = if self
+            .pg_ctl(&["-m", "fast", "-t", &secs, "-w", "stop"])
+            .is_ok()
+        {
+            "fast"
+        } else {
+            self.kill()?;
+            "immediate"
+        };
+        self.start_again()?;
+        Ok(how)
     }
 
     /// Stops it (`-m immediate`: as a crash); [`Postgres::start_again`] brings it back.

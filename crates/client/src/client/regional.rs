@@ -9,10 +9,12 @@
 //! written twice within the replication lag loses its marker to the first write's
 //! invalidation while the second is still on its way, and so does a late or repeated
 //! delivery of an old invalidation (an invalidator restarting delivers again what it had not
-//! confirmed). Here each write gets its own marker, `<prefix><key>:<token>`, and the key's
-//! marker *index*, `<prefix><key>`, names the latest write's token; the transaction
-//! invalidates the write's own marker. A miss reads the index, then that write's marker:
-//! an old write's invalidation, however late or repeated, cannot clear a newer write's.
+//! confirmed). Here each write gets its own marker, `<prefix><key>:<token>`, which its
+//! transaction invalidates, and the key's marker *index*, `<prefix><key>`, lists the tokens
+//! of the key's marked writes (`add`, else `append`: concurrent writers from several web
+//! servers all get listed), each with the time its marker expires. A miss reads the index,
+//! then the markers of its unexpired tokens: the key is marked while any is there. An old
+//! write's invalidation, however late or repeated, clears only its own marker.
 
 use super::values::Error;
 use super::Client;
@@ -39,6 +41,12 @@ pub struct RegionalStats {
     pub replica_reads: u64,
 }
 
+fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
 /// Distinguishes the writes of one process (with the time and the process id: of all).
 static WRITES: AtomicU64 = AtomicU64::new(0);
 
@@ -60,13 +68,13 @@ fn write_token() -> String {
 }
 
 impl Client {
-    /// The remote marker index of `key`: it names the token of the latest write marked.
+    /// The remote marker index of `key`: it lists the tokens of its marked writes.
     pub fn marker_key(&self, key: &str) -> String {
         format!("{}{key}", self.options.marker_prefix)
     }
 
     /// Before writing data behind `key` to the master database from a replica region:
-    /// sets this write's remote marker and points `key`'s marker index at it (both for at
+    /// sets this write's remote marker and lists it in `key`'s marker index (both for at
     /// most `ttl` seconds, so a lost invalidation cannot pin reads to the master forever),
     /// and returns the marker's key (`remote-marker:user:42:<token>`), which the write's
     /// transaction must invalidate together with `key`
@@ -77,25 +85,53 @@ impl Client {
         let index = self.marker_key(key);
         let token = write_token();
         let marker = format!("{index}:{token}");
-        // The marker before the index: a reader that finds the index finds its marker.
+        // The marker before the index: a reader that finds a token finds its marker.
         self.set(&marker, b"1", ttl).await?;
-        self.set(&index, token.as_bytes(), ttl).await?;
+        let expires = unix_now() + u64::from(ttl);
+        let entry = format!("{token}@{expires}");
+        let mut listed = false;
+        for _ in 0..4 {
+            if self.add(&index, entry.as_bytes(), ttl).await? {
+                listed = true;
+                break;
+            }
+            if self.append(&index, format!(" {entry}").as_bytes()).await? {
+                // The index lives as long as its newest marker.
+                self.touch(&index, ttl).await?;
+                listed = true;
+                break;
+            }
+            // It expired between the two: add it again.
+        }
+        if !listed {
+            return Err(Error::Protocol(format!(
+                "the remote marker index {index} could be neither added nor appended to"
+            )));
+        }
         self.regional.markers_set.fetch_add(1, Ordering::Relaxed);
         Ok(marker)
     }
 
-    /// Whether `key`'s latest marked write has not reached this region's replica yet (its
+    /// Whether a marked write of `key` has not reached this region's replica yet (its
     /// marker is still there). A cache error counts as marked: the master is always right.
     async fn marked(&self, key: &str) -> bool {
         let index = self.marker_key(key);
-        match self.get(&index).await {
-            Ok(None) => false,
-            Ok(Some(token)) => {
-                let token = String::from_utf8_lossy(&token.data).into_owned();
-                !matches!(self.get(format!("{index}:{token}")).await, Ok(None))
-            }
-            Err(_) => true,
-        }
+        let listed = match self.get(&index).await {
+            Ok(None) => return false,
+            Ok(Some(v)) => String::from_utf8_lossy(&v.data).into_owned(),
+            Err(_) => return true,
+        };
+        let now = unix_now();
+        let markers: Vec<String> = listed
+            .split_ascii_whitespace()
+            .filter_map(|entry| {
+                let (token, expires) = entry.split_once('@')?;
+                // An expired token's marker has expired too: nothing to ask.
+                (expires.parse::<u64>().ok()? >= now).then(|| format!("{index}:{token}"))
+            })
+            .collect();
+        let found = futures_util::future::join_all(markers.iter().map(|m| self.get(m))).await;
+        found.iter().any(|f| !matches!(f, Ok(None)))
     }
 
     /// Look-aside for a replica region: on a miss, a present remote marker (of the key's

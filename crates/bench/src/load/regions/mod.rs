@@ -128,6 +128,10 @@ struct Results {
     stale_at_end: [u64; 2],
     scrapes: [Scrape; 2],
     regional: memfleet_client::RegionalStats,
+    /// Remote markers the replica region's invalidator deleted (across its restart).
+    markers_cleared: u64,
+    /// How the standby was stopped for its restart ("fast", or "immediate" if that hung).
+    standby_restart: Option<&'static str>,
 }
 
 async fn run(
@@ -183,10 +187,17 @@ async fn run(
         .into();
     let replica_metrics = world.regions[REPLICA].metrics;
     let started = Instant::now();
+    let mut cleared_before_kill = 0;
+    let mut standby_restart = None;
     for (i, (label, delay)) in phases.iter().enumerate() {
         if i > 0 {
+            // The reload reaches the standby's startup process asynchronously: no lag is
+            // sampled from a transaction that may have met either delay.
+            shared.epoch.fetch_add(1, Ordering::Relaxed);
             world::set_apply_delay(&standby, *delay).await?;
+            tokio::time::sleep(Duration::from_millis(500)).await;
             shared.phase.store(i, Ordering::Relaxed);
+            shared.epoch.fetch_add(1, Ordering::Relaxed);
         }
         println!(
             "phase {i}: {label} (from {:.1} s)",
@@ -203,6 +214,10 @@ async fn run(
             }
             let left = ends.saturating_duration_since(Instant::now());
             if faults == 2 && left < args.phase * 3 / 4 {
+                // Its counters die with it: what it cleared so far is kept here.
+                if let Ok(m) = Scrape::fetch(replica_metrics) {
+                    cleared_before_kill = m.counter("remote_markers_cleared_total");
+                }
                 world.kill_invalidator(REPLICA);
                 println!("  the replica region's invalidator killed (-9)");
                 tokio::time::sleep(Duration::from_secs(1)).await;
@@ -210,15 +225,24 @@ async fn run(
                 println!("  ...and started again");
                 faults = 1;
             } else if faults == 1 && left < args.phase / 3 {
-                // A planned restart (fast shutdown, which writes a restartpoint). Its replay
-                // delay goes to 0 for it: PostgreSQL 16.2's fast shutdown of a standby
-                // whose replay is held back while a logical walsender streams from it never
-                // ends (pg_recvlogical's too; see docs/BENCHMARKS.md).
+                // A planned restart: writes held, the replay delay cleared and the standby
+                // caught up, then a fast shutdown (PostgreSQL 16.2's never ends while a
+                // logical walsender waits for WAL received but not replayed; if it does
+                // not end in 10 s anyway, an immediate stop: reported).
+                shared.paused.store(true, Ordering::Relaxed);
+                shared.epoch.fetch_add(1, Ordering::Relaxed);
                 world::set_apply_delay(&standby, Duration::ZERO).await?;
-                tokio::task::block_in_place(|| world.standby.restart())?;
+                world::wait_replayed(&primary, &standby, Duration::from_secs(10)).await?;
+                let how = tokio::task::block_in_place(|| {
+                    world.standby.restart_within(Duration::from_secs(10))
+                })?;
+                standby_restart = Some(how);
                 standby = world.standby.connect().await?;
                 world::set_apply_delay(&standby, *delay).await?;
-                println!("  the standby restarted (pg_ctl restart -m fast)");
+                shared.paused.store(false, Ordering::Relaxed);
+                tokio::time::sleep(Duration::from_millis(500)).await;
+                shared.epoch.fetch_add(1, Ordering::Relaxed);
+                println!("  the standby restarted (writes held; pg_ctl stop -m {how}, start)");
                 faults = 0;
             }
         }
@@ -241,6 +265,8 @@ async fn run(
         Scrape::fetch(replica_metrics)?,
     ];
     let regional = shared.caches[REPLICA].regional_stats();
+    let markers_cleared =
+        cleared_before_kill + scrapes[REPLICA].counter("remote_markers_cleared_total");
     for region in [MASTER, REPLICA] {
         if lost[region] > 0 {
             // What went wrong is in the invalidator's log and the database's.
@@ -261,6 +287,8 @@ async fn run(
         stale_at_end,
         scrapes,
         regional,
+        markers_cleared,
+        standby_restart,
     })
 }
 
@@ -388,8 +416,9 @@ fn print_and_save(args: &RegionsArgs, phases: &[(String, Duration)], r: Results)
             "set": r.regional.markers_set,
             "master_reads": r.regional.master_reads,
             "replica_reads": r.regional.replica_reads,
-            "cleared": r.scrapes[REPLICA].counter("remote_markers_cleared_total"),
+            "cleared": r.markers_cleared,
         },
+        "standby_restart": r.standby_restart,
         "load_average_at_end": load_at_end,
     });
     if let Some(dir) = &args.out {

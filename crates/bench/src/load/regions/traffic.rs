@@ -15,8 +15,8 @@
 //! - the lag watcher polls a sample of pending tags every 10 ms, and in the replica region
 //!   the standby's row after the tag: the commit-to-invalidated and commit-to-replayed times
 //!   (from the moment the writer sent COMMIT: never less than the replay delay)
-//!   (of transactions invalidated within the phase they were committed in: the replay delay
-//!   is the standby's setting when it replays), and a count of tags deleted while the
+//!   (of transactions committed and invalidated while the phase's replay delay held: the
+//!   delay is the standby's setting when it replays, and a change settles asynchronously), and a count of tags deleted while the
 //!   standby still had the older row (never, when the invalidator reads the standby);
 //! - after the run every tag of every version is gone from both regions (no lost
 //!   invalidation) and every cached key holds the database's version.
@@ -156,6 +156,7 @@ struct Pending {
     version: u64,
     committed: Instant,
     phase: usize,
+    epoch: usize,
     replayed: Option<Instant>,
 }
 
@@ -167,6 +168,10 @@ pub(super) struct Shared {
     pub(super) written: Mutex<Vec<(usize, u64)>>,
     /// The phase now (index into `counts`).
     pub(super) phase: AtomicUsize,
+    /// Counts changes of the replay delay: odd while one settles (the standby's startup
+    /// process takes the reload asynchronously), even while the delay is the phase's. A
+    /// lag is sampled only from a transaction committed and invalidated in one even epoch.
+    pub(super) epoch: AtomicUsize,
     /// counts[phase][region].
     pub(super) counts: Vec<[Counts; 2]>,
     /// Each region's clients (through its router).
@@ -176,6 +181,8 @@ pub(super) struct Shared {
     pub(super) region_db_port: [u16; 2],
     pending: [Mutex<Vec<Pending>>; 2],
     pub(super) stop: AtomicBool,
+    /// Writers hold their writes (a planned standby restart).
+    pub(super) paused: AtomicBool,
     /// Writers per region.
     pub(super) writers: usize,
 }
@@ -193,12 +200,14 @@ impl Shared {
             versions: (0..keys).map(|_| AtomicU64::new(0)).collect(),
             written: Mutex::new(Vec::new()),
             phase: AtomicUsize::new(0),
+            epoch: AtomicUsize::new(0),
             counts: (0..phases).map(|_| Default::default()).collect(),
             caches,
             master_db_port,
             region_db_port,
             pending: Default::default(),
             stop: AtomicBool::new(false),
+            paused: AtomicBool::new(false),
             writers,
         }
     }
@@ -270,6 +279,9 @@ pub(super) async fn writer(
     while !shared.stop.load(Ordering::Relaxed) && !own.is_empty() {
         next += gap;
         tokio::time::sleep_until(next).await;
+        if shared.paused.load(Ordering::Relaxed) {
+            continue;
+        }
         let k = own[n % own.len()];
         n += 1;
         let phase = shared.phase.load(Ordering::Relaxed);
@@ -291,6 +303,7 @@ pub(super) async fn writer(
             counts.cache_errors.fetch_add(1, Ordering::Relaxed);
             continue;
         }
+        let epoch = shared.epoch.load(Ordering::Relaxed);
         let Ok(committed) = master.write(&key, v, &invalidate).await else {
             counts.db_errors.fetch_add(1, Ordering::Relaxed);
             continue;
@@ -298,14 +311,19 @@ pub(super) async fn writer(
         shared.versions[k].store(v, Ordering::Relaxed);
         shared.written.lock().unwrap().push((k, v));
         counts.writes.fetch_add(1, Ordering::Relaxed);
-        // Every other write is sampled for the lags.
-        if n.is_multiple_of(2) {
+        // Every other write is sampled for the lags, unless the replay delay began to
+        // change while it committed (the phase changes only then: the one read now is the
+        // one it committed in).
+        let settled = epoch.is_multiple_of(2) && shared.epoch.load(Ordering::Relaxed) == epoch;
+        let phase = shared.phase.load(Ordering::Relaxed);
+        if n.is_multiple_of(2) && settled {
             for pending in &shared.pending {
                 pending.lock().unwrap().push(Pending {
                     key: k,
                     version: v,
                     committed,
                     phase,
+                    epoch,
                     replayed: None,
                 });
             }
@@ -438,9 +456,9 @@ pub(super) async fn lag_watcher(shared: Arc<Shared>, region: usize, give_up: Ins
                     .invalidated_before_replayed
                     .fetch_add(1, Ordering::Relaxed);
             }
-            // A transaction replayed after the next phase changed the replay delay took
-            // that phase's delay: it belongs to neither.
-            if shared.phase.load(Ordering::Relaxed) != p.phase {
+            // A transaction invalidated after the replay delay began to change may have
+            // taken either delay: it belongs to neither phase.
+            if shared.epoch.load(Ordering::Relaxed) != p.epoch {
                 return false;
             }
             let ms = |d: Duration| d.as_secs_f64() * 1000.0;

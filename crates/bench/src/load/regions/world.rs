@@ -230,3 +230,30 @@ pub(super) async fn set_apply_delay(
     standby.batch_execute("SELECT pg_reload_conf()").await?;
     Ok(())
 }
+
+/// Waits (at most `wait`) until the standby has replayed everything the primary had
+/// written when this was called.
+pub(super) async fn wait_replayed(
+    primary: &tokio_postgres::Client,
+    standby: &tokio_postgres::Client,
+    wait: Duration,
+) -> Result<()> {
+    let target: f64 = primary
+        .query_one("SELECT (pg_current_wal_lsn() - '0/0')::float8", &[])
+        .await?
+        .get(0);
+    let deadline = Instant::now() + wait;
+    loop {
+        let replayed: f64 = standby
+            .query_one("SELECT (pg_last_wal_replay_lsn() - '0/0')::float8", &[])
+            .await?
+            .get(0);
+        if replayed >= target {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            bail!("the standby did not catch up with the primary in {wait:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
