@@ -382,16 +382,19 @@ fn print_and_save(args: &RegionsArgs, phases: &[(String, Duration)], r: Results)
     for (region, name) in names.iter().enumerate() {
         println!(
             "{name}: lost invalidations {}, keys cached at another version at the end {}; \
-             its invalidator: commit-to-delivered p50 {} µs, max {} µs, commit-to-decoded \
-             max {} µs, {} remote markers cleared",
+             its invalidator (since it last started): commit-to-delivered p50 {} µs, max {} \
+             µs, commit-to-decoded max {} µs",
             r.lost[region],
             r.stale_at_end[region],
             r.scrapes[region].quantile_us("0.5"),
             r.scrapes[region].quantile_us("1"),
             r.scrapes[region].summary_us("commit_to_decoded_seconds", "1"),
-            r.scrapes[region].counter("remote_markers_cleared_total"),
         );
     }
+    println!(
+        "remote markers: {} cleared by the replica region's invalidator",
+        r.markers_cleared
+    );
     println!(
         "replica region's client: {} remote markers set, {} misses read the master because \
          of one, {} read the standby",
