@@ -416,10 +416,11 @@ pub(super) async fn lag_watcher(shared: Arc<Shared>, region: usize, give_up: Ins
         }
         // Tags first, then the standby: a tag found gone here while the standby, asked
         // after, still has the older row was deleted before the row was replayed.
-        let looked = Instant::now();
         let gets =
             futures_util::future::join_all(batch.iter().map(|&(k, v)| cache.get(tag_name(k, v))))
                 .await;
+        // After the answers: a tag found gone was gone by then (never earlier than it went).
+        let looked = Instant::now();
         let gone: Vec<bool> = gets.iter().map(|g| matches!(g, Ok(None))).collect();
         let replayed: Option<(Vec<(String, u64)>, Instant)> = if region == REPLICA {
             let keys: Vec<String> = batch.iter().map(|&(k, _)| key_name(k)).collect();
