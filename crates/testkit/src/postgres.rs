@@ -8,7 +8,8 @@
 //! later ([`Postgres::start_at_least`]).
 //!
 //! The binaries are, in this order: the directory `MEMFLEET_POSTGRES_BIN` names; PostgreSQL
-//! 16 as `scripts/postgres16` unpacks it (`target/tools/postgresql-16/...`); PATH; Debian's
+//! 16 as `scripts/postgres16` unpacks it (as root `/usr/local/lib/memfleet/postgresql-16/...`,
+//! else `target/tools/postgresql-16/...`); PATH; Debian's
 //! `/usr/lib/postgresql/<version>/bin`, the newest (`scripts/test` installs the `postgresql`
 //! package and runs `scripts/postgres16`).
 
@@ -27,10 +28,16 @@ pub struct Postgres {
     options: String,
 }
 
-/// Where `scripts/postgres16` puts PostgreSQL 16's binaries.
-fn postgres16_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../target/tools/postgresql-16/pgserver/pginstall/bin")
+/// Where `scripts/postgres16` puts PostgreSQL 16's binaries: as root where `nobody` (whom
+/// PostgreSQL runs as) can reach them, else in the workspace's `target/tools`.
+fn postgres16_dirs() -> [PathBuf; 2] {
+    const BIN: &str = "postgresql-16/pgserver/pginstall/bin";
+    [
+        Path::new("/usr/local/lib/memfleet").join(BIN),
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../target/tools")
+            .join(BIN),
+    ]
 }
 
 /// The major version of the PostgreSQL in `bin`.
@@ -53,7 +60,7 @@ fn find_bin(at_least: u32) -> anyhow::Result<PathBuf> {
     if let Some(dir) = std::env::var_os("MEMFLEET_POSTGRES_BIN") {
         candidates.push(dir.into());
     }
-    candidates.push(postgres16_dir());
+    candidates.extend(postgres16_dirs());
     candidates.extend(find_system_bin());
     let mut seen = Vec::new();
     for dir in candidates {
