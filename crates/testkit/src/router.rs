@@ -3,11 +3,12 @@
 //! (`router_config`).
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 
 use crate::process::Spawned;
+use crate::router_config::RouterConfig;
 
 /// A `memfleet router -t 1` started for a test or an experiment, with its configuration in
 /// a temporary file that goes away with it.
@@ -40,6 +41,24 @@ impl Router {
             spawned: spawned?,
             config: path,
         })
+    }
+
+    /// A cluster's router, as the paper's mcsqueal talks to: one pool `name` of the servers
+    /// on `ports`, its delete spool in `spool_dir`, listening on a free port (returned).
+    pub fn in_front_of(
+        bin: &str,
+        name: &str,
+        ports: &[u16],
+        spool_dir: &Path,
+    ) -> Result<(Router, u16)> {
+        let port = crate::ports::free_port();
+        let mut config = RouterConfig::new();
+        config
+            .section("router")
+            .set_str("spool_dir", &spool_dir.display().to_string());
+        config.pool(name, ports).listen(port);
+        let router = Router::start(bin, &config.text(), ([127, 0, 0, 1], port).into(), None)?;
+        Ok((router, port))
     }
 }
 

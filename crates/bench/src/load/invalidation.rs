@@ -86,19 +86,8 @@ pub fn bench(args: &InvalidationArgs) -> Result<()> {
             .map(String::from)
             .to_vec();
         let server = Spawned::start(&argv, ([127, 0, 0, 1], port).into(), None)?;
-        let router_port = free_port()?;
-        let mut router_config = RouterConfig::new();
-        router_config.section("router").set_str(
-            "spool_dir",
-            &spool.join(format!("router-{name}")).display().to_string(),
-        );
-        router_config.pool(name, &[port]).listen(router_port);
-        let router = Router::start(
-            bin,
-            &router_config.text(),
-            ([127, 0, 0, 1], router_port).into(),
-            None,
-        )?;
+        let (router, router_port) =
+            Router::in_front_of(bin, name, &[port], &spool.join(format!("router-{name}")))?;
         clusters.push((server, router, router_port));
     }
     let metrics_port = free_port()?;

@@ -87,23 +87,8 @@ impl World {
             servers.push(Spawned::start(&argv, ([127, 0, 0, 1], port).into(), None)?);
             ports.push(port);
         }
-        let router_port = free_port()?;
-        let mut router_config = RouterConfig::new();
-        router_config.section("router").set_str(
-            "spool_dir",
-            &self
-                .dir
-                .join(format!("router-{name}"))
-                .display()
-                .to_string(),
-        );
-        router_config.pool(name, &ports).listen(router_port);
-        let router = Router::start(
-            bin,
-            &router_config.text(),
-            ([127, 0, 0, 1], router_port).into(),
-            None,
-        )?;
+        let (router, router_port) =
+            Router::in_front_of(bin, name, &ports, &self.dir.join(format!("router-{name}")))?;
         let metrics: SocketAddr = ([127, 0, 0, 1], free_port()?).into();
         let db = if reads_standby {
             &self.standby
