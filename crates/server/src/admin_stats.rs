@@ -260,6 +260,28 @@ impl<'s> StatsReport<'s> {
             ),
             ("segcache_hash_growths", Int(e.hash_growths)),
             ("segcache_bytes_written", Int(e.handles.bytes_written)),
+            // Where worker threads waited for each other (counted only when they did).
+            (
+                "segcache_reserve_retries",
+                Int(e.contention.reserve_retries),
+            ),
+            (
+                "segcache_open_lock_waits",
+                Int(e.contention.open_lock_waits),
+            ),
+            (
+                "segcache_chain_lock_waits",
+                Int(e.contention.chain_lock_waits),
+            ),
+            (
+                "segcache_chain_lock_spins",
+                Int(e.contention.chain_lock_spins),
+            ),
+            (
+                "segcache_evict_lock_waits",
+                Int(e.contention.evict_lock_waits),
+            ),
+            ("segcache_growth_stalls", Int(e.contention.growth_stalls)),
         ]
     }
 

@@ -386,3 +386,30 @@ fn version(c: &mut common::Client) -> String {
     let stats: HashMap<String, String> = c.stats("").into_iter().collect();
     stats["version"].clone()
 }
+
+/// `stats memfleet` reports where the engine's worker threads waited for each other (the
+/// contention counters `memfleet bench scale` reads), as counters that only rise, and a
+/// server that has done nothing concurrent reports no wait.
+#[test]
+fn stats_memfleet_reports_contention() {
+    const CONTENTION: &[&str] = &[
+        "segcache_reserve_retries",
+        "segcache_open_lock_waits",
+        "segcache_chain_lock_waits",
+        "segcache_chain_lock_spins",
+        "segcache_evict_lock_waits",
+        "segcache_growth_stalls",
+    ];
+    let server = TestServer::start();
+    let mut c = server.connect();
+    for i in 0..50 {
+        c.check(format!("set k{i} 0 0 1\r\nx\r\n").as_str(), "STORED\r\n");
+    }
+    let engine: HashMap<String, String> = c.stats("memfleet").into_iter().collect();
+    for name in CONTENTION {
+        let value = engine.get(*name).unwrap_or_else(|| panic!("no {name}: {engine:?}"));
+        assert_eq!(value, "0", "{name}: one connection cannot contend with itself");
+    }
+    let general: HashSet<String> = c.stats("").into_iter().map(|(n, _)| n).collect();
+    assert!(CONTENTION.iter().all(|n| general.contains(*n)));
+}

@@ -20,6 +20,7 @@
 use crate::sync::{Mutex, MutexGuard};
 use crate::ttl::N_BUCKETS;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::TryLockError;
 
 /// Segments open at once per shard and TTL bucket.
 pub(crate) const PER_BUCKET: usize = 4;
@@ -100,11 +101,23 @@ impl ActiveSegments {
             .is_ok()
     }
 
-    /// The lock a writer holds to open a segment for (`shard`, `bucket`).
-    pub fn open_lock(&self, shard: usize, bucket: usize) -> MutexGuard<'_, ()> {
-        self.open_locks[shard * N_BUCKETS + bucket]
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
+    /// The lock a writer holds to open a segment for (`shard`, `bucket`); calls `waited`
+    /// first when another writer holds it.
+    pub fn open_lock(
+        &self,
+        shard: usize,
+        bucket: usize,
+        waited: impl FnOnce(),
+    ) -> MutexGuard<'_, ()> {
+        let lock = &self.open_locks[shard * N_BUCKETS + bucket];
+        match lock.try_lock() {
+            Ok(guard) => guard,
+            Err(TryLockError::Poisoned(e)) => e.into_inner(),
+            Err(TryLockError::WouldBlock) => {
+                waited();
+                lock.lock().unwrap_or_else(|e| e.into_inner())
+            }
+        }
     }
 }
 

@@ -223,6 +223,67 @@ mod tests {
         assert!(stats.expired_segments > 0, "{stats:?}");
     }
 
+    /// A thread that finds a chain lock, the eviction lock or an active segment's open lock
+    /// held counts the wait in `stats().contention`; uncontended work counts nothing.
+    // Threads that sleep while holding locks: nothing here for Miri that the concurrent
+    // test above does not exercise, at many times its cost.
+    #[test]
+    #[cfg_attr(miri, ignore)]
+    fn contention_is_counted_where_threads_wait() {
+        use crate::stats::Contention;
+        use crate::{Expiry, StoreStatus};
+        let cache = Cache::new(Config::new(64 << 20)).unwrap();
+        let mut h = cache.handle();
+        for i in 0..100u32 {
+            let key = format!("key{i}");
+            h.set(key.as_bytes(), b"v", 0, Expiry::Never).unwrap();
+            assert!(h.get(key.as_bytes()).is_some());
+        }
+        assert_eq!(cache.stats().contention, Contention::default());
+        let later = |cache: &Cache, f: fn(&Cache)| {
+            let cache = cache.clone();
+            let t = std::thread::spawn(move || f(&cache));
+            std::thread::sleep(Duration::from_millis(50));
+            t
+        };
+
+        // A writer waits for the chain of its key.
+        let table = cache.engine.table().load();
+        let chain = table
+            .lock(table.head_of(crate::hashtable::hash(b"key7")))
+            .unwrap();
+        let writer = later(&cache, |c| {
+            let status = c.handle().set(b"key7", b"w", 0, Expiry::Never);
+            assert_eq!(status.unwrap(), StoreStatus::Stored);
+        });
+        drop(chain);
+        writer.join().unwrap();
+        let c = cache.stats().contention;
+        assert_eq!(c.chain_lock_waits, 1, "{c:?}");
+        assert!(c.chain_lock_spins >= 1, "{c:?}");
+
+        // An evictor waits for another.
+        let evicting = cache.engine.lock_evictor();
+        let evictor = later(&cache, |c| drop(c.engine.lock_evictor()));
+        drop(evicting);
+        evictor.join().unwrap();
+        assert_eq!(cache.stats().contention.evict_lock_waits, 1);
+
+        // A writer that must open a segment for a TTL bucket nobody has written yet waits
+        // while another holds that bucket's open lock.
+        let bucket = crate::ttl::bucket_for(Some(500));
+        let opening = cache.engine.active().open_lock(0, bucket, || {});
+        let writer = later(&cache, |c| {
+            let status = c.handle().set(b"ttl", b"v", 0, Expiry::After(500));
+            assert_eq!(status.unwrap(), StoreStatus::Stored);
+        });
+        drop(opening);
+        writer.join().unwrap();
+        let c = cache.stats().contention;
+        assert_eq!(c.open_lock_waits, 1, "{c:?}");
+        assert_eq!((c.growth_stalls, c.chain_lock_waits), (0, 1), "{c:?}");
+    }
+
     #[test]
     fn large_segments_use_coarser_offsets() {
         let c = Cache::new(Config::new(64 << 20).segment_size(4 << 20)).unwrap();

@@ -27,6 +27,36 @@ pub(crate) struct EngineCounters {
     /// time since the segment was opened for writing): memcached's `evicted_time`.
     pub last_evicted_age: AtomicU64,
     pub expire_passes: AtomicU64,
+    /// Contention, bumped only on the path that found it (never on an uncontended access).
+    pub contention: ContentionCounters,
+}
+
+/// Where threads waited for each other, counted where it happened: a failed compare-and-swap
+/// or a spin is already a slow path, so one more relaxed add there costs nothing the
+/// uncontended path sees. Summed into [`crate::Contention`] by `stats.rs`.
+#[derive(Default)]
+pub(crate) struct ContentionCounters {
+    /// Failed compare-and-swaps of a segment's write offset (another writer reserved first).
+    pub reserve_retries: AtomicU64,
+    /// Writers that found an active segment's open lock held (another writer was opening
+    /// a segment for the same TTL bucket).
+    pub open_lock_waits: AtomicU64,
+    /// Turns spent waiting for a hash chain's lock.
+    pub chain_lock_spins: AtomicU64,
+    /// Chain locks that were held by another thread when asked for.
+    pub chain_lock_waits: AtomicU64,
+    /// Threads that found the eviction lock held (another thread was evicting).
+    pub evict_lock_waits: AtomicU64,
+    /// Operations that found their chain moved by a table growth and waited for it.
+    pub growth_stalls: AtomicU64,
+}
+
+impl ContentionCounters {
+    /// Adds `n` to `counter` (a shared counter, on a contended path only).
+    #[inline]
+    pub fn add(counter: &AtomicU64, n: u64) {
+        counter.fetch_add(n, Ordering::Relaxed);
+    }
 }
 
 impl EngineCounters {
@@ -55,8 +85,12 @@ macro_rules! handle_counters {
             }
         }
 
-        /// Per-handle counters, written only by the owning thread.
+        /// Per-handle counters, written only by the owning thread. Aligned to two cache
+        /// lines (a line and its prefetched neighbour), so that two handles' counters never
+        /// share one: each is written on every request, and sharing would bounce the line
+        /// between the threads' cores.
         #[derive(Default)]
+        #[repr(align(128))]
         pub(crate) struct HandleCounters {
             $($(#[$doc])* pub $name: AtomicU64,)*
         }

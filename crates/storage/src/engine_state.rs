@@ -16,7 +16,9 @@ use crate::active::ActiveSegments;
 use crate::chains::{Chains, FreePool};
 use crate::clock::Clock;
 use crate::config::{Config, Geometry};
-use crate::counters::{EngineCounters, HandleCounters, HandleRegistry, HandleTotals};
+use crate::counters::{
+    ContentionCounters, EngineCounters, HandleCounters, HandleRegistry, HandleTotals,
+};
 use crate::evictor_state::EvictorState;
 use crate::freq::CountWindow;
 use crate::ghost::Ghosts;
@@ -27,7 +29,7 @@ use crate::segment::{state, SegmentHeader};
 use crate::sync::atomic::{AtomicU32, AtomicU64};
 use crate::sync::{Mutex, MutexGuard};
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
+use std::sync::{Arc, TryLockError};
 
 /// Everything the handles of one cache share. Fields are private: the components with
 /// their own invariants (heap, segment headers, hash table, chains, free pool) are lent out
@@ -235,7 +237,14 @@ impl EngineState {
     /// The eviction lock and what eviction remembers: holding the guard makes the caller
     /// the only evictor.
     pub fn lock_evictor(&self) -> MutexGuard<'_, EvictorState> {
-        self.evictor.lock().unwrap_or_else(|e| e.into_inner())
+        match self.evictor.try_lock() {
+            Ok(guard) => guard,
+            Err(TryLockError::Poisoned(e)) => e.into_inner(),
+            Err(TryLockError::WouldBlock) => {
+                ContentionCounters::add(&self.counters.contention.evict_lock_waits, 1);
+                self.evictor.lock().unwrap_or_else(|e| e.into_inner())
+            }
+        }
     }
 
     /// Registers a new handle's counters, so statistics include them while it lives; returns
@@ -410,11 +419,28 @@ impl EngineState {
     ) -> T {
         loop {
             if let Ok(chain) = table.lock(table.head_of(hash)) {
+                self.count_chain_wait(chain.spins());
                 return f(&chain);
             }
-            self.table.wait_for_growth();
+            self.wait_for_growth();
             *table = self.table.load();
         }
+    }
+
+    /// Counts a chain lock that made its taker wait `spins` turns (nothing when it was free).
+    #[inline]
+    pub fn count_chain_wait(&self, spins: u32) {
+        if spins > 0 {
+            let c = &self.counters.contention;
+            ContentionCounters::add(&c.chain_lock_waits, 1);
+            ContentionCounters::add(&c.chain_lock_spins, u64::from(spins));
+        }
+    }
+
+    /// Waits for a table growth in progress (a chain was found moved), counting the stall.
+    pub fn wait_for_growth(&self) {
+        ContentionCounters::add(&self.counters.contention.growth_stalls, 1);
+        self.table.wait_for_growth();
     }
 
     /// The items written in `seg`, in order: (offset, header, aligned size). Stops at a

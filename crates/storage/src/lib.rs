@@ -105,7 +105,7 @@ pub use lease::LeaseRead;
 pub use memmap2;
 pub use numeric::parse_u64 as parse_memcached_u64;
 pub use persist::{Restored, SnapshotError};
-pub use stats::Stats;
+pub use stats::{Contention, Stats};
 pub use ttl::early_expiry_bound;
 
 #[cfg(test)]

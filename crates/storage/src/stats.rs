@@ -82,6 +82,28 @@ pub struct Stats {
     /// Proactive-expiration passes run (by the background expirer, and by writers that found
     /// no free segment).
     pub expire_passes: u64,
+    /// Where threads waited for each other (see [`Contention`]).
+    pub contention: Contention,
+}
+
+/// Where the engine's threads waited for each other since it started: each counted on the
+/// path that found the wait, so an uncontended engine pays nothing for them. What the
+/// scaling figures (`memfleet bench scale`, `stats memfleet`) show next to throughput.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Contention {
+    /// Failed compare-and-swaps reserving room in a shared active segment (another writer
+    /// reserved first and this one tried again).
+    pub reserve_retries: u64,
+    /// Writers that waited for another to open an active segment of the same TTL bucket.
+    pub open_lock_waits: u64,
+    /// Chain locks found held by another thread.
+    pub chain_lock_waits: u64,
+    /// Turns spent spinning (then yielding) for chain locks.
+    pub chain_lock_spins: u64,
+    /// Evictions that waited for another thread's eviction to finish.
+    pub evict_lock_waits: u64,
+    /// Operations that found their hash chain moved by a table growth and waited for it.
+    pub growth_stalls: u64,
 }
 
 pub(crate) fn collect(engine: &EngineState) -> Stats {
@@ -143,5 +165,13 @@ pub(crate) fn collect(engine: &EngineState) -> Stats {
         oldest_item_age: oldest.map_or(0, |o| u64::from(engine.clock().now().saturating_sub(o))),
         last_evicted_age: get(&c.last_evicted_age),
         expire_passes: get(&c.expire_passes),
+        contention: Contention {
+            reserve_retries: get(&c.contention.reserve_retries),
+            open_lock_waits: get(&c.contention.open_lock_waits),
+            chain_lock_waits: get(&c.contention.chain_lock_waits),
+            chain_lock_spins: get(&c.contention.chain_lock_spins),
+            evict_lock_waits: get(&c.contention.evict_lock_waits),
+            growth_stalls: get(&c.contention.growth_stalls),
+        },
     }
 }

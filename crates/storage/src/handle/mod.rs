@@ -123,14 +123,17 @@ impl Handle {
         loop {
             let table = self.table();
             let done = match table.lock(table.head_of(h)) {
-                Ok(chain) => Some(f(&table, &chain)),
+                Ok(chain) => {
+                    self.engine.count_chain_wait(chain.spins());
+                    Some(f(&table, &chain))
+                }
                 Err(Moved) => None,
             };
             match done {
                 Some(v) => return v,
                 None => {
                     drop(table);
-                    self.engine.table().wait_for_growth();
+                    self.engine.wait_for_growth();
                 }
             }
         }

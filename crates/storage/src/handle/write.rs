@@ -7,7 +7,7 @@ use super::status::StoreError;
 use super::Handle;
 use crate::active::{self, Active};
 use crate::clock::NEVER;
-use crate::counters::HandleCounters;
+use crate::counters::{ContentionCounters, HandleCounters};
 use crate::item::{self, Extras};
 use crate::segment::{state, SEALED};
 use crate::ttl;
@@ -101,7 +101,10 @@ impl Handle {
                 return Ok(at);
             }
             let engine = &*self.engine;
-            let _opening = engine.active().open_lock(self.shard, bucket);
+            let _opening = engine.active().open_lock(self.shard, bucket, || {
+                let c = &engine.counters().contention;
+                ContentionCounters::add(&c.open_lock_waits, 1);
+            });
             // Another writer may have opened one while this one waited for the lock.
             let place = match self.reserve_in_active(bucket, &want) {
                 ActiveSearch::Room(at) => return Ok(at),
@@ -182,7 +185,11 @@ impl Handle {
                 Ordering::SeqCst,
             ) {
                 Ok(_) => return Reservation::At(cur as usize),
-                Err(actual) => cur = actual,
+                Err(actual) => {
+                    let c = &self.engine.counters().contention;
+                    ContentionCounters::add(&c.reserve_retries, 1);
+                    cur = actual;
+                }
             }
         }
         h.writers.fetch_sub(1, Ordering::Release);

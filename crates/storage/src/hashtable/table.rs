@@ -223,7 +223,11 @@ impl Table {
                     .compare_exchange_weak(cur, cur | LOCK, Ordering::Acquire, Ordering::Relaxed)
                     .is_ok()
             {
-                return Ok(ChainGuard { table: self, head });
+                return Ok(ChainGuard {
+                    table: self,
+                    head,
+                    spins,
+                });
             }
             spin_wait(&mut spins, 128);
         }
@@ -248,6 +252,8 @@ impl Table {
 pub struct ChainGuard<'a> {
     table: &'a Table,
     head: usize,
+    /// Turns this thread waited for the lock (0 when it was free).
+    spins: u32,
 }
 
 /// Inserting needs an overflow bucket and none is left: grow the table and retry.
@@ -255,6 +261,12 @@ pub struct ChainGuard<'a> {
 pub struct TableFull;
 
 impl<'a> ChainGuard<'a> {
+    /// Turns the locking thread waited for another holder (0: the lock was free).
+    #[inline]
+    pub fn spins(&self) -> u32 {
+        self.spins
+    }
+
     /// The chain's CAS value.
     pub fn cas(&self) -> u32 {
         self.table.cas(self.head)
