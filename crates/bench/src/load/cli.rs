@@ -14,8 +14,8 @@ use anyhow::Result;
 
 use super::args::LoadArgs;
 use super::{
-    client_bench, discovery, expiry, gutter, herd, invalidation, regions, replay, restart, udp,
-    warmup,
+    client_bench, discovery, expiry, gutter, herd, invalidation, regions, replay, restart, scale,
+    udp, warmup,
 };
 
 /// What `memfleet bench` runs.
@@ -61,6 +61,10 @@ pub enum Experiment {
     /// stale reads, read-your-writes with and without remote markers, replication and
     /// invalidation lag, lost invalidations after an invalidator and a standby restart.
     Regions(regions::RegionsArgs),
+    /// Throughput against cores (issue 31): the engine in-process with 1..16 pinned
+    /// threads, memfleet server and memcached with k workers, memfleet router against k
+    /// nutcracker processes; one table, scaling efficiency, contention counters.
+    Scale(scale::ScaleArgs),
 }
 
 /// Runs `experiment`; fails (after printing everything) on a wrong reply or a failed run.
@@ -78,6 +82,7 @@ pub fn run(experiment: &Experiment) -> Result<()> {
         Experiment::Expiry(args) => expiry::bench(args),
         Experiment::Discovery(args) => discovery::bench(args),
         Experiment::Regions(args) => regions::bench(args),
+        Experiment::Scale(args) => scale::bench(args),
     }
 }
 

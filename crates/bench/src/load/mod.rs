@@ -30,6 +30,7 @@ pub mod regions;
 pub mod replay;
 pub mod restart;
 mod run_log;
+pub mod scale;
 mod table;
 mod timeline;
 pub mod udp;
