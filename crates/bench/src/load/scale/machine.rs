@@ -1,6 +1,7 @@
-//! The machine `memfleet bench scale` runs on: the CPUs this process may use (the ones it
-//! pins threads and processes to, in order), the CPU model, the core count, and the
-//! `taskset` list of a set of CPUs. Not here: pinning a thread (`memfleet_loadgen::cpu`).
+//! The machine `memfleet bench scale` runs on: the CPUs this process may use, in the order
+//! threads and processes are pinned to them (one hardware thread of every physical core
+//! first, then their SMT siblings), the CPU model, the core counts, and the `taskset` list
+//! of a set of CPUs. Not here: pinning a thread (`memfleet_loadgen::cpu`).
 
 use anyhow::{Context, Result};
 
@@ -23,11 +24,50 @@ pub fn allowed_cpus() -> Result<Vec<usize>> {
     Ok(cpus)
 }
 
+/// The physical core (package, core id) of `cpu`, from sysfs.
+fn core_of(cpu: usize) -> Option<(u32, u32)> {
+    let read = |what: &str| -> Option<u32> {
+        std::fs::read_to_string(format!("/sys/devices/system/cpu/cpu{cpu}/topology/{what}"))
+            .ok()?
+            .trim()
+            .parse()
+            .ok()
+    };
+    Some((read("physical_package_id")?, read("core_id")?))
+}
+
+/// `cpus` in pinning order, given each one's physical core (`None`: a core of its own):
+/// the first hardware thread of every core, in CPU order, then the second ones, and so on;
+/// and the number of physical cores.
+fn pinning_order(
+    cpus: &[usize],
+    core: impl Fn(usize) -> Option<(u32, u32)>,
+) -> (Vec<usize>, usize) {
+    let mut seen: Vec<(u32, u32)> = Vec::new();
+    let mut ranked: Vec<(usize, usize)> = Vec::new();
+    for &cpu in cpus {
+        let rank = match core(cpu) {
+            Some(c) => {
+                let rank = seen.iter().filter(|&&s| s == c).count();
+                seen.push(c);
+                rank
+            }
+            None => 0,
+        };
+        ranked.push((rank, cpu));
+    }
+    ranked.sort_unstable();
+    let physical = ranked.iter().filter(|(rank, _)| *rank == 0).count();
+    (ranked.into_iter().map(|(_, cpu)| cpu).collect(), physical)
+}
+
 /// What the table's header says of the machine.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct Machine {
-    /// CPUs this process may use.
+    /// CPUs this process may use, in pinning order (SMT siblings last).
     pub cpus: Vec<usize>,
+    /// Physical cores among them.
+    pub physical_cores: usize,
     /// CPUs online (the kernel's count).
     pub online: usize,
     /// `model name` of /proc/cpuinfo.
@@ -42,8 +82,10 @@ impl Machine {
     /// This machine, now.
     pub fn now() -> Result<Machine> {
         let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+        let (cpus, physical_cores) = pinning_order(&allowed_cpus()?, core_of);
         Ok(Machine {
-            cpus: allowed_cpus()?,
+            cpus,
+            physical_cores,
             online: memfleet_loadgen::cpu::online_cpus(),
             model: cpu_model(&cpuinfo),
             load_average_at_start: memfleet_results::provenance::load_average(),
@@ -56,9 +98,11 @@ impl Machine {
     /// One line: CPUs, model, kernel, load average.
     pub fn line(&self) -> String {
         format!(
-            "{} CPUs usable ({}; {} online), {}, Linux {}, load average at start {}",
+            "{} CPUs usable ({} in pinning order; {} physical cores; {} online), {}, Linux {}, \
+             load average at start {}",
             self.cpus.len(),
             taskset_list(&self.cpus),
+            self.physical_cores,
             self.online,
             self.model,
             self.kernel,
@@ -98,5 +142,19 @@ mod tests {
         let cpus = allowed_cpus().unwrap();
         assert!(!cpus.is_empty() && cpus.windows(2).all(|w| w[0] < w[1]));
         assert_eq!(taskset_list(&[0, 2, 5]), "0,2,5");
+    }
+
+    #[test]
+    fn smt_siblings_come_last() {
+        // Four CPUs on two cores, siblings numbered 0/2 and 1/3 (as Linux numbers them).
+        let core = |cpu: usize| Some((0, (cpu % 2) as u32));
+        assert_eq!(pinning_order(&[0, 1, 2, 3], core), (vec![0, 1, 2, 3], 2));
+        // Siblings numbered next to each other: 0/1 and 2/3.
+        let core = |cpu: usize| Some((0, (cpu / 2) as u32));
+        assert_eq!(pinning_order(&[0, 1, 2, 3], core), (vec![0, 2, 1, 3], 2));
+        // Two packages with the same core ids; unknown topology: a core per CPU.
+        let core = |cpu: usize| Some(((cpu / 2) as u32, 0));
+        assert_eq!(pinning_order(&[0, 1, 2, 3], core), (vec![0, 2, 1, 3], 2));
+        assert_eq!(pinning_order(&[4, 7], |_| None), (vec![4, 7], 2));
     }
 }
