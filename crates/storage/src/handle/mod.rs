@@ -32,6 +32,7 @@ pub use status::{DeltaError, StoreError, StoreMode, StoreStatus};
 use crate::counters::HandleCounters;
 use crate::engine_state::EngineState;
 use crate::hashtable::{hash, ChainGuard, Moved, Table, MAX_FREQ};
+use crate::segment::READER_STRIPES;
 use std::cell::{Cell, Ref, RefCell};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -51,6 +52,9 @@ pub struct Handle {
     engine: Arc<EngineState>,
     /// Which shard of the shared active segments this handle appends to (`active.rs`).
     shard: usize,
+    /// Which stripe of a segment's reader count this handle counts in
+    /// (`segment::READER_STRIPES`).
+    stripe: usize,
     counters: Arc<HandleCounters>,
     rng: Cell<u64>,
     /// The hash table as of version `.0` (see `HashTable::version`).
@@ -70,6 +74,7 @@ impl Handle {
         let table = RefCell::new((engine.table().version(), engine.table().load()));
         Handle {
             shard: engine.active().shard_of(nth),
+            stripe: (nth % READER_STRIPES as u64) as usize,
             table,
             engine,
             counters,

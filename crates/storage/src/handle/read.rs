@@ -22,6 +22,8 @@ pub struct ItemRef<'a> {
     pub(super) slot: Slot,
     deadline: u32,
     last_access: u16,
+    /// The reader-count stripe its reference was taken in.
+    stripe: u8,
 }
 
 impl ItemRef<'_> {
@@ -103,7 +105,9 @@ impl ItemRef<'_> {
 
 impl Drop for ItemRef<'_> {
     fn drop(&mut self) {
-        self.engine.segment(self.seg).release();
+        self.engine
+            .segment(self.seg)
+            .release_in(usize::from(self.stripe));
     }
 }
 
@@ -255,7 +259,7 @@ impl Handle {
             }
             let seg = s.seg();
             let header = engine.segment(seg);
-            if !header.acquire() {
+            if !header.acquire_in(self.stripe) {
                 // The segment is being retired: the item is on its way out (expired or
                 // evicted), and a key has at most one slot, so this is a miss.
                 return None;
@@ -264,7 +268,7 @@ impl Handle {
             // and its segment been reused: only a slot that still points here is trustworthy.
             let current = Slot(slot.load(Ordering::Acquire));
             if !current.same_location(s) {
-                header.release();
+                header.release_in(self.stripe);
                 return Some(Probe::Retry);
             }
             let offset = engine.offset_of(s);
@@ -274,7 +278,7 @@ impl Handle {
             let item_header = unsafe { engine.header_at(seg, offset) };
             // SAFETY: as above.
             if unsafe { engine.key_at(seg, offset, &item_header) } != key {
-                header.release();
+                header.release_in(self.stripe);
                 return None;
             }
             let seg_deadline = header.min_deadline();
@@ -282,7 +286,7 @@ impl Handle {
                 .own_deadline
                 .map_or(seg_deadline, |d| d.min(seg_deadline));
             if deadline <= now || header.generation.load(Ordering::Acquire) != generation {
-                header.release();
+                header.release_in(self.stripe);
                 HandleCounters::bump(&self.counters.expired_on_access, 1);
                 return Some(Probe::Found(None));
             }
@@ -332,6 +336,7 @@ impl Handle {
                 slot: current,
                 deadline,
                 last_access,
+                stripe: self.stripe as u8,
             })))
         });
         found.unwrap_or(Probe::Found(None))
