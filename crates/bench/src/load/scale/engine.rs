@@ -306,6 +306,7 @@ fn worker(
     let value = value_bytes();
     let mut key = [0u8; KEY_SIZE];
     let mut done = Done::default();
+    let mut touched = 0u8;
     let start = Instant::now();
     let mut at = 0;
     while !stop.load(Ordering::Relaxed) {
@@ -313,7 +314,11 @@ fn worker(
             write_key(u64::from(op & !SET_BIT), &mut key);
             if op & SET_BIT == 0 {
                 done.gets += 1;
-                done.hits += u64::from(handle.get(&key).is_some());
+                if let Some(item) = handle.get(&key) {
+                    // Read the value's last byte, as a server copying it out would.
+                    done.hits += 1;
+                    touched ^= item.value().last().copied().unwrap_or(0);
+                }
             } else {
                 handle
                     .set(&key, &value, 0, Expiry::Never)
@@ -324,6 +329,7 @@ fn worker(
         at = (at + BATCH) % ring.len();
     }
     done.elapsed = start.elapsed();
+    std::hint::black_box(touched);
     Ok(done)
 }
 

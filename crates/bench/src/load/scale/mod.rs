@@ -265,7 +265,7 @@ impl Settings {
             total += self.workers.len() as f64 * 2.0 * (fill + 0.5 + per_k);
         }
         if self.parts.contains(&Part::Router) {
-            total += fill + self.workers.len() as f64 * 2.0 * (0.5 + per_k);
+            total += fill + router::workers(self).len() as f64 * 2.0 * (0.5 + per_k);
         }
         total
     }
@@ -274,9 +274,11 @@ impl Settings {
 /// Runs the experiment: the parts asked for, the table, `--out`'s files. Fails after
 /// printing everything if any reply was wrong.
 pub fn bench(args: &ScaleArgs) -> Result<()> {
+    let started = std::time::Instant::now();
     let machine = Machine::now()?;
     let s = args.settings(&machine.cpus)?;
     let mut results = ScaleResults::new(machine, s.clone());
+    results.estimated_s = s.estimate_s();
     println!(
         "memfleet bench scale: {} keys of {} bytes, values of {} bytes, {} MiB; engine {:?} s \
          per cell, server/router {:?} s warm-up + {:?} s per cell; estimated {:.0} s",
@@ -287,7 +289,7 @@ pub fn bench(args: &ScaleArgs) -> Result<()> {
         s.engine_duration_s,
         s.warmup_s,
         s.duration_s,
-        s.estimate_s()
+        results.estimated_s
     );
     println!("machine: {}", results.machine.line());
     println!("command: {}", results.command);
@@ -300,6 +302,7 @@ pub fn bench(args: &ScaleArgs) -> Result<()> {
     if s.parts.contains(&Part::Router) {
         results.router = router::run(&s, &mut results.notes)?;
     }
+    results.elapsed_s = started.elapsed().as_secs_f64();
     results.finish();
     println!();
     print!("{}", results.table());

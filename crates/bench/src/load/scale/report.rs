@@ -124,6 +124,10 @@ pub struct ScaleResults {
     pub notes: Vec<String>,
     /// The load average when the table was printed.
     pub load_average_at_end: String,
+    /// What the run was expected to take, seconds.
+    pub estimated_s: f64,
+    /// What it took, seconds.
+    pub elapsed_s: f64,
 }
 
 impl ScaleResults {
@@ -138,6 +142,8 @@ impl ScaleResults {
             router: Vec::new(),
             notes: Vec::new(),
             load_average_at_end: String::new(),
+            estimated_s: 0.0,
+            elapsed_s: 0.0,
         }
     }
 
@@ -211,8 +217,13 @@ impl ScaleResults {
             out += &format!("note: {note}\n");
         }
         out += &format!(
-            "load average: {} at start, {} at end\ncommand: {}\n",
-            self.machine.load_average_at_start, self.load_average_at_end, self.command
+            "took {:.0} s (estimated {:.0} s); load average: {} at start, {} at end\n\
+             command: {}\n",
+            self.elapsed_s,
+            self.estimated_s,
+            self.machine.load_average_at_start,
+            self.load_average_at_end,
+            self.command
         );
         out
     }

@@ -28,7 +28,7 @@ fn backend_cpus(k: usize) -> usize {
 /// The worker counts of the router part: those of `s` that leave the load generator at
 /// least k CPUs beside k proxy CPUs and the backend's, or all of them when given with
 /// --workers; at least k = 1 (on 2 CPUs the load then shares the backend's).
-fn router_workers(s: &Settings) -> Vec<usize> {
+pub fn workers(s: &Settings) -> Vec<usize> {
     if s.workers_given {
         return s.workers.clone();
     }
@@ -143,7 +143,7 @@ fn nutcrackers(
 
 /// Runs every router cell.
 pub fn run(s: &Settings, notes: &mut Vec<String>) -> Result<Vec<NetCell>> {
-    let workers = router_workers(s);
+    let workers = workers(s);
     let have_nutcracker = match version(&s.nutcracker, "-V") {
         Some(v) => {
             notes.push(format!("nutcracker is {v} ({})", s.nutcracker));
