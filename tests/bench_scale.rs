@@ -92,6 +92,12 @@ fn quick_scale_measures_every_part() {
         }
     }
     assert_net_cells(&result["server"], &["memfleet", "memcached"], &[1, 16]);
+    // memfleet's contention counters come from `stats memfleet`; memcached has none.
+    for c in result["server"].as_array().unwrap() {
+        let counted = c["contention"]["reserve_retries"].is_u64();
+        assert_eq!(counted, c["target"] == "memfleet", "{c}");
+    }
+    assert!(stdout.contains("contention of"), "{stdout}");
     assert_net_cells(
         &result["router"],
         &["memfleet-router", "nutcracker"],

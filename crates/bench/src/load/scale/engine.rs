@@ -126,14 +126,32 @@ pub struct ContentionDelta {
 impl ContentionDelta {
     /// What the counters of `after` gained over `before`.
     pub fn between(before: &Stats, after: &Stats) -> ContentionDelta {
-        let (b, a) = (&before.contention, &after.contention);
+        let c = |s: &Stats| ContentionDelta {
+            reserve_retries: s.contention.reserve_retries,
+            open_lock_waits: s.contention.open_lock_waits,
+            chain_lock_waits: s.contention.chain_lock_waits,
+            chain_lock_spins: s.contention.chain_lock_spins,
+            evict_lock_waits: s.contention.evict_lock_waits,
+            growth_stalls: s.contention.growth_stalls,
+        };
+        c(after).since(&c(before))
+    }
+
+    /// Counter by counter, what `self` (a later reading) gained over `before`.
+    pub fn since(&self, before: &ContentionDelta) -> ContentionDelta {
         ContentionDelta {
-            reserve_retries: a.reserve_retries.saturating_sub(b.reserve_retries),
-            open_lock_waits: a.open_lock_waits.saturating_sub(b.open_lock_waits),
-            chain_lock_waits: a.chain_lock_waits.saturating_sub(b.chain_lock_waits),
-            chain_lock_spins: a.chain_lock_spins.saturating_sub(b.chain_lock_spins),
-            evict_lock_waits: a.evict_lock_waits.saturating_sub(b.evict_lock_waits),
-            growth_stalls: a.growth_stalls.saturating_sub(b.growth_stalls),
+            reserve_retries: self.reserve_retries.saturating_sub(before.reserve_retries),
+            open_lock_waits: self.open_lock_waits.saturating_sub(before.open_lock_waits),
+            chain_lock_waits: self
+                .chain_lock_waits
+                .saturating_sub(before.chain_lock_waits),
+            chain_lock_spins: self
+                .chain_lock_spins
+                .saturating_sub(before.chain_lock_spins),
+            evict_lock_waits: self
+                .evict_lock_waits
+                .saturating_sub(before.evict_lock_waits),
+            growth_stalls: self.growth_stalls.saturating_sub(before.growth_stalls),
         }
     }
 }

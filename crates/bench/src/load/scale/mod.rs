@@ -59,7 +59,8 @@ pub struct ScaleArgs {
     #[arg(long, value_delimiter = ',')]
     pub threads: Vec<usize>,
     /// Server and proxy worker counts k [default: 1,2,4,8, those that leave the load
-    /// generator at least k CPUs].
+    /// generator at least k CPUs; for the router also a backend CPU per 4 proxy workers].
+    /// Given, all run, the load sharing CPUs where too few are left (said in a note).
     #[arg(long, value_delimiter = ',')]
     pub workers: Vec<usize>,
     /// Pipeline depths of the server and router parts.

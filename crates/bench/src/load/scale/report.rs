@@ -10,7 +10,7 @@ use anyhow::Result;
 use memfleet_results::plot::{self, Series};
 
 use super::drive::Outcome;
-use super::engine::EngineCell;
+use super::engine::{ContentionDelta, EngineCell};
 use super::machine::Machine;
 use super::Settings;
 use crate::load::table::{Column, Table};
@@ -57,6 +57,9 @@ pub struct NetCell {
     pub errors: u64,
     /// The command lines of the processes under test.
     pub commands: Vec<String>,
+    /// A memfleet server's contention counters (`stats memfleet`), their deltas over the
+    /// cell, warm-up included.
+    pub contention: Option<ContentionDelta>,
 }
 
 impl NetCell {
@@ -82,6 +85,7 @@ impl NetCell {
             hit_ratio: o.hit_ratio,
             errors: o.errors,
             commands: Vec::new(),
+            contention: None,
         }
     }
 
@@ -212,6 +216,7 @@ impl ScaleResults {
                 }
             );
             out += &net_table(cells);
+            out += &contention_table(cells);
         }
         for note in &self.notes {
             out += &format!("note: {note}\n");
@@ -405,6 +410,42 @@ fn net_table(cells: &[NetCell]) -> String {
         ]);
     }
     t.text()
+}
+
+const CONTENTION_COLUMNS: [Column; 8] = [
+    Column::left("  contention of", 15),
+    Column::right("k", 2),
+    Column::right("pipe", 4),
+    Column::right("reserve_retry", 13),
+    Column::right("open_wait", 9),
+    Column::right("chain_wait", 10),
+    Column::right("chain_spin", 10),
+    Column::right("evict_wait/grow", 15),
+];
+
+/// The contention counters of the cells that have them (memfleet servers), if any.
+fn contention_table(cells: &[NetCell]) -> String {
+    let with: Vec<(&NetCell, &ContentionDelta)> = cells
+        .iter()
+        .filter_map(|c| c.contention.as_ref().map(|k| (c, k)))
+        .collect();
+    if with.is_empty() {
+        return String::new();
+    }
+    let mut t = Table::new(&CONTENTION_COLUMNS);
+    for (c, k) in with {
+        t.row(&[
+            &format!("  {}", c.target),
+            &c.workers,
+            &c.pipeline,
+            &k.reserve_retries,
+            &k.open_lock_waits,
+            &k.chain_lock_waits,
+            &k.chain_lock_spins,
+            &format!("{}/{}", k.evict_lock_waits, k.growth_stalls),
+        ]);
+    }
+    "(stats memfleet: counter deltas over each cell, warm-up included)\n".to_string() + &t.text()
 }
 
 fn efficiency(e: Option<f64>) -> String {

@@ -8,11 +8,13 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 
+use memfleet_loadgen::server_stats::StatsConn;
 use memfleet_loadgen::target::{self, ServerSettings, SpawnSpec};
 use memfleet_results::provenance::shell_line;
 use memfleet_testkit::Spawned;
 
 use super::drive::{self, Load};
+use super::engine::ContentionDelta;
 use super::machine::taskset_list;
 use super::report::NetCell;
 use super::Settings;
@@ -115,6 +117,7 @@ pub fn run(s: &Settings, notes: &mut Vec<String>) -> Result<Vec<NetCell>> {
                     spec: &spec,
                     seed: s.seed,
                 };
+                let before = contention(addr, spec_of)?;
                 let outcome = drive::run(&load).with_context(|| {
                     format!("loading {} k={k} pipeline {depth}", spec_of.name())
                 })?;
@@ -123,6 +126,9 @@ pub fn run(s: &Settings, notes: &mut Vec<String>) -> Result<Vec<NetCell>> {
                 cell.server_cpus = server_cpus.clone();
                 cell.load_cpus = load_cpus.clone();
                 cell.commands = vec![command.clone()];
+                cell.contention = contention(addr, spec_of)?
+                    .zip(before)
+                    .map(|(after, before)| after.since(&before));
                 println!("{}", cell.brief());
                 for e in &outcome.error_kinds {
                     println!("[{}]   ERROR {e}", spec_of.name());
@@ -133,6 +139,26 @@ pub fn run(s: &Settings, notes: &mut Vec<String>) -> Result<Vec<NetCell>> {
         }
     }
     Ok(cells)
+}
+
+/// A memfleet server's contention counters now (`stats memfleet`); None for memcached.
+fn contention(addr: SocketAddr, server: &SpawnSpec) -> Result<Option<ContentionDelta>> {
+    if *server != SpawnSpec::Memfleet {
+        return Ok(None);
+    }
+    let (rt, local) = crate::load::runtime()?;
+    let stats = local.block_on(&rt, async {
+        StatsConn::connect(addr).await?.get("memfleet").await
+    })?;
+    let n = |name: &str| stats.int_or_zero(&format!("segcache_{name}"));
+    Ok(Some(ContentionDelta {
+        reserve_retries: n("reserve_retries"),
+        open_lock_waits: n("open_lock_waits"),
+        chain_lock_waits: n("chain_lock_waits"),
+        chain_lock_spins: n("chain_lock_spins"),
+        evict_lock_waits: n("evict_lock_waits"),
+        growth_stalls: n("growth_stalls"),
+    }))
 }
 
 #[cfg(test)]
