@@ -22,8 +22,9 @@ fn number(v: &serde_json::Value, field: &str) -> f64 {
         .unwrap_or_else(|| panic!("{field} of {v}"))
 }
 
-/// Every cell of a server or router section: nonzero throughput, CPU per reply and
-/// efficiency 1 at the single worker, every get a hit, no error.
+/// Every cell of a server or router section: nonzero throughput, efficiency 1 at the
+/// single worker, every get a hit, no error, a plausible CPU time per reply (nonzero over
+/// the section).
 fn assert_net_cells(cells: &serde_json::Value, targets: &[&str], pipelines: &[u64]) {
     let cells = cells.as_array().unwrap();
     assert_eq!(cells.len(), targets.len() * pipelines.len(), "{cells:?}");
@@ -36,15 +37,22 @@ fn assert_net_cells(cells: &serde_json::Value, targets: &[&str], pipelines: &[u6
             assert_eq!(c["workers"], 1, "{c}");
             assert!(number(c, "ops_per_sec") > 100.0, "{c}");
             assert!(c["ops"].as_u64().unwrap() > 0, "{c}");
+            // CPU time comes in 10 ms ticks: one short cell may read none, never a lot.
             let cpu = number(c, "server_us_per_op");
-            assert!(cpu > 0.0 && cpu < 100_000.0, "{c}");
+            assert!((0.0..100_000.0).contains(&cpu), "{c}");
             assert_eq!(number(c, "efficiency"), 1.0, "{c}");
             assert_eq!(number(c, "hit_ratio"), 1.0, "{c}");
             assert_eq!(c["errors"], 0, "{c}");
             let busy = number(c, "load_busy");
-            assert!(busy > 0.0 && busy <= 1.5, "{c}");
+            assert!((0.0..=1.5).contains(&busy), "{c}");
         }
     }
+    let total = |field: &str| cells.iter().map(|c| number(c, field)).sum::<f64>();
+    assert!(
+        total("server_us_per_op") > 0.0,
+        "no CPU time read: {cells:?}"
+    );
+    assert!(total("load_busy") > 0.0, "no load CPU time read: {cells:?}");
 }
 
 #[test]
