@@ -25,6 +25,7 @@ use crate::ghost::Ghosts;
 use crate::hashtable::{hash, ChainGuard, HashTable, Slot, Table};
 use crate::heap::Heap;
 use crate::item::{self, Header};
+use crate::readers::ReaderCounts;
 use crate::segment::{state, SegmentHeader};
 use crate::sync::atomic::{AtomicU32, AtomicU64};
 use crate::sync::{Mutex, MutexGuard};
@@ -40,6 +41,8 @@ pub(crate) struct EngineState {
     /// Where writers append (shared by handles, see `active.rs`).
     active: ActiveSegments,
     headers: Box<[SegmentHeader]>,
+    /// How many threads are inside each segment's bytes (`readers.rs`).
+    readers: ReaderCounts,
     table: HashTable,
     chains: Chains,
     free: FreePool,
@@ -101,6 +104,7 @@ impl EngineState {
             active: ActiveSegments::new(g.segments),
             heap,
             headers: (0..g.segments).map(|_| SegmentHeader::new()).collect(),
+            readers: ReaderCounts::new(g.segments),
             table: HashTable::new(g.power, g.max_power.max(g.power)),
             chains: Chains::new(),
             free: FreePool::new(g.segments, 1),
@@ -127,6 +131,7 @@ impl EngineState {
         EngineState {
             active: ActiveSegments::new(g.segments),
             heap: parts.heap,
+            readers: ReaderCounts::new(parts.headers.len()),
             headers: parts.headers,
             table: HashTable::from_table(parts.table, g.max_power),
             chains: parts.chains,
@@ -173,6 +178,21 @@ impl EngineState {
     #[inline]
     pub fn segment(&self, seg: u32) -> &SegmentHeader {
         &self.headers[seg as usize]
+    }
+
+    /// Takes a reference on segment `seg`'s bytes in reader-count stripe `stripe` (a
+    /// handle's own, see `readers.rs`); fails when the segment is being retired. Released
+    /// with [`EngineState::release`] and the same stripe.
+    #[inline]
+    pub fn acquire(&self, seg: u32, stripe: usize) -> bool {
+        self.readers
+            .acquire(&self.headers[seg as usize], seg, stripe)
+    }
+
+    /// Drops a reference taken by [`EngineState::acquire`].
+    #[inline]
+    pub fn release(&self, seg: u32, stripe: usize) {
+        self.readers.release(seg, stripe);
     }
 
     /// Every segment's header, indexed by segment id (what chain operations link through).
@@ -577,7 +597,7 @@ impl EngineState {
         let h = &self.headers[seg as usize];
         h.state.store(state::RETIRING, Ordering::Release);
         h.seal();
-        h.drain();
+        self.readers.drain(h, seg);
         let mut dropped = 0;
         let mut table = self.table.load();
         // Every item is looked up, whatever the live count says: a slot left pointing into

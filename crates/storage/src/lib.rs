@@ -13,7 +13,8 @@
 //! |-----------------|---------------|
 //! | `sync`          | the protocols' atomics, mutexes and spin-waits: `std`'s, or loom's under `--cfg loom` (`tests/loom_protocol.rs`) |
 //! | `heap`          | the one allocation of fixed-size segments (the memory limit); all `unsafe` byte access |
-//! | `segment`       | per-segment shared metadata: expiry, reader count, chain links, life cycle |
+//! | `segment`       | per-segment shared metadata: expiry, chain links, life cycle, write offset |
+//! | `readers`       | per-segment reader counts, striped per handle, and the drain retirement waits for |
 //! | `item`          | the ≤5-byte item header, client flags, marks for leases and hold-offs |
 //! | `ttl`, `clock`  | the 1024 TTL buckets and the early-expiry tolerance; the engine's seconds |
 //! | `hashtable`     | the bulk-chained table: the key hash, cache-line buckets, chain lock, shared CAS, growth |
@@ -83,6 +84,7 @@ mod item;
 mod lease;
 mod numeric;
 mod persist;
+mod readers;
 mod segment;
 mod stats;
 mod sync;

@@ -21,7 +21,7 @@
 //!   still remembers it as its active segment notices.
 
 use crate::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8};
-use crate::sync::{seq_cst_handshake, spin_wait};
+use crate::sync::seq_cst_handshake;
 use std::sync::atomic::Ordering;
 
 /// No segment (chain ends).
@@ -42,36 +42,22 @@ pub mod state {
     pub const RETIRING: u8 = 4;
 }
 
-/// How many counters a segment's readers are spread over. Every read takes and drops a
-/// reference on its item's segment; with one counter per segment, threads reading the same
-/// hot segment bounce its cache line between their cores on every get, and the line's
-/// transfers, not the work, bound the throughput (the gets of a Zipf workload on 16 cores).
-/// Each handle counts in its own stripe (`Handle::stripe`, round-robin), so up to this many
-/// threads never write a line another writes; retirement waits for every stripe to drain.
-/// 16 stripes of 64 bytes cost 1 KiB per segment: 0.1% of a 1 MiB segment.
-#[cfg(not(loom))]
-pub const READER_STRIPES: usize = 16;
-/// Two under loom: enough for its threads to count in different stripes.
-#[cfg(loom)]
-pub const READER_STRIPES: usize = 2;
-
-/// One stripe of a segment's reader count, on a cache line of its own.
+/// Where a new cache line starts in a `repr(C)` struct: a field of this type is placed at a
+/// multiple of 64 bytes and takes no room.
 #[repr(align(64))]
-struct ReaderStripe(AtomicU32);
+#[derive(Default)]
+struct LineStart;
 
-/// Shared metadata of one segment, padded to a cache line so that neighbouring segments'
-/// headers do not share a line, followed by its reader-count stripes (a line each).
-#[repr(align(64))]
+/// Shared metadata of one segment, in two parts that different threads write, each on a
+/// cache line of its own so that one part's writes do not evict the other's readers (its
+/// reader count is elsewhere: `readers.rs`):
+/// 1. what every read of an item checks (`accessible`, the deadlines, the generation, the
+///    epoch), written only when the segment changes state or its deadline range widens;
+/// 2. what writers appending to it change on every write (`write_offset`, `writers`, the
+///    live counts; `reads` too, bumped at most once per item per counting window): an active
+///    segment's hot line, which readers of its items no longer fetch after each write.
+#[repr(C, align(64))]
 pub struct SegmentHeader {
-    /// Bytes used, plus the [`SEALED`] bit.
-    pub write_offset: AtomicU32,
-    /// Readers (and writers) currently touching the segment's bytes, spread over stripes
-    /// (see [`READER_STRIPES`]); 0 in every stripe means none.
-    readers: [ReaderStripe; READER_STRIPES],
-    /// Writers that may hold a reserved, unpublished range (active segments are shared by
-    /// handles, so a segment can be sealed while another handle is still writing into it).
-    /// Once the SEALED bit is set and this is 0, every reserved item is published.
-    pub writers: AtomicU32,
     /// Readers may use the segment only while this is true.
     pub accessible: AtomicBool,
     /// One of [`state`].
@@ -91,6 +77,13 @@ pub struct SegmentHeader {
     /// Chain links, changed only under the TTL bucket's chain lock.
     pub prev: AtomicU32,
     pub next: AtomicU32,
+    _writes: LineStart,
+    /// Bytes used, plus the [`SEALED`] bit.
+    pub write_offset: AtomicU32,
+    /// Writers that may hold a reserved, unpublished range (active segments are shared by
+    /// handles, so a segment can be sealed while another handle is still writing into it).
+    /// Once the SEALED bit is set and this is 0, every reserved item is published.
+    pub writers: AtomicU32,
     /// Items (and their bytes) that the hash table still points to.
     pub live_items: AtomicU32,
     pub live_bytes: AtomicU32,
@@ -103,7 +96,7 @@ impl SegmentHeader {
     pub fn new() -> SegmentHeader {
         SegmentHeader {
             write_offset: AtomicU32::new(0),
-            readers: std::array::from_fn(|_| ReaderStripe(AtomicU32::new(0))),
+            _writes: LineStart,
             writers: AtomicU32::new(0),
             accessible: AtomicBool::new(false),
             state: AtomicU8::new(state::FREE),
@@ -154,42 +147,6 @@ impl SegmentHeader {
         self.min_deadline() <= now || self.generation.load(Ordering::Acquire) != generation
     }
 
-    /// Takes a reader reference in stripe 0 (for rare readers: dumps); fails when the
-    /// segment is being retired.
-    #[inline]
-    pub fn acquire(&self) -> bool {
-        self.acquire_in(0)
-    }
-
-    /// Drops a reader reference taken by [`SegmentHeader::acquire`].
-    #[inline]
-    pub fn release(&self) {
-        self.release_in(0);
-    }
-
-    /// Takes a reader reference in `stripe` (a handle's own, see [`READER_STRIPES`]);
-    /// fails when the segment is being retired.
-    #[inline]
-    pub fn acquire_in(&self, stripe: usize) -> bool {
-        let count = &self.readers[stripe % READER_STRIPES].0;
-        count.fetch_add(1, Ordering::SeqCst);
-        seq_cst_handshake();
-        if self.accessible.load(Ordering::SeqCst) {
-            true
-        } else {
-            count.fetch_sub(1, Ordering::Release);
-            false
-        }
-    }
-
-    /// Drops a reader reference taken in `stripe`.
-    #[inline]
-    pub fn release_in(&self, stripe: usize) {
-        self.readers[stripe % READER_STRIPES]
-            .0
-            .fetch_sub(1, Ordering::Release);
-    }
-
     /// Stops new writes. Returns the final byte count.
     pub fn seal(&self) -> usize {
         (self.write_offset.fetch_or(SEALED, Ordering::SeqCst) & !SEALED) as usize
@@ -202,21 +159,6 @@ impl SegmentHeader {
         self.write_offset.load(Ordering::SeqCst) & SEALED != 0 && {
             seq_cst_handshake();
             self.writers.load(Ordering::SeqCst) == 0
-        }
-    }
-
-    /// Makes the segment inaccessible and waits until no reader or writer is inside. Each
-    /// stripe is a store-then-load handshake of its own: a reader whose increment the drain
-    /// does not see sees `accessible` false and backs out, so once a stripe read 0 after the
-    /// store, no reader enters through it again.
-    pub fn drain(&self) {
-        self.accessible.store(false, Ordering::SeqCst);
-        seq_cst_handshake();
-        let mut spins = 0u32;
-        for stripe in &self.readers {
-            while stripe.0.load(Ordering::SeqCst) != 0 {
-                spin_wait(&mut spins, 64);
-            }
         }
     }
 
@@ -294,5 +236,35 @@ impl SegmentHeader {
 impl Default for SegmentHeader {
     fn default() -> Self {
         Self::new()
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use std::mem::{offset_of, size_of};
+
+    /// What readers check and what writers change are on cache lines of their own (see
+    /// `SegmentHeader`).
+    #[test]
+    fn header_parts_are_on_separate_lines() {
+        let line = |offset: usize| offset / 64;
+        let read_mostly = [
+            offset_of!(SegmentHeader, accessible),
+            offset_of!(SegmentHeader, deadlines),
+            offset_of!(SegmentHeader, generation),
+            offset_of!(SegmentHeader, epoch),
+            offset_of!(SegmentHeader, next),
+        ];
+        let written = [
+            offset_of!(SegmentHeader, write_offset),
+            offset_of!(SegmentHeader, writers),
+            offset_of!(SegmentHeader, live_items),
+            offset_of!(SegmentHeader, live_bytes),
+            offset_of!(SegmentHeader, reads),
+        ];
+        assert!(read_mostly.iter().all(|&o| line(o) == 0));
+        assert!(written.iter().all(|&o| line(o) == 1));
+        assert_eq!(size_of::<SegmentHeader>(), 128);
     }
 }

@@ -28,6 +28,10 @@ use crate::item::Header;
 use crate::lease::Visibility;
 use std::sync::atomic::Ordering;
 
+/// The reader-count stripe dumps count in (`readers.rs`): they are rare, and a dump item
+/// outlives no handle of its own, so one fixed stripe does.
+const DUMP_STRIPE: usize = 0;
+
 /// Where a dump is: the next chain to visit, in bit-reversed order of the table's chain
 /// heads at `power`. Plain numbers, so a connection can keep it between batches.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -114,7 +118,7 @@ impl DumpItem<'_> {
 
 impl Drop for DumpItem<'_> {
     fn drop(&mut self) {
-        self.engine.segment(self.seg).release();
+        self.engine.release(self.seg, DUMP_STRIPE);
     }
 }
 
@@ -182,7 +186,7 @@ fn pin<'a>(
     for _ in 0..2 {
         let seg = s.seg();
         let header = engine.segment(seg);
-        let pinned = header.acquire();
+        let pinned = engine.acquire(seg, DUMP_STRIPE);
         let current = Slot(slot.load(Ordering::Acquire));
         if !pinned && current.same_location(s) {
             // Being retired with the slot still pointing in: expired, evicted or flushed.
@@ -190,7 +194,7 @@ fn pin<'a>(
         }
         if !current.same_location(s) {
             if pinned {
-                header.release();
+                engine.release(seg, DUMP_STRIPE);
             }
             // Moved by compaction or replaced; read what the slot holds now. A slot emptied
             // or turned into a chain pointer is a removal, not an item.
@@ -211,7 +215,7 @@ fn pin<'a>(
             .map_or(seg_deadline, |d| d.min(seg_deadline));
         let live = deadline > now && header.generation.load(Ordering::Acquire) == generation;
         if !live || !Visibility::of(item_header.marks).value {
-            header.release();
+            engine.release(seg, DUMP_STRIPE);
             return None;
         }
         // SAFETY: as for the header above.

@@ -32,7 +32,7 @@ pub use status::{DeltaError, StoreError, StoreMode, StoreStatus};
 use crate::counters::HandleCounters;
 use crate::engine_state::EngineState;
 use crate::hashtable::{hash, ChainGuard, Moved, Table, MAX_FREQ};
-use crate::segment::READER_STRIPES;
+use crate::readers::STRIPES as READER_STRIPES;
 use std::cell::{Cell, Ref, RefCell};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -53,7 +53,7 @@ pub struct Handle {
     /// Which shard of the shared active segments this handle appends to (`active.rs`).
     shard: usize,
     /// Which stripe of a segment's reader count this handle counts in
-    /// (`segment::READER_STRIPES`).
+    /// (`readers.rs`).
     stripe: usize,
     counters: Arc<HandleCounters>,
     rng: Cell<u64>,

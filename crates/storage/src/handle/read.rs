@@ -105,9 +105,7 @@ impl ItemRef<'_> {
 
 impl Drop for ItemRef<'_> {
     fn drop(&mut self) {
-        self.engine
-            .segment(self.seg)
-            .release_in(usize::from(self.stripe));
+        self.engine.release(self.seg, usize::from(self.stripe));
     }
 }
 
@@ -259,7 +257,7 @@ impl Handle {
             }
             let seg = s.seg();
             let header = engine.segment(seg);
-            if !header.acquire_in(self.stripe) {
+            if !engine.acquire(seg, self.stripe) {
                 // The segment is being retired: the item is on its way out (expired or
                 // evicted), and a key has at most one slot, so this is a miss.
                 return None;
@@ -268,7 +266,7 @@ impl Handle {
             // and its segment been reused: only a slot that still points here is trustworthy.
             let current = Slot(slot.load(Ordering::Acquire));
             if !current.same_location(s) {
-                header.release_in(self.stripe);
+                engine.release(seg, self.stripe);
                 return Some(Probe::Retry);
             }
             let offset = engine.offset_of(s);
@@ -278,7 +276,7 @@ impl Handle {
             let item_header = unsafe { engine.header_at(seg, offset) };
             // SAFETY: as above.
             if unsafe { engine.key_at(seg, offset, &item_header) } != key {
-                header.release_in(self.stripe);
+                engine.release(seg, self.stripe);
                 return None;
             }
             let seg_deadline = header.min_deadline();
@@ -286,7 +284,7 @@ impl Handle {
                 .own_deadline
                 .map_or(seg_deadline, |d| d.min(seg_deadline));
             if deadline <= now || header.generation.load(Ordering::Acquire) != generation {
-                header.release_in(self.stripe);
+                engine.release(seg, self.stripe);
                 HandleCounters::bump(&self.counters.expired_on_access, 1);
                 return Some(Probe::Found(None));
             }

@@ -209,7 +209,7 @@ impl Handle {
         if let Some(w) = written {
             let h = &self.engine.segment(w.seg);
             h.writers.fetch_sub(1, Ordering::Release);
-            h.release_in(self.stripe);
+            self.engine.release(w.seg, self.stripe);
         }
     }
 

@@ -153,23 +153,25 @@ impl Handle {
     /// the segment's tolerance, which then includes it).
     fn try_reserve(&self, active: Active, want: &ReserveRequest) -> Reservation {
         let h = &self.engine.segment(active.seg);
-        if h.epoch.load(Ordering::Acquire) != active.epoch || !h.acquire_in(self.stripe) {
+        if h.epoch.load(Ordering::Acquire) != active.epoch
+            || !self.engine.acquire(active.seg, self.stripe)
+        {
             return Reservation::Unusable;
         }
         if h.epoch.load(Ordering::Acquire) != active.epoch
             || h.state.load(Ordering::Acquire) != state::ACTIVE
             || h.is_dead(want.now, want.generation)
         {
-            h.release_in(self.stripe);
+            self.engine.release(active.seg, self.stripe);
             return Reservation::Unusable;
         }
         if h.used() + want.size > self.engine.heap().segment_size() {
-            h.release_in(self.stripe);
+            self.engine.release(active.seg, self.stripe);
             return Reservation::Unusable;
         }
         // Before reserving, so that an item is never in a segment whose range excludes it.
         if !h.try_include_deadline(want.deadline, want.tolerance) {
-            h.release_in(self.stripe);
+            self.engine.release(active.seg, self.stripe);
             return Reservation::Mismatch;
         }
         // Counted before reserving (see `SegmentHeader::writers`): whoever sees the SEALED
@@ -193,7 +195,7 @@ impl Handle {
             }
         }
         h.writers.fetch_sub(1, Ordering::Release);
-        h.release_in(self.stripe);
+        self.engine.release(active.seg, self.stripe);
         Reservation::Unusable
     }
 
