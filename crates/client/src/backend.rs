@@ -425,7 +425,12 @@ impl Backend {
                 Ok(Ok(r)) => r,
             };
             match &result {
-                Ok(_) => this.health.failures.store(0, Ordering::Relaxed),
+                // Read first: a store on every reply would pull the line every worker
+                // reads away from all of them, though it is almost always 0 already.
+                Ok(_) if this.health.failures.load(Ordering::Relaxed) != 0 => {
+                    this.health.failures.store(0, Ordering::Relaxed)
+                }
+                Ok(_) => {}
                 Err(_) => this.failed(),
             }
             result

@@ -93,11 +93,18 @@ impl Listener {
     }
 }
 
+/// The worker threads of the runtime the router runs on: each opens its own connections to
+/// every server (`RouterConfig::workers`).
+fn worker_threads() -> usize {
+    tokio::runtime::Handle::current().metrics().num_workers()
+}
+
 /// Builds `config` (looking its pools' DNS entries up first: an entry that does not
 /// answer leaves its pool without those members, and holds no other pool back) and binds a
 /// listener for every pool and route that has a `listen` address, and the admin port at
 /// `admin` if given.
-pub async fn bind(config: RouterConfig, admin: Option<&str>) -> anyhow::Result<BoundRouter> {
+pub async fn bind(mut config: RouterConfig, admin: Option<&str>) -> anyhow::Result<BoundRouter> {
+    config.workers = worker_threads();
     let topology = Topology::build_resolving(&config, None).await?;
     let mut addrs = Vec::new();
     let mut listeners = Vec::new();
@@ -245,7 +252,8 @@ impl ServingListeners {
     /// looked up first (one that does not answer keeps the members it had). A configuration
     /// that cannot be applied (a port that cannot be bound, a written server that does not
     /// resolve) is logged and the old one keeps serving.
-    pub async fn reload(&mut self, config: RouterConfig) {
+    pub async fn reload(&mut self, mut config: RouterConfig) {
+        config.workers = worker_threads();
         let previous = self.served.load_full();
         let built = Topology::build_resolving(&config, Some(&previous)).await;
         self.apply(built, "reload").await;

@@ -164,7 +164,8 @@ impl Topology {
             .map(|c| {
                 let found = members.of_pool(c);
                 let discovery = discovery.clone().filter(|_| !c.dns.is_empty());
-                Pool::new(c.clone(), found, discovery, &old_backends, spooler.as_ref())
+                let workers = config.workers.max(1);
+                Pool::new(c.clone(), found, discovery, &old_backends, spooler.as_ref(), workers)
                     .map(Arc::new)
             })
             .collect::<anyhow::Result<Vec<_>>>()?;

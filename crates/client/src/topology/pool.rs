@@ -118,16 +118,19 @@ impl Pool {
     /// servers that stay at the same address with the same settings (a reload keeps their
     /// connections, counters and health). Undeliverable deletes go to `spooler` when the
     /// pool spools deletes (opening a queue resumes the replay of what an earlier run, or a
-    /// server a reload brought back, left in it).
+    /// server a reload brought back, left in it). Each server gets `server_connections`
+    /// connections per one of the router's `workers`.
     pub(super) fn new(
         config: PoolConfig,
         members: Vec<Member>,
         discovery: Option<Arc<Discovery>>,
         previous: &[Arc<Backend>],
         spooler: Option<&Arc<Spooler>>,
+        workers: usize,
     ) -> anyhow::Result<Pool> {
         let options = BackendOptions {
-            connections: config.server_connections as usize,
+            // Per worker thread of the router (`RouterConfig::workers`).
+            connections: config.server_connections as usize * workers,
             timeout: Duration::from_millis(config.timeout_ms.max(1)),
             // Down after this many failures in every pool (fail fast, probed back); only an
             // ejecting pool moves the keys meanwhile.

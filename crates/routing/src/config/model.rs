@@ -112,6 +112,12 @@ pub struct RouterConfig {
     pub spool_dir: Option<String>,
     /// How the pools' DNS entries are looked up and followed.
     pub discovery: DiscoverySettings,
+    /// Worker threads of the process that runs it (0 counts as 1): each server gets
+    /// `server_connections` connections per worker, as k nutcracker processes would open k
+    /// times `server_connections`, so that no one connection carries every worker's
+    /// requests (mcrouter, likewise, connects each proxy thread on its own). Not read from
+    /// a file: `memfleet router` sets it from its runtime; the client library leaves it 1.
+    pub workers: usize,
 }
 
 impl RouterConfig {

@@ -159,6 +159,7 @@ pub fn from_toml(text: &str) -> Result<RouterConfig, ConfigError> {
         routes,
         discovery: file.router.discovery()?,
         spool_dir: file.router.spool_dir,
+        ..RouterConfig::default()
     })
 }
 
