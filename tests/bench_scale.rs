@@ -108,7 +108,7 @@ fn quick_scale_measures_every_part() {
     assert!(stdout.contains("contention of"), "{stdout}");
     assert_net_cells(
         &result["router"],
-        &["memfleet-router", "nutcracker"],
+        &["memfleet-router", "memfleet-router-pc", "nutcracker"],
         &[1, 16],
     );
     for figure in [

@@ -266,7 +266,7 @@ impl Settings {
             total += self.workers.len() as f64 * 2.0 * (fill + 0.5 + per_k);
         }
         if self.parts.contains(&Part::Router) {
-            total += fill + router::workers(self).len() as f64 * 2.0 * (0.5 + per_k);
+            total += fill + router::workers(self).len() as f64 * 3.0 * (0.5 + per_k);
         }
         total
     }

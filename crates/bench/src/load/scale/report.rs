@@ -377,7 +377,7 @@ fn engine_table(cells: &[EngineCell]) -> String {
 }
 
 const NET_COLUMNS: [Column; 12] = [
-    Column::left("target", 15),
+    Column::left("target", 18),
     Column::right("k", 2),
     Column::right("pipe", 4),
     Column::right("conns", 5),

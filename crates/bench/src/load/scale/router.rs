@@ -1,6 +1,7 @@
 //! The router part of `memfleet bench scale`: `memfleet router -t k` against nutcracker
 //! deployed as it is in production, one single-threaded process per core (k processes,
-//! the load's connections spread evenly over them), both reading the same twemproxy YAML
+//! the load's connections spread evenly over them), and `memfleet router -t 1` deployed
+//! the same way (`memfleet-router-pc`; at k = 1 the same as `-t 1`, its own base), all reading the same twemproxy YAML
 //! (`--twemproxy`) in front of the same backend, a `memfleet server` on the last CPUs.
 //! Proxies run on the first k CPUs, the load generator on the CPUs between. Not here:
 //! the load (`drive`), the table (`report`).
@@ -106,6 +107,35 @@ fn memfleet_router(
     })
 }
 
+/// One `memfleet router -t 1` per CPU of `cpus`, deployed as nutcracker is (its own port
+/// each, the load spread evenly): what an operator gets from k cores today while `-t k`
+/// runs its workers on one shared scheduler.
+fn memfleet_routers_per_core(
+    s: &Settings,
+    cpus: &[usize],
+    backend: SocketAddr,
+    files: &mut Files,
+) -> Result<Proxies> {
+    let mut proxies = Proxies {
+        name: "memfleet-router-pc",
+        processes: Vec::new(),
+        addrs: Vec::new(),
+    };
+    for &cpu in cpus {
+        let port = free_port()?;
+        let addr: SocketAddr = ([127, 0, 0, 1], port).into();
+        let config = files.write(port, &yaml(port, backend))?;
+        let argv = [&s.memfleet_bin, "router", "-t", "1", "--twemproxy", &config]
+            .map(String::from)
+            .to_vec();
+        proxies
+            .processes
+            .push(Spawned::start(&pinned(&[cpu], argv), addr, None)?);
+        proxies.addrs.push(addr);
+    }
+    Ok(proxies)
+}
+
 /// One nutcracker per CPU of `cpus`.
 fn nutcrackers(
     s: &Settings,
@@ -193,6 +223,12 @@ pub fn run(s: &Settings, notes: &mut Vec<String>) -> Result<Vec<NetCell>> {
     for &k in &workers {
         let (proxy_cpus, load_cpus) = split_cpus(&s.cpus, k, b, notes, "router");
         let mut kinds = vec![memfleet_router(s, &proxy_cpus, backend, &mut files)?];
+        kinds.push(memfleet_routers_per_core(
+            s,
+            &proxy_cpus,
+            backend,
+            &mut files,
+        )?);
         if have_nutcracker {
             kinds.push(nutcrackers(s, &proxy_cpus, backend, &mut files)?);
         }
