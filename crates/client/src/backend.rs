@@ -325,11 +325,11 @@ impl Backend {
     pub fn new(addr: SocketAddr, name: String, options: BackendOptions) -> Arc<Backend> {
         let health = Arc::new(Health::default());
         let conns = (0..options.connections.max(1))
-            .map(|_| {
+            .map(|lane| {
                 // Unbounded so that queueing is synchronous (see `call`); what one client
                 // can have queued is bounded by its in-flight limit in `proxy.rs`.
                 let (tx, rx) = mpsc::unbounded_channel();
-                tokio::spawn(connection(addr, rx, options.clone()));
+                crate::lanes::spawn(lane, connection(addr, rx, options.clone()));
                 tx
             })
             .collect();
@@ -575,9 +575,17 @@ async fn connection(
                     None => closed = true,
                 },
                 // read_buf is cancel-safe: a select won by the other branch loses nothing.
-                read = rd.read_buf(&mut inbuf), if !waiting.is_empty() => {
+                // Read while idle too: a server that closed the connection (it restarted,
+                // say) is noticed now, and the next request gets a new connection instead
+                // of failing on the dead one (and, at a failure limit of 1, marking the
+                // server down again).
+                read = rd.read_buf(&mut inbuf) => {
                     if !matches!(read, Ok(n) if n > 0) {
                         fail_all(&mut waiting);
+                        continue 'connect;
+                    }
+                    if waiting.is_empty() {
+                        tracing::warn!(server = %addr, "a reply nobody asked for: closing the connection");
                         continue 'connect;
                     }
                     let mut used = 0;

@@ -8,7 +8,8 @@
 //! | module | what it holds |
 //! |--------|---------------|
 //! | `args` | [`RouterArgs`], the `memfleet router` flags |
-//! | `listeners` | binding listeners ([`bind`], [`BoundRouter`]), accepting clients, applying a reload ([`ServingListeners`]) |
+//! | `listeners` | binding listeners ([`bind`], [`BoundRouter`]), accepting clients, handing each to a worker, applying a reload ([`ServingListeners`]) |
+//! | `workers` | [`Workers`]: one current-thread runtime per worker thread, each serving its clients on its own server connections |
 //! | `proxy` | a client connection: parse, route, split multi-gets, reassemble, reply in order |
 //! | `reloadable` | what a reload swaps: each listener's route, the topology, the auth file |
 //! | `watch` | reading the configuration and auth files; reloading on SIGHUP and on change |
@@ -23,12 +24,14 @@ mod proxy;
 mod reloadable;
 mod running;
 mod watch;
+mod workers;
 
 pub use args::RouterArgs;
 pub use listeners::{bind, BoundRouter, Listener, ServingListeners};
 pub use reloadable::{ClientAuth, ServedTopology};
 pub use running::RunningRouter;
 pub use watch::{load_auth, load_config};
+pub use workers::Workers;
 
 use anyhow::Context;
 use memfleet_tls::ServerTls;
@@ -53,7 +56,7 @@ pub fn run(args: &RouterArgs) -> anyhow::Result<()> {
     let threads = args
         .threads
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
-    let rt = runtime(threads)?;
+    let rt = runtime()?;
     rt.block_on(async {
         // Every handler is in place before the ports open: a signal sent as soon as the
         // router answers must not meet the default action (which ends the process).
@@ -76,7 +79,7 @@ pub fn run(args: &RouterArgs) -> anyhow::Result<()> {
             tls.clone(),
             auth.clone(),
         ));
-        let bound = bind(config, args.admin_listen.as_deref())
+        let bound = bind(config, args.admin_listen.as_deref(), threads)
             .await?
             .with_auth(auth);
         let bound = match tls {

@@ -4,6 +4,7 @@
 use crate::admin;
 use crate::proxy;
 use crate::reloadable::{ClientAuth, RouteSlot, ServedTopology};
+use crate::workers::Workers;
 use anyhow::Context;
 use memfleet_client::{Route, Topology};
 use memfleet_routing::RouterConfig;
@@ -57,6 +58,7 @@ pub struct BoundRouter {
     served: ServedTopology,
     tls: Option<Arc<ServerTls>>,
     auth: ClientAuth,
+    workers: Arc<Workers>,
 }
 
 /// A listener: TCP (`host:port`) or a Unix socket (a path starting with `/`, as twemproxy
@@ -93,18 +95,18 @@ impl Listener {
     }
 }
 
-/// The worker threads of the runtime the router runs on: each opens its own connections to
-/// every server (`RouterConfig::workers`).
-fn worker_threads() -> usize {
-    tokio::runtime::Handle::current().metrics().num_workers()
-}
-
 /// Builds `config` (looking its pools' DNS entries up first: an entry that does not
 /// answer leaves its pool without those members, and holds no other pool back) and binds a
 /// listener for every pool and route that has a `listen` address, and the admin port at
-/// `admin` if given.
-pub async fn bind(mut config: RouterConfig, admin: Option<&str>) -> anyhow::Result<BoundRouter> {
-    config.workers = worker_threads();
+/// `admin` if given, with `threads` workers (see `workers.rs`; the caller's runtime is the
+/// first, and must be a current-thread runtime).
+pub async fn bind(
+    mut config: RouterConfig,
+    admin: Option<&str>,
+    threads: usize,
+) -> anyhow::Result<BoundRouter> {
+    let workers = Arc::new(Workers::start(threads).context("starting the worker threads")?);
+    config.workers = workers.count();
     let topology = Topology::build_resolving(&config, None).await?;
     let mut addrs = Vec::new();
     let mut listeners = Vec::new();
@@ -136,6 +138,7 @@ pub async fn bind(mut config: RouterConfig, admin: Option<&str>) -> anyhow::Resu
         served: Arc::new(arc_swap::ArcSwap::from_pointee(topology)),
         tls: None,
         auth: ClientAuth::default(),
+        workers,
     })
 }
 
@@ -166,6 +169,7 @@ impl BoundRouter {
             served: self.served,
             tls: self.tls,
             auth: self.auth,
+            workers: self.workers,
         };
         for (listen, slot, listener) in self.listeners {
             serving.accept(listen, slot, listener);
@@ -202,6 +206,7 @@ pub struct ServingListeners {
     served: ServedTopology,
     tls: Option<Arc<ServerTls>>,
     auth: ClientAuth,
+    workers: Arc<Workers>,
 }
 
 impl ServingListeners {
@@ -210,30 +215,34 @@ impl ServingListeners {
         let served = self.served.clone();
         let tls = self.tls.clone();
         let auth = self.auth.clone();
+        let workers = self.workers.clone();
         let task = tokio::spawn(async move {
-            let mut lane = 0usize;
+            let mut nth = 0usize;
             loop {
-                lane = lane.wrapping_add(1);
+                // The nth client is served by worker nth % k and sends on lane nth, a
+                // connection to each server that the same worker runs (`workers.rs`).
+                nth = nth.wrapping_add(1);
+                let lane = nth;
+                let (slot, served, auth) = (accepting.clone(), served.clone(), auth.clone());
                 let accepted = match &listener {
                     Listener::Tcp(l) => l.accept().await.map(|(stream, _)| {
-                        let (slot, served, auth) =
-                            (accepting.clone(), served.clone(), auth.clone());
-                        match tls.clone() {
-                            None => tokio::spawn(proxy::serve(slot, served, auth, stream, lane)),
-                            Some(tls) => tokio::spawn(async move {
-                                match tls.accept(stream).await {
+                        let tls = tls.clone();
+                        on_worker(&workers, nth, stream, move |stream| async move {
+                            match tls {
+                                None => proxy::serve(slot, served, auth, stream, lane).await,
+                                Some(tls) => match tls.accept(stream).await {
                                     Ok(session) => {
                                         proxy::serve_tls(slot, served, auth, session, lane).await
                                     }
                                     Err(e) => tracing::debug!(error = %e, "TLS handshake failed"),
-                                }
-                            }),
-                        };
+                                },
+                            }
+                        });
                     }),
                     Listener::Unix(l) => l.accept().await.map(|(stream, _)| {
-                        let (slot, served, auth) =
-                            (accepting.clone(), served.clone(), auth.clone());
-                        tokio::spawn(proxy::serve_unix(slot, served, auth, stream, lane));
+                        on_worker(&workers, nth, stream, move |stream| {
+                            proxy::serve_unix(slot, served, auth, stream, lane)
+                        });
                     }),
                 };
                 if let Err(e) = accepted {
@@ -253,7 +262,7 @@ impl ServingListeners {
     /// that cannot be applied (a port that cannot be bound, a written server that does not
     /// resolve) is logged and the old one keeps serving.
     pub async fn reload(&mut self, mut config: RouterConfig) {
-        config.workers = worker_threads();
+        config.workers = self.workers.count();
         let previous = self.served.load_full();
         let built = Topology::build_resolving(&config, Some(&previous)).await;
         self.apply(built, "reload").await;
@@ -322,5 +331,56 @@ impl ServingListeners {
             tracing::info!(%name, %listen, "listener added");
             self.accept(listen, Arc::new(arc_swap::ArcSwap::new(route)), listener);
         }
+    }
+}
+
+/// A socket an accept loop's runtime registered, which another worker's runtime can take
+/// over (deregistered here, registered again there).
+trait Handover: Sized {
+    type Std: Send + 'static;
+    fn into_std(self) -> std::io::Result<Self::Std>;
+    fn from_std(std: Self::Std) -> std::io::Result<Self>;
+}
+
+impl Handover for tokio::net::TcpStream {
+    type Std = std::net::TcpStream;
+    fn into_std(self) -> std::io::Result<Self::Std> {
+        tokio::net::TcpStream::into_std(self)
+    }
+    fn from_std(std: Self::Std) -> std::io::Result<Self> {
+        tokio::net::TcpStream::from_std(std)
+    }
+}
+
+impl Handover for tokio::net::UnixStream {
+    type Std = std::os::unix::net::UnixStream;
+    fn into_std(self) -> std::io::Result<Self::Std> {
+        tokio::net::UnixStream::into_std(self)
+    }
+    fn from_std(std: Self::Std) -> std::io::Result<Self> {
+        tokio::net::UnixStream::from_std(std)
+    }
+}
+
+/// Serves the `nth` accepted client's `stream` with `serve` on its worker: here when that
+/// is the accepting runtime (one worker, or the first), else moved to the worker's runtime.
+fn on_worker<S, F, Fut>(workers: &Workers, nth: usize, stream: S, serve: F)
+where
+    S: Handover + Send + 'static,
+    F: FnOnce(S) -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
+    if nth.is_multiple_of(workers.count()) {
+        tokio::spawn(serve(stream));
+        return;
+    }
+    match stream.into_std() {
+        Ok(std) => drop(workers.for_client(nth).spawn(async move {
+            match S::from_std(std) {
+                Ok(stream) => serve(stream).await,
+                Err(e) => tracing::warn!(error = %e, "cannot take over a client's socket"),
+            }
+        })),
+        Err(e) => tracing::warn!(error = %e, "cannot hand a client's socket over"),
     }
 }

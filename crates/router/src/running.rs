@@ -27,7 +27,7 @@ impl RunningRouter {
         admin: Option<String>,
     ) -> anyhow::Result<RunningRouter> {
         let config = config.into();
-        let rt = runtime(threads)?;
+        let rt = runtime()?;
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
         let (reload_tx, reload_rx) = tokio::sync::mpsc::unbounded_channel();
         let (ready_tx, ready_rx) = std::sync::mpsc::channel();
@@ -35,7 +35,7 @@ impl RunningRouter {
             .name("memfleet-router".into())
             .spawn(move || {
                 rt.block_on(async move {
-                    match bind(config, admin.as_deref()).await {
+                    match bind(config, admin.as_deref(), threads).await {
                         Ok(bound) => {
                             let _ = ready_tx.send(Ok((bound.addrs.clone(), bound.admin_addr)));
                             bound
@@ -87,17 +87,12 @@ impl Drop for RunningRouter {
     }
 }
 
-/// One thread: a current-thread runtime (no work-stealing queues or cross-thread wakeups
-/// between a client's task and its servers' connection tasks); more: tokio's scheduler.
-pub(crate) fn runtime(threads: usize) -> std::io::Result<tokio::runtime::Runtime> {
-    if threads <= 1 {
-        tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-    } else {
-        tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(threads)
-            .enable_all()
-            .build()
-    }
+/// The runtime the router starts on: a current-thread runtime, its worker 0; [`bind`]
+/// starts the others (`workers.rs`).
+///
+/// [`bind`]: crate::bind
+pub(crate) fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
 }

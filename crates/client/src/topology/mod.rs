@@ -165,8 +165,15 @@ impl Topology {
                 let found = members.of_pool(c);
                 let discovery = discovery.clone().filter(|_| !c.dns.is_empty());
                 let workers = config.workers.max(1);
-                Pool::new(c.clone(), found, discovery, &old_backends, spooler.as_ref(), workers)
-                    .map(Arc::new)
+                Pool::new(
+                    c.clone(),
+                    found,
+                    discovery,
+                    &old_backends,
+                    spooler.as_ref(),
+                    workers,
+                )
+                .map(Arc::new)
             })
             .collect::<anyhow::Result<Vec<_>>>()?;
         let by_name: HashMap<String, Arc<Pool>> = pools
