@@ -102,6 +102,18 @@ fn each_experiment_lists_only_its_own_flags() {
              resolve-interval"
                 .into(),
         ),
+        (
+            "regions",
+            "memfleet-bin delays phase write-rate read-rate keys no-faults \
+             replica-invalidator-on-primary"
+                .into(),
+        ),
+        (
+            "scale",
+            "only skip quick threads workers pipeline engine-duration duration warmup keys \
+             memory conns-per-worker memcached nutcracker memfleet-bin seed"
+                .into(),
+        ),
     ];
     for (experiment, flags) in expected {
         let want: BTreeSet<String> = flags
@@ -181,7 +193,7 @@ fn another_experiments_flag_is_refused_with_its_owner_named() {
         ),
         (
             &["bench", "--scenario", "udp", "--pipeline", "4"],
-            "`memfleet bench load`",
+            "`memfleet bench load|scale`",
         ),
         (
             &["bench", "gutter", "--spawn", "memfleet"],
