@@ -306,8 +306,9 @@ fn a_server_and_a_router_under_a_thousand_connections_hold_memory_fds_and_errors
     let router_port = free_port();
     let router = start_router(&dir, router_port, server_port);
     let (server_pid, router_pid) = (server.0.id(), router.0.id());
-    // One request through the router opens its connection to the server, which it keeps.
-    {
+    // A request from each of two clients opens the router's connection to the server for
+    // each of its two workers (clients are dealt to workers in turn), which it keeps.
+    for _ in 0..2 {
         let mut c = BufReader::new(connect(router_port, Duration::from_secs(10)));
         c.get_mut().write_all(b"get warm\r\n").unwrap();
         let mut line = String::new();
