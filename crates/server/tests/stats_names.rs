@@ -407,8 +407,13 @@ fn stats_memfleet_reports_contention() {
     }
     let engine: HashMap<String, String> = c.stats("memfleet").into_iter().collect();
     for name in CONTENTION {
-        let value = engine.get(*name).unwrap_or_else(|| panic!("no {name}: {engine:?}"));
-        assert_eq!(value, "0", "{name}: one connection cannot contend with itself");
+        let value = engine
+            .get(*name)
+            .unwrap_or_else(|| panic!("no {name}: {engine:?}"));
+        assert_eq!(
+            value, "0",
+            "{name}: one connection cannot contend with itself"
+        );
     }
     let general: HashSet<String> = c.stats("").into_iter().map(|(n, _)| n).collect();
     assert!(CONTENTION.iter().all(|n| general.contains(*n)));
