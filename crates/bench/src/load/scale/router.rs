@@ -107,52 +107,58 @@ fn memfleet_router(
     })
 }
 
-/// One `memfleet router -t 1` per CPU of `cpus`, deployed as nutcracker is (its own port
-/// each, the load spread evenly): what an operator gets from k cores today while `-t k`
-/// runs its workers on one shared scheduler.
+/// One single-threaded proxy per CPU of `cpus`, each on a port of its own with its own copy
+/// of the file (the load is spread evenly over them): `argv` makes a proxy's command line
+/// from its configuration file.
+fn one_per_core(
+    name: &'static str,
+    cpus: &[usize],
+    backend: SocketAddr,
+    files: &mut Files,
+    argv: impl Fn(String) -> Result<Vec<String>>,
+) -> Result<Proxies> {
+    let mut proxies = Proxies {
+        name,
+        processes: Vec::new(),
+        addrs: Vec::new(),
+    };
+    for &cpu in cpus {
+        let port = free_port()?;
+        let addr: SocketAddr = ([127, 0, 0, 1], port).into();
+        let config = files.write(port, &yaml(port, backend))?;
+        proxies
+            .processes
+            .push(Spawned::start(&pinned(&[cpu], argv(config)?), addr, None)?);
+        proxies.addrs.push(addr);
+    }
+    Ok(proxies)
+}
+
+/// One `memfleet router -t 1` per CPU of `cpus`, deployed as nutcracker is.
 fn memfleet_routers_per_core(
     s: &Settings,
     cpus: &[usize],
     backend: SocketAddr,
     files: &mut Files,
 ) -> Result<Proxies> {
-    let mut proxies = Proxies {
-        name: "memfleet-router-pc",
-        processes: Vec::new(),
-        addrs: Vec::new(),
-    };
-    for &cpu in cpus {
-        let port = free_port()?;
-        let addr: SocketAddr = ([127, 0, 0, 1], port).into();
-        let config = files.write(port, &yaml(port, backend))?;
-        let argv = [&s.memfleet_bin, "router", "-t", "1", "--twemproxy", &config]
-            .map(String::from)
-            .to_vec();
-        proxies
-            .processes
-            .push(Spawned::start(&pinned(&[cpu], argv), addr, None)?);
-        proxies.addrs.push(addr);
-    }
-    Ok(proxies)
+    one_per_core("memfleet-router-pc", cpus, backend, files, |config| {
+        Ok(
+            [&s.memfleet_bin, "router", "-t", "1", "--twemproxy", &config]
+                .map(String::from)
+                .to_vec(),
+        )
+    })
 }
 
-/// One nutcracker per CPU of `cpus`.
+/// One nutcracker per CPU of `cpus` (its stats port on a free port of its own).
 fn nutcrackers(
     s: &Settings,
     cpus: &[usize],
     backend: SocketAddr,
     files: &mut Files,
 ) -> Result<Proxies> {
-    let mut proxies = Proxies {
-        name: "nutcracker",
-        processes: Vec::new(),
-        addrs: Vec::new(),
-    };
-    for &cpu in cpus {
-        let port = free_port()?;
-        let addr: SocketAddr = ([127, 0, 0, 1], port).into();
-        let config = files.write(port, &yaml(port, backend))?;
-        let argv = vec![
+    one_per_core("nutcracker", cpus, backend, files, |config| {
+        Ok(vec![
             s.nutcracker.clone(),
             "-c".into(),
             config,
@@ -162,13 +168,8 @@ fn nutcrackers(
             "127.0.0.1".into(),
             "-o".into(),
             "/dev/null".into(),
-        ];
-        proxies
-            .processes
-            .push(Spawned::start(&pinned(&[cpu], argv), addr, None)?);
-        proxies.addrs.push(addr);
-    }
-    Ok(proxies)
+        ])
+    })
 }
 
 /// Runs every router cell.
