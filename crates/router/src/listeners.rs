@@ -6,32 +6,32 @@ use crate::proxy;
 use crate::reloadable::{ClientAuth, RouteSlot, ServedTopology};
 use anyhow::Context;
 use memfleet_client::{Route, Topology};
-use memfleet_routing::RouterConfig;
+use memfleet_protocol::reply::ReplyKind;
+use memfleet_routing::{ListenOptions, RouterConfig};
 use memfleet_tls::ServerTls;
 use std::collections::HashMap;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-/// (listen address, pool or route name, what it serves) of every listener `config` asks
-/// for, in configuration order.
-fn listeners(
-    config: &RouterConfig,
-    topology: &Topology,
-) -> anyhow::Result<Vec<(String, String, Arc<Route>)>> {
+/// One listener a configuration asks for: its address, the pool or route it serves, the
+/// route, and how it listens (a pool's `backlog`, `reuseport`, ...; a route's: defaults).
+type Wanted = (String, String, Arc<Route>, ListenOptions);
+
+/// Every listener `config` asks for, in configuration order.
+fn listeners(config: &RouterConfig, topology: &Topology) -> anyhow::Result<Vec<Wanted>> {
     let mut out = Vec::new();
-    let wanted = config
-        .pools
-        .iter()
-        .filter_map(|p| Some((p.listen.clone()?, p.name.clone())))
-        .chain(
-            config
-                .routes
-                .iter()
-                .filter_map(|r| Some((r.listen.clone()?, r.name.clone()))),
-        );
+    let wanted =
+        config
+            .pools
+            .iter()
+            .filter_map(|p| Some((p.listen.clone()?, p.name.clone(), p.listener)))
+            .chain(config.routes.iter().filter_map(|r| {
+                Some((r.listen.clone()?, r.name.clone(), ListenOptions::default()))
+            }));
     let mut seen = std::collections::HashSet::new();
-    for (listen, name) in wanted {
+    for (listen, name, options) in wanted {
         anyhow::ensure!(
             seen.insert(listen.clone()),
             "{name}: {listen} is already another listener's"
@@ -39,7 +39,7 @@ fn listeners(
         let route = topology
             .route(&name)
             .expect("built from this configuration");
-        out.push((listen, name, route));
+        out.push((listen, name, route, options));
     }
     anyhow::ensure!(!out.is_empty(), "no pool or route has a listen address");
     Ok(out)
@@ -52,7 +52,7 @@ pub struct BoundRouter {
     pub addrs: Vec<SocketAddr>,
     /// The admin port's address (`/metrics`), if asked for.
     pub admin_addr: Option<SocketAddr>,
-    listeners: Vec<(String, RouteSlot, Listener)>,
+    listeners: Vec<(String, RouteSlot, Listener, Arc<Admission>)>,
     admin: Option<tokio::net::TcpListener>,
     served: ServedTopology,
     tls: Option<Arc<ServerTls>>,
@@ -69,8 +69,10 @@ pub enum Listener {
 }
 
 impl Listener {
-    /// Binds `listen`; a Unix socket file left by an earlier run is replaced.
-    async fn bind(listen: &str) -> std::io::Result<Listener> {
+    /// Binds `listen` with `options`' backlog (and `SO_REUSEPORT` on TCP when asked for); a
+    /// Unix socket file left by an earlier run is replaced.
+    async fn bind(listen: &str, options: &ListenOptions) -> std::io::Result<Listener> {
+        let backlog = i32::try_from(options.backlog).unwrap_or(i32::MAX);
         if listen.starts_with('/') {
             let path = std::path::Path::new(listen);
             let stale = std::fs::symlink_metadata(path)
@@ -78,9 +80,22 @@ impl Listener {
             if stale {
                 std::fs::remove_file(path)?;
             }
-            Ok(Listener::Unix(tokio::net::UnixListener::bind(path)?))
+            let socket = socket2::Socket::new(socket2::Domain::UNIX, socket2::Type::STREAM, None)?;
+            socket.bind(&socket2::SockAddr::unix(path)?)?;
+            socket.listen(backlog)?;
+            socket.set_nonblocking(true)?;
+            let std: std::os::unix::net::UnixListener = socket.into();
+            Ok(Listener::Unix(tokio::net::UnixListener::from_std(std)?))
         } else {
-            Ok(Listener::Tcp(tokio::net::TcpListener::bind(listen).await?))
+            let mut last = None;
+            for addr in tokio::net::lookup_host(listen).await? {
+                match bind_tcp(addr, options.reuseport, backlog) {
+                    Ok(l) => return Ok(Listener::Tcp(l)),
+                    Err(e) => last = Some(e),
+                }
+            }
+            Err(last
+                .unwrap_or_else(|| std::io::Error::new(std::io::ErrorKind::NotFound, "no address")))
         }
     }
 
@@ -93,6 +108,75 @@ impl Listener {
     }
 }
 
+/// A TCP listener on `addr` (`SO_REUSEADDR` as tokio's own `bind`, `SO_REUSEPORT` when
+/// asked for) with `backlog`.
+fn bind_tcp(
+    addr: SocketAddr,
+    reuseport: bool,
+    backlog: i32,
+) -> std::io::Result<tokio::net::TcpListener> {
+    let socket = match addr {
+        SocketAddr::V4(_) => tokio::net::TcpSocket::new_v4()?,
+        SocketAddr::V6(_) => tokio::net::TcpSocket::new_v6()?,
+    };
+    socket.set_reuseaddr(true)?;
+    if reuseport {
+        socket.set_reuseport(true)?;
+    }
+    socket.bind(addr)?;
+    socket.listen(u32::try_from(backlog).unwrap_or(1))
+}
+
+/// What a listener checks as it accepts a client: the pool's `client_connections` and
+/// `tcpkeepalive`, as configured now (a reload changes them in place), and how many of its
+/// clients are connected.
+#[derive(Default)]
+pub(crate) struct Admission {
+    /// At most this many clients at once; 0: no limit.
+    limit: AtomicU32,
+    /// `SO_KEEPALIVE` on accepted clients.
+    keepalive: AtomicBool,
+    /// Clients connected now.
+    clients: AtomicU32,
+}
+
+impl Admission {
+    fn new(options: &ListenOptions) -> Arc<Admission> {
+        let a = Arc::new(Admission::default());
+        a.set(options);
+        a
+    }
+
+    fn set(&self, options: &ListenOptions) {
+        self.limit
+            .store(options.client_connections, Ordering::Relaxed);
+        self.keepalive
+            .store(options.tcp_keepalive, Ordering::Relaxed);
+    }
+
+    /// A client just accepted: its place (released when dropped), or `None` when the
+    /// listener is full (the client is then closed).
+    fn admit(self: &Arc<Self>) -> Option<ClientPlace> {
+        let limit = self.limit.load(Ordering::Relaxed);
+        let now = self.clients.fetch_add(1, Ordering::AcqRel);
+        let place = ClientPlace(self.clone());
+        if limit > 0 && now >= limit {
+            tracing::debug!(limit, "client_connections reached: a client is closed");
+            return None;
+        }
+        Some(place)
+    }
+}
+
+/// A connected client's place on its listener.
+pub(crate) struct ClientPlace(Arc<Admission>);
+
+impl Drop for ClientPlace {
+    fn drop(&mut self) {
+        self.0.clients.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
 /// Builds `config` (looking its pools' DNS entries up first: an entry that does not
 /// answer leaves its pool without those members, and holds no other pool back) and binds a
 /// listener for every pool and route that has a `listen` address, and the admin port at
@@ -101,8 +185,9 @@ pub async fn bind(config: RouterConfig, admin: Option<&str>) -> anyhow::Result<B
     let topology = Topology::build_resolving(&config, None).await?;
     let mut addrs = Vec::new();
     let mut listeners = Vec::new();
-    for (listen, name, route) in self::listeners(&config, &topology)? {
-        let listener = Listener::bind(&listen)
+    preconnect(&topology);
+    for (listen, name, route, options) in self::listeners(&config, &topology)? {
+        let listener = Listener::bind(&listen, &options)
             .await
             .with_context(|| format!("{name}: cannot listen on {listen}"))?;
         if let Some(addr) = listener.tcp_addr() {
@@ -110,7 +195,7 @@ pub async fn bind(config: RouterConfig, admin: Option<&str>) -> anyhow::Result<B
         }
         tracing::info!(%name, %listen, "routing");
         let slot: RouteSlot = Arc::new(arc_swap::ArcSwap::new(route));
-        listeners.push((listen, slot, listener));
+        listeners.push((listen, slot, listener, Admission::new(&options)));
     }
     let admin = match admin {
         Some(a) => Some(
@@ -160,8 +245,8 @@ impl BoundRouter {
             tls: self.tls,
             auth: self.auth,
         };
-        for (listen, slot, listener) in self.listeners {
-            serving.accept(listen, slot, listener);
+        for (listen, slot, listener, admission) in self.listeners {
+            serving.accept(listen, slot, listener, admission);
         }
         let admin = self
             .admin
@@ -180,7 +265,7 @@ impl BoundRouter {
                 }
             }
         }
-        for (_, (_, task)) in serving.listeners.drain() {
+        for (_, (_, _, task)) in serving.listeners.drain() {
             task.abort();
         }
         if let Some(task) = admin {
@@ -191,15 +276,22 @@ impl BoundRouter {
 
 /// The listeners being served, by listen address.
 pub struct ServingListeners {
-    listeners: HashMap<String, (RouteSlot, tokio::task::JoinHandle<()>)>,
+    listeners: HashMap<String, (RouteSlot, Arc<Admission>, tokio::task::JoinHandle<()>)>,
     served: ServedTopology,
     tls: Option<Arc<ServerTls>>,
     auth: ClientAuth,
 }
 
 impl ServingListeners {
-    fn accept(&mut self, listen: String, slot: RouteSlot, listener: Listener) {
+    fn accept(
+        &mut self,
+        listen: String,
+        slot: RouteSlot,
+        listener: Listener,
+        admission: Arc<Admission>,
+    ) {
         let accepting = slot.clone();
+        let admitting = admission.clone();
         let served = self.served.clone();
         let tls = self.tls.clone();
         let auth = self.auth.clone();
@@ -209,10 +301,19 @@ impl ServingListeners {
                 lane = lane.wrapping_add(1);
                 let accepted = match &listener {
                     Listener::Tcp(l) => l.accept().await.map(|(stream, _)| {
+                        let Some(place) = admitting.admit() else {
+                            return; // dropped: closed at once, as twemproxy does
+                        };
+                        if admitting.keepalive.load(Ordering::Relaxed) {
+                            let _ = socket2::SockRef::from(&stream).set_keepalive(true);
+                        }
                         let (slot, served, auth) =
                             (accepting.clone(), served.clone(), auth.clone());
                         match tls.clone() {
-                            None => tokio::spawn(proxy::serve(slot, served, auth, stream, lane)),
+                            None => tokio::spawn(async move {
+                                proxy::serve(slot, served, auth, stream, lane).await;
+                                drop(place);
+                            }),
                             Some(tls) => tokio::spawn(async move {
                                 match tls.accept(stream).await {
                                     Ok(session) => {
@@ -220,13 +321,20 @@ impl ServingListeners {
                                     }
                                     Err(e) => tracing::debug!(error = %e, "TLS handshake failed"),
                                 }
+                                drop(place);
                             }),
                         };
                     }),
                     Listener::Unix(l) => l.accept().await.map(|(stream, _)| {
+                        let Some(place) = admitting.admit() else {
+                            return;
+                        };
                         let (slot, served, auth) =
                             (accepting.clone(), served.clone(), auth.clone());
-                        tokio::spawn(proxy::serve_unix(slot, served, auth, stream, lane));
+                        tokio::spawn(async move {
+                            proxy::serve_unix(slot, served, auth, stream, lane).await;
+                            drop(place);
+                        });
                     }),
                 };
                 if let Err(e) = accepted {
@@ -235,7 +343,7 @@ impl ServingListeners {
                 }
             }
         });
-        self.listeners.insert(listen, (slot, task));
+        self.listeners.insert(listen, (slot, admission, task));
     }
 
     /// Applies a new configuration, all or nothing: listen addresses already served get
@@ -275,11 +383,13 @@ impl ServingListeners {
         let config = topology.config().clone();
         let mut swaps = Vec::new();
         let mut binds = Vec::new();
-        for (listen, name, route) in wanted {
+        for (listen, name, route, options) in wanted {
             match self.listeners.get(&listen) {
-                Some((slot, _)) => swaps.push((slot.clone(), name, route)),
-                None => match Listener::bind(&listen).await {
-                    Ok(l) => binds.push((listen, name, route, l)),
+                Some((slot, admission, _)) => {
+                    swaps.push((slot.clone(), admission.clone(), name, route, options))
+                }
+                None => match Listener::bind(&listen, &options).await {
+                    Ok(l) => binds.push((listen, name, route, l, options)),
                     Err(e) => {
                         tracing::error!(%name, %listen, error = %e, "reload refused: cannot listen");
                         return;
@@ -294,8 +404,11 @@ impl ServingListeners {
             .chain(config.routes.iter().filter_map(|r| r.listen.clone()))
             .collect();
         self.served.store(Arc::new(topology));
-        for (slot, name, route) in swaps {
+        for (slot, admission, name, route, options) in swaps {
             tracing::info!(%name, "reloaded");
+            // backlog and reuseport belong to the bound socket: they apply when a listener
+            // is bound; the admission settings apply from the next client.
+            admission.set(&options);
             slot.store(route);
         }
         let gone: Vec<String> = self
@@ -305,14 +418,32 @@ impl ServingListeners {
             .cloned()
             .collect();
         for listen in gone {
-            if let Some((_, task)) = self.listeners.remove(&listen) {
+            if let Some((_, _, task)) = self.listeners.remove(&listen) {
                 tracing::info!(%listen, "listener removed");
                 task.abort();
             }
         }
-        for (listen, name, route, listener) in binds {
+        for (listen, name, route, listener, options) in binds {
             tracing::info!(%name, %listen, "listener added");
-            self.accept(listen, Arc::new(arc_swap::ArcSwap::new(route)), listener);
+            let slot = Arc::new(arc_swap::ArcSwap::new(route));
+            self.accept(listen, slot, listener, Admission::new(&options));
+        }
+    }
+}
+
+/// Opens every connection of the pools with `preconnect` (twemproxy's, at start): a
+/// `version` on each of a server's connections makes it connect now, not at the first
+/// client request. Failures count as any other (a dead server is found down early).
+fn preconnect(topology: &Topology) {
+    for pool in topology.pools() {
+        if !pool.config().preconnect {
+            continue;
+        }
+        for backend in pool.backends() {
+            for lane in 0..pool.config().server_connections as usize {
+                let call = backend.call(lane, b"version\r\n".to_vec(), ReplyKind::Line);
+                tokio::spawn(call);
+            }
         }
     }
 }

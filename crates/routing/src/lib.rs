@@ -33,8 +33,9 @@ pub mod ring;
 pub mod route_config;
 
 pub use config::{
-    from_toml, from_twemproxy_yaml, ConfigError, DiscoverySettings, DnsEntry, PasswordSource,
-    PoolAuth, PoolConfig, PoolTls, RouterConfig,
+    check_toml, check_twemproxy_yaml, from_toml, from_twemproxy_yaml, ConfigError,
+    DiscoverySettings, DnsEntry, ListenOptions, PasswordSource, PoolAuth, PoolConfig, PoolTls,
+    RouterConfig,
 };
 pub use hash::KeyHash;
 pub use ring::{twemproxy_order, Distribution, KetamaDialect, Node, Ring, RingError};

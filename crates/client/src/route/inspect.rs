@@ -54,6 +54,18 @@ impl Route {
         }
     }
 
+    /// The largest `item_size_max` of the pools the route reaches: what a client of the
+    /// route may send (each pool then refuses what is over its own).
+    pub fn item_size_max(&self) -> usize {
+        let mut pools = Vec::new();
+        self.pools(&mut pools);
+        pools
+            .iter()
+            .map(|p| p.config().item_size_max)
+            .max()
+            .unwrap_or(memfleet_routing::config::DEFAULT_ITEM_SIZE_MAX)
+    }
+
     /// Every pool the route reaches (for flush_all, stats).
     pub fn pools(&self, out: &mut Vec<Arc<Pool>>) {
         let mut add = |r: &Arc<Route>| r.pools(out);

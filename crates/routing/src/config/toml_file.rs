@@ -24,6 +24,12 @@ struct TomlPool {
     server_failure_limit: Option<u32>,
     server_retry_timeout_ms: Option<u64>,
     spool_deletes: Option<bool>,
+    item_size_max: Option<u64>,
+    preconnect: Option<bool>,
+    backlog: Option<u32>,
+    reuseport: Option<bool>,
+    tcpkeepalive: Option<bool>,
+    client_connections: Option<u32>,
     servers: Vec<String>,
     tls: Option<bool>,
     tls_ca: Option<String>,
@@ -125,82 +131,161 @@ impl TomlRouter {
     }
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct TomlFile {
-    pools: BTreeMap<String, TomlPool>,
-    #[serde(default)]
-    routes: BTreeMap<String, TomlRoute>,
-    #[serde(default)]
-    router: TomlRouter,
+/// Reads memfleet's TOML configuration: pools, routes, router settings. The error is the
+/// first problem [`check_toml`] finds.
+pub fn from_toml(text: &str) -> Result<RouterConfig, ConfigError> {
+    check_toml(text).map_err(|mut errors| errors.swap_remove(0))
 }
 
-/// Reads memfleet's TOML configuration: pools, routes, router settings.
-pub fn from_toml(text: &str) -> Result<RouterConfig, ConfigError> {
-    let file: TomlFile = toml::from_str(text).map_err(|e| ConfigError::Syntax(e.to_string()))?;
-    if file.pools.is_empty() {
-        return Err(ConfigError::Empty);
+/// Reads memfleet's TOML configuration and checks it, reporting every problem found (at
+/// least one on `Err`): each pool, route and `[router]` table on its own, then the routes
+/// together (names, loops) and the listeners (an address used twice, none at all).
+pub fn check_toml(text: &str) -> Result<RouterConfig, Vec<ConfigError>> {
+    let table: toml::Table =
+        toml::from_str(text).map_err(|e| vec![ConfigError::Syntax(e.to_string())])?;
+    let mut errors = Vec::new();
+    let mut pool_tables = BTreeMap::new();
+    let mut route_tables = BTreeMap::new();
+    let mut router = TomlRouter::default();
+    for (key, value) in table {
+        match key.as_str() {
+            "pools" => pool_tables = tables(value, "pools", &mut errors),
+            "routes" => route_tables = tables(value, "routes", &mut errors),
+            "router" => match table_as::<TomlRouter>(value) {
+                Ok(r) => router = r,
+                Err(e) => errors.push(ConfigError::Syntax(format!("[router] {e}"))),
+            },
+            other => errors.push(ConfigError::Syntax(format!(
+                "unknown table {other:?} (pools, routes, router)"
+            ))),
+        }
     }
-    let pools = toml_pools(file.pools)?;
-    let routes = file
-        .routes
-        .into_iter()
-        .map(|(name, t)| {
-            route_config::parse(&name, t).map_err(|problem| ConfigError::Route {
-                route: name.clone(),
-                problem,
-            })
-        })
-        .collect::<Result<Vec<_>, _>>()?;
-    let pool_names: Vec<&str> = pools.iter().map(|p| p.name.as_str()).collect();
-    route_config::check(&routes, &pool_names).map_err(ConfigError::Routes)?;
-    Ok(RouterConfig {
+    if pool_tables.is_empty() && errors.is_empty() {
+        return Err(vec![ConfigError::Empty]);
+    }
+    let pool_names: Vec<String> = pool_tables.keys().cloned().collect();
+    let mut pools = Vec::new();
+    for (name, value) in pool_tables {
+        match table_as::<TomlPool>(value) {
+            Ok(p) => match toml_pool(name, p) {
+                Ok(pool) => pools.push(pool),
+                Err(e) => errors.push(e),
+            },
+            Err(e) => errors.push(pool_error(&name, e)),
+        }
+    }
+    let mut routes = Vec::new();
+    for (name, value) in route_tables {
+        let route_error = |problem: String| ConfigError::Route {
+            route: name.clone(),
+            problem,
+        };
+        match table_as::<TomlRoute>(value) {
+            Ok(t) => match route_config::parse(&name, t) {
+                Ok(route) => routes.push(route),
+                Err(problem) => errors.push(route_error(problem)),
+            },
+            Err(e) => errors.push(route_error(e)),
+        }
+    }
+    let names: Vec<&str> = pool_names.iter().map(String::as_str).collect();
+    if errors.is_empty() {
+        // Names and loops, once every route could be read.
+        if let Err(e) = route_config::check(&routes, &names) {
+            errors.push(ConfigError::Routes(e));
+        }
+    }
+    let discovery = router.discovery().map_err(|e| errors.push(e)).ok();
+    let config = RouterConfig {
         pools,
         routes,
-        discovery: file.router.discovery()?,
-        spool_dir: file.router.spool_dir,
+        discovery: discovery.unwrap_or_default(),
+        spool_dir: router.spool_dir,
+    };
+    if errors.is_empty() {
+        Ok(config)
+    } else {
+        Err(errors)
+    }
+}
+
+/// One table read as `T`; the error names the key it is about (`item_size_max: invalid
+/// value: integer \`-1\`, expected u64`), as the table is read on its own.
+fn table_as<T: serde::de::DeserializeOwned>(value: toml::Value) -> Result<T, String> {
+    let text = toml::to_string(&value).unwrap_or_default();
+    toml::from_str::<T>(&text).map_err(|e| {
+        let message = e.message().trim_end().to_string();
+        let key = e.span().and_then(|span| {
+            let start = text.get(..span.start)?.rfind('\n').map_or(0, |i| i + 1);
+            let (key, _) = text.get(start..)?.split_once(" = ")?;
+            Some(key.trim().to_string())
+        });
+        match key {
+            Some(key) if !message.contains(&key) => format!("{key}: {message}"),
+            _ => message,
+        }
     })
 }
 
-fn toml_pools(pools: BTreeMap<String, TomlPool>) -> Result<Vec<PoolConfig>, ConfigError> {
-    pools
-        .into_iter()
-        .map(|(name, p)| {
-            let distribution = match p.distribution.as_deref().unwrap_or("ketama") {
-                "ketama" => Distribution::Ketama(KetamaDialect::Libmemcached),
-                "ketama-spymemcached" => Distribution::Ketama(KetamaDialect::Spymemcached),
-                "modula" => Distribution::Modula,
-                "rendezvous" => Distribution::Rendezvous,
-                "jump" => Distribution::Jump,
-                "random" => Distribution::Random,
-                other => {
-                    return Err(pool_error(
-                        &name,
-                        format!(
-                            "unknown distribution {other:?} (ketama, ketama-spymemcached, \
-                             modula, rendezvous, jump, random)"
-                        ),
-                    ))
-                }
-            };
-            let tls = toml_tls(&name, &p)?;
-            let auth = toml_auth(&name, &p)?;
-            let shared = SharedKeys {
-                hash: parse_hash(&name, p.hash, KeyHash::Md5)?,
-                hash_tag: parse_hash_tag(&name, p.hash_tag)?,
-                listen: p.listen,
-                server_connections: p.server_connections,
-                auto_eject_hosts: p.auto_eject_hosts,
-                server_failure_limit: p.server_failure_limit,
-                server_retry_timeout_ms: p.server_retry_timeout_ms,
-                spool_deletes: p.spool_deletes,
-            };
-            let servers = servers(&name, &p.servers)?;
-            let timeout_ms = p.timeout_ms.unwrap_or(400);
-            let pool = pool(name, distribution, servers, timeout_ms, shared)?;
-            Ok(PoolConfig { tls, auth, ..pool })
-        })
-        .collect()
+/// The named tables under `[what]` (`[pools.NAME]`, `[routes.NAME]`).
+fn tables(
+    value: toml::Value,
+    what: &str,
+    errors: &mut Vec<ConfigError>,
+) -> BTreeMap<String, toml::Value> {
+    match value {
+        toml::Value::Table(t) => t.into_iter().collect(),
+        other => {
+            errors.push(ConfigError::Syntax(format!(
+                "{what} must be tables ([{what}.NAME]), not a {}",
+                other.type_str()
+            )));
+            BTreeMap::new()
+        }
+    }
+}
+
+/// One TOML pool, checked.
+fn toml_pool(name: String, p: TomlPool) -> Result<PoolConfig, ConfigError> {
+    let distribution = match p.distribution.as_deref().unwrap_or("ketama") {
+        "ketama" => Distribution::Ketama(KetamaDialect::Libmemcached),
+        "ketama-spymemcached" => Distribution::Ketama(KetamaDialect::Spymemcached),
+        "modula" => Distribution::Modula,
+        "rendezvous" => Distribution::Rendezvous,
+        "jump" => Distribution::Jump,
+        "random" => Distribution::Random,
+        other => {
+            return Err(pool_error(
+                &name,
+                format!(
+                    "unknown distribution {other:?} (ketama, ketama-spymemcached, \
+                     modula, rendezvous, jump, random)"
+                ),
+            ))
+        }
+    };
+    let tls = toml_tls(&name, &p)?;
+    let auth = toml_auth(&name, &p)?;
+    let shared = SharedKeys {
+        hash: parse_hash(&name, p.hash, KeyHash::Md5)?,
+        hash_tag: parse_hash_tag(&name, p.hash_tag)?,
+        listen: p.listen,
+        server_connections: p.server_connections,
+        auto_eject_hosts: p.auto_eject_hosts,
+        server_failure_limit: p.server_failure_limit,
+        server_retry_timeout_ms: p.server_retry_timeout_ms,
+        spool_deletes: p.spool_deletes,
+        item_size_max: p.item_size_max,
+        preconnect: p.preconnect,
+        backlog: p.backlog,
+        reuseport: p.reuseport,
+        tcpkeepalive: p.tcpkeepalive,
+        client_connections: p.client_connections,
+    };
+    let servers = servers(&name, &p.servers)?;
+    let timeout_ms = p.timeout_ms.unwrap_or(400);
+    let pool = pool(name, distribution, servers, timeout_ms, shared)?;
+    Ok(PoolConfig { tls, auth, ..pool })
 }
 
 #[cfg(test)]
@@ -250,6 +335,98 @@ mod tests {
         assert!(err("[pools.x]\nservers = [\"a:1\", \"a:1\"]\n").contains("twice"));
         assert!(err("[pools.x]\nservrs = [\"a:1\"]\n").contains("unknown field"));
         assert_eq!(from_toml("pools = {}\n").unwrap_err(), ConfigError::Empty);
+    }
+
+    #[test]
+    fn every_problem_of_a_file_is_reported() {
+        let errors = check_toml(
+            "[pools.a]\nservers = []\n\
+             [pools.b]\nservrs = [\"a:1\"]\n\
+             [pools.c]\nitem_size_max = 5\nservers = [\"10.0.0.1:1\"]\n\
+             [pools.ok]\nservers = [\"10.0.0.1:2\"]\n\
+             [routes.r]\ntype = \"fanout\"\n\
+             [routes.s]\ntype = \"gutter\"\nmain = \"ok\"\n\
+             [router]\nresolve_interval = \"soon\"\n\
+             [pool.typo]\nservers = []\n",
+        )
+        .unwrap_err();
+        let text: Vec<String> = errors.iter().map(ToString::to_string).collect();
+        let want = [
+            "pool a: has no servers",
+            "pool b: unknown field `servrs`",
+            "pool c: item_size_max = 5",
+            "route r: unknown route type",
+            "route s: a gutter route needs \"gutter\"",
+            "[router] resolve_interval",
+            "unknown table \"pool\"",
+        ];
+        assert_eq!(text.len(), want.len(), "{text:#?}");
+        for w in want {
+            assert!(text.iter().any(|t| t.contains(w)), "{w} not in {text:#?}");
+        }
+        // Routes are checked together once each could be read.
+        let errors = check_toml(
+            "[pools.a]\nservers = [\"10.0.0.1:1\"]\n\
+             [routes.r]\ntype = \"gutter\"\nmain = \"a\"\ngutter = \"nowhere\"\n",
+        )
+        .unwrap_err();
+        assert!(errors[0].to_string().contains("nowhere"), "{errors:?}");
+        let twice = check_toml(
+            "[pools.a]\nlisten = \"127.0.0.1:1\"\nservers = [\"10.0.0.1:1\"]\n\
+             [routes.r]\nlisten = \"127.0.0.1:1\"\ntype = \"operation\"\ndefault = \"a\"\n",
+        )
+        .unwrap();
+        let problems: Vec<String> = twice
+            .listener_problems()
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        assert_eq!(problems, ["r and a both listen on 127.0.0.1:1"]);
+        let bad = check_toml("[pools.a]\nlisten = \"localhost\"\nservers = [\"10.0.0.1:1\"]\n");
+        assert!(bad.unwrap().listener_problems()[0]
+            .to_string()
+            .contains("a: listen \"localhost\" is neither"));
+        let none = check_toml("[pools.a]\nservers = [\"10.0.0.1:1\"]\n").unwrap();
+        assert!(none.listener_problems()[0]
+            .to_string()
+            .contains("no pool or route"));
+    }
+
+    #[test]
+    fn toml_item_size_and_listener_keys() {
+        use crate::config::ListenOptions;
+        let pool = |keys: &str| format!("[pools.a]\nservers = [\"10.0.0.1:11211\"]\n{keys}");
+        let config = from_toml(&pool(
+            "listen = \"127.0.0.1:1\"\nitem_size_max = 4194304\npreconnect = true\n\
+             backlog = 64\nreuseport = true\ntcpkeepalive = true\nclient_connections = 9\n",
+        ))
+        .unwrap();
+        let a = &config.pools[0];
+        assert_eq!(a.item_size_max, 4 << 20);
+        assert!(a.preconnect);
+        assert_eq!(
+            a.listener,
+            ListenOptions {
+                backlog: 64,
+                reuseport: true,
+                tcp_keepalive: true,
+                client_connections: 9
+            }
+        );
+        let plain = from_toml(&pool("")).unwrap();
+        assert_eq!(plain.pools[0].item_size_max, 1 << 20);
+        let err = |keys: &str| from_toml(&pool(keys)).unwrap_err().to_string();
+        assert!(err("item_size_max = 1000\n").contains("pool a: item_size_max = 1000"));
+        assert!(err("item_size_max = 1073741825\n").contains("out of range"));
+        assert_eq!(
+            from_toml(&pool("item_size_max = 1073741824\n"))
+                .unwrap()
+                .pools[0]
+                .item_size_max,
+            1 << 30
+        );
+        assert!(err("reuseport = true\n").contains("reuseport sets how the pool's listener"));
+        assert!(err("item_size_max = -1\n").contains("item_size_max"));
     }
 
     #[test]
