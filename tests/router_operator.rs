@@ -398,3 +398,91 @@ fn validate_config_and_dash_t_check_a_file_and_bind_nothing() {
         let _ = std::fs::remove_file(f);
     }
 }
+
+/// `md5sum FILE`'s digest.
+fn md5sum(file: &std::path::Path) -> String {
+    let out = Command::new("md5sum").arg(file).output().expect("md5sum");
+    String::from_utf8_lossy(&out.stdout)
+        .split(' ')
+        .next()
+        .unwrap()
+        .to_string()
+}
+
+#[test]
+fn admin_keys_name_the_running_configuration_and_the_route_an_operation_walks() {
+    let (_a, a) = memfleet_server(&["-t", "1", "-m", "16"]);
+    let (_b, b) = memfleet_server(&["-t", "1", "-m", "16"]);
+    let (_g, g) = memfleet_server(&["-t", "1", "-m", "16"]);
+    let (web, plain) = (free_port(), free_port());
+    let text = |ttl: u32| {
+        format!(
+            "[pools.a]\nlisten = \"127.0.0.1:{plain}\"\nservers = [\"127.0.0.1:{a}\"]\n\
+             [pools.b]\nservers = [\"127.0.0.1:{b}\"]\n\
+             [pools.g]\nservers = [\"127.0.0.1:{g}\"]\n\
+             [routes.web]\nlisten = \"127.0.0.1:{web}\"\ntype = \"prefix\"\n\
+             prefixes = {{ \"s:\" = \"safe\" }}\ndefault = \"ops\"\n\
+             [routes.safe]\ntype = \"gutter\"\nmain = \"a\"\ngutter = \"g\"\ngutter_ttl = {ttl}\n\
+             [routes.ops]\ntype = \"operation\"\ndelete = \"both\"\ndefault = \"a\"\n\
+             [routes.both]\ntype = \"broadcast\"\nto = [\"a\", \"b\"]\n"
+        )
+    };
+    let file = config_file("admin.toml", &text(10));
+    let _router = router(&["-t", "1", "--config"], &file, web);
+    let mut c = Conn::new(web);
+    let value = |c: &mut Conn, key: &str| {
+        String::from_utf8(c.get(key).unwrap_or_else(|| panic!("{key}: a miss"))).unwrap()
+    };
+    assert_eq!(
+        value(&mut c, "__memfleet__.config_file"),
+        file.display().to_string()
+    );
+    assert_eq!(value(&mut c, "__memfleet__.config_md5"), md5sum(&file));
+    let age: u64 = value(&mut c, "__memfleet__.config_age").parse().unwrap();
+    assert!(age < 5, "{age}");
+
+    let (a, b, g) = (
+        format!("127.0.0.1:{a}"),
+        format!("127.0.0.1:{b}"),
+        format!("127.0.0.1:{g}"),
+    );
+    assert_eq!(
+        value(&mut c, "__memfleet__.route_handles(get,s:k)"),
+        format!("prefix|s:\n gutter|ttl=10\n  pool|a|{a}\n  pool|g|{g}\n")
+    );
+    assert_eq!(
+        value(&mut c, "__memfleet__.route_handles(get,k)"),
+        format!("prefix|default\n operation|get\n  pool|a|{a}\n")
+    );
+    assert_eq!(
+        value(&mut c, "__memfleet__.route_handles(md,k)"),
+        format!("prefix|default\n operation|delete\n  broadcast|all-sync\n   pool|a|{a}\n   pool|b|{b}\n")
+    );
+    assert_eq!(
+        value(&mut c, "__memfleet__.route_handles(frob,k)"),
+        "unknown operation \"frob\""
+    );
+    // A pool's own listener: the pool and the key's server.
+    let mut p = Conn::new(plain);
+    assert_eq!(
+        value(&mut p, "__memfleet__.route_handles(set,k)"),
+        format!("pool|a|{a}\n")
+    );
+    assert_eq!(value(&mut p, "__memfleet__.config_md5"), md5sum(&file));
+
+    // A reload: the new file's digest, an age from the reload, the new tree.
+    std::thread::sleep(Duration::from_secs(2));
+    let age: u64 = value(&mut c, "__memfleet__.config_age").parse().unwrap();
+    assert!(age >= 2, "{age}");
+    std::fs::write(&file, text(20)).unwrap();
+    let new_md5 = md5sum(&file);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while value(&mut c, "__memfleet__.config_md5") != new_md5 {
+        assert!(Instant::now() < deadline, "the reload never showed");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let age: u64 = value(&mut c, "__memfleet__.config_age").parse().unwrap();
+    assert!(age < 2, "{age}");
+    assert!(value(&mut c, "__memfleet__.route_handles(get,s:k)").contains("gutter|ttl=20"));
+    let _ = std::fs::remove_file(file);
+}

@@ -33,7 +33,7 @@ pub mod ring;
 pub mod route_config;
 
 pub use config::{
-    check_toml, check_twemproxy_yaml, from_toml, from_twemproxy_yaml, ConfigError,
+    check_toml, check_twemproxy_yaml, from_toml, from_twemproxy_yaml, ConfigError, ConfigOrigin,
     DiscoverySettings, DnsEntry, ListenOptions, PasswordSource, PoolAuth, PoolConfig, PoolTls,
     RouterConfig,
 };

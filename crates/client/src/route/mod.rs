@@ -19,11 +19,13 @@
 //! | `combine.rs` | one reply from many (the delete rule, the write policy) |
 //! | `warmup.rs` | cold-cluster fills and hold-offs |
 //! | `inspect.rs` | reading a route without running it: UDP targets, pools, a key's servers |
+//! | `handles.rs` | the nodes an operation on a key walks, as text (`route_handles`) |
 //! | `counters.rs` | [`RouteCounters`] |
 
 mod build;
 mod combine;
 mod counters;
+mod handles;
 mod inspect;
 mod pool;
 mod request;
@@ -32,6 +34,7 @@ mod warmup;
 pub(crate) use build::build;
 use combine::{all_deleted, all_sync, by_policy};
 pub use counters::{RouteCounters, COUNTERS};
+pub use handles::{operation_class, pool_handle};
 use pool::pool_call;
 pub use request::{ReplyFuture, RequestClass, RequestForm, RouteContext, RouteReply, RouteRequest};
 use warmup::warm_call;

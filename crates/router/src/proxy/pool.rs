@@ -6,6 +6,7 @@ use super::local::{admin_lookup, answer_locally, flush_all, stats};
 use super::queued::{forwarded, local, QueuedReply, Quiet};
 use super::rewrite::{get_head, replying, without_quiet, QUIET_MA, QUIET_MG, QUIET_MS_MD};
 use crate::reloadable::ServedTopology;
+use memfleet_client::route::pool_handle;
 use memfleet_client::Pool;
 use memfleet_protocol::reply::ReplyKind;
 use memfleet_protocol::{response, GetKind, Request};
@@ -90,7 +91,8 @@ fn get(
     let keys: Vec<Vec<u8>> = g.keys.map(<[u8]>::to_vec).collect();
     if g.kind == GetKind::Get {
         let server = |key: &[u8]| vec![pool.ring().nodes()[pool.pick(key)].addr()];
-        if let Some(reply) = admin_lookup(&keys, server, served) {
+        let handles = |_, key: &[u8]| format!("{}\n", pool_handle(pool, key));
+        if let Some(reply) = admin_lookup(&keys, server, handles, served) {
             return local(reply);
         }
     }

@@ -51,7 +51,8 @@ pub(super) fn tree(
                     root.servers_for(key, ctx, &mut out);
                     out
                 };
-                if let Some(reply) = admin_lookup(&keys, servers, served) {
+                let handles = |class, key: &[u8]| root.route_handles(class, key, ctx);
+                if let Some(reply) = admin_lookup(&keys, servers, handles, served) {
                     return local(reply);
                 }
             }

@@ -158,6 +158,38 @@ pub struct RouterConfig {
     pub spool_dir: Option<String>,
     /// How the pools' DNS entries are looked up and followed.
     pub discovery: DiscoverySettings,
+    /// Where it was read from and when (the router's admin keys `config_file`,
+    /// `config_md5`, `config_age`); `None` when built in memory.
+    pub origin: Option<ConfigOrigin>,
+}
+
+/// Where a configuration was read from: set by whoever reads the file, kept through a
+/// reload that applies it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConfigOrigin {
+    /// The file, as given on the command line.
+    pub file: String,
+    /// The MD5 of the file's bytes, in hex (as `md5sum` prints it).
+    pub md5: String,
+    /// When it was read, Unix seconds.
+    pub read_unix: u64,
+}
+
+impl ConfigOrigin {
+    /// The origin of `text`, read from `file` now.
+    pub fn of(file: &str, text: &[u8]) -> ConfigOrigin {
+        use md5::Digest;
+        let digest = md5::Md5::digest(text);
+        let md5 = digest.iter().map(|b| format!("{b:02x}")).collect();
+        let read_unix = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        ConfigOrigin {
+            file: file.to_string(),
+            md5,
+            read_unix,
+        }
+    }
 }
 
 impl RouterConfig {

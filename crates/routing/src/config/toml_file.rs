@@ -201,6 +201,7 @@ pub fn check_toml(text: &str) -> Result<RouterConfig, Vec<ConfigError>> {
         routes,
         discovery: discovery.unwrap_or_default(),
         spool_dir: router.spool_dir,
+        origin: None,
     };
     if errors.is_empty() {
         Ok(config)
