@@ -10,6 +10,7 @@
 //! | `gutter` | when `main` fails (server down, timeout), the request goes to `gutter`; sets there get at most `gutter_ttl` seconds (§3.3) |
 //! | `broadcast` | every request goes to every destination; `all-sync` waits: a delete is `DELETED` if any destination deleted the key (an error if any could neither take nor spool it), other writes get the worst reply; `all-async` answers at once without claiming success (`NOT_FOUND` for a delete), each destination spooling what it cannot take (§4.1) |
 //! | `warmup` | a miss in `cold` is filled from `warm` (`add`ed into cold, so a racing delete's hold-off wins); deletes reach cold with a `holdoff`-second hold-off (§4.3) |
+//! | `null`, `error`, `ttl`, `failover`, `all-fastest`, `all-initial` | see [`crate::route_types`] |
 //!
 //! In TOML, routes are named tables beside the pools, and a name refers to a pool or a route:
 //!
@@ -35,6 +36,9 @@
 //! This module only reads and checks the tree (names exist, no cycles); running it is
 //! `memfleet_client::route`'s job (for the router and applications alike).
 
+use crate::route_types::{
+    error_message, failover_errors, failover_limit, failover_order, Failover, TtlRewrite,
+};
 use serde::Deserialize;
 use std::collections::{BTreeMap, HashMap};
 
@@ -133,6 +137,27 @@ pub enum RouteKind {
         /// Off: plain `cold` (switched by a reload once cold's hit rate has recovered).
         enabled: bool,
     },
+    /// Answers at once, reaching nothing (mcrouter's `NullRoute`).
+    Null,
+    /// Answers `SERVER_ERROR <message>` (mcrouter's `ErrorRoute`).
+    Error {
+        /// The error's text.
+        message: String,
+    },
+    /// Rewrites writes' exptime (mcrouter's `ModifyExptimeRoute`).
+    Ttl(TtlRewrite),
+    /// Ordered failover (mcrouter's `FailoverRoute`).
+    Failover(Failover),
+    /// To every child; the first success answers (mcrouter's `AllFastestRoute`).
+    AllFastest {
+        /// The children.
+        children: Vec<String>,
+    },
+    /// To every child; the first child answers (mcrouter's `AllInitialRoute`).
+    AllInitial {
+        /// The children.
+        children: Vec<String>,
+    },
 }
 
 impl RouteKind {
@@ -161,6 +186,12 @@ impl RouteKind {
             RouteKind::Gutter { main, gutter, .. } => vec![main, gutter],
             RouteKind::Broadcast { to, .. } => to.iter().map(String::as_str).collect(),
             RouteKind::WarmUp { cold, warm, .. } => vec![cold, warm],
+            RouteKind::Null | RouteKind::Error { .. } => Vec::new(),
+            RouteKind::Ttl(t) => vec![&t.child],
+            RouteKind::Failover(f) => f.children.iter().map(String::as_str).collect(),
+            RouteKind::AllFastest { children } | RouteKind::AllInitial { children } => {
+                children.iter().map(String::as_str).collect()
+            }
         }
     }
 }
@@ -191,6 +222,15 @@ pub(crate) struct TomlRoute {
     warm: Option<String>,
     holdoff: Option<u32>,
     enabled: Option<bool>,
+    message: Option<String>,
+    child: Option<String>,
+    max_ttl: Option<u32>,
+    set_ttl: Option<u32>,
+    children: Option<Vec<String>>,
+    failover_errors: Option<Vec<String>>,
+    miss: Option<bool>,
+    order: Option<String>,
+    failover_limit: Option<BTreeMap<String, f64>>,
 }
 
 /// Turns a TOML route table into a [`RouteConfig`]; the error says what is wrong.
@@ -214,6 +254,15 @@ pub(crate) fn parse(name: &str, t: TomlRoute) -> Result<RouteConfig, String> {
         ("warm", t.warm.is_some()),
         ("holdoff", t.holdoff.is_some()),
         ("enabled", t.enabled.is_some()),
+        ("message", t.message.is_some()),
+        ("child", t.child.is_some()),
+        ("max_ttl", t.max_ttl.is_some()),
+        ("set_ttl", t.set_ttl.is_some()),
+        ("children", t.children.is_some()),
+        ("failover_errors", t.failover_errors.is_some()),
+        ("miss", t.miss.is_some()),
+        ("order", t.order.is_some()),
+        ("failover_limit", t.failover_limit.is_some()),
     ]
     .into_iter()
     .filter_map(|(f, set)| set.then_some(f))
@@ -225,10 +274,21 @@ pub(crate) fn parse(name: &str, t: TomlRoute) -> Result<RouteConfig, String> {
         "gutter" => &["main", "gutter", "gutter_ttl"],
         "broadcast" => &["to", "mode"],
         "warmup" => &["cold", "warm", "holdoff", "enabled"],
+        "null" => &[],
+        "error" => &["message"],
+        "ttl" => &["child", "max_ttl", "set_ttl"],
+        "failover" => &[
+            "children",
+            "failover_errors",
+            "miss",
+            "order",
+            "failover_limit",
+        ],
+        "all-fastest" | "all-initial" => &["children"],
         other => {
             return Err(format!(
                 "unknown route type {other:?} (prefix, operation, replicated, gutter, \
-                 broadcast, warmup)"
+                 broadcast, warmup, null, error, ttl, failover, all-fastest, all-initial)"
             ))
         }
     };
@@ -278,11 +338,41 @@ pub(crate) fn parse(name: &str, t: TomlRoute) -> Result<RouteConfig, String> {
             let mode = one_of(t.mode, "mode", &BROADCAST_MODES)?;
             RouteKind::Broadcast { to, mode }
         }
-        _ => RouteKind::WarmUp {
+        "warmup" => RouteKind::WarmUp {
             cold: need(t.cold, "cold")?,
             warm: need(t.warm, "warm")?,
             holdoff: t.holdoff.unwrap_or(2),
             enabled: t.enabled.unwrap_or(true),
+        },
+        "null" => RouteKind::Null,
+        "error" => RouteKind::Error {
+            message: error_message(t.message)?,
+        },
+        "ttl" => {
+            if t.max_ttl.is_none() && t.set_ttl.is_none() {
+                return Err("a ttl route needs \"max_ttl\" or \"set_ttl\" (or both)".into());
+            }
+            if t.max_ttl == Some(0) {
+                return Err("max_ttl = 0 would make every write expire at once".into());
+            }
+            RouteKind::Ttl(TtlRewrite {
+                child: need(t.child, "child")?,
+                max_ttl: t.max_ttl,
+                set_ttl: t.set_ttl,
+            })
+        }
+        "failover" => RouteKind::Failover(Failover {
+            children: need_list(t.children, "failover", "children")?,
+            errors: failover_errors(t.failover_errors)?,
+            miss: t.miss.unwrap_or(false),
+            order: failover_order(t.order)?,
+            limit: failover_limit(t.failover_limit)?,
+        }),
+        "all-fastest" => RouteKind::AllFastest {
+            children: need_list(t.children, "all-fastest", "children")?,
+        },
+        _ => RouteKind::AllInitial {
+            children: need_list(t.children, "all-initial", "children")?,
         },
     };
     Ok(RouteConfig {

@@ -1,6 +1,6 @@
 //! Routes built from their checked configuration (`memfleet_routing::route_config`).
 
-use super::{Route, RouteCounters};
+use super::{FailoverBucket, FailoverRoute, Route, RouteCounters};
 use crate::Pool;
 use memfleet_routing::{RouteConfig, RouteKind};
 use std::collections::HashMap;
@@ -110,11 +110,35 @@ fn resolve(
             enabled: *enabled,
             counters: counters.clone(),
         },
+        RouteKind::Null => Route::Null,
+        RouteKind::Error { message } => {
+            Route::Error(format!("SERVER_ERROR {message}\r\n").into_bytes())
+        }
+        RouteKind::Ttl(t) => Route::Ttl {
+            child: go(&t.child),
+            max_ttl: t.max_ttl,
+            set_ttl: t.set_ttl,
+        },
+        RouteKind::Failover(f) => Route::Failover(FailoverRoute {
+            children: f.children.iter().map(|c| go(c)).collect(),
+            errors: f.errors,
+            miss: f.miss,
+            order: f.order,
+            limit: f.limit.map(|l| Arc::new(FailoverBucket::new(l))),
+            counters: counters.clone(),
+        }),
+        RouteKind::AllFastest { children } => {
+            Route::AllFastest(children.iter().map(|c| go(c)).collect())
+        }
+        RouteKind::AllInitial { children } => {
+            Route::AllInitial(children.iter().map(|c| go(c)).collect())
+        }
     };
     let shown: &'static [&'static str] = match route {
         Route::Replicated { .. } => &["replica_failovers"],
         Route::Gutter { .. } => &["gutter_requests", "gutter_gets", "gutter_hits"],
         Route::WarmUp { .. } => &["cold_hits", "cold_misses", "warm_fills", "fills_refused"],
+        Route::Failover(_) => &["failovers", "failovers_limited"],
         _ => &[],
     };
     if !shown.is_empty() {

@@ -22,12 +22,16 @@ pub struct RouteCounters {
     pub fills_refused: AtomicU64,
     /// replicated: reads that failed over to another replica.
     pub replica_failovers: AtomicU64,
+    /// failover: requests sent on to a next child.
+    pub failovers: AtomicU64,
+    /// failover: failovers the failover limit refused.
+    pub failovers_limited: AtomicU64,
     /// The counters the route's type uses (set when it is built).
     pub(super) shown: std::sync::Mutex<&'static [&'static str]>,
 }
 
 /// Every [`RouteCounters`] field: (name, what it counts), for `stats` and `/metrics`.
-pub const COUNTERS: [(&str, &str); 8] = [
+pub const COUNTERS: [(&str, &str); 10] = [
     (
         "gutter_requests",
         "requests the main route failed and the gutter took",
@@ -54,6 +58,14 @@ pub const COUNTERS: [(&str, &str); 8] = [
         "replica_failovers",
         "replicated reads that failed over to another replica",
     ),
+    (
+        "failovers",
+        "requests a failover route sent on to a next child",
+    ),
+    (
+        "failovers_limited",
+        "failovers a failover route's failover_limit refused",
+    ),
 ];
 
 impl RouteCounters {
@@ -76,6 +88,8 @@ impl RouteCounters {
             "cold_misses" => &self.cold_misses,
             "warm_fills" => &self.warm_fills,
             "fills_refused" => &self.fills_refused,
+            "failovers" => &self.failovers,
+            "failovers_limited" => &self.failovers_limited,
             _ => &self.replica_failovers,
         };
         c.load(Ordering::Relaxed)

@@ -145,6 +145,41 @@ impl Route {
                     child(warm, key, out);
                 }
             }
+            Route::Null => line("null"),
+            Route::Error(reply) => {
+                let text = String::from_utf8_lossy(reply);
+                line(&format!("error|{}", text.trim_end()));
+            }
+            Route::Ttl {
+                child: next,
+                max_ttl,
+                set_ttl,
+            } => {
+                let mut text = String::from("ttl");
+                if let Some(s) = set_ttl {
+                    let _ = write!(text, "|set_ttl={s}");
+                }
+                if let Some(m) = max_ttl {
+                    let _ = write!(text, "|max_ttl={m}");
+                }
+                line(&text);
+                child(next, key, out);
+            }
+            Route::Failover(f) => {
+                let miss = if f.miss { "|miss" } else { "" };
+                line(&format!("failover{miss} (in the order tried)"));
+                for i in f.order_for(key) {
+                    child(&f.children[i], key, out);
+                }
+            }
+            Route::AllFastest(children) => {
+                line("all-fastest");
+                children.iter().for_each(|r| child(r, key, out));
+            }
+            Route::AllInitial(children) => {
+                line("all-initial");
+                children.iter().for_each(|r| child(r, key, out));
+            }
         }
     }
 }

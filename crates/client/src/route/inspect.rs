@@ -51,6 +51,14 @@ impl Route {
                     cold.get_target(key, ctx)
                 }
             }
+            // A get's plain key and server, unchanged: the TTL rewrite touches no get.
+            Route::Ttl { child, .. } => child.get_target(key, ctx),
+            // Failover and fan-out need TCP replies to decide; null and error no server.
+            Route::Null
+            | Route::Error(_)
+            | Route::Failover(_)
+            | Route::AllFastest(_)
+            | Route::AllInitial(_) => None,
         }
     }
 
@@ -91,6 +99,12 @@ impl Route {
             Route::Gutter { main, gutter, .. } => [main, gutter].into_iter().for_each(add),
             Route::Broadcast { to, .. } => to.iter().for_each(add),
             Route::WarmUp { cold, warm, .. } => [cold, warm].into_iter().for_each(add),
+            Route::Null | Route::Error(_) => {}
+            Route::Ttl { child, .. } => add(child),
+            Route::Failover(f) => f.children.iter().for_each(add),
+            Route::AllFastest(children) | Route::AllInitial(children) => {
+                children.iter().for_each(add)
+            }
         }
     }
 
@@ -144,6 +158,16 @@ impl Route {
             Route::WarmUp { cold, warm, .. } => {
                 cold.servers_for(key, ctx, out);
                 warm.servers_for(key, ctx, out);
+            }
+            Route::Null | Route::Error(_) => {}
+            Route::Ttl { child, .. } => child.servers_for(key, ctx, out),
+            Route::Failover(f) => {
+                for i in f.order_for(key) {
+                    f.children[i].servers_for(key, ctx, out);
+                }
+            }
+            Route::AllFastest(children) | Route::AllInitial(children) => {
+                children.iter().for_each(|r| r.servers_for(key, ctx, out))
             }
         }
     }

@@ -19,12 +19,16 @@
 //! | `combine.rs` | one reply from many (the delete rule, the write policy) |
 //! | `warmup.rs` | cold-cluster fills and hold-offs |
 //! | `inspect.rs` | reading a route without running it: UDP targets, pools, a key's servers |
+//! | `answer.rs` | `null` and `error` answers, `ttl`'s exptime rewrite |
+//! | `failover.rs` | `failover` (order, errors, miss, limit), `all-fastest`, `all-initial` |
 //! | `handles.rs` | the nodes an operation on a key walks, as text (`route_handles`) |
 //! | `counters.rs` | [`RouteCounters`] |
 
+mod answer;
 mod build;
 mod combine;
 mod counters;
+mod failover;
 mod handles;
 mod inspect;
 mod pool;
@@ -34,6 +38,7 @@ mod warmup;
 pub(crate) use build::build;
 use combine::{all_deleted, all_sync, by_policy};
 pub use counters::{RouteCounters, COUNTERS};
+pub use failover::{FailoverBucket, FailoverRoute};
 pub use handles::{operation_class, pool_handle};
 use pool::pool_call;
 pub use request::{ReplyFuture, RequestClass, RequestForm, RouteContext, RouteReply, RouteRequest};
@@ -112,6 +117,25 @@ pub enum Route {
         /// Cold hits and misses, fills.
         counters: Arc<RouteCounters>,
     },
+    /// Answers at once (mcrouter's `NullRoute`).
+    Null,
+    /// Answers this `SERVER_ERROR` line (mcrouter's `ErrorRoute`).
+    Error(Vec<u8>),
+    /// Rewrites the exptime of writes (mcrouter's `ModifyExptimeRoute`).
+    Ttl {
+        /// Where requests go.
+        child: Arc<Route>,
+        /// Writes live at most this long, seconds.
+        max_ttl: Option<u32>,
+        /// Writes live this long, seconds (then capped).
+        set_ttl: Option<u32>,
+    },
+    /// Ordered failover (mcrouter's `FailoverRoute`).
+    Failover(FailoverRoute),
+    /// The first success of every child (mcrouter's `AllFastestRoute`).
+    AllFastest(Vec<Arc<Route>>),
+    /// The first child's reply; every child gets the request (mcrouter's `AllInitialRoute`).
+    AllInitial(Vec<Arc<Route>>),
 }
 
 /// A reply that is already there.
@@ -291,6 +315,16 @@ impl Route {
                 }
                 warm_call(cold, warm, *holdoff, counters, op, ctx)
             }
+            Route::Null => ready(Ok(answer::null_reply(&op).to_vec())),
+            Route::Error(line) => ready(Ok(line.clone())),
+            Route::Ttl {
+                child,
+                max_ttl,
+                set_ttl,
+            } => child.call(answer::rewrite_ttl(op, *max_ttl, *set_ttl), ctx),
+            Route::Failover(f) => f.call(op, ctx),
+            Route::AllFastest(children) => failover::all_fastest(children, op, ctx),
+            Route::AllInitial(children) => failover::all_initial(children, op, ctx),
         }
     }
 }

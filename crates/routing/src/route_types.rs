@@ -1,0 +1,258 @@
+//! The settings of the route types an operator changes a fleet with (mcrouter's names where
+//! one exists): `null`, `error`, `ttl`, `failover`, `all-fastest`, `all-initial`. Read from
+//! a route's TOML table by `route_config::parse`, which hands over the fields a type takes.
+//!
+//! | type | what it does |
+//! |------|--------------|
+//! | `null` | answers at once as mcrouter's `NullRoute`: gets miss, stores `NOT_STORED`, deletes and arithmetic `NOT_FOUND` (meta: `EN`, `NS`, `NF`) |
+//! | `error` | answers every request `SERVER_ERROR <message>` (mcrouter's `ErrorRoute`; `message`, default `error route`) |
+//! | `ttl` | `child` gets every request, writes with their exptime capped at `max_ttl` and/or set to `set_ttl` (mcrouter's `ModifyExptimeRoute`, the memcached proxy's `ttl`): storage commands, `touch`, `gat`/`gats`, meta `T` |
+//! | `failover` | `children` in order (`order = "in-order"`, or per key by `"rendezvous"` hash): the next is tried when one fails with an error of `failover_errors` (default `connect`, `timeout`, `down`, `server_error`), or with `miss = true` on a get's miss; `failover_limit = { rate, burst }` caps failovers (mcrouter's token bucket) |
+//! | `all-fastest` | every child gets the request; the first success answers (else the last reply) |
+//! | `all-initial` | every child gets the request; the first child's reply answers, the others' are not waited for |
+
+/// Which failures a `failover` route fails over on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FailoverErrors {
+    /// The connection could not be made or broke (`connect`).
+    pub connect: bool,
+    /// No reply within the pool's timeout (`timeout`).
+    pub timeout: bool,
+    /// The server is marked down, or holds reads while it replays spooled deletes (`down`).
+    pub down: bool,
+    /// The server answered `SERVER_ERROR` (`server_error`).
+    pub server_error: bool,
+}
+
+impl Default for FailoverErrors {
+    fn default() -> Self {
+        FailoverErrors {
+            connect: true,
+            timeout: true,
+            down: true,
+            server_error: true,
+        }
+    }
+}
+
+/// The order a `failover` route tries its children in.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum FailoverOrder {
+    /// As written.
+    #[default]
+    InOrder,
+    /// Per key, by rendezvous hash: each key has its own stable order, so one child's
+    /// failure spreads its keys over the others.
+    Rendezvous,
+}
+
+/// mcrouter's failover limit: each request adds `rate` tokens (up to `burst`), each
+/// failover takes one; without a token the first child's reply stands.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct FailoverLimit {
+    /// Tokens a request adds (0 < rate ≤ 1: the share of requests that may fail over).
+    pub rate: f64,
+    /// The most tokens kept (failovers in a burst).
+    pub burst: f64,
+}
+
+impl Eq for FailoverLimit {}
+
+/// A `failover` route's settings.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Failover {
+    /// The children, tried in `order`.
+    pub children: Vec<String>,
+    /// What fails over.
+    pub errors: FailoverErrors,
+    /// A get's miss tries the next child too (the memcached proxy's `failover{miss=true}`).
+    pub miss: bool,
+    /// The order.
+    pub order: FailoverOrder,
+    /// The cap on failovers, if any.
+    pub limit: Option<FailoverLimit>,
+}
+
+/// A `ttl` route's settings.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TtlRewrite {
+    /// Where requests go.
+    pub child: String,
+    /// Writes live at most this many seconds.
+    pub max_ttl: Option<u32>,
+    /// Writes live this many seconds, whatever they ask (then capped by `max_ttl`).
+    pub set_ttl: Option<u32>,
+}
+
+/// Reads `failover_errors`: names of [`FailoverErrors`] fields.
+pub(crate) fn failover_errors(names: Option<Vec<String>>) -> Result<FailoverErrors, String> {
+    let Some(names) = names else {
+        return Ok(FailoverErrors::default());
+    };
+    let mut e = FailoverErrors {
+        connect: false,
+        timeout: false,
+        down: false,
+        server_error: false,
+    };
+    for n in names {
+        match n.as_str() {
+            "connect" => e.connect = true,
+            "timeout" => e.timeout = true,
+            "down" => e.down = true,
+            "server_error" => e.server_error = true,
+            other => {
+                return Err(format!(
+                    "unknown failover error {other:?} (connect, timeout, down, server_error)"
+                ))
+            }
+        }
+    }
+    Ok(e)
+}
+
+/// Reads `failover_limit = { rate = R, burst = B }`.
+pub(crate) fn failover_limit(
+    table: Option<std::collections::BTreeMap<String, f64>>,
+) -> Result<Option<FailoverLimit>, String> {
+    let Some(t) = table else {
+        return Ok(None);
+    };
+    if let Some(k) = t.keys().find(|k| *k != "rate" && *k != "burst") {
+        return Err(format!("failover_limit takes rate and burst, not {k:?}"));
+    }
+    let rate = *t.get("rate").ok_or("failover_limit needs rate")?;
+    let burst = t.get("burst").copied().unwrap_or(100.0);
+    if rate.is_nan() || rate <= 0.0 || rate > 1.0 {
+        return Err(format!(
+            "failover_limit rate = {rate}: the share of requests that may fail over, in (0, 1]"
+        ));
+    }
+    if burst.is_nan() || burst < 1.0 {
+        return Err(format!("failover_limit burst = {burst}: at least 1"));
+    }
+    Ok(Some(FailoverLimit { rate, burst }))
+}
+
+/// Reads `order`.
+pub(crate) fn failover_order(order: Option<String>) -> Result<FailoverOrder, String> {
+    match order.as_deref() {
+        None | Some("in-order") => Ok(FailoverOrder::InOrder),
+        Some("rendezvous") => Ok(FailoverOrder::Rendezvous),
+        Some(other) => Err(format!(
+            "unknown failover order {other:?} (in-order, rendezvous)"
+        )),
+    }
+}
+
+/// Checks an `error` route's message: one line.
+pub(crate) fn error_message(message: Option<String>) -> Result<String, String> {
+    let message = message.unwrap_or_else(|| "error route".to_string());
+    if message.contains(['\r', '\n']) {
+        return Err("message must be one line".into());
+    }
+    Ok(message)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{from_toml, RouteKind};
+
+    fn route(table: &str) -> Result<RouteKind, String> {
+        let text = format!(
+            "[pools.a]\nservers = [\"10.0.0.1:1\"]\n[pools.b]\nservers = [\"10.0.0.2:1\"]\n\
+             [routes.r]\n{table}"
+        );
+        from_toml(&text)
+            .map(|c| c.routes[0].kind.clone())
+            .map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn the_operator_routes_read_as_written() {
+        assert_eq!(route("type = \"null\"\n"), Ok(RouteKind::Null));
+        assert_eq!(
+            route("type = \"error\"\n"),
+            Ok(RouteKind::Error {
+                message: "error route".into()
+            })
+        );
+        assert_eq!(
+            route("type = \"ttl\"\nchild = \"a\"\nmax_ttl = 3600\n"),
+            Ok(RouteKind::Ttl(TtlRewrite {
+                child: "a".into(),
+                max_ttl: Some(3600),
+                set_ttl: None
+            }))
+        );
+        assert_eq!(
+            route("type = \"failover\"\nchildren = [\"a\", \"b\"]\nmiss = true\n"),
+            Ok(RouteKind::Failover(Failover {
+                children: vec!["a".into(), "b".into()],
+                errors: FailoverErrors::default(),
+                miss: true,
+                order: FailoverOrder::InOrder,
+                limit: None,
+            }))
+        );
+        let RouteKind::Failover(f) = route(
+            "type = \"failover\"\nchildren = [\"a\", \"b\"]\norder = \"rendezvous\"\n\
+             failover_errors = [\"timeout\"]\nfailover_limit = { rate = 0.5, burst = 10 }\n",
+        )
+        .unwrap() else {
+            panic!()
+        };
+        assert_eq!(f.order, FailoverOrder::Rendezvous);
+        assert!(f.errors.timeout && !f.errors.connect && !f.errors.server_error);
+        assert_eq!(
+            f.limit,
+            Some(FailoverLimit {
+                rate: 0.5,
+                burst: 10.0
+            })
+        );
+        assert_eq!(
+            route("type = \"all-fastest\"\nchildren = [\"a\", \"b\"]\n"),
+            Ok(RouteKind::AllFastest {
+                children: vec!["a".into(), "b".into()]
+            })
+        );
+        for (table, why) in [
+            (
+                "type = \"null\"\nchild = \"a\"\n",
+                "a null route takes no \"child\"",
+            ),
+            ("type = \"error\"\nmessage = \"a\\nb\"\n", "one line"),
+            (
+                "type = \"ttl\"\nchild = \"a\"\n",
+                "needs \"max_ttl\" or \"set_ttl\"",
+            ),
+            (
+                "type = \"ttl\"\nchild = \"a\"\nmax_ttl = 0\n",
+                "expire at once",
+            ),
+            ("type = \"ttl\"\nmax_ttl = 5\n", "needs \"child\""),
+            ("type = \"failover\"\n", "needs \"children\""),
+            (
+                "type = \"failover\"\nchildren = [\"a\"]\nfailover_errors = [\"miss\"]\n",
+                "unknown failover error \"miss\"",
+            ),
+            (
+                "type = \"failover\"\nchildren = [\"a\"]\norder = \"random\"\n",
+                "unknown failover order",
+            ),
+            (
+                "type = \"failover\"\nchildren = [\"a\"]\nfailover_limit = { rate = 2.0 }\n",
+                "rate = 2",
+            ),
+            (
+                "type = \"all-initial\"\nchildren = [\"c\"]\n",
+                "no pool or route named \"c\"",
+            ),
+        ] {
+            let err = route(table).unwrap_err();
+            assert!(err.contains(why), "{table}: {err}");
+        }
+    }
+}
