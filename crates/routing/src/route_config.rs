@@ -10,7 +10,7 @@
 //! | `gutter` | when `main` fails (server down, timeout), the request goes to `gutter`; sets there get at most `gutter_ttl` seconds (§3.3) |
 //! | `broadcast` | every request goes to every destination; `all-sync` waits: a delete is `DELETED` if any destination deleted the key (an error if any could neither take nor spool it), other writes get the worst reply; `all-async` answers at once without claiming success (`NOT_FOUND` for a delete), each destination spooling what it cannot take (§4.1) |
 //! | `warmup` | a miss in `cold` is filled from `warm` (`add`ed into cold, so a racing delete's hold-off wins); deletes reach cold with a `holdoff`-second hold-off (§4.3) |
-//! | `null`, `error`, `ttl`, `failover`, `all-fastest`, `all-initial` | see [`crate::route_types`] |
+//! | `null`, `error`, `ttl`, `failover`, `all-fastest`, `all-initial`, `shadow` | see [`crate::route_types`] |
 //!
 //! In TOML, routes are named tables beside the pools, and a name refers to a pool or a route:
 //!
@@ -37,7 +37,8 @@
 //! `memfleet_client::route`'s job (for the router and applications alike).
 
 use crate::route_types::{
-    error_message, failover_errors, failover_limit, failover_order, Failover, TtlRewrite,
+    error_message, failover_errors, failover_limit, failover_order, shadow_keys, Failover, Shadow,
+    ShadowKeys, TtlRewrite,
 };
 use serde::Deserialize;
 use std::collections::{BTreeMap, HashMap};
@@ -158,6 +159,8 @@ pub enum RouteKind {
         /// The children.
         children: Vec<String>,
     },
+    /// Main answers; chosen keys are shadowed (mcrouter's `ShadowRoute`).
+    Shadow(Shadow),
 }
 
 impl RouteKind {
@@ -192,6 +195,7 @@ impl RouteKind {
             RouteKind::AllFastest { children } | RouteKind::AllInitial { children } => {
                 children.iter().map(String::as_str).collect()
             }
+            RouteKind::Shadow(s) => vec![&s.main, &s.shadow],
         }
     }
 }
@@ -231,6 +235,10 @@ pub(crate) struct TomlRoute {
     miss: Option<bool>,
     order: Option<String>,
     failover_limit: Option<BTreeMap<String, f64>>,
+    shadow: Option<String>,
+    key_fraction: Option<Vec<f64>>,
+    index_range: Option<Vec<i64>>,
+    max_pending: Option<u32>,
 }
 
 /// Turns a TOML route table into a [`RouteConfig`]; the error says what is wrong.
@@ -263,6 +271,10 @@ pub(crate) fn parse(name: &str, t: TomlRoute) -> Result<RouteConfig, String> {
         ("miss", t.miss.is_some()),
         ("order", t.order.is_some()),
         ("failover_limit", t.failover_limit.is_some()),
+        ("shadow", t.shadow.is_some()),
+        ("key_fraction", t.key_fraction.is_some()),
+        ("index_range", t.index_range.is_some()),
+        ("max_pending", t.max_pending.is_some()),
     ]
     .into_iter()
     .filter_map(|(f, set)| set.then_some(f))
@@ -285,10 +297,18 @@ pub(crate) fn parse(name: &str, t: TomlRoute) -> Result<RouteConfig, String> {
             "failover_limit",
         ],
         "all-fastest" | "all-initial" => &["children"],
+        "shadow" => &[
+            "main",
+            "shadow",
+            "key_fraction",
+            "index_range",
+            "max_pending",
+        ],
         other => {
             return Err(format!(
                 "unknown route type {other:?} (prefix, operation, replicated, gutter, \
-                 broadcast, warmup, null, error, ttl, failover, all-fastest, all-initial)"
+                 broadcast, warmup, null, error, ttl, failover, all-fastest, all-initial, \
+                 shadow)"
             ))
         }
     };
@@ -371,9 +391,20 @@ pub(crate) fn parse(name: &str, t: TomlRoute) -> Result<RouteConfig, String> {
         "all-fastest" => RouteKind::AllFastest {
             children: need_list(t.children, "all-fastest", "children")?,
         },
-        _ => RouteKind::AllInitial {
+        "all-initial" => RouteKind::AllInitial {
             children: need_list(t.children, "all-initial", "children")?,
         },
+        _ => {
+            if t.max_pending == Some(0) {
+                return Err("max_pending = 0 would shadow nothing".into());
+            }
+            RouteKind::Shadow(Shadow {
+                main: need(t.main, "main")?,
+                shadow: need(t.shadow, "shadow")?,
+                keys: shadow_keys(t.key_fraction, t.index_range)?,
+                max_pending: t.max_pending.unwrap_or(1024) as usize,
+            })
+        }
     };
     Ok(RouteConfig {
         name: name.to_string(),
@@ -426,6 +457,14 @@ pub(crate) fn check(routes: &[RouteConfig], pools: &[&str]) -> Result<(), String
         for c in r.kind.children() {
             if !pools.contains(&c) && !by_name.contains_key(c) {
                 return Err(format!("route {}: no pool or route named {c:?}", r.name));
+            }
+        }
+        if let RouteKind::Shadow(s) = &r.kind {
+            if matches!(s.keys, ShadowKeys::IndexRange(..)) && !pools.contains(&s.main.as_str()) {
+                return Err(format!(
+                    "route {}: index_range counts main's servers: main must be a pool",
+                    r.name
+                ));
             }
         }
     }

@@ -10,6 +10,7 @@
 //! | `failover` | `children` in order (`order = "in-order"`, or per key by `"rendezvous"` hash): the next is tried when one fails with an error of `failover_errors` (default `connect`, `timeout`, `down`, `server_error`), or with `miss = true` on a get's miss; `failover_limit = { rate, burst }` caps failovers (mcrouter's token bucket) |
 //! | `all-fastest` | every child gets the request; the first success answers (else the last reply) |
 //! | `all-initial` | every child gets the request; the first child's reply answers, the others' are not waited for |
+//! | `shadow` | `main` answers; the same requests for the keys `key_fraction = [from, to)` of the hash space (or whose server is `index_range = [from, to)` of main's pool; default: every key) also go to `shadow`, at most `max_pending` at once (more are dropped and counted); gets that reach both compare the replies (mcrouter's `ShadowRoute`, beyond it the comparison) |
 
 /// Which failures a `failover` route fails over on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -82,6 +83,62 @@ pub struct TtlRewrite {
     pub max_ttl: Option<u32>,
     /// Writes live this many seconds, whatever they ask (then capped by `max_ttl`).
     pub set_ttl: Option<u32>,
+}
+
+/// Which keys a `shadow` route shadows.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum ShadowKeys {
+    /// Every key.
+    All,
+    /// The keys whose hash (xxh3, as a fraction of 2^64) falls in `[from, to)`: the same
+    /// keys on every router and every run.
+    KeyFraction(f64, f64),
+    /// The keys whose server in the main pool has an index in `[from, to)` (main must be a
+    /// pool).
+    IndexRange(usize, usize),
+}
+
+impl Eq for ShadowKeys {}
+
+/// A `shadow` route's settings.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Shadow {
+    /// Answers the client.
+    pub main: String,
+    /// Gets a copy of the requests for the chosen keys.
+    pub shadow: String,
+    /// The chosen keys.
+    pub keys: ShadowKeys,
+    /// Shadow requests in flight at most; more are dropped (and counted).
+    pub max_pending: usize,
+}
+
+/// Reads a `shadow` route's key choice: `key_fraction = [from, to]` or `index_range =
+/// [from, to]`, at most one.
+pub(crate) fn shadow_keys(
+    key_fraction: Option<Vec<f64>>,
+    index_range: Option<Vec<i64>>,
+) -> Result<ShadowKeys, String> {
+    match (key_fraction, index_range) {
+        (Some(_), Some(_)) => Err("key_fraction and index_range are alternatives: give one".into()),
+        (None, None) => Ok(ShadowKeys::All),
+        (Some(f), None) => match f.as_slice() {
+            [from, to] if (0.0..=1.0).contains(from) && (0.0..=1.0).contains(to) && from <= to => {
+                Ok(ShadowKeys::KeyFraction(*from, *to))
+            }
+            _ => Err(format!(
+                "key_fraction = {f:?}: [from, to] with 0 <= from <= to <= 1"
+            )),
+        },
+        (None, Some(r)) => match r.as_slice() {
+            [from, to] if 0 <= *from && from < to => {
+                Ok(ShadowKeys::IndexRange(*from as usize, *to as usize))
+            }
+            _ => Err(format!(
+                "index_range = {r:?}: [from, to] server indexes with 0 <= from < to"
+            )),
+        },
+    }
 }
 
 /// Reads `failover_errors`: names of [`FailoverErrors`] fields.
@@ -211,6 +268,27 @@ mod tests {
                 rate: 0.5,
                 burst: 10.0
             })
+        );
+        assert_eq!(
+            route("type = \"shadow\"\nmain = \"a\"\nshadow = \"b\"\nkey_fraction = [0.0, 0.1]\n"),
+            Ok(RouteKind::Shadow(Shadow {
+                main: "a".into(),
+                shadow: "b".into(),
+                keys: ShadowKeys::KeyFraction(0.0, 0.1),
+                max_pending: 1024,
+            }))
+        );
+        assert_eq!(
+            route("type = \"shadow\"\nmain = \"a\"\nshadow = \"b\"\nindex_range = [0, 2]\n").map(
+                |k| matches!(
+                    k,
+                    RouteKind::Shadow(Shadow {
+                        keys: ShadowKeys::IndexRange(0, 2),
+                        ..
+                    })
+                )
+            ),
+            Ok(true)
         );
         assert_eq!(
             route("type = \"all-fastest\"\nchildren = [\"a\", \"b\"]\n"),

@@ -1,6 +1,6 @@
 //! Routes built from their checked configuration (`memfleet_routing::route_config`).
 
-use super::{FailoverBucket, FailoverRoute, Route, RouteCounters};
+use super::{FailoverBucket, FailoverRoute, Route, RouteCounters, ShadowRoute};
 use crate::Pool;
 use memfleet_routing::{RouteConfig, RouteKind};
 use std::collections::HashMap;
@@ -133,12 +133,26 @@ fn resolve(
         RouteKind::AllInitial { children } => {
             Route::AllInitial(children.iter().map(|c| go(c)).collect())
         }
+        RouteKind::Shadow(s) => Route::Shadow(ShadowRoute {
+            main: go(&s.main),
+            shadow: go(&s.shadow),
+            keys: s.keys,
+            max_pending: s.max_pending,
+            pending: Default::default(),
+            counters: counters.clone(),
+        }),
     };
     let shown: &'static [&'static str] = match route {
         Route::Replicated { .. } => &["replica_failovers"],
         Route::Gutter { .. } => &["gutter_requests", "gutter_gets", "gutter_hits"],
         Route::WarmUp { .. } => &["cold_hits", "cold_misses", "warm_fills", "fills_refused"],
         Route::Failover(_) => &["failovers", "failovers_limited"],
+        Route::Shadow(_) => &[
+            "shadow_requests",
+            "shadow_dropped",
+            "shadow_compared",
+            "shadow_mismatches",
+        ],
         _ => &[],
     };
     if !shown.is_empty() {

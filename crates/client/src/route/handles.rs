@@ -180,6 +180,16 @@ impl Route {
                 line("all-initial");
                 children.iter().for_each(|r| child(r, key, out));
             }
+            Route::Shadow(s) => {
+                if s.shadows(key) {
+                    line("shadow|main then shadow (copied)");
+                    child(&s.main, key, out);
+                    child(&s.shadow, key, out);
+                } else {
+                    line("shadow|main (key not shadowed)");
+                    child(&s.main, key, out);
+                }
+            }
         }
     }
 }

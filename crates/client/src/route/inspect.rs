@@ -53,6 +53,9 @@ impl Route {
             }
             // A get's plain key and server, unchanged: the TTL rewrite touches no get.
             Route::Ttl { child, .. } => child.get_target(key, ctx),
+            // A shadowed get must go through the route to be copied and compared.
+            Route::Shadow(s) if s.shadows(key) => None,
+            Route::Shadow(s) => s.main.get_target(key, ctx),
             // Failover and fan-out need TCP replies to decide; null and error no server.
             Route::Null
             | Route::Error(_)
@@ -105,6 +108,7 @@ impl Route {
             Route::AllFastest(children) | Route::AllInitial(children) => {
                 children.iter().for_each(add)
             }
+            Route::Shadow(s) => [&s.main, &s.shadow].into_iter().for_each(add),
         }
     }
 
@@ -168,6 +172,12 @@ impl Route {
             }
             Route::AllFastest(children) | Route::AllInitial(children) => {
                 children.iter().for_each(|r| r.servers_for(key, ctx, out))
+            }
+            Route::Shadow(s) => {
+                s.main.servers_for(key, ctx, out);
+                if s.shadows(key) {
+                    s.shadow.servers_for(key, ctx, out);
+                }
             }
         }
     }

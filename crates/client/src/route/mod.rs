@@ -21,6 +21,7 @@
 //! | `inspect.rs` | reading a route without running it: UDP targets, pools, a key's servers |
 //! | `answer.rs` | `null` and `error` answers, `ttl`'s exptime rewrite |
 //! | `failover.rs` | `failover` (order, errors, miss, limit), `all-fastest`, `all-initial` |
+//! | `shadow.rs` | `shadow`: main answers, chosen keys copied to the shadow, gets compared |
 //! | `handles.rs` | the nodes an operation on a key walks, as text (`route_handles`) |
 //! | `counters.rs` | [`RouteCounters`] |
 
@@ -33,6 +34,7 @@ mod handles;
 mod inspect;
 mod pool;
 mod request;
+mod shadow;
 mod warmup;
 
 pub(crate) use build::build;
@@ -42,6 +44,7 @@ pub use failover::{FailoverBucket, FailoverRoute};
 pub use handles::{operation_class, pool_handle};
 use pool::pool_call;
 pub use request::{ReplyFuture, RequestClass, RequestForm, RouteContext, RouteReply, RouteRequest};
+pub use shadow::ShadowRoute;
 use warmup::warm_call;
 
 use crate::Pool;
@@ -136,6 +139,8 @@ pub enum Route {
     AllFastest(Vec<Arc<Route>>),
     /// The first child's reply; every child gets the request (mcrouter's `AllInitialRoute`).
     AllInitial(Vec<Arc<Route>>),
+    /// Main answers; chosen keys are copied to a shadow (mcrouter's `ShadowRoute`).
+    Shadow(ShadowRoute),
 }
 
 /// A reply that is already there.
@@ -325,6 +330,7 @@ impl Route {
             Route::Failover(f) => f.call(op, ctx),
             Route::AllFastest(children) => failover::all_fastest(children, op, ctx),
             Route::AllInitial(children) => failover::all_initial(children, op, ctx),
+            Route::Shadow(s) => s.call(op, ctx),
         }
     }
 }
