@@ -112,6 +112,7 @@ fn router(config: &str, port: u16) -> (Killed, std::path::PathBuf) {
 #[test]
 fn null_error_and_ttl_routes_answer_and_rewrite_as_mcrouters() {
     let (_a, a) = memfleet_server(&["-t", "1", "-m", "16"]);
+    until_serving(a);
     let [drain, err, cap, fixed] = [free_port(), free_port(), free_port(), free_port()];
     let (_router, file) = router(
         &format!(
@@ -199,6 +200,8 @@ fn null_error_and_ttl_routes_answer_and_rewrite_as_mcrouters() {
 fn failover_tries_the_next_child_on_errors_and_misses_and_all_routes_fan_out() {
     let (_a, a) = memfleet_server(&["-t", "1", "-m", "16"]);
     let (_b, b) = memfleet_server(&["-t", "1", "-m", "16"]);
+    until_serving(a);
+    until_serving(b);
     let dead = free_port(); // nothing listens: connection refused
     let [reads, missy, strict, fastest, initial] = [
         free_port(),

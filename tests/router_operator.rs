@@ -119,6 +119,7 @@ const OVERHEAD: usize = 59;
 fn each_pool_lets_items_through_up_to_its_item_size_max() {
     let (_a, a) = memfleet_server(&["-t", "1", "-m", "64", "-I", "4m"]);
     let (_b, b) = memfleet_server(&["-t", "1", "-m", "64", "-I", "4m"]);
+    assert!(until_serving(a) && until_serving(b));
     let (big, small, tree) = (free_port(), free_port(), free_port());
     let file = config_file(
         "item-size.toml",
@@ -223,6 +224,8 @@ fn curr_connections(port: u16) -> u64 {
 fn a_nutcracker_file_with_every_twemproxy_0_5_key_runs_as_twemproxy_reads_it() {
     let (_s, server) = memfleet_server(&["-t", "1", "-m", "16"]);
     let (_idle, idle_server) = memfleet_server(&["-t", "1", "-m", "16"]);
+    // preconnect happens once, at start: the servers must be up by then.
+    assert!(until_serving(server) && until_serving(idle_server));
     let (port, other) = (free_port(), free_port());
     let file = config_file(
         "nutcracker.yml",
@@ -414,6 +417,7 @@ fn admin_keys_name_the_running_configuration_and_the_route_an_operation_walks() 
     let (_a, a) = memfleet_server(&["-t", "1", "-m", "16"]);
     let (_b, b) = memfleet_server(&["-t", "1", "-m", "16"]);
     let (_g, g) = memfleet_server(&["-t", "1", "-m", "16"]);
+    assert!(until_serving(a) && until_serving(b) && until_serving(g));
     let (web, plain) = (free_port(), free_port());
     let text = |ttl: u32| {
         format!(

@@ -90,6 +90,8 @@ fn eventually(what: &str, mut ok: impl FnMut() -> bool) {
 fn a_shadow_gets_the_same_keys_main_answers_and_mismatches_are_counted() {
     let (_old, old) = memfleet_server(&["-t", "1", "-m", "16"]);
     let (_new, new) = memfleet_server(&["-t", "1", "-m", "16"]);
+    until_serving(old);
+    until_serving(new);
     // A shadow that never answers: its copies fill the queue.
     let hung = TcpListener::bind("127.0.0.1:0").unwrap();
     let hung_port = hung.local_addr().unwrap().port();
@@ -213,6 +215,9 @@ fn index_range_shadows_the_keys_of_main_servers_by_index() {
     let (_a, a) = memfleet_server(&["-t", "1", "-m", "16"]);
     let (_b, b) = memfleet_server(&["-t", "1", "-m", "16"]);
     let (_new, new) = memfleet_server(&["-t", "1", "-m", "16"]);
+    for p in [a, b, new] {
+        until_serving(p);
+    }
     let port = free_port();
     let file =
         std::env::temp_dir().join(format!("memfleet-shadow-index-{}.toml", std::process::id()));
