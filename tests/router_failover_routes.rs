@@ -1,7 +1,7 @@
 //! The routes an operator drains, caps and fails over with, through a real `memfleet
 //! router` process in front of real `memfleet server` processes (and a port nothing listens
 //! on): `null`, `error`, `ttl` (`max_ttl`, `set_ttl`), `failover` (connection errors, `miss
-//! = true`), `all-fastest`, `all-initial`.
+//! = true`), `all-fastest`, `all-initial`, `migrate`.
 
 mod support;
 
@@ -275,5 +275,83 @@ fn failover_tries_the_next_child_on_errors_and_misses_and_all_routes_fan_out() {
     }
     assert_eq!(on_b.line("set i 0 0 1\r\nX\r\n"), "STORED\r\n");
     assert_eq!(c.get("i").as_deref(), Some("I"), "a's reply, not b's");
+    let _ = std::fs::remove_file(file);
+}
+
+#[test]
+fn migrate_moves_keys_from_old_to_new_at_its_start_time() {
+    let (_old, old) = memfleet_server(&["-t", "1", "-m", "16"]);
+    let (_new, new) = memfleet_server(&["-t", "1", "-m", "16"]);
+    until_serving(old);
+    until_serving(new);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let [before, during, after] = [free_port(), free_port(), free_port()];
+    let route = |name: &str, port: u16, start: u64, interval: u64| {
+        format!(
+            "[routes.{name}]\nlisten = \"127.0.0.1:{port}\"\ntype = \"migrate\"\n\
+             from = \"old\"\nto = \"new\"\nstart_time = {start}\ninterval = {interval}\n"
+        )
+    };
+    let (_router, file) = router(
+        &format!(
+            "[pools.old]\nservers = [\"127.0.0.1:{old}\"]\n\
+             [pools.new]\nservers = [\"127.0.0.1:{new}\"]\n{}{}{}",
+            route("before", before, now + 100_000, 3600),
+            route("during", during, now - 10, 100_000),
+            route("after", after, now - 100, 10),
+        ),
+        before,
+    );
+    let (mut on_old, mut on_new) = (Conn::new(old), Conn::new(new));
+
+    // Before the start: the old cluster alone.
+    let mut c = Conn::new(before);
+    assert_eq!(c.line("set b 0 0 1\r\nB\r\n"), "STORED\r\n");
+    assert_eq!(
+        (on_old.get("b").as_deref(), on_new.get("b")),
+        (Some("B"), None)
+    );
+    assert_eq!(c.get("b").as_deref(), Some("B"));
+
+    // During the move: writes to new; gets from new, falling back to old; deletes to both.
+    let mut c = Conn::new(during);
+    assert_eq!(on_old.line("set only_old 0 0 1\r\nO\r\n"), "STORED\r\n");
+    assert_eq!(c.get("only_old").as_deref(), Some("O"), "fallback to old");
+    assert_eq!(c.line("mg only_old v\r\n"), "VA 1\r\n");
+    assert_eq!(c.line(""), "O\r\n");
+    assert_eq!(c.line("set k 0 0 3\r\nnew\r\n"), "STORED\r\n");
+    assert_eq!(on_new.get("k").as_deref(), Some("new"));
+    assert_eq!(on_old.get("k"), None);
+    assert_eq!(on_old.line("set k 0 0 3\r\nold\r\n"), "STORED\r\n");
+    assert_eq!(c.get("k").as_deref(), Some("new"), "new's value first");
+    assert_eq!(c.line("delete k\r\n"), "DELETED\r\n");
+    assert_eq!(
+        (on_old.get("k"), on_new.get("k")),
+        (None, None),
+        "deleted in both"
+    );
+    assert_eq!(c.get("k"), None, "no stale read from old after a delete");
+    assert_eq!(c.line("delete only_old\r\n"), "DELETED\r\n");
+    assert_eq!(c.get("only_old"), None);
+    assert_eq!(
+        c.get("__memfleet__.route_handles(get,k)").unwrap(),
+        format!(
+            "migrate|moving: to, then from on a miss\n pool|new|127.0.0.1:{new}\n \
+             pool|old|127.0.0.1:{old}\n"
+        )
+    );
+
+    // After the move: the new cluster alone.
+    let mut c = Conn::new(after);
+    assert_eq!(on_old.line("set gone 0 0 1\r\nG\r\n"), "STORED\r\n");
+    assert_eq!(c.get("gone"), None, "old is no longer read");
+    assert_eq!(c.line("set a 0 0 1\r\nA\r\n"), "STORED\r\n");
+    assert_eq!(
+        (on_old.get("a"), on_new.get("a").as_deref()),
+        (None, Some("A"))
+    );
     let _ = std::fs::remove_file(file);
 }

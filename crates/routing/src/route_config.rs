@@ -10,7 +10,7 @@
 //! | `gutter` | when `main` fails (server down, timeout), the request goes to `gutter`; sets there get at most `gutter_ttl` seconds (§3.3) |
 //! | `broadcast` | every request goes to every destination; `all-sync` waits: a delete is `DELETED` if any destination deleted the key (an error if any could neither take nor spool it), other writes get the worst reply; `all-async` answers at once without claiming success (`NOT_FOUND` for a delete), each destination spooling what it cannot take (§4.1) |
 //! | `warmup` | a miss in `cold` is filled from `warm` (`add`ed into cold, so a racing delete's hold-off wins); deletes reach cold with a `holdoff`-second hold-off (§4.3) |
-//! | `null`, `error`, `ttl`, `failover`, `all-fastest`, `all-initial`, `shadow` | see [`crate::route_types`] |
+//! | `null`, `error`, `ttl`, `failover`, `all-fastest`, `all-initial`, `shadow`, `migrate` | see [`crate::route_types`] |
 //!
 //! In TOML, routes are named tables beside the pools, and a name refers to a pool or a route:
 //!
@@ -37,8 +37,8 @@
 //! `memfleet_client::route`'s job (for the router and applications alike).
 
 use crate::route_types::{
-    error_message, failover_errors, failover_limit, failover_order, shadow_keys, Failover, Shadow,
-    ShadowKeys, TtlRewrite,
+    error_message, failover_errors, failover_limit, failover_order, shadow_keys, Failover, Migrate,
+    OneOrMany, Shadow, ShadowKeys, TtlRewrite,
 };
 use serde::Deserialize;
 use std::collections::{BTreeMap, HashMap};
@@ -161,6 +161,8 @@ pub enum RouteKind {
     },
     /// Main answers; chosen keys are shadowed (mcrouter's `ShadowRoute`).
     Shadow(Shadow),
+    /// Moves keys from one route to another at a given time (mcrouter's `MigrateRoute`).
+    Migrate(Migrate),
 }
 
 impl RouteKind {
@@ -196,6 +198,7 @@ impl RouteKind {
                 children.iter().map(String::as_str).collect()
             }
             RouteKind::Shadow(s) => vec![&s.main, &s.shadow],
+            RouteKind::Migrate(m) => vec![&m.from, &m.to],
         }
     }
 }
@@ -220,7 +223,7 @@ pub(crate) struct TomlRoute {
     main: Option<String>,
     gutter: Option<String>,
     gutter_ttl: Option<u32>,
-    to: Option<Vec<String>>,
+    to: Option<OneOrMany>,
     mode: Option<String>,
     cold: Option<String>,
     warm: Option<String>,
@@ -239,6 +242,9 @@ pub(crate) struct TomlRoute {
     key_fraction: Option<Vec<f64>>,
     index_range: Option<Vec<i64>>,
     max_pending: Option<u32>,
+    from: Option<String>,
+    start_time: Option<u64>,
+    interval: Option<u64>,
 }
 
 /// Turns a TOML route table into a [`RouteConfig`]; the error says what is wrong.
@@ -275,6 +281,9 @@ pub(crate) fn parse(name: &str, t: TomlRoute) -> Result<RouteConfig, String> {
         ("key_fraction", t.key_fraction.is_some()),
         ("index_range", t.index_range.is_some()),
         ("max_pending", t.max_pending.is_some()),
+        ("from", t.from.is_some()),
+        ("start_time", t.start_time.is_some()),
+        ("interval", t.interval.is_some()),
     ]
     .into_iter()
     .filter_map(|(f, set)| set.then_some(f))
@@ -297,6 +306,7 @@ pub(crate) fn parse(name: &str, t: TomlRoute) -> Result<RouteConfig, String> {
             "failover_limit",
         ],
         "all-fastest" | "all-initial" => &["children"],
+        "migrate" => &["from", "to", "start_time", "interval"],
         "shadow" => &[
             "main",
             "shadow",
@@ -308,7 +318,7 @@ pub(crate) fn parse(name: &str, t: TomlRoute) -> Result<RouteConfig, String> {
             return Err(format!(
                 "unknown route type {other:?} (prefix, operation, replicated, gutter, \
                  broadcast, warmup, null, error, ttl, failover, all-fastest, all-initial, \
-                 shadow)"
+                 shadow, migrate)"
             ))
         }
     };
@@ -354,7 +364,12 @@ pub(crate) fn parse(name: &str, t: TomlRoute) -> Result<RouteConfig, String> {
             ttl: t.gutter_ttl.unwrap_or(10).max(1),
         },
         "broadcast" => {
-            let to = need_list(t.to, "broadcast", "to")?;
+            let to = match t.to {
+                Some(OneOrMany::One(one)) => Some(vec![one]),
+                Some(OneOrMany::Many(many)) => Some(many),
+                None => None,
+            };
+            let to = need_list(to, "broadcast", "to")?;
             let mode = one_of(t.mode, "mode", &BROADCAST_MODES)?;
             RouteKind::Broadcast { to, mode }
         }
@@ -394,6 +409,24 @@ pub(crate) fn parse(name: &str, t: TomlRoute) -> Result<RouteConfig, String> {
         "all-initial" => RouteKind::AllInitial {
             children: need_list(t.children, "all-initial", "children")?,
         },
+        "migrate" => RouteKind::Migrate(Migrate {
+            from: need(t.from, "from")?,
+            to: match t.to {
+                Some(OneOrMany::One(to)) => to,
+                Some(OneOrMany::Many(_)) => {
+                    return Err("a migrate route's \"to\" is one pool or route".into())
+                }
+                None => return Err("a migrate route needs \"to\"".into()),
+            },
+            start_time: t
+                .start_time
+                .ok_or("a migrate route needs \"start_time\" (Unix seconds)")?,
+            interval: match t.interval {
+                Some(0) => return Err("interval = 0: the move needs at least a second".into()),
+                Some(i) => i,
+                None => 3600,
+            },
+        }),
         _ => {
             if t.max_pending == Some(0) {
                 return Err("max_pending = 0 would shadow nothing".into());

@@ -10,6 +10,7 @@
 //! | `failover` | `children` in order (`order = "in-order"`, or per key by `"rendezvous"` hash): the next is tried when one fails with an error of `failover_errors` (default `connect`, `timeout`, `down`, `server_error`), or with `miss = true` on a get's miss; `failover_limit = { rate, burst }` caps failovers (mcrouter's token bucket) |
 //! | `all-fastest` | every child gets the request; the first success answers (else the last reply) |
 //! | `all-initial` | every child gets the request; the first child's reply answers, the others' are not waited for |
+//! | `migrate` | moves keys `from` one route `to` another (mcrouter's `MigrateRoute`): before `start_time` (Unix seconds) everything goes to `from`; for `interval` seconds (default 3600) deletes go to both, gets to `to` falling back to `from` on a miss or a failure, everything else to `to`; then everything goes to `to` |
 //! | `shadow` | `main` answers; the same requests for the keys `key_fraction = [from, to)` of the hash space (or whose server is `index_range = [from, to)` of main's pool; default: every key) also go to `shadow`, at most `max_pending` at once (more are dropped and counted); gets that reach both compare the replies (mcrouter's `ShadowRoute`, beyond it the comparison) |
 
 /// Which failures a `failover` route fails over on.
@@ -83,6 +84,29 @@ pub struct TtlRewrite {
     pub max_ttl: Option<u32>,
     /// Writes live this many seconds, whatever they ask (then capped by `max_ttl`).
     pub set_ttl: Option<u32>,
+}
+
+/// A `migrate` route's settings.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Migrate {
+    /// Where keys are now.
+    pub from: String,
+    /// Where they go.
+    pub to: String,
+    /// When the move starts, Unix seconds.
+    pub start_time: u64,
+    /// How long the move lasts, seconds.
+    pub interval: u64,
+}
+
+/// A route table's `to`: one name (`migrate`) or a list (`broadcast`).
+#[derive(serde::Deserialize, Clone, Debug)]
+#[serde(untagged)]
+pub(crate) enum OneOrMany {
+    /// `to = "name"`.
+    One(String),
+    /// `to = ["a", "b"]`.
+    Many(Vec<String>),
 }
 
 /// Which keys a `shadow` route shadows.
@@ -289,6 +313,15 @@ mod tests {
                 )
             ),
             Ok(true)
+        );
+        assert_eq!(
+            route("type = \"migrate\"\nfrom = \"a\"\nto = \"b\"\nstart_time = 1767225600\n"),
+            Ok(RouteKind::Migrate(Migrate {
+                from: "a".into(),
+                to: "b".into(),
+                start_time: 1_767_225_600,
+                interval: 3600,
+            }))
         );
         assert_eq!(
             route("type = \"all-fastest\"\nchildren = [\"a\", \"b\"]\n"),

@@ -1,6 +1,6 @@
 //! Routes built from their checked configuration (`memfleet_routing::route_config`).
 
-use super::{FailoverBucket, FailoverRoute, Route, RouteCounters, ShadowRoute};
+use super::{FailoverBucket, FailoverRoute, MigrateRoute, Route, RouteCounters, ShadowRoute};
 use crate::Pool;
 use memfleet_routing::{RouteConfig, RouteKind};
 use std::collections::HashMap;
@@ -140,6 +140,12 @@ fn resolve(
             max_pending: s.max_pending,
             pending: Default::default(),
             counters: counters.clone(),
+        }),
+        RouteKind::Migrate(m) => Route::Migrate(MigrateRoute {
+            from: go(&m.from),
+            to: go(&m.to),
+            start_time: m.start_time,
+            interval: m.interval,
         }),
     };
     let shown: &'static [&'static str] = match route {

@@ -5,7 +5,7 @@
 //! Read-only: nothing is sent.
 
 use super::request::{RequestClass, RouteContext};
-use super::Route;
+use super::{Phase, Route};
 use crate::Pool;
 use memfleet_routing::{BroadcastMode, WritePolicy};
 use std::fmt::Write as _;
@@ -190,6 +190,30 @@ impl Route {
                     child(&s.main, key, out);
                 }
             }
+            Route::Migrate(m) => match m.phase() {
+                Phase::Before => {
+                    line("migrate|before (from)");
+                    child(&m.from, key, out);
+                }
+                Phase::After => {
+                    line("migrate|after (to)");
+                    child(&m.to, key, out);
+                }
+                Phase::During if class == RequestClass::Delete => {
+                    line("migrate|moving: deletes to both");
+                    child(&m.to, key, out);
+                    child(&m.from, key, out);
+                }
+                Phase::During if class == RequestClass::Get => {
+                    line("migrate|moving: to, then from on a miss");
+                    child(&m.to, key, out);
+                    child(&m.from, key, out);
+                }
+                Phase::During => {
+                    line("migrate|moving: to");
+                    child(&m.to, key, out);
+                }
+            },
         }
     }
 }

@@ -2,7 +2,7 @@
 //! reaches (`stats`, `flush_all`), which servers a key can reach (the router's admin key).
 
 use super::request::RouteContext;
-use super::Route;
+use super::{Phase, Route};
 use crate::Pool;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -56,6 +56,11 @@ impl Route {
             // A shadowed get must go through the route to be copied and compared.
             Route::Shadow(s) if s.shadows(key) => None,
             Route::Shadow(s) => s.main.get_target(key, ctx),
+            Route::Migrate(m) => match m.phase() {
+                Phase::Before => m.from.get_target(key, ctx),
+                Phase::After => m.to.get_target(key, ctx),
+                Phase::During => None, // a miss falls back: TCP decides
+            },
             // Failover and fan-out need TCP replies to decide; null and error no server.
             Route::Null
             | Route::Error(_)
@@ -109,6 +114,7 @@ impl Route {
                 children.iter().for_each(add)
             }
             Route::Shadow(s) => [&s.main, &s.shadow].into_iter().for_each(add),
+            Route::Migrate(m) => [&m.from, &m.to].into_iter().for_each(add),
         }
     }
 
@@ -179,6 +185,14 @@ impl Route {
                     s.shadow.servers_for(key, ctx, out);
                 }
             }
+            Route::Migrate(m) => match m.phase() {
+                Phase::Before => m.from.servers_for(key, ctx, out),
+                Phase::After => m.to.servers_for(key, ctx, out),
+                Phase::During => {
+                    m.to.servers_for(key, ctx, out);
+                    m.from.servers_for(key, ctx, out);
+                }
+            },
         }
     }
 }

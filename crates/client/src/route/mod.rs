@@ -22,6 +22,7 @@
 //! | `answer.rs` | `null` and `error` answers, `ttl`'s exptime rewrite |
 //! | `failover.rs` | `failover` (order, errors, miss, limit), `all-fastest`, `all-initial` |
 //! | `shadow.rs` | `shadow`: main answers, chosen keys copied to the shadow, gets compared |
+//! | `migrate.rs` | `migrate`: from one route to another at a given time |
 //! | `handles.rs` | the nodes an operation on a key walks, as text (`route_handles`) |
 //! | `counters.rs` | [`RouteCounters`] |
 
@@ -32,6 +33,7 @@ mod counters;
 mod failover;
 mod handles;
 mod inspect;
+mod migrate;
 mod pool;
 mod request;
 mod shadow;
@@ -42,6 +44,7 @@ use combine::{all_deleted, all_sync, by_policy};
 pub use counters::{RouteCounters, COUNTERS};
 pub use failover::{FailoverBucket, FailoverRoute};
 pub use handles::{operation_class, pool_handle};
+pub use migrate::{MigrateRoute, Phase};
 use pool::pool_call;
 pub use request::{ReplyFuture, RequestClass, RequestForm, RouteContext, RouteReply, RouteRequest};
 pub use shadow::ShadowRoute;
@@ -141,6 +144,8 @@ pub enum Route {
     AllInitial(Vec<Arc<Route>>),
     /// Main answers; chosen keys are copied to a shadow (mcrouter's `ShadowRoute`).
     Shadow(ShadowRoute),
+    /// From one route to another at a given time (mcrouter's `MigrateRoute`).
+    Migrate(MigrateRoute),
 }
 
 /// A reply that is already there.
@@ -331,6 +336,7 @@ impl Route {
             Route::AllFastest(children) => failover::all_fastest(children, op, ctx),
             Route::AllInitial(children) => failover::all_initial(children, op, ctx),
             Route::Shadow(s) => s.call(op, ctx),
+            Route::Migrate(m) => m.call(op, ctx),
         }
     }
 }
