@@ -16,7 +16,7 @@
 //! | `ring` | ketama (libmemcached and spymemcached dialects), modula, rendezvous, jump; hash tags |
 //! | `config` | pools and router settings from memfleet's TOML or twemproxy's YAML, read the way twemproxy reads it |
 //! | `route_config` | the route tree's configuration (prefix, operation, replicated, gutter, broadcast, warm-up), checked: names exist, no loops |
-//! | `route_types` | the settings of null, error, ttl, failover, all-fastest, all-initial, shadow and migrate routes |
+//! | `route_types` | the settings of null, error, ttl, failover, all-fastest, all-initial, shadow, migrate and bigvalue routes |
 //!
 //! ```
 //! use memfleet_routing::{Distribution, KetamaDialect, KeyHash, Node, Ring};
@@ -43,5 +43,6 @@ pub use hash::KeyHash;
 pub use ring::{twemproxy_order, Distribution, KetamaDialect, Node, Ring, RingError};
 pub use route_config::{BroadcastMode, RouteConfig, RouteKind, WritePolicy};
 pub use route_types::{
-    Failover, FailoverErrors, FailoverLimit, FailoverOrder, Migrate, Shadow, ShadowKeys, TtlRewrite,
+    BigValue, Failover, FailoverErrors, FailoverLimit, FailoverOrder, Migrate, Shadow, ShadowKeys,
+    TtlRewrite,
 };

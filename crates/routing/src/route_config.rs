@@ -10,7 +10,7 @@
 //! | `gutter` | when `main` fails (server down, timeout), the request goes to `gutter`; sets there get at most `gutter_ttl` seconds (§3.3) |
 //! | `broadcast` | every request goes to every destination; `all-sync` waits: a delete is `DELETED` if any destination deleted the key (an error if any could neither take nor spool it), other writes get the worst reply; `all-async` answers at once without claiming success (`NOT_FOUND` for a delete), each destination spooling what it cannot take (§4.1) |
 //! | `warmup` | a miss in `cold` is filled from `warm` (`add`ed into cold, so a racing delete's hold-off wins); deletes reach cold with a `holdoff`-second hold-off (§4.3) |
-//! | `null`, `error`, `ttl`, `failover`, `all-fastest`, `all-initial`, `shadow`, `migrate` | see [`crate::route_types`] |
+//! | `null`, `error`, `ttl`, `failover`, `all-fastest`, `all-initial`, `shadow`, `migrate`, `bigvalue` | see [`crate::route_types`] |
 //!
 //! In TOML, routes are named tables beside the pools, and a name refers to a pool or a route:
 //!
@@ -37,8 +37,8 @@
 //! `memfleet_client::route`'s job (for the router and applications alike).
 
 use crate::route_types::{
-    error_message, failover_errors, failover_limit, failover_order, shadow_keys, Failover, Migrate,
-    OneOrMany, Shadow, ShadowKeys, TtlRewrite,
+    big_value, error_message, failover_errors, failover_limit, failover_order, shadow_keys,
+    BigValue, Failover, Migrate, OneOrMany, Shadow, ShadowKeys, TtlRewrite,
 };
 use serde::Deserialize;
 use std::collections::{BTreeMap, HashMap};
@@ -163,6 +163,8 @@ pub enum RouteKind {
     Shadow(Shadow),
     /// Moves keys from one route to another at a given time (mcrouter's `MigrateRoute`).
     Migrate(Migrate),
+    /// Large values as chunks (mcrouter's `BigValueRoute`).
+    BigValue(BigValue),
 }
 
 impl RouteKind {
@@ -199,6 +201,7 @@ impl RouteKind {
             }
             RouteKind::Shadow(s) => vec![&s.main, &s.shadow],
             RouteKind::Migrate(m) => vec![&m.from, &m.to],
+            RouteKind::BigValue(b) => vec![&b.child],
         }
     }
 }
@@ -245,6 +248,8 @@ pub(crate) struct TomlRoute {
     from: Option<String>,
     start_time: Option<u64>,
     interval: Option<u64>,
+    threshold: Option<u64>,
+    item_size_max: Option<u64>,
 }
 
 /// Turns a TOML route table into a [`RouteConfig`]; the error says what is wrong.
@@ -284,6 +289,8 @@ pub(crate) fn parse(name: &str, t: TomlRoute) -> Result<RouteConfig, String> {
         ("from", t.from.is_some()),
         ("start_time", t.start_time.is_some()),
         ("interval", t.interval.is_some()),
+        ("threshold", t.threshold.is_some()),
+        ("item_size_max", t.item_size_max.is_some()),
     ]
     .into_iter()
     .filter_map(|(f, set)| set.then_some(f))
@@ -307,6 +314,7 @@ pub(crate) fn parse(name: &str, t: TomlRoute) -> Result<RouteConfig, String> {
         ],
         "all-fastest" | "all-initial" => &["children"],
         "migrate" => &["from", "to", "start_time", "interval"],
+        "bigvalue" => &["child", "threshold", "item_size_max"],
         "shadow" => &[
             "main",
             "shadow",
@@ -318,7 +326,7 @@ pub(crate) fn parse(name: &str, t: TomlRoute) -> Result<RouteConfig, String> {
             return Err(format!(
                 "unknown route type {other:?} (prefix, operation, replicated, gutter, \
                  broadcast, warmup, null, error, ttl, failover, all-fastest, all-initial, \
-                 shadow, migrate)"
+                 shadow, migrate, bigvalue)"
             ))
         }
     };
@@ -409,6 +417,11 @@ pub(crate) fn parse(name: &str, t: TomlRoute) -> Result<RouteConfig, String> {
         "all-initial" => RouteKind::AllInitial {
             children: need_list(t.children, "all-initial", "children")?,
         },
+        "bigvalue" => RouteKind::BigValue(big_value(
+            need(t.child, "child")?,
+            t.threshold,
+            t.item_size_max,
+        )?),
         "migrate" => RouteKind::Migrate(Migrate {
             from: need(t.from, "from")?,
             to: match t.to {

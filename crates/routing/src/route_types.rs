@@ -11,6 +11,7 @@
 //! | `all-fastest` | every child gets the request; the first success answers (else the last reply) |
 //! | `all-initial` | every child gets the request; the first child's reply answers, the others' are not waited for |
 //! | `migrate` | moves keys `from` one route `to` another (mcrouter's `MigrateRoute`): before `start_time` (Unix seconds) everything goes to `from`; for `interval` seconds (default 3600) deletes go to both, gets to `to` falling back to `from` on a miss or a failure, everything else to `to`; then everything goes to `to` |
+//! | `bigvalue` | values above `threshold` bytes are stored on `child` as chunks of `threshold` bytes under keys of their own (a random suffix per write) and an index item under the key; reads reassemble them, and a lost, stale or damaged chunk is a miss; values up to `item_size_max` (default 16 MiB) are taken (mcrouter's `BigValueRoute`) |
 //! | `shadow` | `main` answers; the same requests for the keys `key_fraction = [from, to)` of the hash space (or whose server is `index_range = [from, to)` of main's pool; default: every key) also go to `shadow`, at most `max_pending` at once (more are dropped and counted); gets that reach both compare the replies (mcrouter's `ShadowRoute`, beyond it the comparison) |
 
 /// Which failures a `failover` route fails over on.
@@ -97,6 +98,40 @@ pub struct Migrate {
     pub start_time: u64,
     /// How long the move lasts, seconds.
     pub interval: u64,
+}
+
+/// A `bigvalue` route's settings.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BigValue {
+    /// Where the index items and chunks go.
+    pub child: String,
+    /// Values above this many bytes are chunked, in chunks of this size.
+    pub threshold: usize,
+    /// The largest value taken, bytes.
+    pub item_size_max: usize,
+}
+
+/// Reads a `bigvalue` route's sizes.
+pub(crate) fn big_value(
+    child: String,
+    threshold: Option<u64>,
+    item_size_max: Option<u64>,
+) -> Result<BigValue, String> {
+    let threshold = threshold.ok_or("a bigvalue route needs \"threshold\" (bytes)")?;
+    let max = item_size_max.unwrap_or(16 << 20);
+    if !(1024..=(1 << 30)).contains(&threshold) {
+        return Err(format!("threshold = {threshold}: 1024 to 1073741824 bytes"));
+    }
+    if max <= threshold || max > 1 << 30 {
+        return Err(format!(
+            "item_size_max = {max}: above threshold ({threshold}) and at most 1073741824"
+        ));
+    }
+    Ok(BigValue {
+        child,
+        threshold: threshold as usize,
+        item_size_max: max as usize,
+    })
 }
 
 /// A route table's `to`: one name (`migrate`) or a list (`broadcast`).
@@ -321,6 +356,14 @@ mod tests {
                 to: "b".into(),
                 start_time: 1_767_225_600,
                 interval: 3600,
+            }))
+        );
+        assert_eq!(
+            route("type = \"bigvalue\"\nchild = \"a\"\nthreshold = 524288\n"),
+            Ok(RouteKind::BigValue(BigValue {
+                child: "a".into(),
+                threshold: 524_288,
+                item_size_max: 16 << 20,
             }))
         );
         assert_eq!(

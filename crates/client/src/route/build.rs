@@ -1,6 +1,8 @@
 //! Routes built from their checked configuration (`memfleet_routing::route_config`).
 
-use super::{FailoverBucket, FailoverRoute, MigrateRoute, Route, RouteCounters, ShadowRoute};
+use super::{
+    BigValueRoute, FailoverBucket, FailoverRoute, MigrateRoute, Route, RouteCounters, ShadowRoute,
+};
 use crate::Pool;
 use memfleet_routing::{RouteConfig, RouteKind};
 use std::collections::HashMap;
@@ -140,6 +142,11 @@ fn resolve(
             max_pending: s.max_pending,
             pending: Default::default(),
             counters: counters.clone(),
+        }),
+        RouteKind::BigValue(b) => Route::BigValue(BigValueRoute {
+            child: go(&b.child),
+            threshold: b.threshold,
+            item_size_max: b.item_size_max,
         }),
         RouteKind::Migrate(m) => Route::Migrate(MigrateRoute {
             from: go(&m.from),

@@ -214,6 +214,10 @@ impl Route {
                     child(&m.to, key, out);
                 }
             },
+            Route::BigValue(b) => {
+                line(&format!("bigvalue|threshold={} (the index)", b.threshold));
+                child(&b.child, key, out);
+            }
         }
     }
 }

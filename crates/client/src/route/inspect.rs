@@ -61,6 +61,7 @@ impl Route {
                 Phase::After => m.to.get_target(key, ctx),
                 Phase::During => None, // a miss falls back: TCP decides
             },
+            Route::BigValue(_) => None, // an index needs its chunks
             // Failover and fan-out need TCP replies to decide; null and error no server.
             Route::Null
             | Route::Error(_)
@@ -75,11 +76,57 @@ impl Route {
     pub fn item_size_max(&self) -> usize {
         let mut pools = Vec::new();
         self.pools(&mut pools);
-        pools
+        let largest = pools
             .iter()
             .map(|p| p.config().item_size_max)
             .max()
-            .unwrap_or(memfleet_routing::config::DEFAULT_ITEM_SIZE_MAX)
+            .unwrap_or(memfleet_routing::config::DEFAULT_ITEM_SIZE_MAX);
+        largest.max(self.bigvalue_limit())
+    }
+
+    /// The largest `item_size_max` of the bigvalue routes this route reaches (0: none).
+    fn bigvalue_limit(&self) -> usize {
+        match self {
+            Route::BigValue(b) => b.item_size_max.max(b.child.bigvalue_limit()),
+            Route::Pool(_) | Route::Null | Route::Error(_) => 0,
+            Route::Prefix {
+                prefixes, default, ..
+            } => prefixes
+                .iter()
+                .map(|(_, r)| r.bigvalue_limit())
+                .chain([default.bigvalue_limit()])
+                .max()
+                .unwrap_or(0),
+            Route::Operation {
+                get,
+                set,
+                delete,
+                other,
+            } => [get, set, delete, other]
+                .iter()
+                .map(|r| r.bigvalue_limit())
+                .max()
+                .unwrap_or(0),
+            Route::Replicated { replicas: list, .. }
+            | Route::Broadcast { to: list, .. }
+            | Route::AllFastest(list)
+            | Route::AllInitial(list) => list.iter().map(|r| r.bigvalue_limit()).max().unwrap_or(0),
+            Route::Failover(f) => f
+                .children
+                .iter()
+                .map(|r| r.bigvalue_limit())
+                .max()
+                .unwrap_or(0),
+            Route::Gutter {
+                main: a, gutter: b, ..
+            }
+            | Route::WarmUp {
+                cold: a, warm: b, ..
+            } => a.bigvalue_limit().max(b.bigvalue_limit()),
+            Route::Shadow(s) => s.main.bigvalue_limit().max(s.shadow.bigvalue_limit()),
+            Route::Migrate(m) => m.from.bigvalue_limit().max(m.to.bigvalue_limit()),
+            Route::Ttl { child, .. } => child.bigvalue_limit(),
+        }
     }
 
     /// Every pool the route reaches (for flush_all, stats).
@@ -115,6 +162,7 @@ impl Route {
             }
             Route::Shadow(s) => [&s.main, &s.shadow].into_iter().for_each(add),
             Route::Migrate(m) => [&m.from, &m.to].into_iter().for_each(add),
+            Route::BigValue(b) => add(&b.child),
         }
     }
 
@@ -193,6 +241,8 @@ impl Route {
                     m.from.servers_for(key, ctx, out);
                 }
             },
+            // The index's server (chunks have keys of their own, on any server).
+            Route::BigValue(b) => b.child.servers_for(key, ctx, out),
         }
     }
 }

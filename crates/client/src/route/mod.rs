@@ -23,10 +23,12 @@
 //! | `failover.rs` | `failover` (order, errors, miss, limit), `all-fastest`, `all-initial` |
 //! | `shadow.rs` | `shadow`: main answers, chosen keys copied to the shadow, gets compared |
 //! | `migrate.rs` | `migrate`: from one route to another at a given time |
+//! | `bigvalue.rs` | `bigvalue`: large values as chunks and an index, reassembled and checked on reads |
 //! | `handles.rs` | the nodes an operation on a key walks, as text (`route_handles`) |
 //! | `counters.rs` | [`RouteCounters`] |
 
 mod answer;
+mod bigvalue;
 mod build;
 mod combine;
 mod counters;
@@ -39,6 +41,7 @@ mod request;
 mod shadow;
 mod warmup;
 
+pub use bigvalue::BigValueRoute;
 pub(crate) use build::build;
 use combine::{all_deleted, all_sync, by_policy};
 pub use counters::{RouteCounters, COUNTERS};
@@ -146,6 +149,8 @@ pub enum Route {
     Shadow(ShadowRoute),
     /// From one route to another at a given time (mcrouter's `MigrateRoute`).
     Migrate(MigrateRoute),
+    /// Large values as chunks (mcrouter's `BigValueRoute`).
+    BigValue(BigValueRoute),
 }
 
 /// A reply that is already there.
@@ -337,6 +342,7 @@ impl Route {
             Route::AllInitial(children) => failover::all_initial(children, op, ctx),
             Route::Shadow(s) => s.call(op, ctx),
             Route::Migrate(m) => m.call(op, ctx),
+            Route::BigValue(b) => b.call(op, ctx),
         }
     }
 }
