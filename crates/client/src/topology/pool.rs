@@ -1,6 +1,7 @@
 //! [`Pool`]: one pool's ring over its servers (those written as `host:port`, then the members
 //! its DNS entries found), their connections and delete spool queues, and its `stats` lines.
 
+use super::rates::RateLimits;
 use crate::backend::{health_epoch, Backend, BackendAuth, BackendOptions, BackendTls};
 use crate::discovery::{Discovery, EntryStats, Member};
 use crate::spool::{SpoolQueue, Spooler};
@@ -29,6 +30,8 @@ pub struct Pool {
     discovery: Option<Arc<Discovery>>,
     /// How many of its servers its DNS entries found.
     found: usize,
+    /// Its request rates, when it has some.
+    rates: Option<RateLimits>,
 }
 
 /// An ejecting pool's live ring, current as of a [`health_epoch`].
@@ -221,7 +224,6 @@ impl Pool {
             .auto_eject_hosts
             .then(|| LiveRing::new(&ring, &backends, &config.name));
         Ok(Pool {
-            config,
             ring,
             backends,
             spool_queues,
@@ -230,12 +232,19 @@ impl Pool {
             no_members,
             discovery,
             found,
+            rates: RateLimits::new(&config.name, &config.rates),
+            config,
         })
     }
 
     /// Its configuration.
     pub fn config(&self) -> &PoolConfig {
         &self.config
+    }
+
+    /// Its request rates, when it has some (`rates`).
+    pub fn rates(&self) -> Option<&RateLimits> {
+        self.rates.as_ref()
     }
 
     /// Its ring, every server in it (where keys go while every server is up).
@@ -356,6 +365,12 @@ impl Pool {
             ] {
                 stat(&format!("pool:{pool}:{field}"), value.to_string());
             }
+        }
+        for (kind, refused) in self.rates.iter().flat_map(RateLimits::refused) {
+            stat(
+                &format!("pool:{pool}:rate_limited_{kind}"),
+                refused.to_string(),
+            );
         }
         for b in self.members() {
             let h = b.health();

@@ -186,8 +186,10 @@ async fn serve_halves(
                     let next = match &*root {
                         // A spooling pool's deletes take the route path, which spools; so does
                         // everything while a server replays spooled deletes (reads wait).
+                        // So does a pool with rates (the route's pool leaf counts them).
                         Route::Pool(pool)
                             if !pool.replaying()
+                                && pool.rates().is_none()
                                 && (!pool.spools_deletes()
                                     || !matches!(
                                         request,

@@ -68,11 +68,17 @@ pub(super) fn tree(
                     root.call(op, ctx)
                 })
                 .collect();
+            let one_key = calls.len() == 1;
             QueuedReply::Reply(Box::pin(async move {
                 let mut out = Vec::new();
                 for c in calls {
-                    // A key whose route failed is a miss; so is an error line.
+                    // A key whose route failed is a miss; so is an error line, but for a
+                    // one-key get, which answers a server's (or a route's, such as a rate
+                    // limit's) SERVER_ERROR as it came.
                     if let Ok(r) = c.await {
+                        if one_key && r.starts_with(b"SERVER_ERROR") {
+                            return r;
+                        }
                         let values = reply::decode(&r, ReplyKind::Retrieval);
                         if matches!(values, Ok(ServerReply::Values(v)) if !v.is_empty()) {
                             out.extend_from_slice(r.strip_suffix(b"END\r\n").unwrap_or(&r));

@@ -62,6 +62,21 @@ pub struct PoolConfig {
     pub preconnect: bool,
     /// How this pool's own listener (`listen`) listens and accepts.
     pub listener: ListenOptions,
+    /// Requests per second this router sends the pool, by kind (`rates = { gets = N,
+    /// sets = N, deletes = N }`); over a rate a request is answered `SERVER_ERROR` without
+    /// reaching a server.
+    pub rates: PoolRates,
+}
+
+/// A pool's request rates per second, per router (`None`: no limit).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PoolRates {
+    /// Retrievals (get, gets, gat, gats, lease-get, mg), per key.
+    pub gets: Option<u32>,
+    /// Storage, arithmetic and touch (set, add, ..., incr, decr, touch, ms, ma).
+    pub sets: Option<u32>,
+    /// delete, md.
+    pub deletes: Option<u32>,
 }
 
 /// memcached's default `-I`: the default [`PoolConfig::item_size_max`].

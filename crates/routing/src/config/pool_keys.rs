@@ -196,6 +196,7 @@ pub(super) fn pool(
         item_size_max,
         preconnect: shared.preconnect.unwrap_or(false),
         listener,
+        rates: Default::default(),
         tls: None,
         auth: None,
         hash: shared.hash,

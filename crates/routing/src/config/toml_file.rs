@@ -2,7 +2,9 @@
 //! `crate::route_config`) and the `[router]` table.
 
 use super::discovery::{parse_interval, parse_nameserver, DiscoverySettings};
-use super::model::{ConfigError, PasswordSource, PoolAuth, PoolConfig, PoolTls, RouterConfig};
+use super::model::{
+    ConfigError, PasswordSource, PoolAuth, PoolConfig, PoolRates, PoolTls, RouterConfig,
+};
 use super::pool_keys::{parse_hash, parse_hash_tag, pool, pool_error, servers, SharedKeys};
 use crate::hash::KeyHash;
 use crate::ring::{Distribution, KetamaDialect};
@@ -30,6 +32,7 @@ struct TomlPool {
     reuseport: Option<bool>,
     tcpkeepalive: Option<bool>,
     client_connections: Option<u32>,
+    rates: Option<BTreeMap<String, u64>>,
     servers: Vec<String>,
     tls: Option<bool>,
     tls_ca: Option<String>,
@@ -246,6 +249,31 @@ fn tables(
     }
 }
 
+/// A pool's `rates = { gets = N, sets = N, deletes = N }`, each at least 1 per second.
+fn toml_rates(pool: &str, rates: Option<BTreeMap<String, u64>>) -> Result<PoolRates, ConfigError> {
+    let mut out = PoolRates::default();
+    for (kind, n) in rates.unwrap_or_default() {
+        let n = u32::try_from(n).ok().filter(|n| *n > 0).ok_or_else(|| {
+            pool_error(
+                pool,
+                format!("rates.{kind} = {n}: 1 to 4294967295 per second"),
+            )
+        })?;
+        match kind.as_str() {
+            "gets" => out.gets = Some(n),
+            "sets" => out.sets = Some(n),
+            "deletes" => out.deletes = Some(n),
+            other => {
+                return Err(pool_error(
+                    pool,
+                    format!("unknown rate {other:?} (gets, sets, deletes)"),
+                ))
+            }
+        }
+    }
+    Ok(out)
+}
+
 /// One TOML pool, checked.
 fn toml_pool(name: String, p: TomlPool) -> Result<PoolConfig, ConfigError> {
     let distribution = match p.distribution.as_deref().unwrap_or("ketama") {
@@ -266,6 +294,7 @@ fn toml_pool(name: String, p: TomlPool) -> Result<PoolConfig, ConfigError> {
         }
     };
     let tls = toml_tls(&name, &p)?;
+    let rates = p.rates.clone();
     let auth = toml_auth(&name, &p)?;
     let shared = SharedKeys {
         hash: parse_hash(&name, p.hash, KeyHash::Md5)?,
@@ -286,7 +315,13 @@ fn toml_pool(name: String, p: TomlPool) -> Result<PoolConfig, ConfigError> {
     let servers = servers(&name, &p.servers)?;
     let timeout_ms = p.timeout_ms.unwrap_or(400);
     let pool = pool(name, distribution, servers, timeout_ms, shared)?;
-    Ok(PoolConfig { tls, auth, ..pool })
+    let rates = toml_rates(&pool.name, rates)?;
+    Ok(PoolConfig {
+        tls,
+        auth,
+        rates,
+        ..pool
+    })
 }
 
 #[cfg(test)]

@@ -316,3 +316,27 @@ fn toml_routes() {
          [routes.y]\ntype = \"operation\"\ndefault = \"x\"\n")
     .contains("loop"));
 }
+
+#[test]
+fn pool_rates() {
+    let pool = |keys: &str| format!("[pools.a]\nservers = [\"10.0.0.1:11211\"]\n{keys}");
+    let a = from_toml(&pool(
+        "rates = { gets = 50000, sets = 5000, deletes = 5000 }\n",
+    ))
+    .unwrap();
+    assert_eq!(
+        a.pools[0].rates,
+        PoolRates {
+            gets: Some(50_000),
+            sets: Some(5000),
+            deletes: Some(5000)
+        }
+    );
+    assert_eq!(
+        from_toml(&pool("")).unwrap().pools[0].rates,
+        PoolRates::default()
+    );
+    let err = |keys: &str| from_toml(&pool(keys)).unwrap_err().to_string();
+    assert!(err("rates = { reads = 5 }\n").contains("unknown rate \"reads\""));
+    assert!(err("rates = { gets = 0 }\n").contains("rates.gets = 0"));
+}

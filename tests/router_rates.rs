@@ -1,0 +1,182 @@
+//! A pool's `rates = { gets, sets, deletes }` through a real `memfleet router` in front of a
+//! real `memfleet server`: over a rate a request is answered `SERVER_ERROR` naming the
+//! limit without reaching the server, and counted in `stats` and `/metrics`; a pool without
+//! rates is untouched.
+
+mod support;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+use support::{free_port, memfleet_server, Killed};
+
+struct Conn(BufReader<TcpStream>);
+
+impl Conn {
+    fn new(port: u16) -> Conn {
+        let s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        Conn(BufReader::new(s))
+    }
+
+    fn read_line(&mut self) -> String {
+        let mut l = String::new();
+        self.0.read_line(&mut l).unwrap();
+        l
+    }
+
+    fn line(&mut self, request: &str) -> String {
+        self.0.get_mut().write_all(request.as_bytes()).unwrap();
+        self.read_line()
+    }
+
+    fn stat(&mut self, name: &str) -> Option<u64> {
+        self.0.get_mut().write_all(b"stats\r\n").unwrap();
+        let mut found = None;
+        loop {
+            let l = self.read_line();
+            if l == "END\r\n" || l.is_empty() {
+                return found;
+            }
+            if let Some(v) = l.strip_prefix(&format!("STAT {name} ")) {
+                found = Some(v.trim_end().parse().unwrap());
+            }
+        }
+    }
+
+    /// `n` one-key gets of a missing key, pipelined: (answered END, refused lines).
+    fn gets(&mut self, n: usize) -> (usize, Vec<String>) {
+        self.0
+            .get_mut()
+            .write_all(&b"get nokey\r\n".repeat(n))
+            .unwrap();
+        let mut ends = 0;
+        let mut refused = Vec::new();
+        for _ in 0..n {
+            match self.read_line() {
+                l if l == "END\r\n" => ends += 1,
+                l => refused.push(l),
+            }
+        }
+        (ends, refused)
+    }
+}
+
+fn until_serving(port: u16) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Ok(s) = TcpStream::connect(("127.0.0.1", port)) {
+            if Conn(BufReader::new(s))
+                .line("version\r\n")
+                .starts_with("VERSION ")
+            {
+                return;
+            }
+        }
+        assert!(Instant::now() < deadline, "nothing serves on {port}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn a_pool_over_its_rates_refuses_with_server_error_and_counts() {
+    let (_s, server) = memfleet_server(&["-t", "1", "-m", "16"]);
+    until_serving(server);
+    let (limited, free, tree, admin) = (free_port(), free_port(), free_port(), free_port());
+    let file = std::env::temp_dir().join(format!("memfleet-rates-{}.toml", std::process::id()));
+    std::fs::write(
+        &file,
+        format!(
+            "[pools.limited]\nlisten = \"127.0.0.1:{limited}\"\n\
+             rates = {{ gets = 200, sets = 100, deletes = 50 }}\n\
+             servers = [\"127.0.0.1:{server}\"]\n\
+             [pools.free]\nlisten = \"127.0.0.1:{free}\"\nservers = [\"127.0.0.1:{server}\"]\n\
+             [routes.tree]\nlisten = \"127.0.0.1:{tree}\"\ntype = \"operation\"\n\
+             default = \"limited\"\n"
+        ),
+    )
+    .unwrap();
+    let _router = Killed(
+        Command::new(env!("CARGO_BIN_EXE_memfleet"))
+            .args(["router", "-t", "1", "--admin-listen"])
+            .arg(format!("127.0.0.1:{admin}"))
+            .arg("--config")
+            .arg(&file)
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    until_serving(limited);
+    let mut direct = Conn::new(server);
+    let served_before = direct.stat("cmd_get").unwrap();
+
+    // 1000 gets at once: at most the rate over the time they took (plus the burst) pass.
+    let mut c = Conn::new(limited);
+    let started = Instant::now();
+    let (passed, refused) = c.gets(1000);
+    let elapsed = started.elapsed().as_secs_f64();
+    let most = (200.0 * elapsed).ceil() as usize + 2;
+    assert!(
+        passed >= 1 && passed <= most,
+        "{passed} passed in {elapsed:.3} s"
+    );
+    assert_eq!(passed + refused.len(), 1000);
+    assert!(refused
+        .iter()
+        .all(|l| l == "SERVER_ERROR rate limit: pool limited takes 200 gets a second\r\n"));
+    // Refused requests never reached the server.
+    assert_eq!(
+        direct.stat("cmd_get").unwrap() - served_before,
+        passed as u64
+    );
+    assert_eq!(
+        c.stat("pool:limited:rate_limited_gets"),
+        Some(refused.len() as u64)
+    );
+    assert_eq!(c.stat("pool:limited:rate_limited_sets"), Some(0));
+
+    // The other pool of the same router is not held back.
+    let mut f = Conn::new(free);
+    assert_eq!(f.gets(1000), (1000, Vec::new()));
+    assert_eq!(
+        f.stat("pool:free:rate_limited_gets"),
+        None,
+        "no rates, no counter"
+    );
+
+    // Sets and deletes have their own rates.
+    let sets = "set k 0 0 1\r\nv\r\n".repeat(300);
+    c.0.get_mut().write_all(sets.as_bytes()).unwrap();
+    let lines: Vec<String> = (0..300).map(|_| c.read_line()).collect();
+    let stored = lines.iter().filter(|l| *l == "STORED\r\n").count();
+    assert!((1..300).contains(&stored), "{stored} of 300 sets stored");
+    assert!(lines
+        .iter()
+        .filter(|l| *l != "STORED\r\n")
+        .all(|l| l == "SERVER_ERROR rate limit: pool limited takes 100 sets a second\r\n"));
+
+    // Through a route tree: a one-key get answers the refusal, a multi-key get misses.
+    std::thread::sleep(Duration::from_millis(100));
+    let mut t = Conn::new(tree);
+    let (_, refused) = t.gets(500);
+    assert!(!refused.is_empty());
+    assert!(refused[0].starts_with("SERVER_ERROR rate limit: pool limited"));
+    t.0.get_mut()
+        .write_all(&b"get a b\r\n".repeat(300))
+        .unwrap();
+    for _ in 0..300 {
+        assert_eq!(t.read_line(), "END\r\n");
+    }
+
+    // /metrics counts them too.
+    let mut http = TcpStream::connect(("127.0.0.1", admin)).unwrap();
+    http.write_all(b"GET /metrics HTTP/1.0\r\n\r\n").unwrap();
+    let mut metrics = String::new();
+    http.read_to_string(&mut metrics).unwrap();
+    assert!(
+        metrics.contains("memfleet_router_pool_rate_limited_total{pool=\"limited\",kind=\"gets\"}"),
+        "{metrics}"
+    );
+    let _ = std::fs::remove_file(file);
+}
