@@ -1,7 +1,8 @@
-//! A pool's `rates = { gets, sets, deletes }` through a real `memfleet router` in front of a
-//! real `memfleet server`: over a rate a request is answered `SERVER_ERROR` naming the
-//! limit without reaching the server, and counted in `stats` and `/metrics`; a pool without
-//! rates is untouched.
+//! Admission control through a real `memfleet router` in front of a real `memfleet
+//! server`: a pool's `rates = { gets, sets, deletes }` (over a rate a request is answered
+//! `SERVER_ERROR` naming the limit without reaching the server, and counted in `stats` and
+//! `/metrics`; a pool without rates is untouched), and `[router] max_client_connections`
+//! (refused as memcached refuses over its `-c`).
 
 mod support;
 
@@ -178,5 +179,76 @@ fn a_pool_over_its_rates_refuses_with_server_error_and_counts() {
         metrics.contains("memfleet_router_pool_rate_limited_total{pool=\"limited\",kind=\"gets\"}"),
         "{metrics}"
     );
+    let _ = std::fs::remove_file(file);
+}
+
+#[test]
+fn max_client_connections_refuses_as_memcached_refuses_across_listeners() {
+    let (_s, server) = memfleet_server(&["-t", "1", "-m", "16"]);
+    until_serving(server);
+    let (a, b) = (free_port(), free_port());
+    let file =
+        std::env::temp_dir().join(format!("memfleet-max-clients-{}.toml", std::process::id()));
+    let config = |limit: u32| {
+        format!(
+            "[router]\nmax_client_connections = {limit}\n\
+             [pools.a]\nlisten = \"127.0.0.1:{a}\"\nservers = [\"127.0.0.1:{server}\"]\n\
+             [pools.b]\nlisten = \"127.0.0.1:{b}\"\nservers = [\"127.0.0.1:{server}\"]\n"
+        )
+    };
+    std::fs::write(&file, config(2)).unwrap();
+    let _router = Killed(
+        Command::new(env!("CARGO_BIN_EXE_memfleet"))
+            .args(["router", "-t", "1", "--config"])
+            .arg(&file)
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    until_serving(a);
+    // A client the router serves (retried while closed connections still hold places:
+    // the router lets a place go once it has seen the close).
+    let admitted = |port: u16| -> Conn {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let mut c = Conn::new(port);
+            let mut l = String::new();
+            // A refused client may see its connection reset: not served either.
+            let sent = c.0.get_mut().write_all(b"version\r\n").is_ok();
+            if sent && c.0.read_line(&mut l).is_ok() && l.starts_with("VERSION") {
+                return c;
+            }
+            assert!(Instant::now() < deadline, "no place on {port}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    };
+    let one = admitted(a);
+    let mut two = admitted(b);
+    // A third client, on either listener: memcached's refusal, then the end.
+    for port in [a, b] {
+        let mut third = Conn::new(port);
+        assert_eq!(third.read_line(), "ERROR Too many open connections\r\n");
+        assert_eq!(third.read_line(), "", "closed");
+    }
+    drop(one);
+    let _three = admitted(a);
+    // A reload raises the limit for the next clients.
+    std::fs::write(&file, config(10)).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let mut c = Conn::new(b);
+        let mut l = String::new();
+        let sent = c.0.get_mut().write_all(b"version\r\n").is_ok();
+        if sent && c.0.read_line(&mut l).is_ok() && l.starts_with("VERSION") {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the reload never raised the limit"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let _held: Vec<Conn> = (0..5).map(|_| admitted(a)).collect();
+    assert!(two.line("version\r\n").starts_with("VERSION"));
     let _ = std::fs::remove_file(file);
 }

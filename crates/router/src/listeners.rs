@@ -147,6 +147,13 @@ impl Admission {
         a
     }
 
+    /// The router-wide admission: `max_client_connections` (none: no limit).
+    fn router_wide(limit: Option<u32>) -> Arc<Admission> {
+        let a = Arc::new(Admission::default());
+        a.limit.store(limit.unwrap_or(0), Ordering::Relaxed);
+        a
+    }
+
     fn set(&self, options: &ListenOptions) {
         self.limit
             .store(options.client_connections, Ordering::Relaxed);
@@ -240,6 +247,7 @@ impl BoundRouter {
         mut reloads: tokio::sync::mpsc::UnboundedReceiver<RouterConfig>,
     ) {
         let mut serving = ServingListeners {
+            everyone: Admission::router_wide(self.served.load().config().max_client_connections),
             listeners: HashMap::new(),
             served: self.served,
             tls: self.tls,
@@ -276,6 +284,8 @@ impl BoundRouter {
 
 /// The listeners being served, by listen address.
 pub struct ServingListeners {
+    /// `max_client_connections`, across every listener.
+    everyone: Arc<Admission>,
     listeners: HashMap<String, (RouteSlot, Arc<Admission>, tokio::task::JoinHandle<()>)>,
     served: ServedTopology,
     tls: Option<Arc<ServerTls>>,
@@ -292,6 +302,7 @@ impl ServingListeners {
     ) {
         let accepting = slot.clone();
         let admitting = admission.clone();
+        let everyone = self.everyone.clone();
         let served = self.served.clone();
         let tls = self.tls.clone();
         let auth = self.auth.clone();
@@ -301,9 +312,14 @@ impl ServingListeners {
                 lane = lane.wrapping_add(1);
                 let accepted = match &listener {
                     Listener::Tcp(l) => l.accept().await.map(|(stream, _)| {
+                        let Some(all) = everyone.admit() else {
+                            tokio::spawn(too_many(stream, tls.is_none()));
+                            return;
+                        };
                         let Some(place) = admitting.admit() else {
                             return; // dropped: closed at once, as twemproxy does
                         };
+                        let place = (all, place);
                         if admitting.keepalive.load(Ordering::Relaxed) {
                             let _ = socket2::SockRef::from(&stream).set_keepalive(true);
                         }
@@ -326,9 +342,14 @@ impl ServingListeners {
                         };
                     }),
                     Listener::Unix(l) => l.accept().await.map(|(stream, _)| {
+                        let Some(all) = everyone.admit() else {
+                            tokio::spawn(too_many(stream, true));
+                            return;
+                        };
                         let Some(place) = admitting.admit() else {
                             return;
                         };
+                        let place = (all, place);
                         let (slot, served, auth) =
                             (accepting.clone(), served.clone(), auth.clone());
                         tokio::spawn(async move {
@@ -404,6 +425,10 @@ impl ServingListeners {
             .chain(config.routes.iter().filter_map(|r| r.listen.clone()))
             .collect();
         self.served.store(Arc::new(topology));
+        self.everyone.limit.store(
+            config.max_client_connections.unwrap_or(0),
+            Ordering::Relaxed,
+        );
         for (slot, admission, name, route, options) in swaps {
             tracing::info!(%name, "reloaded");
             // backlog and reuseport belong to the bound socket: they apply when a listener
@@ -445,5 +470,19 @@ fn preconnect(topology: &Topology) {
                 tokio::spawn(call);
             }
         }
+    }
+}
+
+/// memcached's answer to a client over its connection limit (`-c`): `ERROR Too many open
+/// connections`, then the connection closed (over TLS, closed without a word: the
+/// handshake is not spent on it).
+async fn too_many(mut stream: impl tokio::io::AsyncWrite + Unpin, plain: bool) {
+    use tokio::io::AsyncWriteExt;
+    tracing::debug!("max_client_connections reached: a client is refused");
+    if plain {
+        let _ = stream
+            .write_all(b"ERROR Too many open connections\r\n")
+            .await;
+        let _ = stream.shutdown().await;
     }
 }

@@ -173,6 +173,10 @@ pub struct RouterConfig {
     pub spool_dir: Option<String>,
     /// How the pools' DNS entries are looked up and followed.
     pub discovery: DiscoverySettings,
+    /// Clients connected to all the router's listeners at once, at most (`[router]
+    /// max_client_connections`; `None` or 0: no limit): one more is answered `ERROR Too
+    /// many open connections` and closed, as memcached refuses over its `-c`.
+    pub max_client_connections: Option<u32>,
     /// Where it was read from and when (the router's admin keys `config_file`,
     /// `config_md5`, `config_age`); `None` when built in memory.
     pub origin: Option<ConfigOrigin>,

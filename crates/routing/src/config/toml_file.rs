@@ -113,6 +113,7 @@ fn toml_tls(pool: &str, p: &TomlPool) -> Result<Option<PoolTls>, ConfigError> {
 #[serde(deny_unknown_fields)]
 struct TomlRouter {
     spool_dir: Option<String>,
+    max_client_connections: Option<u32>,
     resolve_interval: Option<toml::Value>,
     nameservers: Option<Vec<String>>,
 }
@@ -204,6 +205,7 @@ pub fn check_toml(text: &str) -> Result<RouterConfig, Vec<ConfigError>> {
         routes,
         discovery: discovery.unwrap_or_default(),
         spool_dir: router.spool_dir,
+        max_client_connections: router.max_client_connections.filter(|n| *n > 0),
         origin: None,
     };
     if errors.is_empty() {

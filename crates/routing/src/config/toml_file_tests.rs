@@ -340,3 +340,18 @@ fn pool_rates() {
     assert!(err("rates = { reads = 5 }\n").contains("unknown rate \"reads\""));
     assert!(err("rates = { gets = 0 }\n").contains("rates.gets = 0"));
 }
+
+#[test]
+fn max_client_connections() {
+    let file = |router: &str| format!("{router}[pools.a]\nservers = [\"10.0.0.1:11211\"]\n");
+    let c = from_toml(&file("[router]\nmax_client_connections = 100\n")).unwrap();
+    assert_eq!(c.max_client_connections, Some(100));
+    assert_eq!(from_toml(&file("")).unwrap().max_client_connections, None);
+    assert_eq!(
+        from_toml(&file("[router]\nmax_client_connections = 0\n"))
+            .unwrap()
+            .max_client_connections,
+        None
+    );
+    assert!(from_toml(&file("[router]\nmax_client_connections = -1\n")).is_err());
+}
