@@ -238,6 +238,19 @@ fn failover_tries_the_next_child_on_errors_and_misses_and_all_routes_fan_out() {
     assert_eq!(on_a.get("k").as_deref(), Some("A"));
     assert_eq!(c.get("k").as_deref(), Some("A"));
     assert_eq!(c.stat("route:reads:failovers").as_deref(), Some("2"));
+    // The refusing server is a suspect (failing, not yet down: its limit is 100); a is not.
+    c.0.get_mut()
+        .write_all(b"stats suspect_servers\r\n")
+        .unwrap();
+    let suspect = c.0.by_ref().lines().next().unwrap().unwrap();
+    let failures: u32 = suspect
+        .strip_prefix(&format!("STAT dead:127.0.0.1:{dead} failures="))
+        .and_then(|rest| rest.strip_suffix(",down=0"))
+        .unwrap_or_else(|| panic!("{suspect}"))
+        .parse()
+        .unwrap();
+    assert!(failures >= 2, "{suspect}");
+    assert_eq!(c.line(""), "END\r\n", "a is not a suspect");
     // Only timeouts fail over here: the refused connection is the answer.
     let mut c = Conn::new(strict);
     assert!(c.line("set k 0 0 1\r\nS\r\n").starts_with("SERVER_ERROR"));

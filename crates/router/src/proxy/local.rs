@@ -9,6 +9,7 @@ use memfleet_client::route::operation_class;
 use memfleet_client::{Pool, RequestClass};
 use memfleet_protocol::reply::ReplyKind;
 use memfleet_protocol::{response, Request};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 /// The requests the router answers itself, whatever it routes to.
@@ -26,6 +27,36 @@ pub(super) fn answer_locally(request: &Request<'_>) -> QueuedReply {
         Request::Quit => QueuedReply::Close,
         _ => local(b"ERROR\r\n".to_vec()),
     }
+}
+
+/// `stats ARGS`: `stats` itself, or `stats suspect_servers` (mcrouter's: every server of
+/// `pools` that failed its last request or is marked down, `STAT <pool>:<server>
+/// failures=<in a row>,down=<0|1>`); any other argument gets the plain counters.
+pub(super) fn stats_for(pools: &[Arc<Pool>], served: &ServedTopology, args: &[u8]) -> Vec<u8> {
+    if args.trim_ascii() != b"suspect_servers" {
+        return stats(pools, served);
+    }
+    let mut out = Vec::new();
+    for pool in pools {
+        for b in pool.members() {
+            let h = b.health();
+            let failures = h.failures.load(Ordering::Relaxed);
+            let down = h.down.load(Ordering::Relaxed);
+            if failures > 0 || down {
+                out.extend_from_slice(
+                    format!(
+                        "STAT {}:{} failures={failures},down={}\r\n",
+                        pool.name(),
+                        b.name(),
+                        u8::from(down)
+                    )
+                    .as_bytes(),
+                );
+            }
+        }
+    }
+    out.extend_from_slice(b"END\r\n");
+    out
 }
 
 /// `stats`: the router's counters for `pools`, its routes and its spool.

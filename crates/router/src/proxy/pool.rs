@@ -2,7 +2,7 @@
 //! (less `noreply` and `q`); a multi-key get is split per server, sent in parallel and
 //! reassembled in the client's key order, a failed server's keys being misses.
 
-use super::local::{admin_lookup, answer_locally, flush_all, stats};
+use super::local::{admin_lookup, answer_locally, flush_all, stats_for};
 use super::queued::{forwarded, local, QueuedReply, Quiet};
 use super::rewrite::{get_head, replying, without_quiet, QUIET_MA, QUIET_MG, QUIET_MS_MD};
 use crate::reloadable::ServedTopology;
@@ -50,7 +50,11 @@ pub(super) fn route(
             let quiet = m.flags.quiet().then_some(QUIET_MA);
             forward(&key, without_quiet(raw), ReplyKind::Meta, false, quiet)
         }
-        Request::Stats { .. } => local(stats(std::slice::from_ref(pool), served)),
+        Request::Stats { args } => local(stats_for(
+            std::slice::from_ref(pool),
+            served,
+            args.as_bytes(),
+        )),
         Request::FlushAll { noreply, .. } => {
             flush_all(std::slice::from_ref(pool), lane, raw, *noreply)
         }
