@@ -369,3 +369,39 @@ fn migrate_moves_keys_from_old_to_new_at_its_start_time() {
     );
     let _ = std::fs::remove_file(file);
 }
+
+#[test]
+fn replicated_reads_go_to_the_routers_zone_first() {
+    let (_a, a) = memfleet_server(&["-t", "1", "-m", "16"]);
+    let (_b, b) = memfleet_server(&["-t", "1", "-m", "16"]);
+    until_serving(a);
+    until_serving(b);
+    let dead = free_port();
+    let [ab, ba, gone] = [free_port(), free_port(), free_port()];
+    let (_router, file) = router(
+        &format!(
+            "[router]\nzone = \"z2\"\n\
+             [pools.a]\nzone = \"z1\"\nservers = [\"127.0.0.1:{a}\"]\n\
+             [pools.b]\nzone = \"z2\"\nservers = [\"127.0.0.1:{b}\"]\n\
+             [pools.dead]\nzone = \"z2\"\ntimeout_ms = 200\nservers = [\"127.0.0.1:{dead}\"]\n\
+             [routes.ab]\nlisten = \"127.0.0.1:{ab}\"\ntype = \"replicated\"\n\
+             replicas = [\"a\", \"b\"]\n\
+             [routes.ba]\nlisten = \"127.0.0.1:{ba}\"\ntype = \"replicated\"\n\
+             replicas = [\"b\", \"a\"]\n\
+             [routes.gone]\nlisten = \"127.0.0.1:{gone}\"\ntype = \"replicated\"\n\
+             replicas = [\"a\", \"dead\"]\n"
+        ),
+        ab,
+    );
+    assert_eq!(Conn::new(a).line("set k 0 0 1\r\nA\r\n"), "STORED\r\n");
+    assert_eq!(Conn::new(b).line("set k 0 0 1\r\nB\r\n"), "STORED\r\n");
+    // Whatever the replicas' order (a client's choice would pick the same position in
+    // both), the replica of the router's zone answers.
+    assert_eq!(Conn::new(ab).get("k").as_deref(), Some("B"));
+    assert_eq!(Conn::new(ba).get("k").as_deref(), Some("B"));
+    // The zone's replica cannot answer: the read fails over to the other zone.
+    assert_eq!(Conn::new(gone).get("k").as_deref(), Some("A"));
+    let mut c = Conn::new(gone);
+    assert_eq!(c.stat("route:gone:replica_failovers").as_deref(), Some("1"));
+    let _ = std::fs::remove_file(file);
+}

@@ -6,7 +6,7 @@
 //! |------|--------------|
 //! | `prefix` | the longest matching key prefix picks the route; `default` takes the rest (§3.2.2). With `strip = true` the prefix is removed from the key (mcrouter-style routing prefixes such as `/region/cluster/`, §4.2) |
 //! | `operation` | gets, sets and deletes can go different ways (`get`, `set`, `delete`, `default`) |
-//! | `replicated` | reads go to one replica, chosen stably per client, failing over to the others; writes go to every replica (§3.2.3) and are answered by the `write` policy: `any` (default), `majority` or `all` replicas must store; a delete is answered `DELETED` only when every replica took it (or spooled it for later) |
+//! | `replicated` | reads go to one replica, chosen stably per client (among the pools of the router's `zone` first, when `[router] zone` and the pools' `zone` say), failing over to the others; writes go to every replica (§3.2.3) and are answered by the `write` policy: `any` (default), `majority` or `all` replicas must store; a delete is answered `DELETED` only when every replica took it (or spooled it for later) |
 //! | `gutter` | when `main` fails (server down, timeout), the request goes to `gutter`; sets there get at most `gutter_ttl` seconds (§3.3) |
 //! | `broadcast` | every request goes to every destination; `all-sync` waits: a delete is `DELETED` if any destination deleted the key (an error if any could neither take nor spool it), other writes get the worst reply; `all-async` answers at once without claiming success (`NOT_FOUND` for a delete), each destination spooling what it cannot take (§4.1) |
 //! | `warmup` | a miss in `cold` is filled from `warm` (`add`ed into cold, so a racing delete's hold-off wins); deletes reach cold with a `holdoff`-second hold-off (§4.3) |

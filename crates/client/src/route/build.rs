@@ -14,13 +14,16 @@ pub(crate) fn build(
     configs: &[RouteConfig],
     pools: &HashMap<String, Arc<Pool>>,
     counters: &mut HashMap<String, Arc<RouteCounters>>,
+    zone: Option<&str>,
 ) -> HashMap<String, Arc<Route>> {
     let by_name: HashMap<&str, &RouteConfig> =
         configs.iter().map(|r| (r.name.as_str(), r)).collect();
     let mut built: HashMap<String, Arc<Route>> = HashMap::new();
     let mut kept = HashMap::new();
     for r in configs {
-        resolve(&r.name, &by_name, pools, counters, &mut kept, &mut built);
+        resolve(
+            &r.name, &by_name, pools, counters, &mut kept, &mut built, zone,
+        );
     }
     *counters = kept;
     built
@@ -35,6 +38,7 @@ fn resolve(
     old: &HashMap<String, Arc<RouteCounters>>,
     kept: &mut HashMap<String, Arc<RouteCounters>>,
     built: &mut HashMap<String, Arc<Route>>,
+    zone: Option<&str>,
 ) -> Arc<Route> {
     if let Some(r) = built.get(name) {
         return r.clone();
@@ -45,7 +49,7 @@ fn resolve(
             .expect("checked: every name is a pool or a route");
         return Arc::new(Route::Pool(pool.clone()));
     };
-    let mut go = |n: &str| resolve(n, by_name, pools, old, kept, built);
+    let mut go = |n: &str| resolve(n, by_name, pools, old, kept, built, zone);
     let counters = old.get(name).cloned().unwrap_or_default();
     let route = match &config.kind {
         RouteKind::Prefix {
@@ -82,14 +86,25 @@ fn resolve(
             replicas,
             client_id,
             write,
-        } => Route::Replicated {
-            write: *write,
-            replicas: replicas.iter().map(|r| go(r)).collect(),
-            client_id: client_id
-                .as_ref()
-                .map(|id| xxhash_rust::xxh3::xxh3_64(id.as_bytes())),
-            counters: counters.clone(),
-        },
+        } => {
+            // The replicas that are pools of the router's zone first (reads start there).
+            let in_zone = |r: &String| {
+                zone.is_some() && pools.get(r).and_then(|p| p.config().zone.as_deref()) == zone
+            };
+            let (mut ordered, remote): (Vec<&String>, Vec<&String>) =
+                replicas.iter().partition(|r| in_zone(r));
+            let local = ordered.len();
+            ordered.extend(remote);
+            Route::Replicated {
+                write: *write,
+                replicas: ordered.into_iter().map(|r| go(r)).collect(),
+                client_id: client_id
+                    .as_ref()
+                    .map(|id| xxhash_rust::xxh3::xxh3_64(id.as_bytes())),
+                counters: counters.clone(),
+                local,
+            }
+        }
         RouteKind::Gutter { main, gutter, ttl } => Route::Gutter {
             main: go(main),
             gutter: go(gutter),

@@ -5,7 +5,7 @@
 //! Read-only: nothing is sent.
 
 use super::request::{RequestClass, RouteContext};
-use super::{Phase, Route};
+use super::{replica_order, Phase, Route};
 use crate::Pool;
 use memfleet_routing::{BroadcastMode, WritePolicy};
 use std::fmt::Write as _;
@@ -90,6 +90,7 @@ impl Route {
                 replicas,
                 client_id,
                 write,
+                local,
                 ..
             } => {
                 let write = match write {
@@ -100,9 +101,9 @@ impl Route {
                 let n = replicas.len();
                 if class == RequestClass::Get {
                     line("replicated|read (failover in order)");
-                    let first = (client_id.unwrap_or(ctx.client) % n as u64) as usize;
-                    for i in 0..n {
-                        child(&replicas[(first + i) % n], key, out);
+                    let client = client_id.unwrap_or(ctx.client);
+                    for i in replica_order(n, *local, client) {
+                        child(&replicas[i], key, out);
                     }
                 } else {
                     line(&format!("replicated|write={write} (all replicas)"));

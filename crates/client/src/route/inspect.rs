@@ -2,7 +2,7 @@
 //! reaches (`stats`, `flush_all`), which servers a key can reach (the router's admin key).
 
 use super::request::RouteContext;
-use super::{Phase, Route};
+use super::{replica_order, Phase, Route};
 use crate::Pool;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -37,9 +37,11 @@ impl Route {
             Route::Replicated {
                 replicas,
                 client_id,
+                local,
                 ..
             } => {
-                let first = (client_id.unwrap_or(ctx.client) % replicas.len() as u64) as usize;
+                let client = client_id.unwrap_or(ctx.client);
+                let first = replica_order(replicas.len(), *local, client).next()?;
                 replicas[first].get_target(key, ctx)
             }
             Route::Gutter { main, .. } => main.get_target(key, ctx),
@@ -200,12 +202,12 @@ impl Route {
             Route::Replicated {
                 replicas,
                 client_id,
+                local,
                 ..
             } => {
-                let n = replicas.len();
-                let first = (client_id.unwrap_or(ctx.client) % n as u64) as usize;
-                for i in 0..n {
-                    replicas[(first + i) % n].servers_for(key, ctx, out);
+                let client = client_id.unwrap_or(ctx.client);
+                for i in replica_order(replicas.len(), *local, client) {
+                    replicas[i].servers_for(key, ctx, out);
                 }
             }
             Route::Gutter { main, gutter, .. } => {

@@ -94,6 +94,9 @@ pub enum Route {
         write: WritePolicy,
         /// Failovers.
         counters: Arc<RouteCounters>,
+        /// How many of `replicas` (the first ones) are in the router's zone: reads choose
+        /// among them first (0: no zones, every replica alike).
+        local: usize,
     },
     /// Gutter failover.
     Gutter {
@@ -151,6 +154,15 @@ pub enum Route {
     Migrate(MigrateRoute),
     /// Large values as chunks (mcrouter's `BigValueRoute`).
     BigValue(BigValueRoute),
+}
+
+/// The order a replicated route reads `n` replicas in for `client`: one chosen by the
+/// client among the `local` first ones (the router's zone; all `n` when 0), the other
+/// local ones after it, then the rest in order.
+pub(super) fn replica_order(n: usize, local: usize, client: u64) -> impl Iterator<Item = usize> {
+    let pick = if local > 0 { local } else { n };
+    let first = (client % pick as u64) as usize;
+    (0..pick).map(move |i| (first + i) % pick).chain(pick..n)
 }
 
 /// A reply that is already there.
@@ -223,6 +235,7 @@ impl Route {
                 client_id,
                 write,
                 counters,
+                local,
             } => {
                 if op.class != RequestClass::Get {
                     let calls = replicas.iter().map(|r| r.call(op.clone(), ctx)).collect();
@@ -233,20 +246,22 @@ impl Route {
                         _ => all_sync(calls),
                     };
                 }
-                // Reads: one replica per client, the others in order after it on failure.
+                // Reads: one replica per client (of its zone's, when it has some), the
+                // others in order after it on failure.
                 let n = replicas.len();
-                let first = (client_id.unwrap_or(ctx.client) % n as u64) as usize;
+                let client = client_id.unwrap_or(ctx.client);
+                let first = replica_order(n, *local, client).next().unwrap_or(0);
                 let call = replicas[first].call(op.clone(), ctx);
                 let replicas = replicas.clone();
-                let counters = counters.clone();
+                let (counters, local) = (counters.clone(), *local);
                 Box::pin(async move {
                     let mut reply = call.await;
-                    for i in 1..n {
+                    for next in replica_order(n, local, client).skip(1) {
                         if reply.is_ok() {
                             break;
                         }
                         counters.replica_failovers.fetch_add(1, Ordering::Relaxed);
-                        reply = replicas[(first + i) % n].call(op.clone(), ctx).await;
+                        reply = replicas[next].call(op.clone(), ctx).await;
                     }
                     reply
                 })
@@ -368,6 +383,15 @@ fn rekey(reply: Vec<u8>, key: &[u8]) -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn zone_local_replicas_are_read_first() {
+        let order = |local, client| replica_order(4, local, client).collect::<Vec<_>>();
+        assert_eq!(order(0, 5), [1, 2, 3, 0]);
+        assert_eq!(order(2, 5), [1, 0, 2, 3]);
+        assert_eq!(order(2, 4), [0, 1, 2, 3]);
+        assert_eq!(order(1, 7), [0, 1, 2, 3]);
+    }
 
     #[test]
     fn ttls_are_capped_in_every_exptime_form() {

@@ -176,7 +176,12 @@ impl Topology {
             .map(|p| (p.name().to_string(), p.clone()))
             .collect();
         let mut counters = previous.counters.clone();
-        let mut routes = route::build(&config.routes, &by_name, &mut counters);
+        let mut routes = route::build(
+            &config.routes,
+            &by_name,
+            &mut counters,
+            config.zone.as_deref(),
+        );
         for p in &pools {
             routes.insert(p.name().to_string(), Arc::new(Route::Pool(p.clone())));
         }

@@ -62,6 +62,9 @@ pub struct PoolConfig {
     pub preconnect: bool,
     /// How this pool's own listener (`listen`) listens and accepts.
     pub listener: ListenOptions,
+    /// The zone (rack, availability zone) its servers are in (`zone`): a replicated
+    /// route reads first from the replicas in the router's own zone (`[router] zone`).
+    pub zone: Option<String>,
     /// Requests per second this router sends the pool, by kind (`rates = { gets = N,
     /// sets = N, deletes = N }`); over a rate a request is answered `SERVER_ERROR` without
     /// reaching a server.
@@ -173,6 +176,9 @@ pub struct RouterConfig {
     pub spool_dir: Option<String>,
     /// How the pools' DNS entries are looked up and followed.
     pub discovery: DiscoverySettings,
+    /// The zone the router runs in (`[router] zone`): replicated routes read from the
+    /// replicas of this zone first.
+    pub zone: Option<String>,
     /// Clients connected to all the router's listeners at once, at most (`[router]
     /// max_client_connections`; `None` or 0: no limit): one more is answered `ERROR Too
     /// many open connections` and closed, as memcached refuses over its `-c`.

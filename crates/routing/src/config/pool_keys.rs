@@ -197,6 +197,7 @@ pub(super) fn pool(
         preconnect: shared.preconnect.unwrap_or(false),
         listener,
         rates: Default::default(),
+        zone: None,
         tls: None,
         auth: None,
         hash: shared.hash,

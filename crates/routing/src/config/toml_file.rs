@@ -33,6 +33,7 @@ struct TomlPool {
     tcpkeepalive: Option<bool>,
     client_connections: Option<u32>,
     rates: Option<BTreeMap<String, u64>>,
+    zone: Option<String>,
     servers: Vec<String>,
     tls: Option<bool>,
     tls_ca: Option<String>,
@@ -113,6 +114,7 @@ fn toml_tls(pool: &str, p: &TomlPool) -> Result<Option<PoolTls>, ConfigError> {
 #[serde(deny_unknown_fields)]
 struct TomlRouter {
     spool_dir: Option<String>,
+    zone: Option<String>,
     max_client_connections: Option<u32>,
     resolve_interval: Option<toml::Value>,
     nameservers: Option<Vec<String>>,
@@ -205,6 +207,7 @@ pub fn check_toml(text: &str) -> Result<RouterConfig, Vec<ConfigError>> {
         routes,
         discovery: discovery.unwrap_or_default(),
         spool_dir: router.spool_dir,
+        zone: router.zone,
         max_client_connections: router.max_client_connections.filter(|n| *n > 0),
         origin: None,
     };
@@ -297,6 +300,7 @@ fn toml_pool(name: String, p: TomlPool) -> Result<PoolConfig, ConfigError> {
     };
     let tls = toml_tls(&name, &p)?;
     let rates = p.rates.clone();
+    let zone = p.zone.clone();
     let auth = toml_auth(&name, &p)?;
     let shared = SharedKeys {
         hash: parse_hash(&name, p.hash, KeyHash::Md5)?,
@@ -322,6 +326,7 @@ fn toml_pool(name: String, p: TomlPool) -> Result<PoolConfig, ConfigError> {
         tls,
         auth,
         rates,
+        zone,
         ..pool
     })
 }

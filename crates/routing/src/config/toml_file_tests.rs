@@ -355,3 +355,15 @@ fn max_client_connections() {
     );
     assert!(from_toml(&file("[router]\nmax_client_connections = -1\n")).is_err());
 }
+
+#[test]
+fn zones() {
+    let c = from_toml(
+        "[router]\nzone = \"z1\"\n[pools.a]\nzone = \"z1\"\nservers = [\"10.0.0.1:11211\"]\n\
+         [pools.b]\nservers = [\"10.0.0.2:11211\"]\n",
+    )
+    .unwrap();
+    assert_eq!(c.zone.as_deref(), Some("z1"));
+    assert_eq!(c.pools[0].zone.as_deref(), Some("z1"));
+    assert_eq!(c.pools[1].zone, None);
+}
