@@ -252,3 +252,69 @@ fn max_client_connections_refuses_as_memcached_refuses_across_listeners() {
     assert!(two.line("version\r\n").starts_with("VERSION"));
     let _ = std::fs::remove_file(file);
 }
+
+#[test]
+fn max_down_fraction_keeps_most_of_a_pool_from_being_marked_down() {
+    let (_s, server) = memfleet_server(&["-t", "1", "-m", "16"]);
+    until_serving(server);
+    let dead: Vec<u16> = (0..3).map(|_| free_port()).collect(); // nothing listens
+    let port = free_port();
+    let servers: Vec<String> = std::iter::once(server)
+        .chain(dead.iter().copied())
+        .map(|p| format!("\"127.0.0.1:{p}\""))
+        .collect();
+    let file = std::env::temp_dir().join(format!("memfleet-max-down-{}.toml", std::process::id()));
+    std::fs::write(
+        &file,
+        format!(
+            "[pools.p]\nlisten = \"127.0.0.1:{port}\"\nmax_down_fraction = 0.5\n\
+             server_failure_limit = 1\ntimeout_ms = 200\nservers = [{}]\n",
+            servers.join(", ")
+        ),
+    )
+    .unwrap();
+    let _router = Killed(
+        Command::new(env!("CARGO_BIN_EXE_memfleet"))
+            .args(["router", "-t", "1", "--config"])
+            .arg(&file)
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    until_serving(port);
+    let mut c = Conn::new(port);
+    // Keys on every server, each failing one a few times.
+    for round in 0..3 {
+        for i in 0..200 {
+            c.line(&format!("set k{i} 0 0 1\r\n{round}\r\n"));
+        }
+    }
+    let downs: Vec<u64> = dead
+        .iter()
+        .map(|p| {
+            c.stat(&format!("pool:p:server:127.0.0.1:{p}:down"))
+                .expect("a down stat per server")
+        })
+        .collect();
+    assert_eq!(downs.iter().sum::<u64>(), 2, "half of 4 at most: {downs:?}");
+    assert_eq!(
+        c.stat(&format!("pool:p:server:127.0.0.1:{server}:down")),
+        Some(0)
+    );
+    assert!(c.stat("pool:p:down_refused").unwrap() > 0);
+    // The server left up still fails its own keys, one request at a time (not fast).
+    let errors = |c: &mut Conn| -> u64 {
+        dead.iter()
+            .map(|p| {
+                c.stat(&format!("pool:p:server:127.0.0.1:{p}:errors"))
+                    .unwrap()
+            })
+            .sum()
+    };
+    let before = errors(&mut c);
+    for i in 0..200 {
+        c.line(&format!("mg k{i}\r\n")); // one line: HD, or an error
+    }
+    assert!(errors(&mut c) > before);
+    let _ = std::fs::remove_file(file);
+}

@@ -2,7 +2,7 @@
 //! its DNS entries found), their connections and delete spool queues, and its `stats` lines.
 
 use super::rates::RateLimits;
-use crate::backend::{health_epoch, Backend, BackendAuth, BackendOptions, BackendTls};
+use crate::backend::{health_epoch, Backend, BackendAuth, BackendOptions, BackendTls, DownBudget};
 use crate::discovery::{Discovery, EntryStats, Member};
 use crate::spool::{SpoolQueue, Spooler};
 use anyhow::Context;
@@ -32,6 +32,8 @@ pub struct Pool {
     found: usize,
     /// Its request rates, when it has some.
     rates: Option<RateLimits>,
+    /// Its cap on servers marked down at once.
+    down_budget: Arc<DownBudget>,
 }
 
 /// An ejecting pool's live ring, current as of a [`health_epoch`].
@@ -210,6 +212,17 @@ impl Pool {
                 })
             })
             .collect::<anyhow::Result<Vec<_>>>()?;
+        // At most max_down_fraction of the servers down at once (at least one may be).
+        let max_down =
+            ((backends.len() as f64 * config.max_down_fraction.0).floor() as usize).max(1);
+        let down_now = backends
+            .iter()
+            .filter(|b| b.health().down.load(Ordering::Acquire))
+            .count();
+        let down_budget = DownBudget::new(max_down, down_now);
+        for b in &backends {
+            b.set_down_budget(down_budget.clone());
+        }
         let spooler = spooler
             .filter(|_| config.spool_deletes && !no_members)
             .cloned();
@@ -233,6 +246,7 @@ impl Pool {
             discovery,
             found,
             rates: RateLimits::new(&config.name, &config.rates),
+            down_budget,
             config,
         })
     }
@@ -366,6 +380,10 @@ impl Pool {
                 stat(&format!("pool:{pool}:{field}"), value.to_string());
             }
         }
+        stat(
+            &format!("pool:{pool}:down_refused"),
+            self.down_budget.refused.load(Ordering::Relaxed).to_string(),
+        );
         for (kind, refused) in self.rates.iter().flat_map(RateLimits::refused) {
             stat(
                 &format!("pool:{pool}:rate_limited_{kind}"),

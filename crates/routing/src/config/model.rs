@@ -62,6 +62,12 @@ pub struct PoolConfig {
     pub preconnect: bool,
     /// How this pool's own listener (`listen`) listens and accepts.
     pub listener: ListenOptions,
+    /// The most of its servers that may be marked down at once, as a fraction
+    /// (`max_down_fraction`; TOML default 0.5, twemproxy YAML 1: no cap, as twemproxy);
+    /// at least one server may always be. Past it a failing server is not marked down:
+    /// its requests keep failing (and counting) one by one, so a router-side stall cannot
+    /// take a whole pool out (or, with `auto_eject_hosts`, move all its keys).
+    pub max_down_fraction: Fraction,
     /// The zone (rack, availability zone) its servers are in (`zone`): a replicated
     /// route reads first from the replicas in the router's own zone (`[router] zone`).
     pub zone: Option<String>,
@@ -70,6 +76,12 @@ pub struct PoolConfig {
     /// reaching a server.
     pub rates: PoolRates,
 }
+
+/// A fraction in (0, 1].
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Fraction(pub f64);
+
+impl Eq for Fraction {}
 
 /// A pool's request rates per second, per router (`None`: no limit).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

@@ -3,7 +3,7 @@
 
 use super::discovery::DnsEntry;
 use super::model::{
-    ConfigError, ListenOptions, PoolConfig, DEFAULT_ITEM_SIZE_MAX, MAX_ITEM_SIZE_MAX,
+    ConfigError, Fraction, ListenOptions, PoolConfig, DEFAULT_ITEM_SIZE_MAX, MAX_ITEM_SIZE_MAX,
     MIN_ITEM_SIZE_MAX,
 };
 use crate::hash::KeyHash;
@@ -198,6 +198,7 @@ pub(super) fn pool(
         listener,
         rates: Default::default(),
         zone: None,
+        max_down_fraction: Fraction(1.0),
         tls: None,
         auth: None,
         hash: shared.hash,

@@ -3,7 +3,7 @@
 
 use super::discovery::{parse_interval, parse_nameserver, DiscoverySettings};
 use super::model::{
-    ConfigError, PasswordSource, PoolAuth, PoolConfig, PoolRates, PoolTls, RouterConfig,
+    ConfigError, Fraction, PasswordSource, PoolAuth, PoolConfig, PoolRates, PoolTls, RouterConfig,
 };
 use super::pool_keys::{parse_hash, parse_hash_tag, pool, pool_error, servers, SharedKeys};
 use crate::hash::KeyHash;
@@ -34,6 +34,7 @@ struct TomlPool {
     client_connections: Option<u32>,
     rates: Option<BTreeMap<String, u64>>,
     zone: Option<String>,
+    max_down_fraction: Option<f64>,
     servers: Vec<String>,
     tls: Option<bool>,
     tls_ca: Option<String>,
@@ -301,6 +302,13 @@ fn toml_pool(name: String, p: TomlPool) -> Result<PoolConfig, ConfigError> {
     let tls = toml_tls(&name, &p)?;
     let rates = p.rates.clone();
     let zone = p.zone.clone();
+    let fraction = p.max_down_fraction.unwrap_or(0.5);
+    if fraction.is_nan() || fraction <= 0.0 || fraction > 1.0 {
+        return Err(pool_error(
+            &name,
+            format!("max_down_fraction = {fraction}: in (0, 1] (1: no cap)"),
+        ));
+    }
     let auth = toml_auth(&name, &p)?;
     let shared = SharedKeys {
         hash: parse_hash(&name, p.hash, KeyHash::Md5)?,
@@ -327,6 +335,7 @@ fn toml_pool(name: String, p: TomlPool) -> Result<PoolConfig, ConfigError> {
         auth,
         rates,
         zone,
+        max_down_fraction: Fraction(fraction),
         ..pool
     })
 }

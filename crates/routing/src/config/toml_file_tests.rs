@@ -367,3 +367,30 @@ fn zones() {
     assert_eq!(c.pools[0].zone.as_deref(), Some("z1"));
     assert_eq!(c.pools[1].zone, None);
 }
+
+#[test]
+fn max_down_fraction() {
+    let pool = |keys: &str| format!("[pools.a]\nservers = [\"10.0.0.1:11211\"]\n{keys}");
+    assert_eq!(
+        from_toml(&pool("")).unwrap().pools[0].max_down_fraction,
+        Fraction(0.5)
+    );
+    assert_eq!(
+        from_toml(&pool("max_down_fraction = 0.25\n"))
+            .unwrap()
+            .pools[0]
+            .max_down_fraction,
+        Fraction(0.25)
+    );
+    let err = from_toml(&pool("max_down_fraction = 0.0\n"))
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("max_down_fraction = 0"), "{err}");
+    assert!(from_toml(&pool("max_down_fraction = 1.5\n")).is_err());
+    let yaml = crate::from_twemproxy_yaml("a:\n  servers:\n   - 127.0.0.1:1:1\n").unwrap();
+    assert_eq!(
+        yaml[0].max_down_fraction,
+        Fraction(1.0),
+        "twemproxy: no cap"
+    );
+}
