@@ -302,6 +302,45 @@ pub struct Backend {
     health: Arc<Health>,
     /// False for [`Backend::unavailable`]: no address to connect or probe.
     reachable: bool,
+    /// Its pool's cap on servers marked down at once (set when the pool is built).
+    budget: arc_swap::ArcSwapOption<DownBudget>,
+}
+
+/// How many of a pool's servers may be marked down at once (`max_down_fraction`), how many
+/// are, and how many times a server was left up because the cap was reached.
+#[derive(Debug)]
+pub struct DownBudget {
+    max: usize,
+    down: std::sync::atomic::AtomicUsize,
+    /// Times a failing server was not marked down: the cap was reached.
+    pub refused: AtomicU64,
+}
+
+impl DownBudget {
+    /// A cap of `max` servers down, `down` of them down now.
+    pub fn new(max: usize, down: usize) -> Arc<DownBudget> {
+        Arc::new(DownBudget {
+            max,
+            down: down.into(),
+            refused: AtomicU64::new(0),
+        })
+    }
+
+    /// One more down, if the cap allows.
+    fn take(&self) -> bool {
+        self.down
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |d| {
+                (d < self.max).then_some(d + 1)
+            })
+            .is_ok()
+    }
+
+    /// One fewer down.
+    fn give_back(&self) {
+        let _ = self
+            .down
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |d| d.checked_sub(1));
+    }
 }
 
 /// Counters and state that outlive connections.
@@ -340,6 +379,7 @@ impl Backend {
             conns,
             health,
             reachable: true,
+            budget: Default::default(),
         })
     }
 
@@ -356,6 +396,7 @@ impl Backend {
             conns: Vec::new(),
             health,
             reachable: false,
+            budget: Default::default(),
         })
     }
 
@@ -377,6 +418,12 @@ impl Backend {
     /// The server's name (`host:port`).
     pub fn name(&self) -> &str {
         &self.name
+    }
+
+    /// Puts it under its pool's cap on servers marked down (a server in several pools:
+    /// the last pool built).
+    pub fn set_down_budget(&self, budget: Arc<DownBudget>) {
+        self.budget.store(Some(budget));
     }
 
     /// Its health and counters.
@@ -440,7 +487,24 @@ impl Backend {
     fn failed(self: &Arc<Self>) {
         self.health.errors.fetch_add(1, Ordering::Relaxed);
         let n = self.health.failures.fetch_add(1, Ordering::AcqRel) + 1;
-        if n >= self.options.failure_limit && !self.health.down.swap(true, Ordering::AcqRel) {
+        if n < self.options.failure_limit || self.health.down.load(Ordering::Acquire) {
+            return;
+        }
+        let budget = self.budget.load_full();
+        if let Some(b) = &budget {
+            if !b.take() {
+                // Past the pool's cap: its errors go on counting, one request at a time.
+                if b.refused.fetch_add(1, Ordering::Relaxed) == 0 {
+                    tracing::warn!(server = %self.name, "not marked down: max_down_fraction reached");
+                }
+                return;
+            }
+        }
+        if self.health.down.swap(true, Ordering::AcqRel) {
+            if let Some(b) = &budget {
+                b.give_back(); // marked down meanwhile by another failure
+            }
+        } else {
             self.health.knockouts.fetch_add(1, Ordering::Relaxed);
             HEALTH_EPOCH.fetch_add(1, Ordering::Release);
             tracing::warn!(server = %self.name, failures = n, "server marked down");
@@ -504,6 +568,9 @@ impl Backend {
         }
         self.health.failures.store(0, Ordering::Relaxed);
         if self.health.down.swap(false, Ordering::AcqRel) {
+            if let Some(b) = self.budget.load_full() {
+                b.give_back();
+            }
             HEALTH_EPOCH.fetch_add(1, Ordering::Release);
             tracing::info!(server = %self.name, "server back up");
         }

@@ -54,4 +54,4 @@ pub use route::{
     ReplyFuture, RequestClass, RequestForm, Route, RouteContext, RouteCounters, RouteReply,
     RouteRequest,
 };
-pub use topology::{DnsSummary, Pool, Topology};
+pub use topology::{DnsSummary, Pool, RateLimits, Topology};

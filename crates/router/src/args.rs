@@ -12,9 +12,27 @@ pub struct RouterArgs {
     /// same key placement.
     #[arg(long)]
     pub twemproxy: Option<PathBuf>,
-    /// Worker threads [default: one per core].
-    #[arg(short = 't', long)]
-    pub threads: Option<usize>,
+    /// Worker threads [default: one per core]. `-t` with no number is nutcracker's `-t`
+    /// (`--test-conf`): check the configuration the other flags give and exit.
+    #[arg(
+        short = 't',
+        long,
+        value_name = "N",
+        num_args = 0..=1,
+        default_missing_value = "test",
+        value_parser = parse_threads
+    )]
+    pub threads: Option<Threads>,
+    /// Check the configuration given with --config or --twemproxy and exit, binding
+    /// nothing (nutcracker's `-t`, `--test-conf`): 0 and a line saying what it holds when it
+    /// is fine, else every problem found and 1.
+    #[arg(long = "test-conf")]
+    pub test_conf: bool,
+    /// Check FILE (memfleet's TOML; twemproxy's YAML when it ends in .yml or .yaml) and exit,
+    /// binding nothing (mcrouter's --validate-config): 0 and a line saying what it holds
+    /// when it is fine, else every problem found and 1.
+    #[arg(long = "validate-config", value_name = "FILE", conflicts_with_all = ["config", "twemproxy"])]
+    pub validate_config: Option<PathBuf>,
     /// Serve Prometheus metrics at http://ADDR/metrics (e.g. 127.0.0.1:9151); off unless
     /// given.
     #[arg(long = "admin-listen", value_name = "ADDR")]
@@ -43,7 +61,42 @@ pub struct RouterArgs {
     pub auth_file: Option<PathBuf>,
 }
 
+/// `-t`'s value: a thread count, or none (nutcracker's `-t`: test the configuration).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Threads {
+    /// `-t N`, `--threads N`.
+    Count(usize),
+    /// A bare `-t`.
+    TestConfig,
+}
+
+fn parse_threads(value: &str) -> Result<Threads, String> {
+    match value {
+        "test" => Ok(Threads::TestConfig),
+        n => match n.parse::<usize>() {
+            Ok(n) if n > 0 => Ok(Threads::Count(n)),
+            _ => Err(format!("{n:?} is not a thread count (1 or more)")),
+        },
+    }
+}
+
 impl RouterArgs {
+    /// Whether the command only checks its configuration (`-t`, `--test-conf`,
+    /// `--validate-config`).
+    pub fn checks_only(&self) -> bool {
+        self.test_conf
+            || self.validate_config.is_some()
+            || self.threads == Some(Threads::TestConfig)
+    }
+
+    /// The worker threads asked for, if any.
+    pub fn thread_count(&self) -> Option<usize> {
+        match self.threads {
+            Some(Threads::Count(n)) => Some(n),
+            _ => None,
+        }
+    }
+
     /// The listeners' TLS settings, when TLS is on.
     pub fn tls_files(&self) -> anyhow::Result<Option<memfleet_tls::ServerTlsFiles>> {
         memfleet_tls::ServerTlsFiles::from_options(

@@ -15,6 +15,7 @@
 //! | `watch` | reading the configuration and auth files; reloading on SIGHUP and on change |
 //! | `running` | [`RunningRouter`]: a router on its own runtime (tests, embedding) |
 //! | `admin` | `/metrics` on the admin address |
+//! | `validate` | `--validate-config FILE`, `-t`: the configuration checked, nothing bound |
 //! | (this file) | the `memfleet router` command; `systemd`: its readiness and reload notifications |
 
 mod admin;
@@ -23,10 +24,11 @@ mod listeners;
 mod proxy;
 mod reloadable;
 mod running;
+mod validate;
 mod watch;
 mod workers;
 
-pub use args::RouterArgs;
+pub use args::{RouterArgs, Threads};
 pub use listeners::{bind, BoundRouter, Listener, ServingListeners};
 pub use reloadable::{ClientAuth, ServedTopology};
 pub use running::RunningRouter;
@@ -42,6 +44,9 @@ use watch::watch_config;
 
 /// `memfleet router`: serves until SIGINT or SIGTERM.
 pub fn run(args: &RouterArgs) -> anyhow::Result<()> {
+    if args.checks_only() {
+        return validate::run(args);
+    }
     let config = load_config(args)?;
     let tls = args
         .tls_files()?
@@ -54,7 +59,7 @@ pub fn run(args: &RouterArgs) -> anyhow::Result<()> {
         auth.store(Some(Arc::new(load_auth(file).context("--auth-file")?)));
     }
     let threads = args
-        .threads
+        .thread_count()
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
     let rt = runtime()?;
     rt.block_on(async {

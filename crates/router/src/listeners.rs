@@ -7,32 +7,32 @@ use crate::reloadable::{ClientAuth, RouteSlot, ServedTopology};
 use crate::workers::Workers;
 use anyhow::Context;
 use memfleet_client::{Route, Topology};
-use memfleet_routing::RouterConfig;
+use memfleet_protocol::reply::ReplyKind;
+use memfleet_routing::{ListenOptions, RouterConfig};
 use memfleet_tls::ServerTls;
 use std::collections::HashMap;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-/// (listen address, pool or route name, what it serves) of every listener `config` asks
-/// for, in configuration order.
-fn listeners(
-    config: &RouterConfig,
-    topology: &Topology,
-) -> anyhow::Result<Vec<(String, String, Arc<Route>)>> {
+/// One listener a configuration asks for: its address, the pool or route it serves, the
+/// route, and how it listens (a pool's `backlog`, `reuseport`, ...; a route's: defaults).
+type Wanted = (String, String, Arc<Route>, ListenOptions);
+
+/// Every listener `config` asks for, in configuration order.
+fn listeners(config: &RouterConfig, topology: &Topology) -> anyhow::Result<Vec<Wanted>> {
     let mut out = Vec::new();
-    let wanted = config
-        .pools
-        .iter()
-        .filter_map(|p| Some((p.listen.clone()?, p.name.clone())))
-        .chain(
-            config
-                .routes
-                .iter()
-                .filter_map(|r| Some((r.listen.clone()?, r.name.clone()))),
-        );
+    let wanted =
+        config
+            .pools
+            .iter()
+            .filter_map(|p| Some((p.listen.clone()?, p.name.clone(), p.listener)))
+            .chain(config.routes.iter().filter_map(|r| {
+                Some((r.listen.clone()?, r.name.clone(), ListenOptions::default()))
+            }));
     let mut seen = std::collections::HashSet::new();
-    for (listen, name) in wanted {
+    for (listen, name, options) in wanted {
         anyhow::ensure!(
             seen.insert(listen.clone()),
             "{name}: {listen} is already another listener's"
@@ -40,7 +40,7 @@ fn listeners(
         let route = topology
             .route(&name)
             .expect("built from this configuration");
-        out.push((listen, name, route));
+        out.push((listen, name, route, options));
     }
     anyhow::ensure!(!out.is_empty(), "no pool or route has a listen address");
     Ok(out)
@@ -53,7 +53,7 @@ pub struct BoundRouter {
     pub addrs: Vec<SocketAddr>,
     /// The admin port's address (`/metrics`), if asked for.
     pub admin_addr: Option<SocketAddr>,
-    listeners: Vec<(String, RouteSlot, Listener)>,
+    listeners: Vec<(String, RouteSlot, Listener, Arc<Admission>)>,
     admin: Option<tokio::net::TcpListener>,
     served: ServedTopology,
     tls: Option<Arc<ServerTls>>,
@@ -71,8 +71,10 @@ pub enum Listener {
 }
 
 impl Listener {
-    /// Binds `listen`; a Unix socket file left by an earlier run is replaced.
-    async fn bind(listen: &str) -> std::io::Result<Listener> {
+    /// Binds `listen` with `options`' backlog (and `SO_REUSEPORT` on TCP when asked for); a
+    /// Unix socket file left by an earlier run is replaced.
+    async fn bind(listen: &str, options: &ListenOptions) -> std::io::Result<Listener> {
+        let backlog = i32::try_from(options.backlog).unwrap_or(i32::MAX);
         if listen.starts_with('/') {
             let path = std::path::Path::new(listen);
             let stale = std::fs::symlink_metadata(path)
@@ -80,9 +82,22 @@ impl Listener {
             if stale {
                 std::fs::remove_file(path)?;
             }
-            Ok(Listener::Unix(tokio::net::UnixListener::bind(path)?))
+            let socket = socket2::Socket::new(socket2::Domain::UNIX, socket2::Type::STREAM, None)?;
+            socket.bind(&socket2::SockAddr::unix(path)?)?;
+            socket.listen(backlog)?;
+            socket.set_nonblocking(true)?;
+            let std: std::os::unix::net::UnixListener = socket.into();
+            Ok(Listener::Unix(tokio::net::UnixListener::from_std(std)?))
         } else {
-            Ok(Listener::Tcp(tokio::net::TcpListener::bind(listen).await?))
+            let mut last = None;
+            for addr in tokio::net::lookup_host(listen).await? {
+                match bind_tcp(addr, options.reuseport, backlog) {
+                    Ok(l) => return Ok(Listener::Tcp(l)),
+                    Err(e) => last = Some(e),
+                }
+            }
+            Err(last
+                .unwrap_or_else(|| std::io::Error::new(std::io::ErrorKind::NotFound, "no address")))
         }
     }
 
@@ -92,6 +107,82 @@ impl Listener {
             Listener::Tcp(l) => l.local_addr().ok(),
             Listener::Unix(_) => None,
         }
+    }
+}
+
+/// A TCP listener on `addr` (`SO_REUSEADDR` as tokio's own `bind`, `SO_REUSEPORT` when
+/// asked for) with `backlog`.
+fn bind_tcp(
+    addr: SocketAddr,
+    reuseport: bool,
+    backlog: i32,
+) -> std::io::Result<tokio::net::TcpListener> {
+    let socket = match addr {
+        SocketAddr::V4(_) => tokio::net::TcpSocket::new_v4()?,
+        SocketAddr::V6(_) => tokio::net::TcpSocket::new_v6()?,
+    };
+    socket.set_reuseaddr(true)?;
+    if reuseport {
+        socket.set_reuseport(true)?;
+    }
+    socket.bind(addr)?;
+    socket.listen(u32::try_from(backlog).unwrap_or(1))
+}
+
+/// What a listener checks as it accepts a client: the pool's `client_connections` and
+/// `tcpkeepalive`, as configured now (a reload changes them in place), and how many of its
+/// clients are connected.
+#[derive(Default)]
+pub(crate) struct Admission {
+    /// At most this many clients at once; 0: no limit.
+    limit: AtomicU32,
+    /// `SO_KEEPALIVE` on accepted clients.
+    keepalive: AtomicBool,
+    /// Clients connected now.
+    clients: AtomicU32,
+}
+
+impl Admission {
+    fn new(options: &ListenOptions) -> Arc<Admission> {
+        let a = Arc::new(Admission::default());
+        a.set(options);
+        a
+    }
+
+    /// The router-wide admission: `max_client_connections` (none: no limit).
+    fn router_wide(limit: Option<u32>) -> Arc<Admission> {
+        let a = Arc::new(Admission::default());
+        a.limit.store(limit.unwrap_or(0), Ordering::Relaxed);
+        a
+    }
+
+    fn set(&self, options: &ListenOptions) {
+        self.limit
+            .store(options.client_connections, Ordering::Relaxed);
+        self.keepalive
+            .store(options.tcp_keepalive, Ordering::Relaxed);
+    }
+
+    /// A client just accepted: its place (released when dropped), or `None` when the
+    /// listener is full (the client is then closed).
+    fn admit(self: &Arc<Self>) -> Option<ClientPlace> {
+        let limit = self.limit.load(Ordering::Relaxed);
+        let now = self.clients.fetch_add(1, Ordering::AcqRel);
+        let place = ClientPlace(self.clone());
+        if limit > 0 && now >= limit {
+            tracing::debug!(limit, "client_connections reached: a client is closed");
+            return None;
+        }
+        Some(place)
+    }
+}
+
+/// A connected client's place on its listener.
+pub(crate) struct ClientPlace(Arc<Admission>);
+
+impl Drop for ClientPlace {
+    fn drop(&mut self) {
+        self.0.clients.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
@@ -110,8 +201,9 @@ pub async fn bind(
     let topology = Topology::build_resolving(&config, None).await?;
     let mut addrs = Vec::new();
     let mut listeners = Vec::new();
-    for (listen, name, route) in self::listeners(&config, &topology)? {
-        let listener = Listener::bind(&listen)
+    preconnect(&topology, workers.count());
+    for (listen, name, route, options) in self::listeners(&config, &topology)? {
+        let listener = Listener::bind(&listen, &options)
             .await
             .with_context(|| format!("{name}: cannot listen on {listen}"))?;
         if let Some(addr) = listener.tcp_addr() {
@@ -119,7 +211,7 @@ pub async fn bind(
         }
         tracing::info!(%name, %listen, "routing");
         let slot: RouteSlot = Arc::new(arc_swap::ArcSwap::new(route));
-        listeners.push((listen, slot, listener));
+        listeners.push((listen, slot, listener, Admission::new(&options)));
     }
     let admin = match admin {
         Some(a) => Some(
@@ -165,14 +257,15 @@ impl BoundRouter {
         mut reloads: tokio::sync::mpsc::UnboundedReceiver<RouterConfig>,
     ) {
         let mut serving = ServingListeners {
+            everyone: Admission::router_wide(self.served.load().config().max_client_connections),
             listeners: HashMap::new(),
             served: self.served,
             tls: self.tls,
             auth: self.auth,
             workers: self.workers,
         };
-        for (listen, slot, listener) in self.listeners {
-            serving.accept(listen, slot, listener);
+        for (listen, slot, listener, admission) in self.listeners {
+            serving.accept(listen, slot, listener, admission);
         }
         let admin = self
             .admin
@@ -191,7 +284,7 @@ impl BoundRouter {
                 }
             }
         }
-        for (_, (_, task)) in serving.listeners.drain() {
+        for (_, (_, _, task)) in serving.listeners.drain() {
             task.abort();
         }
         if let Some(task) = admin {
@@ -202,7 +295,9 @@ impl BoundRouter {
 
 /// The listeners being served, by listen address.
 pub struct ServingListeners {
-    listeners: HashMap<String, (RouteSlot, tokio::task::JoinHandle<()>)>,
+    /// `max_client_connections`, across every listener.
+    everyone: Arc<Admission>,
+    listeners: HashMap<String, (RouteSlot, Arc<Admission>, tokio::task::JoinHandle<()>)>,
     served: ServedTopology,
     tls: Option<Arc<ServerTls>>,
     auth: ClientAuth,
@@ -210,8 +305,16 @@ pub struct ServingListeners {
 }
 
 impl ServingListeners {
-    fn accept(&mut self, listen: String, slot: RouteSlot, listener: Listener) {
+    fn accept(
+        &mut self,
+        listen: String,
+        slot: RouteSlot,
+        listener: Listener,
+        admission: Arc<Admission>,
+    ) {
         let accepting = slot.clone();
+        let admitting = admission.clone();
+        let everyone = self.everyone.clone();
         let served = self.served.clone();
         let tls = self.tls.clone();
         let auth = self.auth.clone();
@@ -223,9 +326,21 @@ impl ServingListeners {
                 // connection to each server that the same worker runs (`workers.rs`).
                 nth = nth.wrapping_add(1);
                 let lane = nth;
-                let (slot, served, auth) = (accepting.clone(), served.clone(), auth.clone());
                 let accepted = match &listener {
                     Listener::Tcp(l) => l.accept().await.map(|(stream, _)| {
+                        let Some(all) = everyone.admit() else {
+                            tokio::spawn(too_many(stream, tls.is_none()));
+                            return;
+                        };
+                        let Some(place) = admitting.admit() else {
+                            return; // dropped: closed at once, as twemproxy does
+                        };
+                        let place = (all, place);
+                        if admitting.keepalive.load(Ordering::Relaxed) {
+                            let _ = socket2::SockRef::from(&stream).set_keepalive(true);
+                        }
+                        let (slot, served, auth) =
+                            (accepting.clone(), served.clone(), auth.clone());
                         let tls = tls.clone();
                         on_worker(&workers, nth, stream, move |stream| async move {
                             match tls {
@@ -237,11 +352,23 @@ impl ServingListeners {
                                     Err(e) => tracing::debug!(error = %e, "TLS handshake failed"),
                                 },
                             }
+                            drop(place);
                         });
                     }),
                     Listener::Unix(l) => l.accept().await.map(|(stream, _)| {
-                        on_worker(&workers, nth, stream, move |stream| {
-                            proxy::serve_unix(slot, served, auth, stream, lane)
+                        let Some(all) = everyone.admit() else {
+                            tokio::spawn(too_many(stream, true));
+                            return;
+                        };
+                        let Some(place) = admitting.admit() else {
+                            return;
+                        };
+                        let place = (all, place);
+                        let (slot, served, auth) =
+                            (accepting.clone(), served.clone(), auth.clone());
+                        on_worker(&workers, nth, stream, move |stream| async move {
+                            proxy::serve_unix(slot, served, auth, stream, lane).await;
+                            drop(place);
                         });
                     }),
                 };
@@ -251,7 +378,7 @@ impl ServingListeners {
                 }
             }
         });
-        self.listeners.insert(listen, (slot, task));
+        self.listeners.insert(listen, (slot, admission, task));
     }
 
     /// Applies a new configuration, all or nothing: listen addresses already served get
@@ -292,11 +419,13 @@ impl ServingListeners {
         let config = topology.config().clone();
         let mut swaps = Vec::new();
         let mut binds = Vec::new();
-        for (listen, name, route) in wanted {
+        for (listen, name, route, options) in wanted {
             match self.listeners.get(&listen) {
-                Some((slot, _)) => swaps.push((slot.clone(), name, route)),
-                None => match Listener::bind(&listen).await {
-                    Ok(l) => binds.push((listen, name, route, l)),
+                Some((slot, admission, _)) => {
+                    swaps.push((slot.clone(), admission.clone(), name, route, options))
+                }
+                None => match Listener::bind(&listen, &options).await {
+                    Ok(l) => binds.push((listen, name, route, l, options)),
                     Err(e) => {
                         tracing::error!(%name, %listen, error = %e, "reload refused: cannot listen");
                         return;
@@ -311,8 +440,15 @@ impl ServingListeners {
             .chain(config.routes.iter().filter_map(|r| r.listen.clone()))
             .collect();
         self.served.store(Arc::new(topology));
-        for (slot, name, route) in swaps {
+        self.everyone.limit.store(
+            config.max_client_connections.unwrap_or(0),
+            Ordering::Relaxed,
+        );
+        for (slot, admission, name, route, options) in swaps {
             tracing::info!(%name, "reloaded");
+            // backlog and reuseport belong to the bound socket: they apply when a listener
+            // is bound; the admission settings apply from the next client.
+            admission.set(&options);
             slot.store(route);
         }
         let gone: Vec<String> = self
@@ -322,15 +458,48 @@ impl ServingListeners {
             .cloned()
             .collect();
         for listen in gone {
-            if let Some((_, task)) = self.listeners.remove(&listen) {
+            if let Some((_, _, task)) = self.listeners.remove(&listen) {
                 tracing::info!(%listen, "listener removed");
                 task.abort();
             }
         }
-        for (listen, name, route, listener) in binds {
+        for (listen, name, route, listener, options) in binds {
             tracing::info!(%name, %listen, "listener added");
-            self.accept(listen, Arc::new(arc_swap::ArcSwap::new(route)), listener);
+            let slot = Arc::new(arc_swap::ArcSwap::new(route));
+            self.accept(listen, slot, listener, Admission::new(&options));
         }
+    }
+}
+
+/// Opens every connection of the pools with `preconnect` (twemproxy's, at start): a
+/// `version` on each of a server's connections makes it connect now, not at the first
+/// client request (each of its `server_connections` per worker). Failures count as any
+/// other (a dead server is found down early).
+fn preconnect(topology: &Topology, workers: usize) {
+    for pool in topology.pools() {
+        if !pool.config().preconnect {
+            continue;
+        }
+        for backend in pool.backends() {
+            for lane in 0..pool.config().server_connections as usize * workers {
+                let call = backend.call(lane, b"version\r\n".to_vec(), ReplyKind::Line);
+                tokio::spawn(call);
+            }
+        }
+    }
+}
+
+/// memcached's answer to a client over its connection limit (`-c`): `ERROR Too many open
+/// connections`, then the connection closed (over TLS, closed without a word: the
+/// handshake is not spent on it).
+async fn too_many(mut stream: impl tokio::io::AsyncWrite + Unpin, plain: bool) {
+    use tokio::io::AsyncWriteExt;
+    tracing::debug!("max_client_connections reached: a client is refused");
+    if plain {
+        let _ = stream
+            .write_all(b"ERROR Too many open connections\r\n")
+            .await;
+        let _ = stream.shutdown().await;
     }
 }
 

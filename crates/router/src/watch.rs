@@ -5,7 +5,7 @@ use crate::args::RouterArgs;
 use crate::reloadable::ClientAuth;
 use anyhow::Context;
 use memfleet_authfile::Credentials;
-use memfleet_routing::RouterConfig;
+use memfleet_routing::{ConfigOrigin, RouterConfig};
 use memfleet_tls::ServerTls;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -25,7 +25,13 @@ pub fn load_config(args: &RouterArgs) -> anyhow::Result<RouterConfig> {
     } else {
         memfleet_routing::from_toml(&text)
     };
-    config.with_context(|| format!("in {}", path.display()))
+    let origin = ConfigOrigin::of(&path.display().to_string(), text.as_bytes());
+    config
+        .map(|c| RouterConfig {
+            origin: Some(origin),
+            ..c
+        })
+        .with_context(|| format!("in {}", path.display()))
 }
 
 /// Reads an auth file (`user:password` lines, memcached's `-Y` format).

@@ -16,6 +16,7 @@
 //! | `ring` | ketama (libmemcached and spymemcached dialects), modula, rendezvous, jump; hash tags |
 //! | `config` | pools and router settings from memfleet's TOML or twemproxy's YAML, read the way twemproxy reads it |
 //! | `route_config` | the route tree's configuration (prefix, operation, replicated, gutter, broadcast, warm-up), checked: names exist, no loops |
+//! | `route_types` | the settings of null, error, ttl, failover, all-fastest, all-initial, shadow, migrate and bigvalue routes |
 //!
 //! ```
 //! use memfleet_routing::{Distribution, KetamaDialect, KeyHash, Node, Ring};
@@ -31,11 +32,17 @@ pub mod config;
 pub mod hash;
 pub mod ring;
 pub mod route_config;
+pub mod route_types;
 
 pub use config::{
-    from_toml, from_twemproxy_yaml, ConfigError, DiscoverySettings, DnsEntry, PasswordSource,
-    PoolAuth, PoolConfig, PoolTls, RouterConfig,
+    check_toml, check_twemproxy_yaml, from_toml, from_twemproxy_yaml, ConfigError, ConfigOrigin,
+    DiscoverySettings, DnsEntry, Fraction, ListenOptions, PasswordSource, PoolAuth, PoolConfig,
+    PoolRates, PoolTls, RouterConfig,
 };
 pub use hash::KeyHash;
 pub use ring::{twemproxy_order, Distribution, KetamaDialect, Node, Ring, RingError};
 pub use route_config::{BroadcastMode, RouteConfig, RouteKind, WritePolicy};
+pub use route_types::{
+    BigValue, Failover, FailoverErrors, FailoverLimit, FailoverOrder, Migrate, Shadow, ShadowKeys,
+    TtlRewrite,
+};

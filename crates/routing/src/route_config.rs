@@ -6,10 +6,11 @@
 //! |------|--------------|
 //! | `prefix` | the longest matching key prefix picks the route; `default` takes the rest (§3.2.2). With `strip = true` the prefix is removed from the key (mcrouter-style routing prefixes such as `/region/cluster/`, §4.2) |
 //! | `operation` | gets, sets and deletes can go different ways (`get`, `set`, `delete`, `default`) |
-//! | `replicated` | reads go to one replica, chosen stably per client, failing over to the others; writes go to every replica (§3.2.3) and are answered by the `write` policy: `any` (default), `majority` or `all` replicas must store; a delete is answered `DELETED` only when every replica took it (or spooled it for later) |
+//! | `replicated` | reads go to one replica, chosen stably per client (among the pools of the router's `zone` first, when `[router] zone` and the pools' `zone` say), failing over to the others; writes go to every replica (§3.2.3) and are answered by the `write` policy: `any` (default), `majority` or `all` replicas must store; a delete is answered `DELETED` only when every replica took it (or spooled it for later) |
 //! | `gutter` | when `main` fails (server down, timeout), the request goes to `gutter`; sets there get at most `gutter_ttl` seconds (§3.3) |
 //! | `broadcast` | every request goes to every destination; `all-sync` waits: a delete is `DELETED` if any destination deleted the key (an error if any could neither take nor spool it), other writes get the worst reply; `all-async` answers at once without claiming success (`NOT_FOUND` for a delete), each destination spooling what it cannot take (§4.1) |
 //! | `warmup` | a miss in `cold` is filled from `warm` (`add`ed into cold, so a racing delete's hold-off wins); deletes reach cold with a `holdoff`-second hold-off (§4.3) |
+//! | `null`, `error`, `ttl`, `failover`, `all-fastest`, `all-initial`, `shadow`, `migrate`, `bigvalue` | see [`crate::route_types`] |
 //!
 //! In TOML, routes are named tables beside the pools, and a name refers to a pool or a route:
 //!
@@ -35,6 +36,10 @@
 //! This module only reads and checks the tree (names exist, no cycles); running it is
 //! `memfleet_client::route`'s job (for the router and applications alike).
 
+use crate::route_types::{
+    big_value, error_message, failover_errors, failover_limit, failover_order, shadow_keys,
+    BigValue, Failover, Migrate, OneOrMany, Shadow, ShadowKeys, TtlRewrite,
+};
 use serde::Deserialize;
 use std::collections::{BTreeMap, HashMap};
 
@@ -133,6 +138,33 @@ pub enum RouteKind {
         /// Off: plain `cold` (switched by a reload once cold's hit rate has recovered).
         enabled: bool,
     },
+    /// Answers at once, reaching nothing (mcrouter's `NullRoute`).
+    Null,
+    /// Answers `SERVER_ERROR <message>` (mcrouter's `ErrorRoute`).
+    Error {
+        /// The error's text.
+        message: String,
+    },
+    /// Rewrites writes' exptime (mcrouter's `ModifyExptimeRoute`).
+    Ttl(TtlRewrite),
+    /// Ordered failover (mcrouter's `FailoverRoute`).
+    Failover(Failover),
+    /// To every child; the first success answers (mcrouter's `AllFastestRoute`).
+    AllFastest {
+        /// The children.
+        children: Vec<String>,
+    },
+    /// To every child; the first child answers (mcrouter's `AllInitialRoute`).
+    AllInitial {
+        /// The children.
+        children: Vec<String>,
+    },
+    /// Main answers; chosen keys are shadowed (mcrouter's `ShadowRoute`).
+    Shadow(Shadow),
+    /// Moves keys from one route to another at a given time (mcrouter's `MigrateRoute`).
+    Migrate(Migrate),
+    /// Large values as chunks (mcrouter's `BigValueRoute`).
+    BigValue(BigValue),
 }
 
 impl RouteKind {
@@ -161,6 +193,15 @@ impl RouteKind {
             RouteKind::Gutter { main, gutter, .. } => vec![main, gutter],
             RouteKind::Broadcast { to, .. } => to.iter().map(String::as_str).collect(),
             RouteKind::WarmUp { cold, warm, .. } => vec![cold, warm],
+            RouteKind::Null | RouteKind::Error { .. } => Vec::new(),
+            RouteKind::Ttl(t) => vec![&t.child],
+            RouteKind::Failover(f) => f.children.iter().map(String::as_str).collect(),
+            RouteKind::AllFastest { children } | RouteKind::AllInitial { children } => {
+                children.iter().map(String::as_str).collect()
+            }
+            RouteKind::Shadow(s) => vec![&s.main, &s.shadow],
+            RouteKind::Migrate(m) => vec![&m.from, &m.to],
+            RouteKind::BigValue(b) => vec![&b.child],
         }
     }
 }
@@ -185,12 +226,30 @@ pub(crate) struct TomlRoute {
     main: Option<String>,
     gutter: Option<String>,
     gutter_ttl: Option<u32>,
-    to: Option<Vec<String>>,
+    to: Option<OneOrMany>,
     mode: Option<String>,
     cold: Option<String>,
     warm: Option<String>,
     holdoff: Option<u32>,
     enabled: Option<bool>,
+    message: Option<String>,
+    child: Option<String>,
+    max_ttl: Option<u32>,
+    set_ttl: Option<u32>,
+    children: Option<Vec<String>>,
+    failover_errors: Option<Vec<String>>,
+    miss: Option<bool>,
+    order: Option<String>,
+    failover_limit: Option<BTreeMap<String, f64>>,
+    shadow: Option<String>,
+    key_fraction: Option<Vec<f64>>,
+    index_range: Option<Vec<i64>>,
+    max_pending: Option<u32>,
+    from: Option<String>,
+    start_time: Option<u64>,
+    interval: Option<u64>,
+    threshold: Option<u64>,
+    item_size_max: Option<u64>,
 }
 
 /// Turns a TOML route table into a [`RouteConfig`]; the error says what is wrong.
@@ -214,6 +273,24 @@ pub(crate) fn parse(name: &str, t: TomlRoute) -> Result<RouteConfig, String> {
         ("warm", t.warm.is_some()),
         ("holdoff", t.holdoff.is_some()),
         ("enabled", t.enabled.is_some()),
+        ("message", t.message.is_some()),
+        ("child", t.child.is_some()),
+        ("max_ttl", t.max_ttl.is_some()),
+        ("set_ttl", t.set_ttl.is_some()),
+        ("children", t.children.is_some()),
+        ("failover_errors", t.failover_errors.is_some()),
+        ("miss", t.miss.is_some()),
+        ("order", t.order.is_some()),
+        ("failover_limit", t.failover_limit.is_some()),
+        ("shadow", t.shadow.is_some()),
+        ("key_fraction", t.key_fraction.is_some()),
+        ("index_range", t.index_range.is_some()),
+        ("max_pending", t.max_pending.is_some()),
+        ("from", t.from.is_some()),
+        ("start_time", t.start_time.is_some()),
+        ("interval", t.interval.is_some()),
+        ("threshold", t.threshold.is_some()),
+        ("item_size_max", t.item_size_max.is_some()),
     ]
     .into_iter()
     .filter_map(|(f, set)| set.then_some(f))
@@ -225,10 +302,31 @@ pub(crate) fn parse(name: &str, t: TomlRoute) -> Result<RouteConfig, String> {
         "gutter" => &["main", "gutter", "gutter_ttl"],
         "broadcast" => &["to", "mode"],
         "warmup" => &["cold", "warm", "holdoff", "enabled"],
+        "null" => &[],
+        "error" => &["message"],
+        "ttl" => &["child", "max_ttl", "set_ttl"],
+        "failover" => &[
+            "children",
+            "failover_errors",
+            "miss",
+            "order",
+            "failover_limit",
+        ],
+        "all-fastest" | "all-initial" => &["children"],
+        "migrate" => &["from", "to", "start_time", "interval"],
+        "bigvalue" => &["child", "threshold", "item_size_max"],
+        "shadow" => &[
+            "main",
+            "shadow",
+            "key_fraction",
+            "index_range",
+            "max_pending",
+        ],
         other => {
             return Err(format!(
                 "unknown route type {other:?} (prefix, operation, replicated, gutter, \
-                 broadcast, warmup)"
+                 broadcast, warmup, null, error, ttl, failover, all-fastest, all-initial, \
+                 shadow, migrate, bigvalue)"
             ))
         }
     };
@@ -274,16 +372,85 @@ pub(crate) fn parse(name: &str, t: TomlRoute) -> Result<RouteConfig, String> {
             ttl: t.gutter_ttl.unwrap_or(10).max(1),
         },
         "broadcast" => {
-            let to = need_list(t.to, "broadcast", "to")?;
+            let to = match t.to {
+                Some(OneOrMany::One(one)) => Some(vec![one]),
+                Some(OneOrMany::Many(many)) => Some(many),
+                None => None,
+            };
+            let to = need_list(to, "broadcast", "to")?;
             let mode = one_of(t.mode, "mode", &BROADCAST_MODES)?;
             RouteKind::Broadcast { to, mode }
         }
-        _ => RouteKind::WarmUp {
+        "warmup" => RouteKind::WarmUp {
             cold: need(t.cold, "cold")?,
             warm: need(t.warm, "warm")?,
             holdoff: t.holdoff.unwrap_or(2),
             enabled: t.enabled.unwrap_or(true),
         },
+        "null" => RouteKind::Null,
+        "error" => RouteKind::Error {
+            message: error_message(t.message)?,
+        },
+        "ttl" => {
+            if t.max_ttl.is_none() && t.set_ttl.is_none() {
+                return Err("a ttl route needs \"max_ttl\" or \"set_ttl\" (or both)".into());
+            }
+            if t.max_ttl == Some(0) {
+                return Err("max_ttl = 0 would make every write expire at once".into());
+            }
+            RouteKind::Ttl(TtlRewrite {
+                child: need(t.child, "child")?,
+                max_ttl: t.max_ttl,
+                set_ttl: t.set_ttl,
+            })
+        }
+        "failover" => RouteKind::Failover(Failover {
+            children: need_list(t.children, "failover", "children")?,
+            errors: failover_errors(t.failover_errors)?,
+            miss: t.miss.unwrap_or(false),
+            order: failover_order(t.order)?,
+            limit: failover_limit(t.failover_limit)?,
+        }),
+        "all-fastest" => RouteKind::AllFastest {
+            children: need_list(t.children, "all-fastest", "children")?,
+        },
+        "all-initial" => RouteKind::AllInitial {
+            children: need_list(t.children, "all-initial", "children")?,
+        },
+        "bigvalue" => RouteKind::BigValue(big_value(
+            need(t.child, "child")?,
+            t.threshold,
+            t.item_size_max,
+        )?),
+        "migrate" => RouteKind::Migrate(Migrate {
+            from: need(t.from, "from")?,
+            to: match t.to {
+                Some(OneOrMany::One(to)) => to,
+                Some(OneOrMany::Many(_)) => {
+                    return Err("a migrate route's \"to\" is one pool or route".into())
+                }
+                None => return Err("a migrate route needs \"to\"".into()),
+            },
+            start_time: t
+                .start_time
+                .ok_or("a migrate route needs \"start_time\" (Unix seconds)")?,
+            interval: match t.interval {
+                Some(0) => return Err("interval = 0: the move needs at least a second".into()),
+                Some(i) => i,
+                None => 3600,
+            },
+        }),
+        _ => {
+            if t.max_pending == Some(0) {
+                return Err("max_pending = 0 would shadow nothing".into());
+            }
+            RouteKind::Shadow(Shadow {
+                main: need(t.main, "main")?,
+                shadow: need(t.shadow, "shadow")?,
+                keys: shadow_keys(t.key_fraction, t.index_range)?,
+                max_pending: t.max_pending.unwrap_or(1024) as usize,
+            })
+        }
     };
     Ok(RouteConfig {
         name: name.to_string(),
@@ -336,6 +503,14 @@ pub(crate) fn check(routes: &[RouteConfig], pools: &[&str]) -> Result<(), String
         for c in r.kind.children() {
             if !pools.contains(&c) && !by_name.contains_key(c) {
                 return Err(format!("route {}: no pool or route named {c:?}", r.name));
+            }
+        }
+        if let RouteKind::Shadow(s) = &r.kind {
+            if matches!(s.keys, ShadowKeys::IndexRange(..)) && !pools.contains(&s.main.as_str()) {
+                return Err(format!(
+                    "route {}: index_range counts main's servers: main must be a pool",
+                    r.name
+                ));
             }
         }
     }

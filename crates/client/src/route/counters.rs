@@ -22,12 +22,24 @@ pub struct RouteCounters {
     pub fills_refused: AtomicU64,
     /// replicated: reads that failed over to another replica.
     pub replica_failovers: AtomicU64,
+    /// failover: requests sent on to a next child.
+    pub failovers: AtomicU64,
+    /// failover: failovers the failover limit refused.
+    pub failovers_limited: AtomicU64,
+    /// shadow: requests copied to the shadow.
+    pub shadow_requests: AtomicU64,
+    /// shadow: copies dropped because `max_pending` were in flight.
+    pub shadow_dropped: AtomicU64,
+    /// shadow: gets whose main and shadow replies were compared.
+    pub shadow_compared: AtomicU64,
+    /// shadow: compared gets whose replies differed.
+    pub shadow_mismatches: AtomicU64,
     /// The counters the route's type uses (set when it is built).
     pub(super) shown: std::sync::Mutex<&'static [&'static str]>,
 }
 
 /// Every [`RouteCounters`] field: (name, what it counts), for `stats` and `/metrics`.
-pub const COUNTERS: [(&str, &str); 8] = [
+pub const COUNTERS: [(&str, &str); 14] = [
     (
         "gutter_requests",
         "requests the main route failed and the gutter took",
@@ -54,6 +66,24 @@ pub const COUNTERS: [(&str, &str); 8] = [
         "replica_failovers",
         "replicated reads that failed over to another replica",
     ),
+    (
+        "failovers",
+        "requests a failover route sent on to a next child",
+    ),
+    (
+        "failovers_limited",
+        "failovers a failover route's failover_limit refused",
+    ),
+    ("shadow_requests", "requests copied to the shadow"),
+    (
+        "shadow_dropped",
+        "shadow copies dropped: max_pending were in flight",
+    ),
+    (
+        "shadow_compared",
+        "gets whose main and shadow replies were compared",
+    ),
+    ("shadow_mismatches", "compared gets whose replies differed"),
 ];
 
 impl RouteCounters {
@@ -76,6 +106,12 @@ impl RouteCounters {
             "cold_misses" => &self.cold_misses,
             "warm_fills" => &self.warm_fills,
             "fills_refused" => &self.fills_refused,
+            "failovers" => &self.failovers,
+            "failovers_limited" => &self.failovers_limited,
+            "shadow_requests" => &self.shadow_requests,
+            "shadow_dropped" => &self.shadow_dropped,
+            "shadow_compared" => &self.shadow_compared,
+            "shadow_mismatches" => &self.shadow_mismatches,
             _ => &self.replica_failovers,
         };
         c.load(Ordering::Relaxed)

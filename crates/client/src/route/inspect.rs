@@ -2,7 +2,7 @@
 //! reaches (`stats`, `flush_all`), which servers a key can reach (the router's admin key).
 
 use super::request::RouteContext;
-use super::Route;
+use super::{replica_order, Phase, Route};
 use crate::Pool;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -37,9 +37,11 @@ impl Route {
             Route::Replicated {
                 replicas,
                 client_id,
+                local,
                 ..
             } => {
-                let first = (client_id.unwrap_or(ctx.client) % replicas.len() as u64) as usize;
+                let client = client_id.unwrap_or(ctx.client);
+                let first = replica_order(replicas.len(), *local, client).next()?;
                 replicas[first].get_target(key, ctx)
             }
             Route::Gutter { main, .. } => main.get_target(key, ctx),
@@ -51,6 +53,81 @@ impl Route {
                     cold.get_target(key, ctx)
                 }
             }
+            // A get's plain key and server, unchanged: the TTL rewrite touches no get.
+            Route::Ttl { child, .. } => child.get_target(key, ctx),
+            // A shadowed get must go through the route to be copied and compared.
+            Route::Shadow(s) if s.shadows(key) => None,
+            Route::Shadow(s) => s.main.get_target(key, ctx),
+            Route::Migrate(m) => match m.phase() {
+                Phase::Before => m.from.get_target(key, ctx),
+                Phase::After => m.to.get_target(key, ctx),
+                Phase::During => None, // a miss falls back: TCP decides
+            },
+            Route::BigValue(_) => None, // an index needs its chunks
+            // Failover and fan-out need TCP replies to decide; null and error no server.
+            Route::Null
+            | Route::Error(_)
+            | Route::Failover(_)
+            | Route::AllFastest(_)
+            | Route::AllInitial(_) => None,
+        }
+    }
+
+    /// The largest `item_size_max` of the pools the route reaches: what a client of the
+    /// route may send (each pool then refuses what is over its own).
+    pub fn item_size_max(&self) -> usize {
+        let mut pools = Vec::new();
+        self.pools(&mut pools);
+        let largest = pools
+            .iter()
+            .map(|p| p.config().item_size_max)
+            .max()
+            .unwrap_or(memfleet_routing::config::DEFAULT_ITEM_SIZE_MAX);
+        largest.max(self.bigvalue_limit())
+    }
+
+    /// The largest `item_size_max` of the bigvalue routes this route reaches (0: none).
+    fn bigvalue_limit(&self) -> usize {
+        match self {
+            Route::BigValue(b) => b.item_size_max.max(b.child.bigvalue_limit()),
+            Route::Pool(_) | Route::Null | Route::Error(_) => 0,
+            Route::Prefix {
+                prefixes, default, ..
+            } => prefixes
+                .iter()
+                .map(|(_, r)| r.bigvalue_limit())
+                .chain([default.bigvalue_limit()])
+                .max()
+                .unwrap_or(0),
+            Route::Operation {
+                get,
+                set,
+                delete,
+                other,
+            } => [get, set, delete, other]
+                .iter()
+                .map(|r| r.bigvalue_limit())
+                .max()
+                .unwrap_or(0),
+            Route::Replicated { replicas: list, .. }
+            | Route::Broadcast { to: list, .. }
+            | Route::AllFastest(list)
+            | Route::AllInitial(list) => list.iter().map(|r| r.bigvalue_limit()).max().unwrap_or(0),
+            Route::Failover(f) => f
+                .children
+                .iter()
+                .map(|r| r.bigvalue_limit())
+                .max()
+                .unwrap_or(0),
+            Route::Gutter {
+                main: a, gutter: b, ..
+            }
+            | Route::WarmUp {
+                cold: a, warm: b, ..
+            } => a.bigvalue_limit().max(b.bigvalue_limit()),
+            Route::Shadow(s) => s.main.bigvalue_limit().max(s.shadow.bigvalue_limit()),
+            Route::Migrate(m) => m.from.bigvalue_limit().max(m.to.bigvalue_limit()),
+            Route::Ttl { child, .. } => child.bigvalue_limit(),
         }
     }
 
@@ -79,6 +156,15 @@ impl Route {
             Route::Gutter { main, gutter, .. } => [main, gutter].into_iter().for_each(add),
             Route::Broadcast { to, .. } => to.iter().for_each(add),
             Route::WarmUp { cold, warm, .. } => [cold, warm].into_iter().for_each(add),
+            Route::Null | Route::Error(_) => {}
+            Route::Ttl { child, .. } => add(child),
+            Route::Failover(f) => f.children.iter().for_each(add),
+            Route::AllFastest(children) | Route::AllInitial(children) => {
+                children.iter().for_each(add)
+            }
+            Route::Shadow(s) => [&s.main, &s.shadow].into_iter().for_each(add),
+            Route::Migrate(m) => [&m.from, &m.to].into_iter().for_each(add),
+            Route::BigValue(b) => add(&b.child),
         }
     }
 
@@ -116,12 +202,12 @@ impl Route {
             Route::Replicated {
                 replicas,
                 client_id,
+                local,
                 ..
             } => {
-                let n = replicas.len();
-                let first = (client_id.unwrap_or(ctx.client) % n as u64) as usize;
-                for i in 0..n {
-                    replicas[(first + i) % n].servers_for(key, ctx, out);
+                let client = client_id.unwrap_or(ctx.client);
+                for i in replica_order(replicas.len(), *local, client) {
+                    replicas[i].servers_for(key, ctx, out);
                 }
             }
             Route::Gutter { main, gutter, .. } => {
@@ -133,6 +219,32 @@ impl Route {
                 cold.servers_for(key, ctx, out);
                 warm.servers_for(key, ctx, out);
             }
+            Route::Null | Route::Error(_) => {}
+            Route::Ttl { child, .. } => child.servers_for(key, ctx, out),
+            Route::Failover(f) => {
+                for i in f.order_for(key) {
+                    f.children[i].servers_for(key, ctx, out);
+                }
+            }
+            Route::AllFastest(children) | Route::AllInitial(children) => {
+                children.iter().for_each(|r| r.servers_for(key, ctx, out))
+            }
+            Route::Shadow(s) => {
+                s.main.servers_for(key, ctx, out);
+                if s.shadows(key) {
+                    s.shadow.servers_for(key, ctx, out);
+                }
+            }
+            Route::Migrate(m) => match m.phase() {
+                Phase::Before => m.from.servers_for(key, ctx, out),
+                Phase::After => m.to.servers_for(key, ctx, out),
+                Phase::During => {
+                    m.to.servers_for(key, ctx, out);
+                    m.from.servers_for(key, ctx, out);
+                }
+            },
+            // The index's server (chunks have keys of their own, on any server).
+            Route::BigValue(b) => b.child.servers_for(key, ctx, out),
         }
     }
 }

@@ -19,21 +19,38 @@
 //! | `combine.rs` | one reply from many (the delete rule, the write policy) |
 //! | `warmup.rs` | cold-cluster fills and hold-offs |
 //! | `inspect.rs` | reading a route without running it: UDP targets, pools, a key's servers |
+//! | `answer.rs` | `null` and `error` answers, `ttl`'s exptime rewrite |
+//! | `failover.rs` | `failover` (order, errors, miss, limit), `all-fastest`, `all-initial` |
+//! | `shadow.rs` | `shadow`: main answers, chosen keys copied to the shadow, gets compared |
+//! | `migrate.rs` | `migrate`: from one route to another at a given time |
+//! | `bigvalue.rs` | `bigvalue`: large values as chunks and an index, reassembled and checked on reads |
+//! | `handles.rs` | the nodes an operation on a key walks, as text (`route_handles`) |
 //! | `counters.rs` | [`RouteCounters`] |
 
+mod answer;
+mod bigvalue;
 mod build;
 mod combine;
 mod counters;
+mod failover;
+mod handles;
 mod inspect;
+mod migrate;
 mod pool;
 mod request;
+mod shadow;
 mod warmup;
 
+pub use bigvalue::BigValueRoute;
 pub(crate) use build::build;
 use combine::{all_deleted, all_sync, by_policy};
 pub use counters::{RouteCounters, COUNTERS};
+pub use failover::{FailoverBucket, FailoverRoute};
+pub use handles::{operation_class, pool_handle};
+pub use migrate::{MigrateRoute, Phase};
 use pool::pool_call;
 pub use request::{ReplyFuture, RequestClass, RequestForm, RouteContext, RouteReply, RouteRequest};
+pub use shadow::ShadowRoute;
 use warmup::warm_call;
 
 use crate::Pool;
@@ -77,6 +94,9 @@ pub enum Route {
         write: WritePolicy,
         /// Failovers.
         counters: Arc<RouteCounters>,
+        /// How many of `replicas` (the first ones) are in the router's zone: reads choose
+        /// among them first (0: no zones, every replica alike).
+        local: usize,
     },
     /// Gutter failover.
     Gutter {
@@ -109,6 +129,40 @@ pub enum Route {
         /// Cold hits and misses, fills.
         counters: Arc<RouteCounters>,
     },
+    /// Answers at once (mcrouter's `NullRoute`).
+    Null,
+    /// Answers this `SERVER_ERROR` line (mcrouter's `ErrorRoute`).
+    Error(Vec<u8>),
+    /// Rewrites the exptime of writes (mcrouter's `ModifyExptimeRoute`).
+    Ttl {
+        /// Where requests go.
+        child: Arc<Route>,
+        /// Writes live at most this long, seconds.
+        max_ttl: Option<u32>,
+        /// Writes live this long, seconds (then capped).
+        set_ttl: Option<u32>,
+    },
+    /// Ordered failover (mcrouter's `FailoverRoute`).
+    Failover(FailoverRoute),
+    /// The first success of every child (mcrouter's `AllFastestRoute`).
+    AllFastest(Vec<Arc<Route>>),
+    /// The first child's reply; every child gets the request (mcrouter's `AllInitialRoute`).
+    AllInitial(Vec<Arc<Route>>),
+    /// Main answers; chosen keys are copied to a shadow (mcrouter's `ShadowRoute`).
+    Shadow(ShadowRoute),
+    /// From one route to another at a given time (mcrouter's `MigrateRoute`).
+    Migrate(MigrateRoute),
+    /// Large values as chunks (mcrouter's `BigValueRoute`).
+    BigValue(BigValueRoute),
+}
+
+/// The order a replicated route reads `n` replicas in for `client`: one chosen by the
+/// client among the `local` first ones (the router's zone; all `n` when 0), the other
+/// local ones after it, then the rest in order.
+pub(super) fn replica_order(n: usize, local: usize, client: u64) -> impl Iterator<Item = usize> {
+    let pick = if local > 0 { local } else { n };
+    let first = (client % pick as u64) as usize;
+    (0..pick).map(move |i| (first + i) % pick).chain(pick..n)
 }
 
 /// A reply that is already there.
@@ -181,6 +235,7 @@ impl Route {
                 client_id,
                 write,
                 counters,
+                local,
             } => {
                 if op.class != RequestClass::Get {
                     let calls = replicas.iter().map(|r| r.call(op.clone(), ctx)).collect();
@@ -191,20 +246,22 @@ impl Route {
                         _ => all_sync(calls),
                     };
                 }
-                // Reads: one replica per client, the others in order after it on failure.
+                // Reads: one replica per client (of its zone's, when it has some), the
+                // others in order after it on failure.
                 let n = replicas.len();
-                let first = (client_id.unwrap_or(ctx.client) % n as u64) as usize;
+                let client = client_id.unwrap_or(ctx.client);
+                let first = replica_order(n, *local, client).next().unwrap_or(0);
                 let call = replicas[first].call(op.clone(), ctx);
                 let replicas = replicas.clone();
-                let counters = counters.clone();
+                let (counters, local) = (counters.clone(), *local);
                 Box::pin(async move {
                     let mut reply = call.await;
-                    for i in 1..n {
+                    for next in replica_order(n, local, client).skip(1) {
                         if reply.is_ok() {
                             break;
                         }
                         counters.replica_failovers.fetch_add(1, Ordering::Relaxed);
-                        reply = replicas[(first + i) % n].call(op.clone(), ctx).await;
+                        reply = replicas[next].call(op.clone(), ctx).await;
                     }
                     reply
                 })
@@ -288,6 +345,19 @@ impl Route {
                 }
                 warm_call(cold, warm, *holdoff, counters, op, ctx)
             }
+            Route::Null => ready(Ok(answer::null_reply(&op).to_vec())),
+            Route::Error(line) => ready(Ok(line.clone())),
+            Route::Ttl {
+                child,
+                max_ttl,
+                set_ttl,
+            } => child.call(answer::rewrite_ttl(op, *max_ttl, *set_ttl), ctx),
+            Route::Failover(f) => f.call(op, ctx),
+            Route::AllFastest(children) => failover::all_fastest(children, op, ctx),
+            Route::AllInitial(children) => failover::all_initial(children, op, ctx),
+            Route::Shadow(s) => s.call(op, ctx),
+            Route::Migrate(m) => m.call(op, ctx),
+            Route::BigValue(b) => b.call(op, ctx),
         }
     }
 }
@@ -313,6 +383,15 @@ fn rekey(reply: Vec<u8>, key: &[u8]) -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn zone_local_replicas_are_read_first() {
+        let order = |local, client| replica_order(4, local, client).collect::<Vec<_>>();
+        assert_eq!(order(0, 5), [1, 2, 3, 0]);
+        assert_eq!(order(2, 5), [1, 0, 2, 3]);
+        assert_eq!(order(2, 4), [0, 1, 2, 3]);
+        assert_eq!(order(1, 7), [0, 1, 2, 3]);
+    }
 
     #[test]
     fn ttls_are_capped_in_every_exptime_form() {

@@ -5,11 +5,22 @@ use crate::backend::{Backend, BackendError};
 use crate::spool::SpoolQueue;
 use crate::Pool;
 use memfleet_protocol::reply::ReplyKind;
+use memfleet_protocol::{response, ParserConfig};
 use std::sync::Arc;
 
 /// A pool leaf: the key's server; a delete it cannot deliver waits in the spool, and so
 /// does a copy for the key's own server while `auto_eject_hosts` has it out of the ring.
 pub(super) fn pool_call(pool: &Arc<Pool>, op: RouteRequest, ctx: RouteContext) -> ReplyFuture {
+    if let Some(refusal) = pool.rates().and_then(|r| r.refusal(op.class)) {
+        return Box::pin(std::future::ready(Ok(refusal)));
+    }
+    if let Some((flags, len)) = op.stored_item() {
+        let limit = ParserConfig::with_max_item_size(pool.config().item_size_max);
+        if !limit.fits(op.key.len(), flags, len) {
+            // What memcached running with `-I item_size_max` answers.
+            return Box::pin(std::future::ready(Ok(response::TOO_LARGE.to_vec())));
+        }
+    }
     let (backend, queue) = pool.server_for(&op.key);
     let bytes = op.bytes();
     let Some(queue) = queue else {

@@ -174,6 +174,26 @@ impl RouteRequest {
         op
     }
 
+    /// The client flags and value length of the item a store (storage command, `lease-set`
+    /// or meta set) would write; `None` for anything else.
+    pub fn stored_item(&self) -> Option<(u32, usize)> {
+        match &self.form {
+            RequestForm::Store { flags, data, .. } => Some((*flags, data.len())),
+            RequestForm::Raw { head, tail, .. } if head.as_slice() == b"ms " => {
+                // ` <datalen> <flags>*\r\n<data>\r\n`, as the proxy split it.
+                let line = tail.split(|&b| b == b'\r').next().unwrap_or_default();
+                let mut tokens = line.split(|&b| b == b' ').filter(|t| !t.is_empty());
+                let len = std::str::from_utf8(tokens.next()?).ok()?.parse().ok()?;
+                let flags = tokens
+                    .find_map(|t| t.strip_prefix(b"F"))
+                    .and_then(|f| std::str::from_utf8(f).ok()?.parse().ok())
+                    .unwrap_or(0);
+                Some((flags, len))
+            }
+            _ => None,
+        }
+    }
+
     /// What a route answers when it does not wait for servers (`all-async`): nothing that
     /// claims a delete happened.
     pub(super) fn unconfirmed(&self) -> &'static [u8] {
@@ -232,5 +252,19 @@ mod tests {
             },
         };
         assert_eq!(mg.with_key(b"x").bytes(), b"mg x v\r\n");
+        assert_eq!(store.stored_item(), Some((5, 3)));
+        assert_eq!(mg.stored_item(), None);
+        let ms = |tail: &[u8]| RouteRequest {
+            class: RequestClass::Set,
+            key: b"k".to_vec(),
+            form: RequestForm::Raw {
+                head: b"ms ".to_vec(),
+                wire_key: b"k".to_vec(),
+                tail: tail.to_vec(),
+                kind: ReplyKind::Meta,
+            },
+        };
+        assert_eq!(ms(b" 3 T0 F7\r\nabc\r\n").stored_item(), Some((7, 3)));
+        assert_eq!(ms(b" 2\r\nab\r\n").stored_item(), Some((0, 2)));
     }
 }

@@ -19,10 +19,13 @@
 //! |------|---------------|
 //! | (this file) | [`Topology`]: building, following DNS, counters and spool figures |
 //! | `pool.rs` | [`Pool`]: a pool's ring over its servers and members, their connections, `stats` lines |
+//! | `rates.rs` | [`RateLimits`]: a pool's request rates (GCRA cells, no lock) and refusals |
 
 mod pool;
+mod rates;
 
 pub use pool::{DnsSummary, Pool};
+pub use rates::RateLimits;
 
 use crate::backend::Backend;
 use crate::discovery::{Discovery, Members};
@@ -181,7 +184,12 @@ impl Topology {
             .map(|p| (p.name().to_string(), p.clone()))
             .collect();
         let mut counters = previous.counters.clone();
-        let mut routes = route::build(&config.routes, &by_name, &mut counters);
+        let mut routes = route::build(
+            &config.routes,
+            &by_name,
+            &mut counters,
+            config.zone.as_deref(),
+        );
         for p in &pools {
             routes.insert(p.name().to_string(), Arc::new(Route::Pool(p.clone())));
         }
@@ -292,6 +300,26 @@ impl Topology {
                 pool.name(),
                 pool.members().len()
             );
+        }
+        let limited: Vec<_> = snapshot
+            .pools()
+            .iter()
+            .filter_map(|p| Some((p.name(), p.rates()?.refused())))
+            .collect();
+        if !limited.is_empty() {
+            let _ = writeln!(
+                text,
+                "# HELP {prefix}_pool_rate_limited_total requests refused over the pool's rates"
+            );
+            let _ = writeln!(text, "# TYPE {prefix}_pool_rate_limited_total counter");
+            for (pool, kinds) in limited {
+                for (kind, n) in kinds {
+                    let _ = writeln!(
+                        text,
+                        "{prefix}_pool_rate_limited_total{{pool=\"{pool}\",kind=\"{kind}\"}} {n}"
+                    );
+                }
+            }
         }
         let dns: Vec<_> = snapshot
             .pools()

@@ -1,7 +1,8 @@
 //! [`Pool`]: one pool's ring over its servers (those written as `host:port`, then the members
 //! its DNS entries found), their connections and delete spool queues, and its `stats` lines.
 
-use crate::backend::{health_epoch, Backend, BackendAuth, BackendOptions, BackendTls};
+use super::rates::RateLimits;
+use crate::backend::{health_epoch, Backend, BackendAuth, BackendOptions, BackendTls, DownBudget};
 use crate::discovery::{Discovery, EntryStats, Member};
 use crate::spool::{SpoolQueue, Spooler};
 use anyhow::Context;
@@ -29,6 +30,10 @@ pub struct Pool {
     discovery: Option<Arc<Discovery>>,
     /// How many of its servers its DNS entries found.
     found: usize,
+    /// Its request rates, when it has some.
+    rates: Option<RateLimits>,
+    /// Its cap on servers marked down at once.
+    down_budget: Arc<DownBudget>,
 }
 
 /// An ejecting pool's live ring, current as of a [`health_epoch`].
@@ -210,6 +215,17 @@ impl Pool {
                 })
             })
             .collect::<anyhow::Result<Vec<_>>>()?;
+        // At most max_down_fraction of the servers down at once (at least one may be).
+        let max_down =
+            ((backends.len() as f64 * config.max_down_fraction.0).floor() as usize).max(1);
+        let down_now = backends
+            .iter()
+            .filter(|b| b.health().down.load(Ordering::Acquire))
+            .count();
+        let down_budget = DownBudget::new(max_down, down_now);
+        for b in &backends {
+            b.set_down_budget(down_budget.clone());
+        }
         let spooler = spooler
             .filter(|_| config.spool_deletes && !no_members)
             .cloned();
@@ -224,7 +240,6 @@ impl Pool {
             .auto_eject_hosts
             .then(|| LiveRing::new(&ring, &backends, &config.name));
         Ok(Pool {
-            config,
             ring,
             backends,
             spool_queues,
@@ -233,12 +248,20 @@ impl Pool {
             no_members,
             discovery,
             found,
+            rates: RateLimits::new(&config.name, &config.rates),
+            down_budget,
+            config,
         })
     }
 
     /// Its configuration.
     pub fn config(&self) -> &PoolConfig {
         &self.config
+    }
+
+    /// Its request rates, when it has some (`rates`).
+    pub fn rates(&self) -> Option<&RateLimits> {
+        self.rates.as_ref()
     }
 
     /// Its ring, every server in it (where keys go while every server is up).
@@ -359,6 +382,16 @@ impl Pool {
             ] {
                 stat(&format!("pool:{pool}:{field}"), value.to_string());
             }
+        }
+        stat(
+            &format!("pool:{pool}:down_refused"),
+            self.down_budget.refused.load(Ordering::Relaxed).to_string(),
+        );
+        for (kind, refused) in self.rates.iter().flat_map(RateLimits::refused) {
+            stat(
+                &format!("pool:{pool}:rate_limited_{kind}"),
+                refused.to_string(),
+            );
         }
         for b in self.members() {
             let h = b.health();

@@ -5,9 +5,11 @@
 use super::queued::{error_reply, local, QueuedReply};
 use super::rewrite::raw_without_noreply;
 use crate::reloadable::ServedTopology;
-use memfleet_client::Pool;
+use memfleet_client::route::operation_class;
+use memfleet_client::{Pool, RequestClass};
 use memfleet_protocol::reply::ReplyKind;
 use memfleet_protocol::{response, Request};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 /// The requests the router answers itself, whatever it routes to.
@@ -25,6 +27,36 @@ pub(super) fn answer_locally(request: &Request<'_>) -> QueuedReply {
         Request::Quit => QueuedReply::Close,
         _ => local(b"ERROR\r\n".to_vec()),
     }
+}
+
+/// `stats ARGS`: `stats` itself, or `stats suspect_servers` (mcrouter's: every server of
+/// `pools` that failed its last request or is marked down, `STAT <pool>:<server>
+/// failures=<in a row>,down=<0|1>`); any other argument gets the plain counters.
+pub(super) fn stats_for(pools: &[Arc<Pool>], served: &ServedTopology, args: &[u8]) -> Vec<u8> {
+    if args.trim_ascii() != b"suspect_servers" {
+        return stats(pools, served);
+    }
+    let mut out = Vec::new();
+    for pool in pools {
+        for b in pool.members() {
+            let h = b.health();
+            let failures = h.failures.load(Ordering::Relaxed);
+            let down = h.down.load(Ordering::Relaxed);
+            if failures > 0 || down {
+                out.extend_from_slice(
+                    format!(
+                        "STAT {}:{} failures={failures},down={}\r\n",
+                        pool.name(),
+                        b.name(),
+                        u8::from(down)
+                    )
+                    .as_bytes(),
+                );
+            }
+        }
+    }
+    out.extend_from_slice(b"END\r\n");
+    out
 }
 
 /// `stats`: the router's counters for `pools`, its routes and its spool.
@@ -71,26 +103,62 @@ pub(super) fn flush_all(
 /// - `__memfleet__.route(KEY)`: where a key goes, the server's `host:port` as the value
 ///   (mcrouter has `__mcrouter__.route(...)`); through a route tree, every server an
 ///   operation on KEY can reach, space-separated, the one a get goes to first;
+/// - `__memfleet__.route_handles(OP,KEY)`: the route tree an OP (`get`, `set`, `delete`,
+///   `mg`, ...) on KEY walks, one node a line, children indented (mcrouter's
+///   `__mcrouter__.route_handles(op,key)`);
 /// - `__memfleet__.pools`: every pool's servers and DNS entries, as JSON
-///   (`memfleet_client::Topology::pools_json`).
+///   (`memfleet_client::Topology::pools_json`);
+/// - `__memfleet__.config_file`, `__memfleet__.config_md5`, `__memfleet__.config_age`: the
+///   configuration serving now: its file, the MD5 of its bytes, the seconds since it was
+///   read (mcrouter's `config_file`, `config_md5_digest`, `config_age`); empty when it was
+///   not read from a file.
 pub(super) const ADMIN_PREFIX: &[u8] = b"__memfleet__.";
 const ROUTE_PREFIX: &[u8] = b"__memfleet__.route(";
+const HANDLES_PREFIX: &[u8] = b"__memfleet__.route_handles(";
 const POOLS: &[u8] = b"__memfleet__.pools";
+const CONFIG_FILE: &[u8] = b"__memfleet__.config_file";
+const CONFIG_MD5: &[u8] = b"__memfleet__.config_md5";
+const CONFIG_AGE: &[u8] = b"__memfleet__.config_age";
 
-/// Answers a get made only of admin keys, each route key with the servers `servers` names
-/// for the key inside it; `None` when the get has other keys.
+/// Answers a get made only of admin keys: each route key with the servers `servers` names
+/// for the key inside it, each route-handles key with what `handles` draws for its
+/// operation and key; `None` when the get has other keys.
 pub(super) fn admin_lookup(
     keys: &[Vec<u8>],
     servers: impl Fn(&[u8]) -> Vec<String>,
+    handles: impl Fn(RequestClass, &[u8]) -> String,
     served: &ServedTopology,
 ) -> Option<Vec<u8>> {
     let mut out = Vec::new();
     for admin in keys {
-        let value = if admin.as_slice() == POOLS {
-            served.load().pools_json().to_string()
-        } else {
-            let key = admin.strip_prefix(ROUTE_PREFIX)?.strip_suffix(b")")?;
-            servers(key).join(" ")
+        let topology = served.load();
+        let origin = topology.config().origin.as_ref();
+        let value = match admin.as_slice() {
+            POOLS => topology.pools_json().to_string(),
+            CONFIG_FILE => origin.map(|o| o.file.clone()).unwrap_or_default(),
+            CONFIG_MD5 => origin.map(|o| o.md5.clone()).unwrap_or_default(),
+            CONFIG_AGE => origin
+                .map(|o| {
+                    let now = std::time::SystemTime::now()
+                        .duration_since(std::time::UNIX_EPOCH)
+                        .map_or(0, |d| d.as_secs());
+                    now.saturating_sub(o.read_unix).to_string()
+                })
+                .unwrap_or_default(),
+            _ => {
+                if let Some(inner) = admin.strip_prefix(HANDLES_PREFIX) {
+                    let inner = inner.strip_suffix(b")")?;
+                    let comma = inner.iter().position(|&b| b == b',')?;
+                    let op = std::str::from_utf8(&inner[..comma]).ok()?;
+                    match operation_class(op) {
+                        Some(class) => handles(class, &inner[comma + 1..]),
+                        None => format!("unknown operation {op:?}"),
+                    }
+                } else {
+                    let key = admin.strip_prefix(ROUTE_PREFIX)?.strip_suffix(b")")?;
+                    servers(key).join(" ")
+                }
+            }
         };
         response::value(&mut out, admin, 0, value.as_bytes(), None);
     }

@@ -35,15 +35,17 @@ use self::queued::{local, QueuedReply};
 use crate::reloadable::{ClientAuth, RouteSlot, ServedTopology};
 use memfleet_client::{Route, RouteContext};
 use memfleet_protocol::auth::Attempt;
-use memfleet_protocol::{parse, ParseError, ParserConfig, Request};
+use memfleet_protocol::{parse, ErrorKind, ParseError, ParserConfig, Request};
+use std::sync::Arc;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 
 /// Queued replies a client may have in flight before the reader waits.
 const IN_FLIGHT: usize = 1024;
-/// Bytes of unparsed input a client may leave (one request, at most a large value).
-const MAX_PENDING_INPUT: usize = (1 << 20) + 64 * 1024;
+/// Bytes of unparsed input a client may leave beyond the largest item its route lets
+/// through (one request: a command line and at most one such value).
+const PENDING_INPUT_SLACK: usize = 64 * 1024;
 /// A client's buffers shrink back to this once a large request or reply has passed (the
 /// server's rule too: an idle connection must not pin the largest thing it ever sent).
 const KEEP_CAPACITY: usize = 32 * 1024;
@@ -132,7 +134,10 @@ async fn serve_halves(
         }
         let _ = wr.write_all(&out).await;
     });
-    let cfg = ParserConfig::default();
+    // Items as large as the route's largest `item_size_max` parse (each pool refuses what
+    // is over its own); recomputed only when a reload swaps the route.
+    let mut parsed_for = slot.load_full();
+    let mut cfg = ParserConfig::with_max_item_size(parsed_for.item_size_max());
     let mut buf: Vec<u8> = Vec::with_capacity(16 * 1024);
     let mut swallow = 0usize;
     // Nothing to pass when the router does not require authentication.
@@ -173,12 +178,18 @@ async fn serve_halves(
                 Ok((request, used)) => {
                     // The route as configured now (a reload applies from the next request).
                     let root = slot.load_full();
+                    if !Arc::ptr_eq(&root, &parsed_for) && reparse(&root, &mut parsed_for, &mut cfg)
+                    {
+                        continue;
+                    }
                     let raw = &buf[at..at + used];
                     let next = match &*root {
                         // A spooling pool's deletes take the route path, which spools; so does
                         // everything while a server replays spooled deletes (reads wait).
+                        // So does a pool with rates (the route's pool leaf counts them).
                         Route::Pool(pool)
                             if !pool.replaying()
+                                && pool.rates().is_none()
                                 && (!pool.spools_deletes()
                                     || !matches!(
                                         request,
@@ -197,6 +208,14 @@ async fn serve_halves(
                 }
                 Err(ParseError::Incomplete) => break,
                 Err(ParseError::Invalid(rejection)) => {
+                    if rejection.kind == ErrorKind::TooLarge {
+                        let root = slot.load_full();
+                        if !Arc::ptr_eq(&root, &parsed_for)
+                            && reparse(&root, &mut parsed_for, &mut cfg)
+                        {
+                            continue;
+                        }
+                    }
                     let reply = if authenticated {
                         rejection.reply()
                     } else {
@@ -228,11 +247,21 @@ async fn serve_halves(
         if buf.capacity() > KEEP_CAPACITY && buf.len() < buf.capacity() / 4 {
             buf.shrink_to(buf.len().max(16 * 1024));
         }
-        if buf.len() > MAX_PENDING_INPUT {
+        if buf.len() > cfg.max_item_size + PENDING_INPUT_SLACK {
             let _ = tx.send(QueuedReply::Close).await;
             break;
         }
     }
     drop(tx);
     let _ = writer.await;
+}
+
+/// A reload swapped the route to `root`: the parser's item size limit follows it. True when
+/// the limit changed, so the request at hand must be parsed again under it.
+fn reparse(root: &Arc<Route>, parsed_for: &mut Arc<Route>, cfg: &mut ParserConfig) -> bool {
+    *parsed_for = root.clone();
+    let now = ParserConfig::with_max_item_size(root.item_size_max());
+    let changed = now != *cfg;
+    *cfg = now;
+    changed
 }

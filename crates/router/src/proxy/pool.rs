@@ -2,10 +2,11 @@
 //! (less `noreply` and `q`); a multi-key get is split per server, sent in parallel and
 //! reassembled in the client's key order, a failed server's keys being misses.
 
-use super::local::{admin_lookup, answer_locally, flush_all, stats};
+use super::local::{admin_lookup, answer_locally, flush_all, stats_for};
 use super::queued::{forwarded, local, QueuedReply, Quiet};
 use super::rewrite::{get_head, replying, without_quiet, QUIET_MA, QUIET_MG, QUIET_MS_MD};
 use crate::reloadable::ServedTopology;
+use memfleet_client::route::pool_handle;
 use memfleet_client::Pool;
 use memfleet_protocol::reply::ReplyKind;
 use memfleet_protocol::{response, GetKind, Request};
@@ -49,7 +50,11 @@ pub(super) fn route(
             let quiet = m.flags.quiet().then_some(QUIET_MA);
             forward(&key, without_quiet(raw), ReplyKind::Meta, false, quiet)
         }
-        Request::Stats { .. } => local(stats(std::slice::from_ref(pool), served)),
+        Request::Stats { args } => local(stats_for(
+            std::slice::from_ref(pool),
+            served,
+            args.as_bytes(),
+        )),
         Request::FlushAll { noreply, .. } => {
             flush_all(std::slice::from_ref(pool), lane, raw, *noreply)
         }
@@ -90,7 +95,8 @@ fn get(
     let keys: Vec<Vec<u8>> = g.keys.map(<[u8]>::to_vec).collect();
     if g.kind == GetKind::Get {
         let server = |key: &[u8]| vec![pool.ring().nodes()[pool.pick(key)].addr()];
-        if let Some(reply) = admin_lookup(&keys, server, served) {
+        let handles = |_, key: &[u8]| format!("{}\n", pool_handle(pool, key));
+        if let Some(reply) = admin_lookup(&keys, server, handles, served) {
             return local(reply);
         }
     }

@@ -1,7 +1,7 @@
 //! A route tree listener: each key's request becomes a `RouteRequest` down the tree; a
 //! multi-key get becomes one per key, reassembled in the client's order.
 
-use super::local::{admin_lookup, answer_locally, flush_all, stats, ADMIN_PREFIX};
+use super::local::{admin_lookup, answer_locally, flush_all, stats, stats_for, ADMIN_PREFIX};
 use super::queued::{forwarded, local, QueuedReply, Quiet};
 use super::rewrite::{get_head, split_meta, without_quiet, QUIET_MA, QUIET_MG, QUIET_MS_MD};
 use crate::reloadable::ServedTopology;
@@ -51,7 +51,8 @@ pub(super) fn tree(
                     root.servers_for(key, ctx, &mut out);
                     out
                 };
-                if let Some(reply) = admin_lookup(&keys, servers, served) {
+                let handles = |class, key: &[u8]| root.route_handles(class, key, ctx);
+                if let Some(reply) = admin_lookup(&keys, servers, handles, served) {
                     return local(reply);
                 }
             }
@@ -67,11 +68,17 @@ pub(super) fn tree(
                     root.call(op, ctx)
                 })
                 .collect();
+            let one_key = calls.len() == 1;
             QueuedReply::Reply(Box::pin(async move {
                 let mut out = Vec::new();
                 for c in calls {
-                    // A key whose route failed is a miss; so is an error line.
+                    // A key whose route failed is a miss; so is an error line, but for a
+                    // one-key get, which answers a server's (or a route's, such as a rate
+                    // limit's) SERVER_ERROR as it came.
                     if let Ok(r) = c.await {
+                        if one_key && r.starts_with(b"SERVER_ERROR") {
+                            return r;
+                        }
                         let values = reply::decode(&r, ReplyKind::Retrieval);
                         if matches!(values, Ok(ServerReply::Values(v)) if !v.is_empty()) {
                             out.extend_from_slice(r.strip_suffix(b"END\r\n").unwrap_or(&r));
@@ -157,6 +164,7 @@ pub(super) fn tree(
             root.pools(&mut pools);
             match request {
                 Request::FlushAll { noreply, .. } => flush_all(&pools, ctx.lane, raw, *noreply),
+                Request::Stats { args } => local(stats_for(&pools, served, args.as_bytes())),
                 _ => local(stats(&pools, served)),
             }
         }

@@ -49,7 +49,10 @@ mod toml_file;
 mod twemproxy;
 
 pub use discovery::{DiscoverySettings, DnsEntry};
-pub use model::{ConfigError, PasswordSource, PoolAuth, PoolConfig, PoolTls, RouterConfig};
+pub use model::{
+    ConfigError, ConfigOrigin, Fraction, ListenOptions, PasswordSource, PoolAuth, PoolConfig,
+    PoolRates, PoolTls, RouterConfig, DEFAULT_ITEM_SIZE_MAX, MAX_ITEM_SIZE_MAX, MIN_ITEM_SIZE_MAX,
+};
 pub use pool_keys::parse_server;
-pub use toml_file::from_toml;
-pub use twemproxy::from_twemproxy_yaml;
+pub use toml_file::{check_toml, from_toml};
+pub use twemproxy::{check_twemproxy_yaml, from_twemproxy_yaml};

@@ -52,6 +52,82 @@ pub struct PoolConfig {
     /// memcached's ASCII authentication towards the servers (their `-Y` file); `None`:
     /// connections start with requests.
     pub auth: Option<PoolAuth>,
+    /// The largest item the router lets through to this pool, in bytes, counted as
+    /// memcached counts against its `-I` (key, value and item overhead; default 1 MiB, as
+    /// memcached's): a larger store is refused with memcached's `SERVER_ERROR object too
+    /// large for cache` without reaching a server.
+    pub item_size_max: usize,
+    /// Open every connection to every server when the router starts (twemproxy's
+    /// `preconnect`), instead of at the first request.
+    pub preconnect: bool,
+    /// How this pool's own listener (`listen`) listens and accepts.
+    pub listener: ListenOptions,
+    /// The most of its servers that may be marked down at once, as a fraction
+    /// (`max_down_fraction`; TOML default 0.5, twemproxy YAML 1: no cap, as twemproxy);
+    /// at least one server may always be. Past it a failing server is not marked down:
+    /// its requests keep failing (and counting) one by one, so a router-side stall cannot
+    /// take a whole pool out (or, with `auto_eject_hosts`, move all its keys).
+    pub max_down_fraction: Fraction,
+    /// The zone (rack, availability zone) its servers are in (`zone`): a replicated
+    /// route reads first from the replicas in the router's own zone (`[router] zone`).
+    pub zone: Option<String>,
+    /// Requests per second this router sends the pool, by kind (`rates = { gets = N,
+    /// sets = N, deletes = N }`); over a rate a request is answered `SERVER_ERROR` without
+    /// reaching a server.
+    pub rates: PoolRates,
+}
+
+/// A fraction in (0, 1].
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Fraction(pub f64);
+
+impl Eq for Fraction {}
+
+/// A pool's request rates per second, per router (`None`: no limit).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PoolRates {
+    /// Retrievals (get, gets, gat, gats, lease-get, mg), per key.
+    pub gets: Option<u32>,
+    /// Storage, arithmetic and touch (set, add, ..., incr, decr, touch, ms, ma).
+    pub sets: Option<u32>,
+    /// delete, md.
+    pub deletes: Option<u32>,
+}
+
+/// memcached's default `-I`: the default [`PoolConfig::item_size_max`].
+pub const DEFAULT_ITEM_SIZE_MAX: usize = 1 << 20;
+/// The smallest `item_size_max` (memcached refuses `-I` below 1 KiB).
+pub const MIN_ITEM_SIZE_MAX: usize = 1 << 10;
+/// The largest `item_size_max` (memcached refuses `-I` above 1 GiB).
+pub const MAX_ITEM_SIZE_MAX: usize = 1 << 30;
+
+/// How a pool's listener listens and accepts clients (twemproxy's pool keys of the same
+/// names, which memfleet's TOML pools take too).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ListenOptions {
+    /// `listen(2)`'s backlog (`backlog`; twemproxy's default, 512).
+    pub backlog: u32,
+    /// `SO_REUSEPORT` on the listening socket (`reuseport`), so several routers (or a new
+    /// one during an upgrade) can listen on the same port.
+    pub reuseport: bool,
+    /// `SO_KEEPALIVE` on every accepted client connection (`tcpkeepalive`, set where
+    /// twemproxy 0.5 sets it: on the clients' sockets).
+    pub tcp_keepalive: bool,
+    /// At most this many clients connected to the listener at once (`client_connections`;
+    /// 0: no limit): one more is closed as soon as it is accepted, as twemproxy closes a
+    /// connection over its limit.
+    pub client_connections: u32,
+}
+
+impl Default for ListenOptions {
+    fn default() -> Self {
+        ListenOptions {
+            backlog: 512,
+            reuseport: false,
+            tcp_keepalive: false,
+            client_connections: 0,
+        }
+    }
 }
 
 /// How a pool's connections authenticate to its servers (`auth_user` and one of
@@ -118,9 +194,86 @@ pub struct RouterConfig {
     /// requests (mcrouter, likewise, connects each proxy thread on its own). Not read from
     /// a file: `memfleet router` sets it from its runtime; the client library leaves it 1.
     pub workers: usize,
+    /// The zone the router runs in (`[router] zone`): replicated routes read from the
+    /// replicas of this zone first.
+    pub zone: Option<String>,
+    /// Clients connected to all the router's listeners at once, at most (`[router]
+    /// max_client_connections`; `None` or 0: no limit): one more is answered `ERROR Too
+    /// many open connections` and closed, as memcached refuses over its `-c`.
+    pub max_client_connections: Option<u32>,
+    /// Where it was read from and when (the router's admin keys `config_file`,
+    /// `config_md5`, `config_age`); `None` when built in memory.
+    pub origin: Option<ConfigOrigin>,
+}
+
+/// Where a configuration was read from: set by whoever reads the file, kept through a
+/// reload that applies it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConfigOrigin {
+    /// The file, as given on the command line.
+    pub file: String,
+    /// The MD5 of the file's bytes, in hex (as `md5sum` prints it).
+    pub md5: String,
+    /// When it was read, Unix seconds.
+    pub read_unix: u64,
+}
+
+impl ConfigOrigin {
+    /// The origin of `text`, read from `file` now.
+    pub fn of(file: &str, text: &[u8]) -> ConfigOrigin {
+        use md5::Digest;
+        let digest = md5::Md5::digest(text);
+        let md5 = digest.iter().map(|b| format!("{b:02x}")).collect();
+        let read_unix = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        ConfigOrigin {
+            file: file.to_string(),
+            md5,
+            read_unix,
+        }
+    }
 }
 
 impl RouterConfig {
+    /// What is wrong with the listeners: an address two pools or routes listen on, or
+    /// none at all (a router would serve nothing).
+    pub fn listener_problems(&self) -> Vec<ConfigError> {
+        let mut problems = Vec::new();
+        let mut seen: Vec<(&str, &str)> = Vec::new();
+        let listens = self
+            .pools
+            .iter()
+            .filter_map(|p| Some((p.listen.as_deref()?, p.name.as_str())))
+            .chain(
+                self.routes
+                    .iter()
+                    .filter_map(|r| Some((r.listen.as_deref()?, r.name.as_str()))),
+            );
+        for (listen, name) in listens {
+            let port_ok = listen
+                .rsplit_once(':')
+                .is_some_and(|(host, port)| !host.is_empty() && port.parse::<u16>().is_ok());
+            if !listen.starts_with('/') && !port_ok {
+                problems.push(ConfigError::Listeners(format!(
+                    "{name}: listen {listen:?} is neither host:port nor a Unix socket path"
+                )));
+            }
+            match seen.iter().find(|(l, _)| *l == listen) {
+                Some((_, first)) => problems.push(ConfigError::Listeners(format!(
+                    "{name} and {first} both listen on {listen}"
+                ))),
+                None => seen.push((listen, name)),
+            }
+        }
+        if seen.is_empty() {
+            problems.push(ConfigError::Listeners(
+                "no pool or route has a listen address".into(),
+            ));
+        }
+        problems
+    }
+
     /// Whether some pool has DNS entries to follow.
     pub fn has_dns(&self) -> bool {
         self.pools.iter().any(|p| !p.dns.is_empty())
@@ -177,4 +330,7 @@ pub enum ConfigError {
     /// Routes that do not fit together (an unknown name, a loop).
     #[error("{0}")]
     Routes(String),
+    /// Listeners that cannot all be bound (an address twice) or none at all.
+    #[error("{0}")]
+    Listeners(String),
 }

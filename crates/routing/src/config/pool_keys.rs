@@ -2,7 +2,10 @@
 //! [name]`), hash and hash-tag names, and the defaults a pool gets for what it does not say.
 
 use super::discovery::DnsEntry;
-use super::model::{ConfigError, PoolConfig};
+use super::model::{
+    ConfigError, Fraction, ListenOptions, PoolConfig, DEFAULT_ITEM_SIZE_MAX, MAX_ITEM_SIZE_MAX,
+    MIN_ITEM_SIZE_MAX,
+};
 use crate::hash::KeyHash;
 use crate::ring::{Distribution, Node};
 
@@ -128,6 +131,12 @@ pub(super) struct SharedKeys {
     pub(super) server_failure_limit: Option<u32>,
     pub(super) server_retry_timeout_ms: Option<u64>,
     pub(super) spool_deletes: Option<bool>,
+    pub(super) item_size_max: Option<u64>,
+    pub(super) preconnect: Option<bool>,
+    pub(super) backlog: Option<u32>,
+    pub(super) reuseport: Option<bool>,
+    pub(super) tcpkeepalive: Option<bool>,
+    pub(super) client_connections: Option<u32>,
 }
 
 /// The pool `name`, checked by building its ring (of its static servers, when it has
@@ -144,7 +153,52 @@ pub(super) fn pool(
     timeout_ms: u64,
     shared: SharedKeys,
 ) -> Result<PoolConfig, ConfigError> {
+    let item_size_max = match shared.item_size_max {
+        None => DEFAULT_ITEM_SIZE_MAX,
+        Some(n) if (MIN_ITEM_SIZE_MAX as u64..=MAX_ITEM_SIZE_MAX as u64).contains(&n) => n as usize,
+        Some(n) => {
+            return Err(pool_error(
+                &name,
+                format!(
+                    "item_size_max = {n} is out of range: {MIN_ITEM_SIZE_MAX} to \
+                     {MAX_ITEM_SIZE_MAX} bytes (memcached's -I limits)"
+                ),
+            ))
+        }
+    };
+    let defaults = ListenOptions::default();
+    let listener = ListenOptions {
+        backlog: shared.backlog.unwrap_or(defaults.backlog),
+        reuseport: shared.reuseport.unwrap_or(defaults.reuseport),
+        tcp_keepalive: shared.tcpkeepalive.unwrap_or(defaults.tcp_keepalive),
+        client_connections: shared
+            .client_connections
+            .unwrap_or(defaults.client_connections),
+    };
+    if shared.listen.is_none() {
+        let given = [
+            ("backlog", shared.backlog.is_some()),
+            ("reuseport", shared.reuseport.is_some()),
+            ("tcpkeepalive", shared.tcpkeepalive.is_some()),
+            ("client_connections", shared.client_connections.is_some()),
+        ];
+        if let Some((key, _)) = given.iter().find(|(_, set)| *set) {
+            return Err(pool_error(
+                &name,
+                format!("{key} sets how the pool's listener accepts clients: it needs listen"),
+            ));
+        }
+    }
+    if listener.backlog == 0 {
+        return Err(pool_error(&name, "backlog must be at least 1"));
+    }
     let pool = PoolConfig {
+        item_size_max,
+        preconnect: shared.preconnect.unwrap_or(false),
+        listener,
+        rates: Default::default(),
+        zone: None,
+        max_down_fraction: Fraction(1.0),
         tls: None,
         auth: None,
         hash: shared.hash,

@@ -2,7 +2,9 @@
 //! `crate::route_config`) and the `[router]` table.
 
 use super::discovery::{parse_interval, parse_nameserver, DiscoverySettings};
-use super::model::{ConfigError, PasswordSource, PoolAuth, PoolConfig, PoolTls, RouterConfig};
+use super::model::{
+    ConfigError, Fraction, PasswordSource, PoolAuth, PoolConfig, PoolRates, PoolTls, RouterConfig,
+};
 use super::pool_keys::{parse_hash, parse_hash_tag, pool, pool_error, servers, SharedKeys};
 use crate::hash::KeyHash;
 use crate::ring::{Distribution, KetamaDialect};
@@ -24,6 +26,15 @@ struct TomlPool {
     server_failure_limit: Option<u32>,
     server_retry_timeout_ms: Option<u64>,
     spool_deletes: Option<bool>,
+    item_size_max: Option<u64>,
+    preconnect: Option<bool>,
+    backlog: Option<u32>,
+    reuseport: Option<bool>,
+    tcpkeepalive: Option<bool>,
+    client_connections: Option<u32>,
+    rates: Option<BTreeMap<String, u64>>,
+    zone: Option<String>,
+    max_down_fraction: Option<f64>,
     servers: Vec<String>,
     tls: Option<bool>,
     tls_ca: Option<String>,
@@ -104,6 +115,8 @@ fn toml_tls(pool: &str, p: &TomlPool) -> Result<Option<PoolTls>, ConfigError> {
 #[serde(deny_unknown_fields)]
 struct TomlRouter {
     spool_dir: Option<String>,
+    zone: Option<String>,
+    max_client_connections: Option<u32>,
     resolve_interval: Option<toml::Value>,
     nameservers: Option<Vec<String>>,
 }
@@ -125,312 +138,209 @@ impl TomlRouter {
     }
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct TomlFile {
-    pools: BTreeMap<String, TomlPool>,
-    #[serde(default)]
-    routes: BTreeMap<String, TomlRoute>,
-    #[serde(default)]
-    router: TomlRouter,
+/// Reads memfleet's TOML configuration: pools, routes, router settings. The error is the
+/// first problem [`check_toml`] finds.
+pub fn from_toml(text: &str) -> Result<RouterConfig, ConfigError> {
+    check_toml(text).map_err(|mut errors| errors.swap_remove(0))
 }
 
-/// Reads memfleet's TOML configuration: pools, routes, router settings.
-pub fn from_toml(text: &str) -> Result<RouterConfig, ConfigError> {
-    let file: TomlFile = toml::from_str(text).map_err(|e| ConfigError::Syntax(e.to_string()))?;
-    if file.pools.is_empty() {
-        return Err(ConfigError::Empty);
+/// Reads memfleet's TOML configuration and checks it, reporting every problem found (at
+/// least one on `Err`): each pool, route and `[router]` table on its own, then the routes
+/// together (names, loops) and the listeners (an address used twice, none at all).
+pub fn check_toml(text: &str) -> Result<RouterConfig, Vec<ConfigError>> {
+    let table: toml::Table =
+        toml::from_str(text).map_err(|e| vec![ConfigError::Syntax(e.to_string())])?;
+    let mut errors = Vec::new();
+    let mut pool_tables = BTreeMap::new();
+    let mut route_tables = BTreeMap::new();
+    let mut router = TomlRouter::default();
+    for (key, value) in table {
+        match key.as_str() {
+            "pools" => pool_tables = tables(value, "pools", &mut errors),
+            "routes" => route_tables = tables(value, "routes", &mut errors),
+            "router" => match table_as::<TomlRouter>(value) {
+                Ok(r) => router = r,
+                Err(e) => errors.push(ConfigError::Syntax(format!("[router] {e}"))),
+            },
+            other => errors.push(ConfigError::Syntax(format!(
+                "unknown table {other:?} (pools, routes, router)"
+            ))),
+        }
     }
-    let pools = toml_pools(file.pools)?;
-    let routes = file
-        .routes
-        .into_iter()
-        .map(|(name, t)| {
-            route_config::parse(&name, t).map_err(|problem| ConfigError::Route {
-                route: name.clone(),
-                problem,
-            })
-        })
-        .collect::<Result<Vec<_>, _>>()?;
-    let pool_names: Vec<&str> = pools.iter().map(|p| p.name.as_str()).collect();
-    route_config::check(&routes, &pool_names).map_err(ConfigError::Routes)?;
-    Ok(RouterConfig {
+    if pool_tables.is_empty() && errors.is_empty() {
+        return Err(vec![ConfigError::Empty]);
+    }
+    let pool_names: Vec<String> = pool_tables.keys().cloned().collect();
+    let mut pools = Vec::new();
+    for (name, value) in pool_tables {
+        match table_as::<TomlPool>(value) {
+            Ok(p) => match toml_pool(name, p) {
+                Ok(pool) => pools.push(pool),
+                Err(e) => errors.push(e),
+            },
+            Err(e) => errors.push(pool_error(&name, e)),
+        }
+    }
+    let mut routes = Vec::new();
+    for (name, value) in route_tables {
+        let route_error = |problem: String| ConfigError::Route {
+            route: name.clone(),
+            problem,
+        };
+        match table_as::<TomlRoute>(value) {
+            Ok(t) => match route_config::parse(&name, t) {
+                Ok(route) => routes.push(route),
+                Err(problem) => errors.push(route_error(problem)),
+            },
+            Err(e) => errors.push(route_error(e)),
+        }
+    }
+    let names: Vec<&str> = pool_names.iter().map(String::as_str).collect();
+    if errors.is_empty() {
+        // Names and loops, once every route could be read.
+        if let Err(e) = route_config::check(&routes, &names) {
+            errors.push(ConfigError::Routes(e));
+        }
+    }
+    let discovery = router.discovery().map_err(|e| errors.push(e)).ok();
+    let config = RouterConfig {
         pools,
         routes,
-        discovery: file.router.discovery()?,
-        spool_dir: file.router.spool_dir,
-        ..RouterConfig::default()
+        discovery: discovery.unwrap_or_default(),
+        spool_dir: router.spool_dir,
+        zone: router.zone,
+        max_client_connections: router.max_client_connections.filter(|n| *n > 0),
+        origin: None,
+        workers: 0,
+    };
+    if errors.is_empty() {
+        Ok(config)
+    } else {
+        Err(errors)
+    }
+}
+
+/// One table read as `T`; the error names the key it is about (`item_size_max: invalid
+/// value: integer \`-1\`, expected u64`), as the table is read on its own.
+fn table_as<T: serde::de::DeserializeOwned>(value: toml::Value) -> Result<T, String> {
+    let text = toml::to_string(&value).unwrap_or_default();
+    toml::from_str::<T>(&text).map_err(|e| {
+        let message = e.message().trim_end().to_string();
+        let key = e.span().and_then(|span| {
+            let start = text.get(..span.start)?.rfind('\n').map_or(0, |i| i + 1);
+            let (key, _) = text.get(start..)?.split_once(" = ")?;
+            Some(key.trim().to_string())
+        });
+        match key {
+            Some(key) if !message.contains(&key) => format!("{key}: {message}"),
+            _ => message,
+        }
     })
 }
 
-fn toml_pools(pools: BTreeMap<String, TomlPool>) -> Result<Vec<PoolConfig>, ConfigError> {
-    pools
-        .into_iter()
-        .map(|(name, p)| {
-            let distribution = match p.distribution.as_deref().unwrap_or("ketama") {
-                "ketama" => Distribution::Ketama(KetamaDialect::Libmemcached),
-                "ketama-spymemcached" => Distribution::Ketama(KetamaDialect::Spymemcached),
-                "modula" => Distribution::Modula,
-                "rendezvous" => Distribution::Rendezvous,
-                "jump" => Distribution::Jump,
-                "random" => Distribution::Random,
-                other => {
-                    return Err(pool_error(
-                        &name,
-                        format!(
-                            "unknown distribution {other:?} (ketama, ketama-spymemcached, \
-                             modula, rendezvous, jump, random)"
-                        ),
-                    ))
-                }
-            };
-            let tls = toml_tls(&name, &p)?;
-            let auth = toml_auth(&name, &p)?;
-            let shared = SharedKeys {
-                hash: parse_hash(&name, p.hash, KeyHash::Md5)?,
-                hash_tag: parse_hash_tag(&name, p.hash_tag)?,
-                listen: p.listen,
-                server_connections: p.server_connections,
-                auto_eject_hosts: p.auto_eject_hosts,
-                server_failure_limit: p.server_failure_limit,
-                server_retry_timeout_ms: p.server_retry_timeout_ms,
-                spool_deletes: p.spool_deletes,
-            };
-            let servers = servers(&name, &p.servers)?;
-            let timeout_ms = p.timeout_ms.unwrap_or(400);
-            let pool = pool(name, distribution, servers, timeout_ms, shared)?;
-            Ok(PoolConfig { tls, auth, ..pool })
-        })
-        .collect()
+/// The named tables under `[what]` (`[pools.NAME]`, `[routes.NAME]`).
+fn tables(
+    value: toml::Value,
+    what: &str,
+    errors: &mut Vec<ConfigError>,
+) -> BTreeMap<String, toml::Value> {
+    match value {
+        toml::Value::Table(t) => t.into_iter().collect(),
+        other => {
+            errors.push(ConfigError::Syntax(format!(
+                "{what} must be tables ([{what}.NAME]), not a {}",
+                other.type_str()
+            )));
+            BTreeMap::new()
+        }
+    }
+}
+
+/// A pool's `rates = { gets = N, sets = N, deletes = N }`, each at least 1 per second.
+fn toml_rates(pool: &str, rates: Option<BTreeMap<String, u64>>) -> Result<PoolRates, ConfigError> {
+    let mut out = PoolRates::default();
+    for (kind, n) in rates.unwrap_or_default() {
+        let n = u32::try_from(n).ok().filter(|n| *n > 0).ok_or_else(|| {
+            pool_error(
+                pool,
+                format!("rates.{kind} = {n}: 1 to 4294967295 per second"),
+            )
+        })?;
+        match kind.as_str() {
+            "gets" => out.gets = Some(n),
+            "sets" => out.sets = Some(n),
+            "deletes" => out.deletes = Some(n),
+            other => {
+                return Err(pool_error(
+                    pool,
+                    format!("unknown rate {other:?} (gets, sets, deletes)"),
+                ))
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// One TOML pool, checked.
+fn toml_pool(name: String, p: TomlPool) -> Result<PoolConfig, ConfigError> {
+    let distribution = match p.distribution.as_deref().unwrap_or("ketama") {
+        "ketama" => Distribution::Ketama(KetamaDialect::Libmemcached),
+        "ketama-spymemcached" => Distribution::Ketama(KetamaDialect::Spymemcached),
+        "modula" => Distribution::Modula,
+        "rendezvous" => Distribution::Rendezvous,
+        "jump" => Distribution::Jump,
+        "random" => Distribution::Random,
+        other => {
+            return Err(pool_error(
+                &name,
+                format!(
+                    "unknown distribution {other:?} (ketama, ketama-spymemcached, \
+                     modula, rendezvous, jump, random)"
+                ),
+            ))
+        }
+    };
+    let tls = toml_tls(&name, &p)?;
+    let rates = p.rates.clone();
+    let zone = p.zone.clone();
+    let fraction = p.max_down_fraction.unwrap_or(0.5);
+    if fraction.is_nan() || fraction <= 0.0 || fraction > 1.0 {
+        return Err(pool_error(
+            &name,
+            format!("max_down_fraction = {fraction}: in (0, 1] (1: no cap)"),
+        ));
+    }
+    let auth = toml_auth(&name, &p)?;
+    let shared = SharedKeys {
+        hash: parse_hash(&name, p.hash, KeyHash::Md5)?,
+        hash_tag: parse_hash_tag(&name, p.hash_tag)?,
+        listen: p.listen,
+        server_connections: p.server_connections,
+        auto_eject_hosts: p.auto_eject_hosts,
+        server_failure_limit: p.server_failure_limit,
+        server_retry_timeout_ms: p.server_retry_timeout_ms,
+        spool_deletes: p.spool_deletes,
+        item_size_max: p.item_size_max,
+        preconnect: p.preconnect,
+        backlog: p.backlog,
+        reuseport: p.reuseport,
+        tcpkeepalive: p.tcpkeepalive,
+        client_connections: p.client_connections,
+    };
+    let servers = servers(&name, &p.servers)?;
+    let timeout_ms = p.timeout_ms.unwrap_or(400);
+    let pool = pool(name, distribution, servers, timeout_ms, shared)?;
+    let rates = toml_rates(&pool.name, rates)?;
+    Ok(PoolConfig {
+        tls,
+        auth,
+        rates,
+        zone,
+        max_down_fraction: Fraction(fraction),
+        ..pool
+    })
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::route_config::RouteKind;
-
-    #[test]
-    fn toml_pools() {
-        let pools = from_toml(
-            r#"
-            [pools.main]
-            listen = "127.0.0.1:22122"
-            hash_tag = "{}"
-            servers = ["10.0.0.1:11211:1", "10.0.0.2:11211:2 b"]
-
-            [pools.jumpy]
-            distribution = "jump"
-            servers = ["10.0.0.3:11211"]
-            "#,
-        )
-        .unwrap()
-        .pools;
-        assert_eq!(pools.len(), 2);
-        let main = pools.iter().find(|p| p.name == "main").unwrap();
-        assert_eq!(
-            main.distribution,
-            Distribution::Ketama(KetamaDialect::Libmemcached)
-        );
-        assert_eq!((main.hash, main.hash_tag), (KeyHash::Md5, Some(*b"{}")));
-        assert_eq!(main.servers[1].name.as_deref(), Some("b"));
-        // No rehash unless asked for; servers are marked down after 2 failures either way.
-        assert!(!main.auto_eject_hosts);
-        assert_eq!(
-            (main.server_failure_limit, main.server_retry_timeout_ms),
-            (2, 30_000)
-        );
-        let ejecting = from_toml(
-            "[pools.e]\nauto_eject_hosts = true\nserver_retry_timeout_ms = 500\n\
-             servers = [\"10.0.0.1:11211\"]\n",
-        )
-        .unwrap();
-        assert!(ejecting.pools[0].auto_eject_hosts);
-        let err = |text: &str| from_toml(text).unwrap_err().to_string();
-        assert!(err("[pools.x]\nservers = []\n").contains("no servers"));
-        assert!(err("[pools.x]\nhash = \"sha1\"\nservers = [\"a:1\"]\n").contains("unknown hash"));
-        assert!(err("[pools.x]\nservers = [\"a:1\", \"a:1\"]\n").contains("twice"));
-        assert!(err("[pools.x]\nservrs = [\"a:1\"]\n").contains("unknown field"));
-        assert_eq!(from_toml("pools = {}\n").unwrap_err(), ConfigError::Empty);
-    }
-
-    #[test]
-    fn toml_dns_pools() {
-        use crate::config::DnsEntry;
-        let config = from_toml(
-            "[router]\nresolve_interval = \"250ms\"\nnameservers = [\"127.0.0.1:5353\"]\n\
-             [pools.main]\nservers = [\"dnssrv+_memcache._tcp.cache.test\", \
-             \"dns+cache.test:11211\", \"10.0.0.9:11211\"]\n\
-             [pools.plain]\nservers = [\"10.0.0.1:11211\"]\n",
-        )
-        .unwrap();
-        assert_eq!(
-            config.discovery.resolve_interval,
-            std::time::Duration::from_millis(250)
-        );
-        assert_eq!(
-            config.discovery.nameservers,
-            vec!["127.0.0.1:5353".parse().unwrap()]
-        );
-        assert!(config.has_dns());
-        let main = &config.pools[0];
-        assert_eq!(main.servers.len(), 1);
-        assert_eq!(
-            main.dns,
-            vec![
-                DnsEntry::Srv {
-                    name: "_memcache._tcp.cache.test".into()
-                },
-                DnsEntry::Addresses {
-                    name: "cache.test".into(),
-                    port: 11211
-                }
-            ]
-        );
-        // Only DNS entries: no ring to check yet.
-        let only = from_toml("[pools.a]\nservers = [\"dnssrv+_memcache._tcp.a.test\"]\n").unwrap();
-        assert!(only.pools[0].servers.is_empty());
-        assert_eq!(only.discovery, DiscoverySettings::default());
-        assert!(!from_toml("[pools.a]\nservers = [\"10.0.0.1:1\"]\n")
-            .unwrap()
-            .has_dns());
-        let err = |text: &str| from_toml(text).unwrap_err().to_string();
-        assert!(err("[pools.a]\nservers = [\"dns+a.test\"]\n").contains("dns+NAME:PORT"));
-        assert!(
-            err("[pools.a]\nservers = [\"dns+a.test:1\", \"dns+A.test:1\"]\n").contains("twice")
-        );
-        assert!(
-            err("[router]\nresolve_interval = \"soon\"\n[pools.a]\nservers = [\"a:1\"]\n")
-                .contains("resolve_interval")
-        );
-        assert!(
-            err("[router]\nnameservers = [\"dns.test\"]\n[pools.a]\nservers = [\"a:1\"]\n")
-                .contains("nameserver")
-        );
-    }
-
-    #[test]
-    fn toml_pool_tls() {
-        let pool = |keys: &str| format!("[pools.a]\nservers = [\"10.0.0.1:11211\"]\n{keys}");
-        let config = from_toml(&pool(
-            "tls = true\ntls_ca = \"/ca.pem\"\ntls_server_name = \"cache\"\n\
-             tls_cert = \"/c.pem\"\ntls_key = \"/k.pem\"\n",
-        ))
-        .unwrap();
-        assert_eq!(
-            config.pools[0].tls,
-            Some(PoolTls {
-                ca: "/ca.pem".into(),
-                server_name: Some("cache".into()),
-                cert: Some("/c.pem".into()),
-                key: Some("/k.pem".into()),
-            })
-        );
-        assert_eq!(from_toml(&pool("")).unwrap().pools[0].tls, None);
-        for refused in [
-            "tls = true\n",
-            "tls_ca = \"/ca.pem\"\n",
-            "tls = true\ntls_ca = \"/ca.pem\"\ntls_cert = \"/c.pem\"\n",
-        ] {
-            assert!(from_toml(&pool(refused)).is_err(), "{refused}");
-        }
-    }
-
-    #[test]
-    fn toml_pool_auth() {
-        let pool = |keys: &str| format!("[pools.a]\nservers = [\"10.0.0.1:11211\"]\n{keys}");
-        let config =
-            from_toml(&pool("auth_user = \"app\"\nauth_password_file = \"/pw\"\n")).unwrap();
-        assert_eq!(
-            config.pools[0].auth,
-            Some(PoolAuth {
-                user: "app".into(),
-                password: PasswordSource::File("/pw".into()),
-            })
-        );
-        let inline = from_toml(&pool("auth_user = \"app\"\nauth_password = \"hush\"\n")).unwrap();
-        assert_eq!(
-            inline.pools[0].auth.as_ref().unwrap().password,
-            PasswordSource::Inline("hush".into())
-        );
-        assert!(!format!("{inline:?}").contains("hush"), "{inline:?}");
-        assert_eq!(from_toml(&pool("")).unwrap().pools[0].auth, None);
-        for (refused, why) in [
-            ("auth_user = \"app\"\n", "auth_user needs"),
-            ("auth_password = \"x\"\n", "need auth_user"),
-            ("auth_password_file = \"/pw\"\n", "need auth_user"),
-            (
-                "auth_user = \"app\"\nauth_password = \"x\"\nauth_password_file = \"/pw\"\n",
-                "alternatives",
-            ),
-            (
-                "auth_user = \"a b\"\nauth_password = \"x\"\n",
-                "without spaces",
-            ),
-            (
-                "auth_user = \"\"\nauth_password = \"x\"\n",
-                "without spaces",
-            ),
-            (
-                "auth_user = \"a\"\nauth_password = \"x\\ny\"\n",
-                "line break",
-            ),
-        ] {
-            let err = from_toml(&pool(refused)).unwrap_err().to_string();
-            assert!(err.contains(why), "{refused}: {err}");
-        }
-    }
-
-    #[test]
-    fn toml_routes() {
-        let pools = "[pools.a]\nservers = [\"10.0.0.1:11211\"]\n\
-                     [pools.b]\nservers = [\"10.0.0.2:11211\"]\n";
-        let config = from_toml(&format!(
-            "{pools}[router]\nspool_dir = \"/var/spool/memfleet\"\n\
-             [routes.web]\nlisten = \"127.0.0.1:5000\"\ntype = \"prefix\"\n\
-             prefixes = {{ \"u:\" = \"both\", \"u:x:\" = \"a\" }}\ndefault = \"safe\"\n\
-             [routes.both]\ntype = \"replicated\"\nreplicas = [\"a\", \"b\"]\n\
-             [routes.safe]\ntype = \"gutter\"\nmain = \"a\"\ngutter = \"b\"\n"
-        ))
-        .unwrap();
-        assert_eq!(config.spool_dir.as_deref(), Some("/var/spool/memfleet"));
-        let web = config.routes.iter().find(|r| r.name == "web").unwrap();
-        assert_eq!(web.listen.as_deref(), Some("127.0.0.1:5000"));
-        // Longest prefix first.
-        assert_eq!(
-            web.kind,
-            RouteKind::Prefix {
-                prefixes: vec![("u:x:".into(), "a".into()), ("u:".into(), "both".into())],
-                default: "safe".into(),
-                strip: false,
-            }
-        );
-        let safe = config.routes.iter().find(|r| r.name == "safe").unwrap();
-        assert_eq!(
-            safe.kind,
-            RouteKind::Gutter {
-                main: "a".into(),
-                gutter: "b".into(),
-                ttl: 10
-            }
-        );
-        let err = |routes: &str| {
-            from_toml(&format!("{pools}{routes}"))
-                .unwrap_err()
-                .to_string()
-        };
-        assert!(
-            err("[routes.r]\ntype = \"gutter\"\nmain = \"a\"\ngutter = \"c\"\n")
-                .contains("no pool or route named \"c\"")
-        );
-        assert!(err("[routes.r]\ntype = \"gutter\"\nmain = \"a\"\n").contains("needs \"gutter\""));
-        assert!(
-            err("[routes.r]\ntype = \"broadcast\"\nto = [\"a\"]\nmain = \"a\"\n")
-                .contains("takes no \"main\"")
-        );
-        assert!(err("[routes.r]\ntype = \"fanout\"\n").contains("unknown route type"));
-        assert!(err("[routes.a]\ntype = \"broadcast\"\nto = [\"b\"]\n").contains("both a pool"));
-        assert!(err("[routes.x]\ntype = \"broadcast\"\nto = [\"y\"]\n\
-             [routes.y]\ntype = \"operation\"\ndefault = \"x\"\n")
-        .contains("loop"));
-    }
-}
+#[path = "toml_file_tests.rs"]
+mod tests;
