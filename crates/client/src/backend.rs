@@ -25,6 +25,7 @@
 //! connection with [`BackendError::Auth`] (logged, and counted towards marking the server
 //! down like any failure).
 
+use crate::outstanding::{Gate, OutstandingLimit, Place};
 use memfleet_protocol::reply::{frame, Frame, ReplyKind};
 use memfleet_tls::rustls::pki_types::ServerName;
 use memfleet_tls::tokio_rustls::TlsConnector;
@@ -67,6 +68,17 @@ pub enum BackendError {
         /// What it answered, or why there was no answer.
         reply: String,
     },
+    /// Its pool's `max_outstanding` requests were in flight and its queue was full (the
+    /// request was not sent).
+    #[error("max_outstanding: {limit} requests in flight to server {server} and {queue} waiting")]
+    Outstanding {
+        /// The server.
+        server: String,
+        /// The pool's `max_outstanding`.
+        limit: usize,
+        /// The pool's `max_outstanding_queue`.
+        queue: usize,
+    },
 }
 
 /// Where a request's reply goes.
@@ -77,7 +89,12 @@ struct Job {
     bytes: Vec<u8>,
     kind: ReplyKind,
     reply: ReplyTo,
+    /// Its place under the server's `max_outstanding`, given back with the reply.
+    place: Option<Place>,
 }
+
+/// A request waiting for its reply on a connection.
+type Waiting = (ReplyKind, ReplyTo, Option<Place>);
 
 /// How a backend is reached and judged.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -97,6 +114,8 @@ pub struct BackendOptions {
     pub tls: Option<BackendTls>,
     /// memcached's ASCII authentication after connecting; `None`: none.
     pub auth: Option<BackendAuth>,
+    /// The pool's cap on requests in flight to the server (`max_outstanding`); `None`: none.
+    pub outstanding: Option<OutstandingLimit>,
 }
 
 /// How connections to one server authenticate: the login request, built once.
@@ -298,7 +317,8 @@ pub struct Backend {
     addr: SocketAddr,
     name: String,
     options: BackendOptions,
-    conns: Vec<mpsc::UnboundedSender<Job>>,
+    /// Each connection's queue, and its share of `max_outstanding` when the pool sets one.
+    conns: Vec<(mpsc::UnboundedSender<Job>, Option<Arc<Gate>>)>,
     health: Arc<Health>,
     /// False for [`Backend::unavailable`]: no address to connect or probe.
     reachable: bool,
@@ -363,13 +383,17 @@ impl Backend {
     /// lazily by their tasks, which must run on a tokio runtime.
     pub fn new(addr: SocketAddr, name: String, options: BackendOptions) -> Arc<Backend> {
         let health = Arc::new(Health::default());
-        let conns = (0..options.connections.max(1))
+        let n = options.connections.max(1);
+        let conns = (0..n)
             .map(|lane| {
                 // Unbounded so that queueing is synchronous (see `call`); what one client
-                // can have queued is bounded by its in-flight limit in `proxy.rs`.
+                // can have queued is bounded by its in-flight limit in `proxy.rs`, and what
+                // all have by `max_outstanding` when the pool sets it.
                 let (tx, rx) = mpsc::unbounded_channel();
-                crate::lanes::spawn(lane, connection(addr, rx, options.clone()));
-                tx
+                let gate = options.outstanding.map(|limit| Gate::new(limit, n));
+                let cap = gate.as_ref().map_or(usize::MAX, |g| g.in_flight);
+                crate::lanes::spawn(lane, connection(addr, rx, options.clone(), cap));
+                (tx, gate)
             })
             .collect();
         Arc::new(Backend {
@@ -431,6 +455,21 @@ impl Backend {
         &self.health
     }
 
+    /// Under `max_outstanding`: (requests in flight or waiting now, requests that waited,
+    /// requests refused), over its connections; `None` without the cap.
+    pub fn outstanding(&self) -> Option<(u64, u64, u64)> {
+        self.options.outstanding?;
+        Some(
+            self.conns
+                .iter()
+                .filter_map(|(_, g)| g.as_ref())
+                .fold((0, 0, 0), |(a, b, c), g| {
+                    let (x, y, z) = g.counts();
+                    (a + x, b + y, c + z)
+                }),
+        )
+    }
+
     /// Queues `bytes` (one complete request) on connection `lane` (mod the connection
     /// count) *now*, and returns the wait for its reply (up to the timeout). Queueing before
     /// returning is what keeps one client's requests to a server in order: a client always
@@ -442,16 +481,26 @@ impl Backend {
         kind: ReplyKind,
     ) -> impl std::future::Future<Output = Result<Vec<u8>, BackendError>> + Send + 'static {
         self.health.requests.fetch_add(1, Ordering::Relaxed);
+        let (conn, gate) = &self.conns[lane % self.conns.len()];
+        let place = gate.as_ref().map(Gate::enter);
         let queued = if self.health.down.load(Ordering::Acquire) {
             Err(BackendError::Down(self.name.clone()))
+        } else if let Some(None) = place {
+            let limit = self.options.outstanding.expect("a gate has a limit");
+            Err(BackendError::Outstanding {
+                server: self.name.clone(),
+                limit: limit.limit,
+                queue: limit.queue,
+            })
         } else {
             let (tx, rx) = oneshot::channel();
             let job = Job {
                 bytes,
                 kind,
                 reply: tx,
+                place: place.flatten(),
             };
-            match self.conns[lane % self.conns.len()].send(job) {
+            match conn.send(job) {
                 Ok(()) => Ok(rx),
                 Err(_) => Err(BackendError::Connection(self.name.clone())),
             }
@@ -460,6 +509,8 @@ impl Backend {
         async move {
             let rx = match queued {
                 Ok(rx) => rx,
+                // Refused by `max_outstanding`: counted there, not an error of the server.
+                Err(e @ BackendError::Outstanding { .. }) => return Err(e),
                 Err(e) => {
                     // Failing fast while down is not a new failure.
                     this.health.errors.fetch_add(1, Ordering::Relaxed);
@@ -579,17 +630,21 @@ impl Backend {
 }
 
 /// A connection task: (re)connects on demand, writes queued requests in batches, and hands
-/// each reply to its request in order.
+/// each reply to its request in order, with at most `cap` in flight (the connection's share
+/// of `max_outstanding`; the rest wait on its queue, and one whose caller gave up waiting is
+/// not sent).
 async fn connection(
     addr: SocketAddr,
     mut jobs: mpsc::UnboundedReceiver<Job>,
     options: BackendOptions,
+    cap: usize,
 ) {
-    let mut waiting: VecDeque<(ReplyKind, ReplyTo)> = VecDeque::new();
+    let mut waiting: VecDeque<Waiting> = VecDeque::new();
     let mut batch = Vec::new();
     let mut inbuf: Vec<u8> = Vec::with_capacity(16 * 1024);
-    let fail_all = |waiting: &mut VecDeque<(ReplyKind, ReplyTo)>| {
-        for (_, tx) in waiting.drain(..) {
+    let limited = cap != usize::MAX;
+    let fail_all = |waiting: &mut VecDeque<Waiting>| {
+        for (_, tx, _) in waiting.drain(..) {
             let _ = tx.send(Err(BackendError::Connection(addr.to_string())));
         }
     };
@@ -618,9 +673,16 @@ async fn connection(
         loop {
             // Everything queued goes out in one write.
             batch.clear();
-            while let Some(job) = pending.take().or_else(|| jobs.try_recv().ok()) {
+            while let Some(job) = pending.take().or_else(|| {
+                (waiting.len() < cap)
+                    .then(|| jobs.try_recv().ok())
+                    .flatten()
+            }) {
+                if limited && job.reply.is_closed() {
+                    continue; // it timed out waiting for a place: nobody reads its reply
+                }
                 batch.extend_from_slice(&job.bytes);
-                waiting.push_back((job.kind, job.reply));
+                waiting.push_back((job.kind, job.reply, job.place));
                 if batch.len() > 256 * 1024 {
                     break;
                 }
@@ -637,7 +699,7 @@ async fn connection(
             }
             inbuf.reserve(16 * 1024);
             tokio::select! {
-                job = jobs.recv(), if !closed && waiting.len() < QUEUE => match job {
+                job = jobs.recv(), if !closed && waiting.len() < QUEUE.min(cap) => match job {
                     Some(job) => pending = Some(job),
                     None => closed = true,
                 },
@@ -656,10 +718,10 @@ async fn connection(
                         continue 'connect;
                     }
                     let mut used = 0;
-                    while let Some((kind, _)) = waiting.front() {
+                    while let Some((kind, _, _)) = waiting.front() {
                         match frame(&inbuf[used..], *kind, MAX_VALUE) {
                             Ok(Frame::Complete(n)) => {
-                                let (_, tx) = waiting.pop_front().expect("checked");
+                                let (_, tx, _) = waiting.pop_front().expect("checked");
                                 let _ = tx.send(Ok(inbuf[used..used + n].to_vec()));
                                 used += n;
                             }

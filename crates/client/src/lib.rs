@@ -10,6 +10,7 @@
 //! | module | what it holds |
 //! |--------|---------------|
 //! | `backend` | a server's pooled, pipelined connections; timeouts; marking down (TKO) and probing |
+//! | `outstanding` | a server's cap on requests in flight (`max_outstanding`), shared out over its connections |
 //! | `lanes` | which runtime a server connection's task runs on: its router worker's, so requests do not cross threads |
 //! | `route` | running routes (configured in `memfleet_routing::route_config`): one key's request down a tree of pools, prefix, operation, replicated, gutter, broadcast, warm-up nodes |
 //! | `spool` | deletes that could not be delivered, on disk until they are (`queue.rs` one server's queue and replay, `files.rs` the on-disk layout) |
@@ -40,6 +41,7 @@ mod client;
 pub mod discovery;
 pub mod lanes;
 pub mod metrics_http;
+pub mod outstanding;
 pub mod route;
 pub mod spool;
 mod topology;

@@ -156,6 +156,7 @@ async fn concurrent_appends_share_flushes_and_keep_every_delete() {
             tls: None,
             auth: None,
             eject: false,
+            outstanding: None,
         },
     );
     let queue = spooler.queue("main", &backend);

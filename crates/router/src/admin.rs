@@ -11,6 +11,49 @@ pub async fn serve(listener: TcpListener, pools: ServedTopology) {
     memfleet_client::metrics_http::serve(listener, move || metrics(&pools)).await;
 }
 
+/// The `max_outstanding` series of the servers of pools that set it.
+fn outstanding(snapshot: &memfleet_client::Topology, text: &mut String) {
+    let series: [(&str, &str, &str); 3] = [
+        (
+            "outstanding",
+            "gauge",
+            "requests in flight to the server or waiting under max_outstanding",
+        ),
+        (
+            "outstanding_waited_total",
+            "counter",
+            "requests that waited for a place under max_outstanding",
+        ),
+        (
+            "outstanding_refused_total",
+            "counter",
+            "requests refused: max_outstanding reached and its queue full",
+        ),
+    ];
+    for (i, (name, kind, help)) in series.into_iter().enumerate() {
+        let mut head = false;
+        for pool in snapshot.pools() {
+            for b in pool.members() {
+                let Some(counts) = b.outstanding() else {
+                    continue;
+                };
+                if !head {
+                    let _ = writeln!(text, "# HELP memfleet_router_server_{name} {help}");
+                    let _ = writeln!(text, "# TYPE memfleet_router_server_{name} {kind}");
+                    head = true;
+                }
+                let v = [counts.0, counts.1, counts.2][i];
+                let _ = writeln!(
+                    text,
+                    "memfleet_router_server_{name}{{pool=\"{}\",server=\"{}\"}} {v}",
+                    pool.name(),
+                    b.name()
+                );
+            }
+        }
+    }
+}
+
 /// The Prometheus text of every pool's servers, the routes' counters and the spool.
 fn metrics(served: &ServedTopology) -> String {
     let snapshot = served.load();
@@ -50,6 +93,7 @@ fn metrics(served: &ServedTopology) -> String {
             }
         }
     }
+    outstanding(&snapshot, &mut text);
     snapshot.prometheus_pools("memfleet_router", &mut text);
     for (name, help) in memfleet_client::route::COUNTERS {
         let counters = snapshot.route_counters();

@@ -36,8 +36,8 @@ pub mod route_types;
 
 pub use config::{
     check_toml, check_twemproxy_yaml, from_toml, from_twemproxy_yaml, ConfigError, ConfigOrigin,
-    DiscoverySettings, DnsEntry, Fraction, ListenOptions, PasswordSource, PoolAuth, PoolConfig,
-    PoolRates, PoolTls, RouterConfig,
+    DiscoverySettings, DnsEntry, Fraction, ListenOptions, MaxOutstanding, PasswordSource, PoolAuth,
+    PoolConfig, PoolRates, PoolTls, RouterConfig,
 };
 pub use hash::KeyHash;
 pub use ring::{twemproxy_order, Distribution, KetamaDialect, Node, Ring, RingError};

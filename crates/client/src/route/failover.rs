@@ -69,7 +69,10 @@ pub struct FailoverRoute {
 /// Whether `reply` to `class` moves on to the next child.
 fn fails_over(reply: &RouteReply, class: RequestClass, errors: FailoverErrors, miss: bool) -> bool {
     match reply {
-        Err(BackendError::Down(_) | BackendError::Replaying(_)) => errors.down,
+        // Not sent: marked down, replaying, or over `max_outstanding`.
+        Err(
+            BackendError::Down(_) | BackendError::Replaying(_) | BackendError::Outstanding { .. },
+        ) => errors.down,
         Err(BackendError::Connection(_) | BackendError::Auth { .. }) => errors.connect,
         Err(BackendError::Timeout(_)) => errors.timeout,
         Ok(r) if r.starts_with(b"SERVER_ERROR") => errors.server_error,

@@ -142,6 +142,12 @@ impl Pool {
             failure_limit: config.server_failure_limit,
             retry: Duration::from_millis(config.server_retry_timeout_ms.max(10)),
             eject: config.auto_eject_hosts,
+            outstanding: config
+                .max_outstanding
+                .map(|m| crate::outstanding::OutstandingLimit {
+                    limit: m.limit as usize,
+                    queue: m.queue as usize,
+                }),
             tls: None,
             auth: config
                 .auth
@@ -406,6 +412,18 @@ impl Pool {
                     &format!("pool:{pool}:server:{name}:{field}"),
                     value.to_string(),
                 );
+            }
+            if let Some((now, waited, refused)) = b.outstanding() {
+                for (field, value) in [
+                    ("outstanding", now),
+                    ("outstanding_waited", waited),
+                    ("outstanding_refused", refused),
+                ] {
+                    stat(
+                        &format!("pool:{pool}:server:{name}:{field}"),
+                        value.to_string(),
+                    );
+                }
             }
         }
         out

@@ -3,11 +3,11 @@
 //! reassembled in the client's key order, a failed server's keys being misses.
 
 use super::local::{admin_lookup, answer_locally, flush_all, stats_for};
-use super::queued::{forwarded, local, QueuedReply, Quiet};
+use super::queued::{error_reply, forwarded, local, QueuedReply, Quiet};
 use super::rewrite::{get_head, replying, without_quiet, QUIET_MA, QUIET_MG, QUIET_MS_MD};
 use crate::reloadable::ServedTopology;
 use memfleet_client::route::pool_handle;
-use memfleet_client::Pool;
+use memfleet_client::{BackendError, Pool};
 use memfleet_protocol::reply::ReplyKind;
 use memfleet_protocol::{response, GetKind, Request};
 use std::sync::Arc;
@@ -108,9 +108,14 @@ fn get(
     if servers.iter().all(|s| *s == servers[0]) {
         // One server: the request as it came.
         let call = pool.backends()[servers[0]].call(lane, raw.to_vec(), ReplyKind::Retrieval);
+        let one_key = keys.len() == 1;
         return QueuedReply::Reply(Box::pin(async move {
-            // A failed server's keys are misses.
-            call.await.unwrap_or_else(|_| b"END\r\n".to_vec())
+            // A failed server's keys are misses; one key refused by `max_outstanding` is
+            // answered with the refusal.
+            call.await.unwrap_or_else(|e| match e {
+                BackendError::Outstanding { .. } if one_key => error_reply(&e),
+                _ => b"END\r\n".to_vec(),
+            })
         }));
     }
     let mut order: Vec<usize> = servers.clone();

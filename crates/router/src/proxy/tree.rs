@@ -2,10 +2,10 @@
 //! multi-key get becomes one per key, reassembled in the client's order.
 
 use super::local::{admin_lookup, answer_locally, flush_all, stats, stats_for, ADMIN_PREFIX};
-use super::queued::{forwarded, local, QueuedReply, Quiet};
+use super::queued::{error_reply, forwarded, local, QueuedReply, Quiet};
 use super::rewrite::{get_head, split_meta, without_quiet, QUIET_MA, QUIET_MG, QUIET_MS_MD};
 use crate::reloadable::ServedTopology;
-use memfleet_client::{RequestClass, RequestForm, Route, RouteContext, RouteRequest};
+use memfleet_client::{BackendError, RequestClass, RequestForm, Route, RouteContext, RouteRequest};
 use memfleet_protocol::reply::{self, ReplyKind, ServerReply};
 use memfleet_protocol::{response, GetKind, Request};
 use std::sync::Arc;
@@ -74,15 +74,20 @@ pub(super) fn tree(
                 for c in calls {
                     // A key whose route failed is a miss; so is an error line, but for a
                     // one-key get, which answers a server's (or a route's, such as a rate
-                    // limit's) SERVER_ERROR as it came.
-                    if let Ok(r) = c.await {
-                        if one_key && r.starts_with(b"SERVER_ERROR") {
-                            return r;
+                    // limit's) SERVER_ERROR as it came, and `max_outstanding`'s refusal.
+                    let r = match c.await {
+                        Ok(r) => r,
+                        Err(e @ BackendError::Outstanding { .. }) if one_key => {
+                            return error_reply(&e)
                         }
-                        let values = reply::decode(&r, ReplyKind::Retrieval);
-                        if matches!(values, Ok(ServerReply::Values(v)) if !v.is_empty()) {
-                            out.extend_from_slice(r.strip_suffix(b"END\r\n").unwrap_or(&r));
-                        }
+                        Err(_) => continue,
+                    };
+                    if one_key && r.starts_with(b"SERVER_ERROR") {
+                        return r;
+                    }
+                    let values = reply::decode(&r, ReplyKind::Retrieval);
+                    if matches!(values, Ok(ServerReply::Values(v)) if !v.is_empty()) {
+                        out.extend_from_slice(r.strip_suffix(b"END\r\n").unwrap_or(&r));
                     }
                 }
                 response::end(&mut out);

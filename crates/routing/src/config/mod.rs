@@ -50,8 +50,9 @@ mod twemproxy;
 
 pub use discovery::{DiscoverySettings, DnsEntry};
 pub use model::{
-    ConfigError, ConfigOrigin, Fraction, ListenOptions, PasswordSource, PoolAuth, PoolConfig,
-    PoolRates, PoolTls, RouterConfig, DEFAULT_ITEM_SIZE_MAX, MAX_ITEM_SIZE_MAX, MIN_ITEM_SIZE_MAX,
+    ConfigError, ConfigOrigin, Fraction, ListenOptions, MaxOutstanding, PasswordSource, PoolAuth,
+    PoolConfig, PoolRates, PoolTls, RouterConfig, DEFAULT_ITEM_SIZE_MAX, MAX_ITEM_SIZE_MAX,
+    MIN_ITEM_SIZE_MAX,
 };
 pub use pool_keys::parse_server;
 pub use toml_file::{check_toml, from_toml};

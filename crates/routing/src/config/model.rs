@@ -75,6 +75,21 @@ pub struct PoolConfig {
     /// sets = N, deletes = N }`); over a rate a request is answered `SERVER_ERROR` without
     /// reaching a server.
     pub rates: PoolRates,
+    /// At most this many requests in flight to each server (`max_outstanding`), and this
+    /// many more waiting for one of those places (`max_outstanding_queue`); `None`: no cap.
+    pub max_outstanding: Option<MaxOutstanding>,
+}
+
+/// A pool's cap on requests in flight per server, per router (mcrouter's
+/// `max_outstanding`): a request over `limit` waits in a queue of at most `queue`; past the
+/// queue it is answered `SERVER_ERROR` naming the limit.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MaxOutstanding {
+    /// Requests in flight to one server (`max_outstanding`, at least 1).
+    pub limit: u32,
+    /// Requests waiting for a place (`max_outstanding_queue`; default: `limit`; 0: none
+    /// wait, over the limit is refused at once).
+    pub queue: u32,
 }
 
 /// A fraction in (0, 1].

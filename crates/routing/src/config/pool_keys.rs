@@ -197,6 +197,7 @@ pub(super) fn pool(
         preconnect: shared.preconnect.unwrap_or(false),
         listener,
         rates: Default::default(),
+        max_outstanding: None,
         zone: None,
         max_down_fraction: Fraction(1.0),
         tls: None,

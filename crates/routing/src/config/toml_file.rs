@@ -3,7 +3,8 @@
 
 use super::discovery::{parse_interval, parse_nameserver, DiscoverySettings};
 use super::model::{
-    ConfigError, Fraction, PasswordSource, PoolAuth, PoolConfig, PoolRates, PoolTls, RouterConfig,
+    ConfigError, Fraction, MaxOutstanding, PasswordSource, PoolAuth, PoolConfig, PoolRates,
+    PoolTls, RouterConfig,
 };
 use super::pool_keys::{parse_hash, parse_hash_tag, pool, pool_error, servers, SharedKeys};
 use crate::hash::KeyHash;
@@ -33,6 +34,8 @@ struct TomlPool {
     tcpkeepalive: Option<bool>,
     client_connections: Option<u32>,
     rates: Option<BTreeMap<String, u64>>,
+    max_outstanding: Option<u64>,
+    max_outstanding_queue: Option<u64>,
     zone: Option<String>,
     max_down_fraction: Option<f64>,
     servers: Vec<String>,
@@ -281,6 +284,46 @@ fn toml_rates(pool: &str, rates: Option<BTreeMap<String, u64>>) -> Result<PoolRa
     Ok(out)
 }
 
+/// The largest `max_outstanding` and `max_outstanding_queue`.
+const MAX_OUTSTANDING: u64 = 1 << 20;
+
+/// A pool's `max_outstanding` (1 to 2^20) and `max_outstanding_queue` (0 to 2^20; default:
+/// `max_outstanding`; only with it).
+fn toml_max_outstanding(
+    pool: &str,
+    limit: Option<u64>,
+    queue: Option<u64>,
+) -> Result<Option<MaxOutstanding>, ConfigError> {
+    let Some(limit) = limit else {
+        return match queue {
+            Some(_) => Err(pool_error(
+                pool,
+                "max_outstanding_queue needs max_outstanding",
+            )),
+            None => Ok(None),
+        };
+    };
+    if !(1..=MAX_OUTSTANDING).contains(&limit) {
+        return Err(pool_error(
+            pool,
+            format!(
+                "max_outstanding = {limit}: 1 to {MAX_OUTSTANDING} requests in flight per server"
+            ),
+        ));
+    }
+    let queue = queue.unwrap_or(limit);
+    if queue > MAX_OUTSTANDING {
+        return Err(pool_error(
+            pool,
+            format!("max_outstanding_queue = {queue}: 0 to {MAX_OUTSTANDING} waiting requests"),
+        ));
+    }
+    Ok(Some(MaxOutstanding {
+        limit: limit as u32,
+        queue: queue as u32,
+    }))
+}
+
 /// One TOML pool, checked.
 fn toml_pool(name: String, p: TomlPool) -> Result<PoolConfig, ConfigError> {
     let distribution = match p.distribution.as_deref().unwrap_or("ketama") {
@@ -311,6 +354,7 @@ fn toml_pool(name: String, p: TomlPool) -> Result<PoolConfig, ConfigError> {
         ));
     }
     let auth = toml_auth(&name, &p)?;
+    let max_outstanding = toml_max_outstanding(&name, p.max_outstanding, p.max_outstanding_queue)?;
     let shared = SharedKeys {
         hash: parse_hash(&name, p.hash, KeyHash::Md5)?,
         hash_tag: parse_hash_tag(&name, p.hash_tag)?,
@@ -335,6 +379,7 @@ fn toml_pool(name: String, p: TomlPool) -> Result<PoolConfig, ConfigError> {
         tls,
         auth,
         rates,
+        max_outstanding,
         zone,
         max_down_fraction: Fraction(fraction),
         ..pool

@@ -342,6 +342,33 @@ fn pool_rates() {
 }
 
 #[test]
+fn pool_max_outstanding() {
+    let pool = |keys: &str| format!("[pools.a]\nservers = [\"10.0.0.1:11211\"]\n{keys}");
+    let read = |keys: &str| from_toml(&pool(keys)).unwrap().pools[0].max_outstanding;
+    assert_eq!(read(""), None);
+    assert_eq!(
+        read("max_outstanding = 256\n"),
+        Some(MaxOutstanding {
+            limit: 256,
+            queue: 256
+        })
+    );
+    assert_eq!(
+        read("max_outstanding = 8\nmax_outstanding_queue = 0\n"),
+        Some(MaxOutstanding { limit: 8, queue: 0 })
+    );
+    let err = |keys: &str| from_toml(&pool(keys)).unwrap_err().to_string();
+    assert!(err("max_outstanding = 0\n").contains("max_outstanding = 0: 1 to 1048576"));
+    assert!(
+        err("max_outstanding_queue = 5\n").contains("max_outstanding_queue needs max_outstanding")
+    );
+    assert!(
+        err("max_outstanding = 4\nmax_outstanding_queue = 2000000\n")
+            .contains("max_outstanding_queue = 2000000")
+    );
+}
+
+#[test]
 fn max_client_connections() {
     let file = |router: &str| format!("{router}[pools.a]\nservers = [\"10.0.0.1:11211\"]\n");
     let c = from_toml(&file("[router]\nmax_client_connections = 100\n")).unwrap();
