@@ -25,6 +25,7 @@
 //! connection with [`BackendError::Auth`] (logged, and counted towards marking the server
 //! down like any failure).
 
+use crate::conn_stats::{command_of, ConnStats, Measured};
 use crate::outstanding::{Gate, OutstandingLimit, Place};
 use memfleet_protocol::reply::{frame, Frame, ReplyKind};
 use memfleet_tls::rustls::pki_types::ServerName;
@@ -93,8 +94,8 @@ struct Job {
     place: Option<Place>,
 }
 
-/// A request waiting for its reply on a connection.
-type Waiting = (ReplyKind, ReplyTo, Option<Place>);
+/// A request waiting for its reply on a connection, and when it was written.
+type Waiting = (ReplyKind, ReplyTo, Option<Place>, std::time::Instant);
 
 /// How a backend is reached and judged.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -319,6 +320,8 @@ pub struct Backend {
     options: BackendOptions,
     /// Each connection's queue, and its share of `max_outstanding` when the pool sets one.
     conns: Vec<(mpsc::UnboundedSender<Job>, Option<Arc<Gate>>)>,
+    /// Each connection's commands and latencies.
+    measured: Vec<Arc<ConnStats>>,
     health: Arc<Health>,
     /// False for [`Backend::unavailable`]: no address to connect or probe.
     reachable: bool,
@@ -384,6 +387,7 @@ impl Backend {
     pub fn new(addr: SocketAddr, name: String, options: BackendOptions) -> Arc<Backend> {
         let health = Arc::new(Health::default());
         let n = options.connections.max(1);
+        let measured: Vec<Arc<ConnStats>> = (0..n).map(|_| Arc::default()).collect();
         let conns = (0..n)
             .map(|lane| {
                 // Unbounded so that queueing is synchronous (see `call`); what one client
@@ -392,7 +396,8 @@ impl Backend {
                 let (tx, rx) = mpsc::unbounded_channel();
                 let gate = options.outstanding.map(|limit| Gate::new(limit, n));
                 let cap = gate.as_ref().map_or(usize::MAX, |g| g.in_flight);
-                crate::lanes::spawn(lane, connection(addr, rx, options.clone(), cap));
+                let task = connection(addr, rx, options.clone(), cap, measured[lane].clone());
+                crate::lanes::spawn(lane, task);
                 (tx, gate)
             })
             .collect();
@@ -401,6 +406,7 @@ impl Backend {
             name,
             options,
             conns,
+            measured,
             health,
             reachable: true,
             budget: Default::default(),
@@ -418,6 +424,7 @@ impl Backend {
             name,
             options,
             conns: Vec::new(),
+            measured: Vec::new(),
             health,
             reachable: false,
             budget: Default::default(),
@@ -453,6 +460,15 @@ impl Backend {
     /// Its health and counters.
     pub fn health(&self) -> &Health {
         &self.health
+    }
+
+    /// The commands sent to it and their latencies, over its connections.
+    pub fn measured(&self) -> Measured {
+        let mut m = Measured::default();
+        for c in &self.measured {
+            c.add_to(&mut m);
+        }
+        m
     }
 
     /// Under `max_outstanding`: (requests in flight or waiting now, requests that waited,
@@ -638,13 +654,14 @@ async fn connection(
     mut jobs: mpsc::UnboundedReceiver<Job>,
     options: BackendOptions,
     cap: usize,
+    measured: Arc<ConnStats>,
 ) {
     let mut waiting: VecDeque<Waiting> = VecDeque::new();
     let mut batch = Vec::new();
     let mut inbuf: Vec<u8> = Vec::with_capacity(16 * 1024);
     let limited = cap != usize::MAX;
     let fail_all = |waiting: &mut VecDeque<Waiting>| {
-        for (_, tx, _) in waiting.drain(..) {
+        for (_, tx, _, _) in waiting.drain(..) {
             let _ = tx.send(Err(BackendError::Connection(addr.to_string())));
         }
     };
@@ -673,6 +690,7 @@ async fn connection(
         loop {
             // Everything queued goes out in one write.
             batch.clear();
+            let mut written = None;
             while let Some(job) = pending.take().or_else(|| {
                 (waiting.len() < cap)
                     .then(|| jobs.try_recv().ok())
@@ -682,7 +700,9 @@ async fn connection(
                     continue; // it timed out waiting for a place: nobody reads its reply
                 }
                 batch.extend_from_slice(&job.bytes);
-                waiting.push_back((job.kind, job.reply, job.place));
+                measured.sent(command_of(&job.bytes));
+                let at = *written.get_or_insert_with(std::time::Instant::now);
+                waiting.push_back((job.kind, job.reply, job.place, at));
                 if batch.len() > 256 * 1024 {
                     break;
                 }
@@ -718,10 +738,13 @@ async fn connection(
                         continue 'connect;
                     }
                     let mut used = 0;
-                    while let Some((kind, _, _)) = waiting.front() {
+                    let mut now = None;
+                    while let Some((kind, _, _, _)) = waiting.front() {
                         match frame(&inbuf[used..], *kind, MAX_VALUE) {
                             Ok(Frame::Complete(n)) => {
-                                let (_, tx, _) = waiting.pop_front().expect("checked");
+                                let (_, tx, _, at) = waiting.pop_front().expect("checked");
+                                let now = *now.get_or_insert_with(std::time::Instant::now);
+                                measured.replied(now.duration_since(at).as_micros() as u64);
                                 let _ = tx.send(Ok(inbuf[used..used + n].to_vec()));
                                 used += n;
                             }

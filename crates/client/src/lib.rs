@@ -10,6 +10,7 @@
 //! | module | what it holds |
 //! |--------|---------------|
 //! | `backend` | a server's pooled, pipelined connections; timeouts; marking down (TKO) and probing |
+//! | `conn_stats` | what a server connection measures: commands sent and latencies, per connection (one worker's) |
 //! | `outstanding` | a server's cap on requests in flight (`max_outstanding`), shared out over its connections |
 //! | `lanes` | which runtime a server connection's task runs on: its router worker's, so requests do not cross threads |
 //! | `route` | running routes (configured in `memfleet_routing::route_config`): one key's request down a tree of pools, prefix, operation, replicated, gutter, broadcast, warm-up nodes |
@@ -38,6 +39,7 @@
 
 pub mod backend;
 mod client;
+pub mod conn_stats;
 pub mod discovery;
 pub mod lanes;
 pub mod metrics_http;

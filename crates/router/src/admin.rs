@@ -94,6 +94,7 @@ fn metrics(served: &ServedTopology) -> String {
         }
     }
     outstanding(&snapshot, &mut text);
+    crate::detailed::prometheus(snapshot.pools(), &mut text);
     snapshot.prometheus_pools("memfleet_router", &mut text);
     for (name, help) in memfleet_client::route::COUNTERS {
         let counters = snapshot.route_counters();

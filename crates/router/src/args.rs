@@ -59,6 +59,17 @@ pub struct RouterArgs {
     /// own authentication is a pool setting (`auth_user`) [default: off].
     #[arg(short = 'Y', long = "auth-file", value_name = "FILE")]
     pub auth_file: Option<PathBuf>,
+    /// Log this fraction (0 to 1) of client requests as JSON lines: op, route or pool,
+    /// destination server, latency in µs, result, and the key's xxh3 (the key itself with
+    /// --log-keys), to stderr or --request-log [default: off].
+    #[arg(long = "log-requests", value_name = "RATE")]
+    pub log_requests: Option<f64>,
+    /// Log keys as they are instead of their hash (with --log-requests).
+    #[arg(long = "log-keys", requires = "log_requests")]
+    pub log_keys: bool,
+    /// Append the request log to FILE instead of stderr (with --log-requests).
+    #[arg(long = "request-log", value_name = "FILE", requires = "log_requests")]
+    pub request_log: Option<PathBuf>,
 }
 
 /// `-t`'s value: a thread count, or none (nutcracker's `-t`: test the configuration).

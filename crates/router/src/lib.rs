@@ -20,9 +20,11 @@
 
 mod admin;
 mod args;
+mod detailed;
 mod listeners;
 mod proxy;
 mod reloadable;
+mod request_log;
 mod running;
 mod validate;
 mod watch;
@@ -57,6 +59,9 @@ pub fn run(args: &RouterArgs) -> anyhow::Result<()> {
     let auth = ClientAuth::default();
     if let Some(file) = &args.auth_file {
         auth.store(Some(Arc::new(load_auth(file).context("--auth-file")?)));
+    }
+    if let Some(rate) = args.log_requests {
+        request_log::start(rate, args.log_keys, args.request_log.as_deref())?;
     }
     let threads = args
         .thread_count()

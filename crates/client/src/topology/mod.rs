@@ -209,6 +209,20 @@ impl Topology {
         self.routes.get(name).cloned()
     }
 
+    /// The name of the pool or route `route` is (what a listener serves), if it is one of
+    /// this topology's.
+    pub fn name_of(&self, route: &Arc<Route>) -> Option<String> {
+        if let Route::Pool(pool) = &**route {
+            if let Some(p) = self.pools.iter().find(|p| Arc::ptr_eq(p, pool)) {
+                return Some(p.name().to_string());
+            }
+        }
+        self.routes
+            .iter()
+            .find(|(_, r)| Arc::ptr_eq(r, route))
+            .map(|(name, _)| name.clone())
+    }
+
     /// Every pool, in configuration order.
     pub fn pools(&self) -> &[Arc<Pool>] {
         &self.pools

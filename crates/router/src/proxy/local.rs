@@ -29,12 +29,16 @@ pub(super) fn answer_locally(request: &Request<'_>) -> QueuedReply {
     }
 }
 
-/// `stats ARGS`: `stats` itself, or `stats suspect_servers` (mcrouter's: every server of
+/// `stats ARGS`: `stats` itself, `stats detailed` (commands and latencies, `detailed.rs`),
+/// or `stats suspect_servers` (mcrouter's: every server of
 /// `pools` that failed its last request or is marked down, `STAT <pool>:<server>
 /// failures=<in a row>,down=<0|1>`); any other argument gets the plain counters.
 pub(super) fn stats_for(pools: &[Arc<Pool>], served: &ServedTopology, args: &[u8]) -> Vec<u8> {
-    if args.trim_ascii() != b"suspect_servers" {
-        return stats(pools, served);
+    match args.trim_ascii() {
+        b"suspect_servers" => {}
+        // memcached's `stats detailed dump` (its `on`/`off` have nothing to switch here).
+        b"detailed" | b"detailed dump" => return crate::detailed::stat_lines(pools),
+        _ => return stats(pools, served),
     }
     let mut out = Vec::new();
     for pool in pools {

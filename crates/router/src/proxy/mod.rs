@@ -31,7 +31,8 @@ mod queued;
 mod rewrite;
 mod tree;
 
-use self::queued::{local, QueuedReply};
+use self::queued::local;
+pub(crate) use self::queued::QueuedReply;
 use crate::reloadable::{ClientAuth, RouteSlot, ServedTopology};
 use memfleet_client::{Route, RouteContext};
 use memfleet_protocol::auth::Attempt;
@@ -199,6 +200,13 @@ async fn serve_halves(
                             pool::route(pool, &served, ctx.lane, &request, raw)
                         }
                         _ => tree::tree(&root, &served, ctx, &request, raw),
+                    };
+                    // `--log-requests`: one load of a static when it is off.
+                    let next = match (crate::request_log::sampled(), next) {
+                        (Some(log), QueuedReply::Reply(r)) => {
+                            QueuedReply::Reply(log.wrap(r, raw, &root, &served, ctx))
+                        }
+                        (_, next) => next,
                     };
                     at += used;
                     let stop = matches!(next, QueuedReply::Close);

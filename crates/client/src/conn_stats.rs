@@ -1,0 +1,149 @@
+//! What a server connection measures: each request's command and its latency at the server
+//! (from the write that sent it to the read that completed its reply), in fixed buckets.
+//!
+//! A connection's task is the only writer of its [`ConnStats`] (a relaxed load and store
+//! per count, no read-modify-write), and it runs on the router worker whose clients use the
+//! connection (`lanes.rs`), so nothing here is shared between workers per request. The clock
+//! is read once per write and once per read, whatever number of requests they carry. Readers
+//! (`stats`, `/metrics`) add the connections' counts up.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// The commands counted, by the first word of the request sent.
+pub const COMMANDS: [&str; 19] = [
+    "get", "gets", "gat", "gats", "set", "add", "replace", "append", "prepend", "cas", "delete",
+    "incr", "decr", "touch", "mg", "ms", "md", "ma", "other",
+];
+
+/// The latency buckets' upper bounds, µs (Prometheus `le`, with `+Inf` after them).
+pub const BUCKETS_US: [u64; 14] = [
+    50, 100, 250, 500, 1_000, 2_500, 5_000, 10_000, 25_000, 50_000, 100_000, 250_000, 500_000,
+    1_000_000,
+];
+
+/// The index in [`COMMANDS`] of the request `bytes`.
+pub fn command_of(bytes: &[u8]) -> u8 {
+    let word = bytes
+        .iter()
+        .position(|&b| b == b' ' || b == b'\r')
+        .map_or(bytes, |n| &bytes[..n]);
+    COMMANDS
+        .iter()
+        .position(|c| c.as_bytes() == word)
+        .unwrap_or(COMMANDS.len() - 1) as u8
+}
+
+/// One connection's counts.
+#[repr(align(64))]
+#[derive(Debug, Default)]
+pub struct ConnStats {
+    commands: [AtomicU64; COMMANDS.len()],
+    /// Replies per bucket (not cumulative), the last one over every bound.
+    buckets: [AtomicU64; BUCKETS_US.len() + 1],
+    sum_us: AtomicU64,
+}
+
+/// Adds one to a counter only its connection's task writes.
+fn bump(counter: &AtomicU64, by: u64) {
+    counter.store(counter.load(Ordering::Relaxed) + by, Ordering::Relaxed);
+}
+
+impl ConnStats {
+    /// Counts a request of command `command` (see [`command_of`]) sent.
+    pub(crate) fn sent(&self, command: u8) {
+        bump(&self.commands[command as usize], 1);
+    }
+
+    /// Counts a reply `micros` after its request was written.
+    pub(crate) fn replied(&self, micros: u64) {
+        let bucket = BUCKETS_US
+            .iter()
+            .position(|&b| micros <= b)
+            .unwrap_or(BUCKETS_US.len());
+        bump(&self.buckets[bucket], 1);
+        bump(&self.sum_us, micros);
+    }
+
+    /// Adds this connection's counts to `total`.
+    pub fn add_to(&self, total: &mut Measured) {
+        for (t, c) in total.commands.iter_mut().zip(&self.commands) {
+            *t += c.load(Ordering::Relaxed);
+        }
+        for (t, b) in total.buckets.iter_mut().zip(&self.buckets) {
+            *t += b.load(Ordering::Relaxed);
+        }
+        total.sum_us += self.sum_us.load(Ordering::Relaxed);
+    }
+}
+
+/// Counts added up over connections (of a server, a pool, the router).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Measured {
+    /// Requests sent, by [`COMMANDS`] index.
+    pub commands: [u64; COMMANDS.len()],
+    /// Replies per latency bucket (not cumulative; the last: over every bound).
+    pub buckets: [u64; BUCKETS_US.len() + 1],
+    /// The replies' latencies added up, µs.
+    pub sum_us: u64,
+}
+
+impl Measured {
+    /// Adds `other` to it.
+    pub fn add(&mut self, other: &Measured) {
+        for (t, c) in self.commands.iter_mut().zip(&other.commands) {
+            *t += c;
+        }
+        for (t, b) in self.buckets.iter_mut().zip(&other.buckets) {
+            *t += b;
+        }
+        self.sum_us += other.sum_us;
+    }
+
+    /// Replies measured.
+    pub fn count(&self) -> u64 {
+        self.buckets.iter().sum()
+    }
+
+    /// The upper bound (µs) of the bucket that holds quantile `q` (0..1); `None` without
+    /// replies, `u64::MAX` when it is over every bound.
+    pub fn quantile_bound_us(&self, q: f64) -> Option<u64> {
+        let n = self.count();
+        if n == 0 {
+            return None;
+        }
+        let rank = ((q * n as f64).ceil() as u64).clamp(1, n);
+        let mut seen = 0;
+        for (i, b) in self.buckets.iter().enumerate() {
+            seen += b;
+            if seen >= rank {
+                return Some(BUCKETS_US.get(i).copied().unwrap_or(u64::MAX));
+            }
+        }
+        Some(u64::MAX)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn commands_and_buckets() {
+        assert_eq!(COMMANDS[command_of(b"get a b\r\n") as usize], "get");
+        assert_eq!(COMMANDS[command_of(b"mg k v\r\n") as usize], "mg");
+        assert_eq!(COMMANDS[command_of(b"lease-get k\r\n") as usize], "other");
+        let s = ConnStats::default();
+        s.sent(0);
+        for us in [10, 50, 51, 2_000_000] {
+            s.replied(us);
+        }
+        let mut m = Measured::default();
+        s.add_to(&mut m);
+        assert_eq!(m.commands[0], 1);
+        assert_eq!((m.buckets[0], m.buckets[1], m.buckets[14]), (2, 1, 1));
+        assert_eq!(m.sum_us, 2_000_111);
+        assert_eq!(m.quantile_bound_us(0.5), Some(50));
+        assert_eq!(m.quantile_bound_us(0.75), Some(100));
+        assert_eq!(m.quantile_bound_us(1.0), Some(u64::MAX));
+    }
+}
