@@ -91,6 +91,22 @@ fn metrics(admin: u16) -> String {
 fn signal(child: &Killed, sig: i32) {
     // SAFETY: kill(2) on the pid of a child this test started and has not reaped.
     assert_eq!(unsafe { libc::kill(child.0.id() as i32, sig) }, 0);
+    if sig == libc::SIGSTOP {
+        // Stopped (state T in /proc) before anything more is sent.
+        let stat = format!("/proc/{}/stat", child.0.id());
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !std::fs::read_to_string(&stat)
+            .unwrap()
+            .rsplit(')')
+            .next()
+            .unwrap()
+            .trim_start()
+            .starts_with('T')
+        {
+            assert!(Instant::now() < deadline, "not stopped");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
 }
 
 /// Waits until `stat` reads `want`.

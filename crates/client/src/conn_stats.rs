@@ -33,6 +33,14 @@ pub fn command_of(bytes: &[u8]) -> u8 {
         .unwrap_or(COMMANDS.len() - 1) as u8
 }
 
+/// The index of the bucket `micros` falls in.
+fn bucket_of(micros: u64) -> usize {
+    BUCKETS_US
+        .iter()
+        .position(|&b| micros <= b)
+        .unwrap_or(BUCKETS_US.len())
+}
+
 /// One connection's counts.
 #[repr(align(64))]
 #[derive(Debug, Default)]
@@ -56,11 +64,7 @@ impl ConnStats {
 
     /// Counts a reply `micros` after its request was written.
     pub(crate) fn replied(&self, micros: u64) {
-        let bucket = BUCKETS_US
-            .iter()
-            .position(|&b| micros <= b)
-            .unwrap_or(BUCKETS_US.len());
-        bump(&self.buckets[bucket], 1);
+        bump(&self.buckets[bucket_of(micros)], 1);
         bump(&self.sum_us, micros);
     }
 
@@ -97,6 +101,12 @@ impl Measured {
             *t += b;
         }
         self.sum_us += other.sum_us;
+    }
+
+    /// Counts one latency of `micros` (for counts kept by one task, added up later).
+    pub fn record(&mut self, micros: u64) {
+        self.buckets[bucket_of(micros)] += 1;
+        self.sum_us += micros;
     }
 
     /// Replies measured.

@@ -1,6 +1,7 @@
 //! The commands each pool sent and each server's latencies (`memfleet_client::conn_stats`,
-//! measured by the server connections): as Prometheus histograms and counters for
-//! `/metrics`, and as `stats detailed` lines.
+//! measured by the server connections), and each listener route's latencies
+//! (`route_latency.rs`): as Prometheus histograms and counters for `/metrics`, and as
+//! `stats detailed` lines.
 
 use memfleet_client::conn_stats::{Measured, BUCKETS_US, COMMANDS};
 use memfleet_client::{Backend, Pool};
@@ -37,6 +38,36 @@ fn total(pools: &[Arc<Pool>]) -> Measured {
     total
 }
 
+/// One Prometheus histogram: cumulative `_bucket`s up to `+Inf`, `_sum` (seconds), `_count`.
+fn histogram(text: &mut String, name: &str, labels: &str, m: &Measured) {
+    let mut cumulative = 0;
+    for (i, n) in m.buckets.iter().enumerate() {
+        cumulative += n;
+        let le = BUCKETS_US
+            .get(i)
+            .map_or("+Inf".to_string(), |us| format!("{}", *us as f64 / 1e6));
+        let _ = writeln!(text, "{name}_bucket{{{labels},le=\"{le}\"}} {cumulative}");
+    }
+    let _ = writeln!(text, "{name}_sum{{{labels}}} {}", m.sum_us as f64 / 1e6);
+    let _ = writeln!(text, "{name}_count{{{labels}}} {}", m.count());
+}
+
+/// `latency_count`, `latency_mean_us`, `latency_p50_us`, `latency_p99_us` of `m`, each a
+/// `STAT {at}:...` line.
+fn latency_lines(out: &mut String, at: &str, m: &Measured) {
+    let count = m.count();
+    let mean = m.sum_us.checked_div(count).unwrap_or(0);
+    let bound = |q| match m.quantile_bound_us(q) {
+        None => "0".to_string(),
+        Some(u64::MAX) => "inf".to_string(),
+        Some(us) => us.to_string(),
+    };
+    let _ = write!(out, "STAT {at}:latency_count {count}\r\n");
+    let _ = write!(out, "STAT {at}:latency_mean_us {mean}\r\n");
+    let _ = write!(out, "STAT {at}:latency_p50_us {}\r\n", bound(0.5));
+    let _ = write!(out, "STAT {at}:latency_p99_us {}\r\n", bound(0.99));
+}
+
 /// `/metrics`: `memfleet_router_server_latency_seconds` (a histogram per pool and server),
 /// `memfleet_router_pool_commands_total` and `memfleet_router_commands_total`.
 pub(crate) fn prometheus(pools: &[Arc<Pool>], text: &mut String) {
@@ -49,18 +80,22 @@ pub(crate) fn prometheus(pools: &[Arc<Pool>], text: &mut String) {
     let _ = writeln!(text, "# TYPE {name} histogram");
     for (pool, servers) in &figures {
         for (server, m) in servers {
-            let labels = format!("pool=\"{pool}\",server=\"{server}\"");
-            let mut cumulative = 0;
-            for (i, n) in m.buckets.iter().enumerate() {
-                cumulative += n;
-                let le = BUCKETS_US
-                    .get(i)
-                    .map_or("+Inf".to_string(), |us| format!("{}", *us as f64 / 1e6));
-                let _ = writeln!(text, "{name}_bucket{{{labels},le=\"{le}\"}} {cumulative}");
-            }
-            let _ = writeln!(text, "{name}_sum{{{labels}}} {}", m.sum_us as f64 / 1e6);
-            let _ = writeln!(text, "{name}_count{{{labels}}} {}", m.count());
+            histogram(
+                text,
+                name,
+                &format!("pool=\"{pool}\",server=\"{server}\""),
+                m,
+            );
         }
+    }
+    let name = "memfleet_router_route_latency_seconds";
+    let _ = writeln!(
+        text,
+        "# HELP {name} time from reading a client's request to writing its reply, per listener's route"
+    );
+    let _ = writeln!(text, "# TYPE {name} histogram");
+    for (route, m) in crate::route_latency::snapshot() {
+        histogram(text, name, &format!("route=\"{route}\""), &m);
     }
     let name = "memfleet_router_pool_commands_total";
     let _ = writeln!(
@@ -89,9 +124,9 @@ pub(crate) fn prometheus(pools: &[Arc<Pool>], text: &mut String) {
 }
 
 /// `stats detailed`: `cmd_<command>` in total and `pool:<pool>:cmd_<command>` (the commands
-/// sent), and each server's `latency_count`, `latency_mean_us`, `latency_p50_us`,
-/// `latency_p99_us` (the upper bound of the bucket holding the quantile, `inf` past the
-/// last), then `END`.
+/// sent), each server's and each listener route's (`route:<name>:...`) `latency_count`,
+/// `latency_mean_us`, `latency_p50_us`, `latency_p99_us` (the upper bound of the bucket
+/// holding the quantile, `inf` past the last), then `END`.
 pub(crate) fn stat_lines(pools: &[Arc<Pool>]) -> Vec<u8> {
     let mut out = String::new();
     for (command, n) in COMMANDS.iter().zip(total(pools).commands) {
@@ -106,19 +141,11 @@ pub(crate) fn stat_lines(pools: &[Arc<Pool>]) -> Vec<u8> {
             let _ = write!(out, "STAT pool:{pool}:cmd_{command} {n}\r\n");
         }
         for (server, m) in servers {
-            let count = m.count();
-            let mean = m.sum_us.checked_div(count).unwrap_or(0);
-            let bound = |q| match m.quantile_bound_us(q) {
-                None => "0".to_string(),
-                Some(u64::MAX) => "inf".to_string(),
-                Some(us) => us.to_string(),
-            };
-            let at = format!("STAT pool:{pool}:server:{server}");
-            let _ = write!(out, "{at}:latency_count {count}\r\n");
-            let _ = write!(out, "{at}:latency_mean_us {mean}\r\n");
-            let _ = write!(out, "{at}:latency_p50_us {}\r\n", bound(0.5));
-            let _ = write!(out, "{at}:latency_p99_us {}\r\n", bound(0.99));
+            latency_lines(&mut out, &format!("pool:{pool}:server:{server}"), &m);
         }
+    }
+    for (route, m) in crate::route_latency::snapshot() {
+        latency_lines(&mut out, &format!("route:{route}"), &m);
     }
     out.push_str("END\r\n");
     out.into_bytes()

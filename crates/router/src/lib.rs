@@ -25,6 +25,7 @@ mod listeners;
 mod proxy;
 mod reloadable;
 mod request_log;
+mod route_latency;
 mod running;
 mod validate;
 mod watch;

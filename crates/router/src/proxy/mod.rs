@@ -34,10 +34,12 @@ mod tree;
 use self::queued::local;
 pub(crate) use self::queued::QueuedReply;
 use crate::reloadable::{ClientAuth, RouteSlot, ServedTopology};
+use crate::route_latency;
 use memfleet_client::{Route, RouteContext};
 use memfleet_protocol::auth::Attempt;
 use memfleet_protocol::{parse, ErrorKind, ParseError, ParserConfig, Request};
 use std::sync::Arc;
+use std::time::Instant;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
@@ -110,16 +112,34 @@ async fn serve_halves(
     mut wr: impl tokio::io::AsyncWrite + Unpin + Send + 'static,
     ctx: RouteContext,
 ) {
-    let (tx, mut rx) = mpsc::channel::<QueuedReply>(IN_FLIGHT);
+    // Each reply with when its request was read (the clock read once per read).
+    let (tx, mut rx) = mpsc::channel::<(QueuedReply, Instant)>(IN_FLIGHT);
+    // The name of the route this listener serves, for its latencies (looked up per flush).
+    let route_name = {
+        let (slot, served) = (slot.clone(), served.clone());
+        move || served.load().name_of(&slot.load_full())
+    };
     let writer = tokio::spawn(async move {
         let mut out = Vec::new();
-        while let Some(next) = rx.recv().await {
+        let mut read_at: Vec<Instant> = Vec::new();
+        let mut latency = route_latency::Local::new();
+        let written = |read_at: &mut Vec<Instant>, latency: &mut route_latency::Local| {
+            // The clock read once per write, however many replies it carries.
+            let now = Instant::now();
+            for read in read_at.drain(..) {
+                latency.record(read, now);
+            }
+            if latency.due(now) {
+                latency.flush(route_name(), now);
+            }
+        };
+        while let Some((next, read)) = rx.recv().await {
             match next {
-                QueuedReply::Reply(reply) => out.extend_from_slice(&reply.await),
-                QueuedReply::Close => {
-                    let _ = wr.write_all(&out).await;
-                    return;
+                QueuedReply::Reply(reply) => {
+                    out.extend_from_slice(&reply.await);
+                    read_at.push(read);
                 }
+                QueuedReply::Close => break,
             }
             // Write once nothing else is next (replies to a pipelined batch go out
             // together).
@@ -127,6 +147,7 @@ async fn serve_halves(
                 if wr.write_all(&out).await.is_err() {
                     return;
                 }
+                written(&mut read_at, &mut latency);
                 out.clear();
                 if out.capacity() > KEEP_CAPACITY {
                     out = Vec::new();
@@ -134,6 +155,8 @@ async fn serve_halves(
             }
         }
         let _ = wr.write_all(&out).await;
+        written(&mut read_at, &mut latency);
+        latency.flush(route_name(), Instant::now());
     });
     // Items as large as the route's largest `item_size_max` parse (each pool refuses what
     // is over its own); recomputed only when a reload swaps the route.
@@ -149,6 +172,7 @@ async fn serve_halves(
             Ok(0) | Err(_) => break,
             Ok(_) => {}
         }
+        let read = Instant::now();
         let mut at = 0;
         if swallow > 0 {
             let n = swallow.min(buf.len());
@@ -172,7 +196,7 @@ async fn serve_halves(
                         }
                     };
                     at += used;
-                    if tx.send(local(reply.to_vec())).await.is_err() {
+                    if tx.send((local(reply.to_vec()), read)).await.is_err() {
                         break 'read;
                     }
                 }
@@ -210,7 +234,7 @@ async fn serve_halves(
                     };
                     at += used;
                     let stop = matches!(next, QueuedReply::Close);
-                    if tx.send(next).await.is_err() || stop {
+                    if tx.send((next, read)).await.is_err() || stop {
                         break 'read;
                     }
                 }
@@ -233,11 +257,11 @@ async fn serve_halves(
                     let close = rejection.close();
                     if !reply.is_empty() {
                         let _ = tx
-                            .send(QueuedReply::Reply(Box::pin(async move { reply })))
+                            .send((QueuedReply::Reply(Box::pin(async move { reply })), read))
                             .await;
                     }
                     if close {
-                        let _ = tx.send(QueuedReply::Close).await;
+                        let _ = tx.send((QueuedReply::Close, read)).await;
                         break 'read;
                     }
                     let skip = rejection.skip;
@@ -256,7 +280,7 @@ async fn serve_halves(
             buf.shrink_to(buf.len().max(16 * 1024));
         }
         if buf.len() > cfg.max_item_size + PENDING_INPUT_SLACK {
-            let _ = tx.send(QueuedReply::Close).await;
+            let _ = tx.send((QueuedReply::Close, read)).await;
             break;
         }
     }
