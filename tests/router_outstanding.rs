@@ -312,3 +312,64 @@ fn the_issues_example_configuration_validates() {
     );
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// With `-t 2` each worker's connection takes half of `max_outstanding`: the router's
+/// total at the server is the limit, never the limit per worker.
+#[test]
+fn workers_share_max_outstanding_between_their_connections() {
+    let held = TcpListener::bind("127.0.0.1:0").unwrap();
+    let server = held.local_addr().unwrap().port();
+    let port = free_port();
+    let file = std::env::temp_dir().join(format!("memfleet-outst3-{}.toml", std::process::id()));
+    std::fs::write(
+        &file,
+        format!(
+            "[pools.p]\nlisten = \"127.0.0.1:{port}\"\ntimeout_ms = 20000\n\
+             max_outstanding = 4\nmax_outstanding_queue = 0\n\
+             servers = [\"127.0.0.1:{server}\"]\n"
+        ),
+    )
+    .unwrap();
+    let _router = Killed(
+        Command::new(env!("CARGO_BIN_EXE_memfleet"))
+            .args(["router", "-t", "2", "--config"])
+            .arg(&file)
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    until_serving(port);
+    // Two clients, on the two workers (clients are dealt round-robin), three gets each.
+    let mut clients = [Conn::new(port), Conn::new(port)];
+    for c in &mut clients {
+        c.send(&"get k\r\n".repeat(3));
+    }
+    let mut links: Vec<BufReader<TcpStream>> = (0..2)
+        .map(|_| {
+            let (link, _) = held.accept().unwrap();
+            link.set_read_timeout(Some(Duration::from_millis(500)))
+                .unwrap();
+            BufReader::new(link)
+        })
+        .collect();
+    let mut arrived = 0;
+    for link in &mut links {
+        let mut l = String::new();
+        while link.read_line(&mut l).is_ok_and(|r| r > 0) {
+            arrived += 1;
+            l.clear();
+        }
+    }
+    assert_eq!(arrived, 4, "max_outstanding across both workers");
+    for link in &mut links {
+        link.get_mut().write_all(&b"END\r\n".repeat(2)).unwrap();
+    }
+    for c in &mut clients {
+        assert_eq!(c.read_line(), "END\r\n");
+        assert_eq!(c.read_line(), "END\r\n");
+        assert!(c
+            .read_line()
+            .starts_with("SERVER_ERROR max_outstanding: 4 requests"));
+    }
+    let _ = std::fs::remove_file(file);
+}
