@@ -497,28 +497,34 @@ impl Backend {
         kind: ReplyKind,
     ) -> impl std::future::Future<Output = Result<Vec<u8>, BackendError>> + Send + 'static {
         self.health.requests.fetch_add(1, Ordering::Relaxed);
-        let (conn, gate) = &self.conns[lane % self.conns.len()];
-        let place = gate.as_ref().map(Gate::enter);
-        let queued = if self.health.down.load(Ordering::Acquire) {
+        // Down first: a server without an address (`Backend::unavailable`) is down and has
+        // no connection to pick.
+        let queued = if self.health.down.load(Ordering::Acquire) || self.conns.is_empty() {
             Err(BackendError::Down(self.name.clone()))
-        } else if let Some(None) = place {
-            let limit = self.options.outstanding.expect("a gate has a limit");
-            Err(BackendError::Outstanding {
-                server: self.name.clone(),
-                limit: limit.limit,
-                queue: limit.queue,
-            })
         } else {
-            let (tx, rx) = oneshot::channel();
-            let job = Job {
-                bytes,
-                kind,
-                reply: tx,
-                place: place.flatten(),
-            };
-            match conn.send(job) {
-                Ok(()) => Ok(rx),
-                Err(_) => Err(BackendError::Connection(self.name.clone())),
+            let (conn, gate) = &self.conns[lane % self.conns.len()];
+            match gate.as_ref().map(Gate::enter) {
+                Some(None) => {
+                    let limit = self.options.outstanding.expect("a gate has a limit");
+                    Err(BackendError::Outstanding {
+                        server: self.name.clone(),
+                        limit: limit.limit,
+                        queue: limit.queue,
+                    })
+                }
+                place => {
+                    let (tx, rx) = oneshot::channel();
+                    let job = Job {
+                        bytes,
+                        kind,
+                        reply: tx,
+                        place: place.flatten(),
+                    };
+                    match conn.send(job) {
+                        Ok(()) => Ok(rx),
+                        Err(_) => Err(BackendError::Connection(self.name.clone())),
+                    }
+                }
             }
         };
         let this = self.clone();
