@@ -9,7 +9,7 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-use support::{free_port, memfleet_server, Killed};
+use support::{free_port, memfleet_server, until_serving, Killed};
 
 struct Conn(BufReader<TcpStream>);
 
@@ -59,22 +59,6 @@ impl Conn {
                 found = Some(v.trim_end().parse().unwrap());
             }
         }
-    }
-}
-
-fn until_serving(port: u16) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        if let Ok(s) = TcpStream::connect(("127.0.0.1", port)) {
-            if Conn(BufReader::new(s))
-                .line("version\r\n")
-                .starts_with("VERSION ")
-            {
-                return;
-            }
-        }
-        assert!(Instant::now() < deadline, "nothing serves on {port}");
-        std::thread::sleep(Duration::from_millis(50));
     }
 }
 
