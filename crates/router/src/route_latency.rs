@@ -6,15 +6,14 @@
 //! every [`FLUSH_EVERY`] replies, and when the client leaves: the lock below is taken per
 //! flush, never per request. The clock is read once per read and once per write.
 
-use memfleet_client::conn_stats::Measured;
+use memfleet_client::conn_stats::{Measured, Stamp};
 use std::collections::BTreeMap;
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
 
 /// Replies a connection counts before it adds them up here.
 pub(crate) const FLUSH_EVERY: u64 = 4096;
-/// The longest a connection keeps its counts.
-const FLUSH_AFTER: Duration = Duration::from_secs(1);
+/// The longest a connection keeps its counts, µs.
+const FLUSH_AFTER_US: u64 = 1_000_000;
 
 /// Every route's latencies so far.
 static ROUTES: Mutex<BTreeMap<String, Measured>> = Mutex::new(BTreeMap::new());
@@ -22,35 +21,38 @@ static ROUTES: Mutex<BTreeMap<String, Measured>> = Mutex::new(BTreeMap::new());
 /// One client connection's counts, not yet added up.
 pub(crate) struct Local {
     counts: Measured,
-    since: Instant,
+    /// Replies in `counts`.
+    replies: u64,
+    since: Stamp,
 }
 
 impl Local {
     pub(crate) fn new() -> Local {
         Local {
             counts: Measured::default(),
-            since: Instant::now(),
+            replies: 0,
+            since: Stamp::now(),
         }
     }
 
     /// Counts a reply written at `now` for a request read at `read`.
-    pub(crate) fn record(&mut self, read: Instant, now: Instant) {
-        self.counts
-            .record(now.saturating_duration_since(read).as_micros() as u64);
+    pub(crate) fn record(&mut self, read: Stamp, now: Stamp) {
+        self.counts.record(now.micros_since(read));
+        self.replies += 1;
     }
 
     /// Whether it is time to add the counts up (at `now`).
-    pub(crate) fn due(&self, now: Instant) -> bool {
-        self.counts.count() >= FLUSH_EVERY
-            || now.saturating_duration_since(self.since) >= FLUSH_AFTER
+    pub(crate) fn due(&self, now: Stamp) -> bool {
+        self.replies >= FLUSH_EVERY || now.micros_since(self.since) >= FLUSH_AFTER_US
     }
 
     /// Adds the counts to `route`'s and starts again.
-    pub(crate) fn flush(&mut self, route: Option<String>, now: Instant) {
+    pub(crate) fn flush(&mut self, route: Option<String>, now: Stamp) {
         self.since = now;
-        if self.counts.count() == 0 {
+        if self.replies == 0 {
             return;
         }
+        self.replies = 0;
         let counts = std::mem::take(&mut self.counts);
         let Some(route) = route else {
             return;

@@ -27,7 +27,7 @@
 
 mod connect;
 
-use crate::conn_stats::{command_of, ConnStats, Measured};
+use crate::conn_stats::{command_of, ConnStats, Measured, Stamp};
 use crate::outstanding::{Gate, Place};
 use connect::connect;
 pub use connect::{BackendAuth, BackendOptions, BackendTls};
@@ -96,7 +96,7 @@ struct Job {
 }
 
 /// A request waiting for its reply on a connection, and when it was written.
-type Waiting = (ReplyKind, ReplyTo, Option<Place>, std::time::Instant);
+type Waiting = (ReplyKind, ReplyTo, Option<Place>, Stamp);
 
 /// Downs and ups of every backend of the process so far: what a pool that ejects down
 /// servers compares, with one load per key, to the count its live ring was built at.
@@ -502,7 +502,7 @@ async fn connection(
                 }
                 batch.extend_from_slice(&job.bytes);
                 measured.sent(command_of(&job.bytes));
-                let at = *written.get_or_insert_with(std::time::Instant::now);
+                let at = *written.get_or_insert_with(Stamp::now);
                 waiting.push_back((job.kind, job.reply, job.place, at));
                 if batch.len() > 256 * 1024 {
                     break;
@@ -544,8 +544,8 @@ async fn connection(
                         match frame(&inbuf[used..], *kind, MAX_VALUE) {
                             Ok(Frame::Complete(n)) => {
                                 let (_, tx, _, at) = waiting.pop_front().expect("checked");
-                                let now = *now.get_or_insert_with(std::time::Instant::now);
-                                measured.replied(now.duration_since(at).as_micros() as u64);
+                                let now = *now.get_or_insert_with(Stamp::now);
+                                measured.replied(now.micros_since(at));
                                 let _ = tx.send(Ok(inbuf[used..used + n].to_vec()));
                                 used += n;
                             }

@@ -35,11 +35,11 @@ use self::queued::local;
 pub(crate) use self::queued::QueuedReply;
 use crate::reloadable::{ClientAuth, RouteSlot, ServedTopology};
 use crate::route_latency;
+use memfleet_client::conn_stats::Stamp;
 use memfleet_client::{Route, RouteContext};
 use memfleet_protocol::auth::Attempt;
 use memfleet_protocol::{parse, ErrorKind, ParseError, ParserConfig, Request};
 use std::sync::Arc;
-use std::time::Instant;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
@@ -113,7 +113,7 @@ async fn serve_halves(
     ctx: RouteContext,
 ) {
     // Each reply with when its request was read (the clock read once per read).
-    let (tx, mut rx) = mpsc::channel::<(QueuedReply, Instant)>(IN_FLIGHT);
+    let (tx, mut rx) = mpsc::channel::<(QueuedReply, Stamp)>(IN_FLIGHT);
     // The name of the route this listener serves, for its latencies (looked up per flush).
     let route_name = {
         let (slot, served) = (slot.clone(), served.clone());
@@ -121,11 +121,11 @@ async fn serve_halves(
     };
     let writer = tokio::spawn(async move {
         let mut out = Vec::new();
-        let mut read_at: Vec<Instant> = Vec::new();
+        let mut read_at: Vec<Stamp> = Vec::new();
         let mut latency = route_latency::Local::new();
-        let written = |read_at: &mut Vec<Instant>, latency: &mut route_latency::Local| {
+        let written = |read_at: &mut Vec<Stamp>, latency: &mut route_latency::Local| {
             // The clock read once per write, however many replies it carries.
-            let now = Instant::now();
+            let now = Stamp::now();
             for read in read_at.drain(..) {
                 latency.record(read, now);
             }
@@ -156,7 +156,7 @@ async fn serve_halves(
         }
         let _ = wr.write_all(&out).await;
         written(&mut read_at, &mut latency);
-        latency.flush(route_name(), Instant::now());
+        latency.flush(route_name(), Stamp::now());
     });
     // Items as large as the route's largest `item_size_max` parse (each pool refuses what
     // is over its own); recomputed only when a reload swaps the route.
@@ -172,7 +172,7 @@ async fn serve_halves(
             Ok(0) | Err(_) => break,
             Ok(_) => {}
         }
-        let read = Instant::now();
+        let read = Stamp::now();
         let mut at = 0;
         if swallow > 0 {
             let n = swallow.min(buf.len());

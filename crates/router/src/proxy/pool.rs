@@ -2,7 +2,7 @@
 //! (less `noreply` and `q`); a multi-key get is split per server, sent in parallel and
 //! reassembled in the client's key order, a failed server's keys being misses.
 
-use super::local::{admin_lookup, answer_locally, flush_all, stats_for};
+use super::local::{admin_lookup, answer_locally, flush_all, stats_for, ADMIN_PREFIX};
 use super::queued::{error_reply, forwarded, local, QueuedReply, Quiet};
 use super::rewrite::{get_head, replying, without_quiet, QUIET_MA, QUIET_MG, QUIET_MS_MD};
 use crate::reloadable::ServedTopology;
@@ -92,6 +92,14 @@ fn get(
     g: &memfleet_protocol::Get<'_>,
     raw: &[u8],
 ) -> QueuedReply {
+    // The common case, one key that is no admin key: to its server as it came, with
+    // nothing allocated for the keys.
+    let mut only = g.keys;
+    if let (Some(key), None) = (only.next(), only.next()) {
+        if !key.starts_with(ADMIN_PREFIX) {
+            return one_server(pool, pool.pick(key), lane, raw, true);
+        }
+    }
     let keys: Vec<Vec<u8>> = g.keys.map(<[u8]>::to_vec).collect();
     if g.kind == GetKind::Get {
         let server = |key: &[u8]| vec![pool.ring().nodes()[pool.pick(key)].addr()];
@@ -106,17 +114,7 @@ fn get(
     }
     let servers: Vec<usize> = keys.iter().map(|k| pool.pick(k)).collect();
     if servers.iter().all(|s| *s == servers[0]) {
-        // One server: the request as it came.
-        let call = pool.backends()[servers[0]].call(lane, raw.to_vec(), ReplyKind::Retrieval);
-        let one_key = keys.len() == 1;
-        return QueuedReply::Reply(Box::pin(async move {
-            // A failed server's keys are misses; one key refused by `max_outstanding` is
-            // answered with the refusal.
-            call.await.unwrap_or_else(|e| match e {
-                BackendError::Outstanding { .. } if one_key => error_reply(&e),
-                _ => b"END\r\n".to_vec(),
-            })
-        }));
+        return one_server(pool, servers[0], lane, raw, keys.len() == 1);
     }
     let mut order: Vec<usize> = servers.clone();
     order.sort_unstable();
@@ -162,6 +160,25 @@ fn get(
         }
         response::end(&mut out);
         out
+    }))
+}
+
+/// A retrieval whose keys are all on server `server`: the request as it came. A failed
+/// server's keys are misses; one key refused by `max_outstanding` is answered with the
+/// refusal.
+fn one_server(
+    pool: &Arc<Pool>,
+    server: usize,
+    lane: usize,
+    raw: &[u8],
+    one_key: bool,
+) -> QueuedReply {
+    let call = pool.backends()[server].call(lane, raw.to_vec(), ReplyKind::Retrieval);
+    QueuedReply::Reply(Box::pin(async move {
+        call.await.unwrap_or_else(|e| match e {
+            BackendError::Outstanding { .. } if one_key => error_reply(&e),
+            _ => b"END\r\n".to_vec(),
+        })
     }))
 }
 
