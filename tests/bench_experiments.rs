@@ -237,3 +237,83 @@ fn regions_scenario_invalidates_a_replica_region_only_after_its_standby_replayed
     assert_figure(&dir, "regions-lag.png");
     std::fs::remove_dir_all(dir).unwrap();
 }
+
+/// A migration through the router (issue 29): shadow a new cluster, migrate, drain the old
+/// one with a null route, each by a reload under look-aside load with writes: no client
+/// error and no stale read anywhere, the shadow's mismatches fall as the new cluster warms,
+/// the old cluster serves reads during the migration (the fallback) and nothing once
+/// drained.
+#[test]
+fn migration_scenario_moves_a_cluster_without_an_error_or_a_stale_read() {
+    let bin = env!("CARGO_BIN_EXE_memfleet");
+    let dir = out_dir("migration");
+    let out = Command::new(bin)
+        .args(["bench", "migration", "--quick", "--memfleet-bin", bin])
+        .arg("--out")
+        .arg(&dir)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "bench failed:\n{stdout}\n{stderr}");
+    let result = assert_results(&dir, "migration");
+    assert_eq!(result["client_errors"], 0, "{stdout}");
+    assert_eq!(result["stale_reads"], 0, "{stdout}");
+    let totals: Vec<&serde_json::Value> = result["totals"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| &t[1])
+        .collect();
+    let names: Vec<&str> = result["totals"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t[0].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["shadow", "migrate", "drain"], "{stdout}");
+    let (shadow, migrate, drain) = (totals[0], totals[1], totals[2]);
+    let n = |v: &serde_json::Value, k: &str| v[k].as_u64().unwrap();
+    // Written keys were read (and checked) in every phase, and the writer wrote in each.
+    for t in &totals {
+        assert!(n(t, "checked") > 100 && n(t, "writes") > 100, "{stdout}");
+    }
+    // The shadow compared gets, and the new cluster got the copies.
+    assert!(n(shadow, "compared") > 1000, "{stdout}");
+    assert!(n(shadow, "new_requests") > 1000, "{stdout}");
+    assert_eq!(n(shadow, "dropped"), 0, "{stdout}");
+    // Mismatches fall as the new cluster warms: the last shadow second's rate is a tenth
+    // of the first's at most.
+    let seconds: Vec<&serde_json::Value> = result["seconds"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["phase"] == "shadow" && n(s, "compared") > 0)
+        .collect();
+    let rate = |s: &serde_json::Value| n(s, "mismatches") as f64 / n(s, "compared") as f64;
+    let (first, last) = (seconds[0], seconds[seconds.len() - 1]);
+    assert!(
+        rate(first) > 0.2,
+        "a cold new cluster differs at first: {stdout}"
+    );
+    assert!(rate(last) < rate(first) / 10.0, "{stdout}");
+    // Migrating: the old cluster still answers (fallback reads, deletes to both); drained:
+    // nothing reaches it after the second of the reload (which may carry the last few
+    // requests of the migration).
+    assert!(n(migrate, "old_requests") > 0, "{stdout}");
+    let drained: Vec<&serde_json::Value> = result["seconds"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["phase"] == "drain")
+        .collect();
+    assert!(drained.len() >= 2, "{stdout}");
+    assert!(n(drained[0], "old_requests") < 100, "{stdout}");
+    for s in &drained[1..] {
+        assert_eq!(n(s, "old_requests"), 0, "{stdout}");
+    }
+    assert!(n(drain, "new_requests") > 1000, "{stdout}");
+    assert_figure(&dir, "migration-requests.png");
+    assert_figure(&dir, "migration-mismatches.png");
+    std::fs::remove_dir_all(dir).unwrap();
+}

@@ -62,6 +62,20 @@ impl Router {
     }
 }
 
+impl Router {
+    /// Replaces the configuration file with `config` (whole, by a rename, so the router's
+    /// file watcher never reads half of it) and sends SIGHUP; the caller waits for the
+    /// reload to apply (e.g. until `get __memfleet__.config_md5` answers the new text's).
+    pub fn reload(&self, config: &str) -> Result<()> {
+        let next = self.config.with_extension("toml.next");
+        std::fs::write(&next, config).with_context(|| format!("writing {}", next.display()))?;
+        std::fs::rename(&next, &self.config)
+            .with_context(|| format!("renaming onto {}", self.config.display()))?;
+        self.spawned.signal(libc::SIGHUP);
+        Ok(())
+    }
+}
+
 impl Drop for Router {
     fn drop(&mut self) {
         let _ = std::fs::remove_file(&self.config);

@@ -14,8 +14,8 @@ use anyhow::Result;
 
 use super::args::LoadArgs;
 use super::{
-    client_bench, discovery, expiry, gutter, herd, invalidation, regions, replay, restart, scale,
-    udp, warmup,
+    admission, client_bench, discovery, expiry, gutter, herd, invalidation, migration, regions,
+    replay, restart, scale, udp, warmup,
 };
 
 /// What `memfleet bench` runs.
@@ -65,6 +65,15 @@ pub enum Experiment {
     /// threads, memfleet server and memcached with k workers, memfleet router against k
     /// nutcracker processes; one table, scaling efficiency, contention counters.
     Scale(scale::ScaleArgs),
+    /// A migration through the router (issue 29): shadow a new cluster until its replies
+    /// match, migrate, drain the old one with a null route, under look-aside load with
+    /// deletes: client errors, stale reads, mismatches and each cluster's share per second.
+    Migration(migration::MigrationArgs),
+    /// Admission control (issue 29): a hot-key storm against a rate-limited pool (what its
+    /// servers see against the rate, the other pool's p99 with and without the storm), and a
+    /// router stalled 2 s in front of a pool with one hung server of four (servers marked
+    /// down against `max_down_fraction`).
+    Admission(admission::AdmissionArgs),
 }
 
 /// Runs `experiment`; fails (after printing everything) on a wrong reply or a failed run.
@@ -83,6 +92,8 @@ pub fn run(experiment: &Experiment) -> Result<()> {
         Experiment::Discovery(args) => discovery::bench(args),
         Experiment::Regions(args) => regions::bench(args),
         Experiment::Scale(args) => scale::bench(args),
+        Experiment::Migration(args) => migration::bench(args),
+        Experiment::Admission(args) => admission::bench(args),
     }
 }
 

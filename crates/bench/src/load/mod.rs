@@ -17,6 +17,7 @@
 //! a 2-core machine it can sit on one core (`--client-cpu`) and the server on
 //! the other (`--server-cpu`, via `taskset`).
 
+pub mod admission;
 pub mod args;
 pub mod cli;
 pub mod client_bench;
@@ -26,6 +27,7 @@ pub mod gutter;
 pub mod herd;
 pub mod invalidation;
 mod invalidator_metrics;
+pub mod migration;
 pub mod regions;
 pub mod replay;
 pub mod restart;
