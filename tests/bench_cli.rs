@@ -114,6 +114,19 @@ fn each_experiment_lists_only_its_own_flags() {
              memory conns-per-worker memcached nutcracker memfleet-bin seed"
                 .into(),
         ),
+        (
+            "migration",
+            "keys value-size zipf memfleet-bin conns db-latency shadow-for migrate-for \
+             drain-for ttl written-keys written-reads writes quick"
+                .into(),
+        ),
+        (
+            "admission",
+            "only quick rate steady-rate steady-conns storm-conns storm-depth duration repeat \
+             keys value-size router-threads stall stall-conns stall-depth server-failure-limit \
+             timeout-ms memfleet-bin seed"
+                .into(),
+        ),
     ];
     for (experiment, flags) in expected {
         let want: BTreeSet<String> = flags
