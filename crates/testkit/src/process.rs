@@ -72,6 +72,21 @@ pub struct Spawned {
 }
 
 impl Spawned {
+    /// `BIN server -p PORT -m MEMORY_MIB -t 1` on a free 127.0.0.1 port, serving when it
+    /// returns: the small server an experiment starts several of.
+    pub fn memfleet_server(bin: &str, memory_mib: u64) -> Result<(Spawned, u16)> {
+        let port = crate::ports::try_free_port()?;
+        let argv: Vec<String> = [bin, "server", "-p", &port.to_string()]
+            .into_iter()
+            .map(String::from)
+            .chain(["-m".into(), memory_mib.to_string(), "-t".into(), "1".into()])
+            .collect();
+        Ok((
+            Spawned::start(&argv, ([127, 0, 0, 1], port).into(), None)?,
+            port,
+        ))
+    }
+
     /// Starts `argv` (under `taskset -c CPU` when `cpu` is given) and waits until `addr`
     /// accepts connections.
     pub fn start(argv: &[String], addr: SocketAddr, cpu: Option<usize>) -> Result<Spawned> {

@@ -14,20 +14,7 @@ use crate::load::target::free_port;
 
 /// `memfleet server -t 1 -m 64` on a free port.
 pub(super) fn server(bin: &str) -> Result<Spawned> {
-    let port = free_port()?;
-    let argv: Vec<String> = [
-        bin,
-        "server",
-        "-p",
-        &port.to_string(),
-        "-m",
-        "64",
-        "-t",
-        "1",
-    ]
-    .map(String::from)
-    .to_vec();
-    Spawned::start(&argv, ([127, 0, 0, 1], port).into(), None)
+    Ok(Spawned::memfleet_server(bin, 64)?.0)
 }
 
 /// `n` servers.

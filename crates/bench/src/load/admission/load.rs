@@ -211,7 +211,8 @@ pub(super) struct StormOutcome {
 }
 
 /// The storm: `conns` connections to `addr` writing `depth` gets of key 0 of `w` at a time
-/// until `deadline`, each batch as soon as the previous one's replies are in, on a thread
+/// until `deadline`, each batch as soon as the previous one's replies are in (or, with
+/// `rate`, paced so that all of them offer `rate` gets a second), on a thread
 /// of its own (so that it does not delay the measured clients' event loop). Fails on any
 /// reply other than the value or a rate-limit refusal.
 pub(super) fn storm(
@@ -219,6 +220,7 @@ pub(super) fn storm(
     value_size: usize,
     conns: usize,
     depth: usize,
+    rate: Option<f64>,
     deadline: Instant,
 ) -> std::thread::JoinHandle<Result<StormOutcome>> {
     std::thread::spawn(move || {
@@ -237,7 +239,16 @@ pub(super) fn storm(
                 let (w, out, wrong) = (w.clone(), out.clone(), wrong.clone());
                 tasks.push(tokio::task::spawn_local(async move {
                     let ops = vec![WorkloadOp::Get(0); depth];
+                    let mut pace = rate.map(|r| {
+                        let every = Duration::from_secs_f64((conns * depth) as f64 / r);
+                        let mut i = tokio::time::interval(every);
+                        i.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
+                        i
+                    });
                     while Instant::now() < deadline {
+                        if let Some(pace) = &mut pace {
+                            pace.tick().await;
+                        }
                         conn.round_trip(&w, &ops, |_, reply, _| {
                             let mut o = out.borrow_mut();
                             match reply {

@@ -62,6 +62,10 @@ pub struct AdmissionArgs {
     /// Gets per write of each storm connection.
     #[arg(long, default_value_t = 32)]
     pub storm_depth: usize,
+    /// Gets per second the storm offers in all (its batches paced); without it, each
+    /// connection writes its next batch as soon as the last one's replies are in.
+    #[arg(long)]
+    pub storm_rate: Option<f64>,
     /// Measured time of each storm part's phase [default: 5s; --quick 1s].
     #[arg(long, value_parser = parse_duration)]
     pub duration: Option<Duration>,
@@ -119,6 +123,9 @@ pub fn bench(args: &AdmissionArgs) -> Result<()> {
     } else {
         Duration::from_secs(5)
     });
+    if args.storm_rate.is_some_and(|r| !(r > 0.0 && r.is_finite())) {
+        bail!("--storm-rate must be a positive number of gets per second");
+    }
     if repeat == 0 || args.steady_conns == 0 || args.storm_conns == 0 || args.storm_depth == 0 {
         bail!("--repeat, --steady-conns, --storm-conns and --storm-depth must be at least 1");
     }
@@ -139,6 +146,7 @@ pub fn bench(args: &AdmissionArgs) -> Result<()> {
         steady_conns: args.steady_conns,
         storm_conns: args.storm_conns,
         storm_depth: args.storm_depth,
+        storm_rate: args.storm_rate,
         window_s: window.as_secs_f64(),
         warmup_s: if args.quick { 0.2 } else { 0.5 },
         repeat,
@@ -182,12 +190,15 @@ pub fn bench(args: &AdmissionArgs) -> Result<()> {
     if parts.contains(&Part::Storm) {
         println!(
             "\nstorm: pool hot has rates = {{ gets = {} }} (burst {}); {} storm connections \
-             writing {} gets of one key at a time; other's client paced at {} requests/s on {} \
+             writing {} gets of one key at a time ({}); other's client paced at {} requests/s on {} \
              connections over {} keys; {} s measured per phase after {} s warm-up, {} repeat(s)",
             storm.rate,
             storm::burst(storm.rate),
             storm.storm_conns,
             storm.storm_depth,
+            storm
+                .storm_rate
+                .map_or("as fast as replies come".to_string(), |r| format!("paced at {r} gets/s in all")),
             storm.steady_rate,
             storm.steady_conns,
             storm.keys,

@@ -27,6 +27,7 @@ pub(super) struct StormSettings {
     pub steady_conns: usize,
     pub storm_conns: usize,
     pub storm_depth: usize,
+    pub storm_rate: Option<f64>,
     pub window_s: f64,
     pub warmup_s: f64,
     pub repeat: usize,
@@ -192,7 +193,14 @@ async fn with_storm(
     let gets_before = fleet::cmd_gets(&[hot_server]).await?;
     let start = Instant::now();
     let end = start + Duration::from_secs_f64(s.warmup_s + s.window_s);
-    let storm = load::storm(hot, s.value_size, s.storm_conns, s.storm_depth, end);
+    let storm = load::storm(
+        hot,
+        s.value_size,
+        s.storm_conns,
+        s.storm_depth,
+        s.storm_rate,
+        end,
+    );
     // `hot`'s server's gets each second of the storm.
     let sampler = tokio::task::spawn_local(async move {
         let mut per_s = Vec::new();

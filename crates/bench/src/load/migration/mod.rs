@@ -267,27 +267,6 @@ fn settings_json(args: &MigrationArgs, s: &Settings) -> serde_json::Value {
     })
 }
 
-/// Starts a memfleet server on a free port.
-fn server(bin: &str) -> Result<(Spawned, u16)> {
-    let port = free_port()?;
-    let argv: Vec<String> = [
-        bin,
-        "server",
-        "-p",
-        &port.to_string(),
-        "-m",
-        "64",
-        "-t",
-        "1",
-    ]
-    .map(String::from)
-    .to_vec();
-    Ok((
-        Spawned::start(&argv, ([127, 0, 0, 1], port).into(), None)?,
-        port,
-    ))
-}
-
 /// The run: servers, router, the old cluster filled, the clients through the three
 /// phases. Returns each second and when each phase began (seconds from the start).
 async fn run(
@@ -298,7 +277,7 @@ async fn run(
     let bin = &args.memfleet.memfleet_bin;
     let mut servers = Vec::new();
     for _ in 0..2 * SERVERS {
-        servers.push(server(bin)?);
+        servers.push(Spawned::memfleet_server(bin, 64)?);
     }
     let ports: Vec<u16> = servers.iter().map(|s| s.1).collect();
     let (old, new) = ports.split_at(SERVERS);
