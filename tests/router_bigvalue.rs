@@ -5,36 +5,10 @@
 
 mod support;
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpStream;
-use std::process::{Command, Stdio};
-use std::time::Duration;
-use support::{free_port, memfleet_server, until_serving, Killed};
-
-struct Conn(BufReader<TcpStream>);
+use std::io::Read;
+use support::{free_port, memfleet_server, until_serving, Conn};
 
 impl Conn {
-    fn new(port: u16) -> Conn {
-        let s = TcpStream::connect(("127.0.0.1", port)).unwrap();
-        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-        Conn(BufReader::new(s))
-    }
-
-    fn send(&mut self, bytes: &[u8]) {
-        self.0.get_mut().write_all(bytes).unwrap();
-    }
-
-    fn read_line(&mut self) -> String {
-        let mut l = String::new();
-        self.0.read_line(&mut l).unwrap();
-        l
-    }
-
-    fn line(&mut self, request: &str) -> String {
-        self.send(request.as_bytes());
-        self.read_line()
-    }
-
     fn store(&mut self, command: &str, key: &str, flags: u32, value: &[u8]) -> String {
         let mut req = format!("{command} {key} {flags} 0 {}\r\n", value.len()).into_bytes();
         req.extend_from_slice(value);
@@ -89,14 +63,7 @@ fn a_big_value_is_chunked_reassembled_and_never_read_wrong() {
         ),
     )
     .unwrap();
-    let _router = Killed(
-        Command::new(env!("CARGO_BIN_EXE_memfleet"))
-            .args(["router", "-t", "1", "--config"])
-            .arg(&file)
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
+    let _router = support::router(&file, None);
     until_serving(port);
     let (mut c, mut direct) = (Conn::new(port), Conn::new(server));
     let big = |seed: u8| -> Vec<u8> {

@@ -5,29 +5,13 @@
 
 mod support;
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpStream;
+use std::io::{BufRead, Read, Write};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-use support::{free_port, memfleet_server, Killed};
-
-struct Conn(BufReader<TcpStream>);
+use support::{free_port, memfleet_server, until_serving, Conn, Killed};
 
 impl Conn {
-    fn new(port: u16) -> Conn {
-        let s = TcpStream::connect(("127.0.0.1", port)).unwrap();
-        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-        Conn(BufReader::new(s))
-    }
-
     /// Sends `request`, reads one line.
-    fn line(&mut self, request: &str) -> String {
-        self.0.get_mut().write_all(request.as_bytes()).unwrap();
-        let mut l = String::new();
-        self.0.read_line(&mut l).unwrap();
-        l
-    }
-
     /// A get's value, if any.
     fn get(&mut self, key: &str) -> Option<String> {
         let first = self.line(&format!("get {key}\r\n"));
@@ -61,33 +45,7 @@ impl Conn {
 
     /// `STAT name value`'s value in `stats`.
     fn stat(&mut self, name: &str) -> Option<String> {
-        self.0.get_mut().write_all(b"stats\r\n").unwrap();
-        let mut found = None;
-        loop {
-            let mut l = String::new();
-            self.0.read_line(&mut l).unwrap();
-            if l == "END\r\n" || l.is_empty() {
-                return found;
-            }
-            if let Some(v) = l.strip_prefix(&format!("STAT {name} ")) {
-                found = Some(v.trim_end().to_string());
-            }
-        }
-    }
-}
-
-/// Waits until `port` answers `version`.
-fn until_serving(port: u16) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        if let Ok(s) = TcpStream::connect(("127.0.0.1", port)) {
-            let mut c = Conn(BufReader::new(s));
-            if c.line("version\r\n").starts_with("VERSION ") {
-                return;
-            }
-        }
-        assert!(Instant::now() < deadline, "nothing serves on {port}");
-        std::thread::sleep(Duration::from_millis(50));
+        self.stat_text(name)
     }
 }
 

@@ -5,39 +5,16 @@
 
 mod support;
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-use support::{free_port, memfleet_server, until_serving, Killed};
-
-struct Conn(BufReader<TcpStream>);
+use support::{free_port, memfleet_server, until_serving, Conn, Killed};
 
 impl Conn {
-    fn new(port: u16) -> Conn {
-        let s = TcpStream::connect(("127.0.0.1", port)).unwrap();
-        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-        Conn(BufReader::new(s))
-    }
-
-    fn send(&mut self, bytes: &str) {
-        self.0.get_mut().write_all(bytes.as_bytes()).unwrap();
-    }
-
-    fn read_line(&mut self) -> String {
-        let mut l = String::new();
-        self.0.read_line(&mut l).unwrap();
-        l
-    }
-
-    fn line(&mut self, request: &str) -> String {
-        self.send(request);
-        self.read_line()
-    }
-
     /// A `stats ARGS` reply as (name, value) pairs.
     fn stats(&mut self, args: &str) -> Vec<(String, String)> {
-        self.send(&format!("stats {args}\r\n"));
+        self.send(format!("stats {args}\r\n"));
         let mut out = Vec::new();
         loop {
             let l = self.read_line();
@@ -193,7 +170,7 @@ fn latency_histograms_and_command_counts_trace_a_stalled_server() {
         assert!(Instant::now() < deadline, "not stopped");
         std::thread::sleep(Duration::from_millis(5));
     }
-    c.send(&format!("get {key}\r\n"));
+    c.send(format!("get {key}\r\n"));
     std::thread::sleep(Duration::from_millis(1500));
     signal(&slow_process, libc::SIGCONT);
     let asked = Instant::now();
@@ -397,7 +374,7 @@ fn the_request_log_samples_requests_as_json_lines() {
     );
     until_serving(port);
     let mut c = Conn::new(port);
-    c.send(&"get somekey\r\n".repeat(2000));
+    c.send("get somekey\r\n".repeat(2000));
     for _ in 0..2000 {
         assert_eq!(c.read_line(), "END\r\n");
     }

@@ -10,58 +10,16 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-use support::{free_port, memfleet_server, until_serving, Killed};
-
-struct Conn(BufReader<TcpStream>);
+use support::{free_port, memfleet_server, until_serving, Conn, Killed};
 
 impl Conn {
-    fn new(port: u16) -> Conn {
-        let s = TcpStream::connect(("127.0.0.1", port)).unwrap();
-        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-        Conn(BufReader::new(s))
-    }
-
-    fn send(&mut self, bytes: &str) {
-        self.0.get_mut().write_all(bytes.as_bytes()).unwrap();
-    }
-
-    fn read_line(&mut self) -> String {
-        let mut l = String::new();
-        self.0.read_line(&mut l).unwrap();
-        l
-    }
-
-    fn line(&mut self, request: &str) -> String {
-        self.send(request);
-        self.read_line()
-    }
-
     fn stat(&mut self, name: &str) -> Option<u64> {
-        self.send("stats\r\n");
-        let mut found = None;
-        loop {
-            let l = self.read_line();
-            if l == "END\r\n" || l.is_empty() {
-                return found;
-            }
-            if let Some(v) = l.strip_prefix(&format!("STAT {name} ")) {
-                found = Some(v.trim_end().parse().unwrap());
-            }
-        }
+        self.stat_text(name).map(|v| v.parse().unwrap())
     }
 }
 
 fn router(file: &std::path::Path, admin: u16) -> Killed {
-    Killed(
-        Command::new(env!("CARGO_BIN_EXE_memfleet"))
-            .args(["router", "-t", "1", "--admin-listen"])
-            .arg(format!("127.0.0.1:{admin}"))
-            .arg("--config")
-            .arg(file)
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    )
+    support::router(file, Some(admin))
 }
 
 fn metrics(admin: u16) -> String {
@@ -132,7 +90,7 @@ fn a_stalled_server_gets_max_outstanding_then_a_queue_then_refusals() {
 
     // The server stalls: two gets in flight, three waiting, the sixth refused at once.
     signal(&server_process, libc::SIGSTOP);
-    a.send(&"get k\r\n".repeat(5));
+    a.send("get k\r\n".repeat(5));
     let mut b = Conn::new(port);
     until_stat(&mut b, &stat("outstanding"), 5);
     assert_eq!(
@@ -195,7 +153,7 @@ fn no_more_than_max_outstanding_reach_a_server_at_once() {
     let _router = router(&file, admin);
     until_serving(port);
     let mut c = Conn::new(port);
-    c.send(&"get k\r\n".repeat(10));
+    c.send("get k\r\n".repeat(10));
     let (link, _) = held.accept().unwrap();
     link.set_read_timeout(Some(Duration::from_millis(500)))
         .unwrap();
@@ -326,7 +284,7 @@ fn workers_share_max_outstanding_between_their_connections() {
     // Two clients, on the two workers (clients are dealt round-robin), three gets each.
     let mut clients = [Conn::new(port), Conn::new(port)];
     for c in &mut clients {
-        c.send(&"get k\r\n".repeat(3));
+        c.send("get k\r\n".repeat(3));
     }
     let mut links: Vec<BufReader<TcpStream>> = (0..2)
         .map(|_| {

@@ -6,44 +6,14 @@
 
 mod support;
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufRead, Read, Write};
 use std::net::TcpStream;
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-use support::{free_port, memfleet_server, until_serving, Killed};
-
-struct Conn(BufReader<TcpStream>);
+use support::{free_port, memfleet_server, until_serving, Conn};
 
 impl Conn {
-    fn new(port: u16) -> Conn {
-        let s = TcpStream::connect(("127.0.0.1", port)).unwrap();
-        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-        Conn(BufReader::new(s))
-    }
-
-    fn read_line(&mut self) -> String {
-        let mut l = String::new();
-        self.0.read_line(&mut l).unwrap();
-        l
-    }
-
-    fn line(&mut self, request: &str) -> String {
-        self.0.get_mut().write_all(request.as_bytes()).unwrap();
-        self.read_line()
-    }
-
     fn stat(&mut self, name: &str) -> Option<u64> {
-        self.0.get_mut().write_all(b"stats\r\n").unwrap();
-        let mut found = None;
-        loop {
-            let l = self.read_line();
-            if l == "END\r\n" || l.is_empty() {
-                return found;
-            }
-            if let Some(v) = l.strip_prefix(&format!("STAT {name} ")) {
-                found = Some(v.trim_end().parse().unwrap());
-            }
-        }
+        self.stat_text(name).map(|v| v.parse().unwrap())
     }
 
     /// `n` one-key gets of a missing key, pipelined: (answered END, refused lines).
@@ -82,16 +52,7 @@ fn a_pool_over_its_rates_refuses_with_server_error_and_counts() {
         ),
     )
     .unwrap();
-    let _router = Killed(
-        Command::new(env!("CARGO_BIN_EXE_memfleet"))
-            .args(["router", "-t", "1", "--admin-listen"])
-            .arg(format!("127.0.0.1:{admin}"))
-            .arg("--config")
-            .arg(&file)
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
+    let _router = support::router(&file, Some(admin));
     until_serving(limited);
     let mut direct = Conn::new(server);
     let served_before = direct.stat("cmd_get").unwrap();
@@ -181,14 +142,7 @@ fn max_client_connections_refuses_as_memcached_refuses_across_listeners() {
         )
     };
     std::fs::write(&file, config(2)).unwrap();
-    let _router = Killed(
-        Command::new(env!("CARGO_BIN_EXE_memfleet"))
-            .args(["router", "-t", "1", "--config"])
-            .arg(&file)
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
+    let _router = support::router(&file, None);
     until_serving(a);
     // A client the router serves (retried while closed connections still hold places:
     // the router lets a place go once it has seen the close).
@@ -257,14 +211,7 @@ fn max_down_fraction_keeps_most_of_a_pool_from_being_marked_down() {
         ),
     )
     .unwrap();
-    let _router = Killed(
-        Command::new(env!("CARGO_BIN_EXE_memfleet"))
-            .args(["router", "-t", "1", "--config"])
-            .arg(&file)
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
+    let _router = support::router(&file, None);
     until_serving(port);
     let mut c = Conn::new(port);
     // Keys on every server, each failing one a few times.

@@ -5,28 +5,12 @@
 
 mod support;
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufRead, Read, Write};
 use std::net::{TcpListener, TcpStream};
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-use support::{free_port, memfleet_server, until_serving, Killed};
-
-struct Conn(BufReader<TcpStream>);
+use support::{free_port, memfleet_server, until_serving, Conn};
 
 impl Conn {
-    fn new(port: u16) -> Conn {
-        let s = TcpStream::connect(("127.0.0.1", port)).unwrap();
-        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-        Conn(BufReader::new(s))
-    }
-
-    fn line(&mut self, request: &str) -> String {
-        self.0.get_mut().write_all(request.as_bytes()).unwrap();
-        let mut l = String::new();
-        self.0.read_line(&mut l).unwrap();
-        l
-    }
-
     fn get(&mut self, key: &str) -> Option<String> {
         let first = self.line(&format!("get {key}\r\n"));
         if first == "END\r\n" {
@@ -47,18 +31,10 @@ impl Conn {
     }
 
     fn stat(&mut self, name: &str) -> u64 {
-        self.0.get_mut().write_all(b"stats\r\n").unwrap();
-        let mut found = None;
-        loop {
-            let mut l = String::new();
-            self.0.read_line(&mut l).unwrap();
-            if l == "END\r\n" || l.is_empty() {
-                return found.unwrap_or_else(|| panic!("no STAT {name}"));
-            }
-            if let Some(v) = l.strip_prefix(&format!("STAT {name} ")) {
-                found = Some(v.trim_end().parse().unwrap());
-            }
-        }
+        self.stat_text(name)
+            .unwrap_or_else(|| panic!("no STAT {name}"))
+            .parse()
+            .unwrap()
     }
 }
 
@@ -94,16 +70,7 @@ fn a_shadow_gets_the_same_keys_main_answers_and_mismatches_are_counted() {
         ),
     )
     .unwrap();
-    let _router = Killed(
-        Command::new(env!("CARGO_BIN_EXE_memfleet"))
-            .args(["router", "-t", "1", "--admin-listen"])
-            .arg(format!("127.0.0.1:{admin}"))
-            .arg("--config")
-            .arg(&file)
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
+    let _router = support::router(&file, Some(admin));
     until_serving(port);
     let (mut c, mut on_old, mut on_new) = (Conn::new(port), Conn::new(old), Conn::new(new));
 
@@ -215,14 +182,7 @@ fn index_range_shadows_the_keys_of_main_servers_by_index() {
         ),
     )
     .unwrap();
-    let _router = Killed(
-        Command::new(env!("CARGO_BIN_EXE_memfleet"))
-            .args(["router", "-t", "1", "--config"])
-            .arg(&file)
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
+    let _router = support::router(&file, None);
     until_serving(port);
     let mut c = Conn::new(port);
     let keys: Vec<String> = (0..100).map(|i| format!("k{i}")).collect();

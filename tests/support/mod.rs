@@ -6,8 +6,10 @@
 
 pub mod certs;
 pub mod results;
+pub mod text_conn;
 
 pub use memfleet_testkit::{connect, free_port, memcached, Killed};
+pub use text_conn::Conn;
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpStream;
@@ -37,4 +39,18 @@ pub fn until_serving(port: u16) {
         assert!(Instant::now() < deadline, "nothing serves on {port}");
         std::thread::sleep(Duration::from_millis(50));
     }
+}
+
+/// `memfleet router -t 1 [--admin-listen 127.0.0.1:ADMIN] --config FILE` (stderr
+/// discarded), stopped with the test; the caller waits for its listeners.
+pub fn router(file: &std::path::Path, admin: Option<u16>) -> Killed {
+    let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_memfleet"));
+    c.args(["router", "-t", "1"]);
+    if let Some(admin) = admin {
+        c.arg("--admin-listen").arg(format!("127.0.0.1:{admin}"));
+    }
+    c.arg("--config")
+        .arg(file)
+        .stderr(std::process::Stdio::null());
+    Killed(c.spawn().unwrap())
 }
