@@ -1,7 +1,7 @@
 //! The public face of the engine: [`Cache`] (cheap to clone, shared between threads), which
 //! builds the engine state from a [`Config`], hands out a [`Handle`] per thread, and runs the
 //! whole-cache operations (flush, expiration passes, statistics, the background expirer).
-//! The state itself and the segment-level operations are `engine_state.rs`'s.
+//! The state itself and the segment-level operations are `engine_state/`'s.
 
 use crate::clock::Clock;
 use crate::config::{Config, ConfigError, Geometry};
@@ -97,6 +97,20 @@ impl Cache {
     /// all expired or were flushed. Returns the number of segments freed.
     pub fn expire(&self) -> usize {
         crate::expire::expire_pass(&self.engine)
+    }
+
+    /// Writes the flash tier's partly filled buffer out now (before a shutdown, or in a
+    /// test that wants its items on the device). Nothing without a flash tier.
+    pub fn flush_flash_buffer(&self) {
+        if let Some(tier) = self.engine.flash() {
+            tier.flush_buffer();
+        }
+    }
+
+    /// Walks the hash table removing flash slots whose flash segment was reclaimed (the
+    /// expirer does it when ids are about to come round; see `flash/`). Returns how many.
+    pub fn sweep_flash(&self) -> usize {
+        crate::demote::sweep(&self.engine, false)
     }
 
     /// Engine statistics, aggregated now.

@@ -1,6 +1,6 @@
 //! Engine settings: [`Config`], the errors a bad one gets ([`ConfigError`]), and the
 //! [`Geometry`] a valid one gives the engine (segment count, offset alignment, table size).
-//! Nothing here touches memory; `engine_state.rs` builds the engine from a geometry.
+//! Nothing here touches memory; `engine_state/` builds the engine from a geometry.
 
 use crate::clock::Clock;
 use crate::hashtable::{MAX_OFFSET_UNITS, MAX_SEGMENTS};
@@ -43,6 +43,8 @@ pub struct Config {
     /// Seconds a deleted value is kept for lease reads to serve as stale (0: deletes drop the
     /// value at once, as memcached). Default 0 (the server turns it on).
     pub stale_after_delete: u32,
+    /// A flash tier under the heap (see `flash/`): what eviction would drop goes there.
+    pub flash: Option<crate::flash::FlashConfig>,
 }
 
 impl Config {
@@ -58,7 +60,14 @@ impl Config {
             clock: Clock::system(),
             lease_interval: 10,
             stale_after_delete: 0,
+            flash: None,
         }
+    }
+
+    /// Puts a flash tier under the heap (see [`Config::flash`]).
+    pub fn flash(mut self, flash: crate::flash::FlashConfig) -> Config {
+        self.flash = Some(flash);
+        self
     }
 
     /// Sets the lease interval (see [`Config::lease_interval`]; at least 1 second).
@@ -139,6 +148,16 @@ pub enum ConfigError {
     /// Hash power out of range.
     #[error("hash_power must be between 4 and 30, got {0}")]
     HashPower(u32),
+    /// The flash tier has more segments than a hash slot can name.
+    #[error("flash holds {places} segments: too many for {segment}-byte segments beside {ram} in RAM; use larger segments")]
+    FlashTooLarge {
+        /// Flash segments.
+        places: usize,
+        /// RAM segments.
+        ram: usize,
+        /// The segment size.
+        segment: usize,
+    },
     /// A memory mapping of the wrong size.
     #[error("the memory file mapping has {have} bytes, the heap needs {want}")]
     MappingSize {
@@ -184,9 +203,27 @@ impl Geometry {
         }
         let unit = seg.div_ceil(MAX_OFFSET_UNITS).next_power_of_two();
         let align_shift = unit.trailing_zeros();
+        let flash_places = config
+            .flash
+            .as_ref()
+            .map_or(0, |f| f.sink.places() as usize);
+        if flash_places > 0 && crate::flash::laps_for(segments, flash_places) < 4 {
+            return Err(ConfigError::FlashTooLarge {
+                places: flash_places,
+                ram: segments,
+                segment: seg,
+            });
+        }
+        let flash_bytes = flash_places * seg;
+        // Flash items are sized for from the start: growth cannot rehash them (their keys
+        // are on flash), so a table too small for them loses some at each doubling.
+        let flash_buckets = config.flash.as_ref().map_or(0, |f| {
+            // Buckets of 7 slots about 70% full of items of the hinted size.
+            flash_bytes / (5 * f.item_size_hint.max(64))
+        });
         // Start with one bucket per 4 KiB of heap (room for items averaging 1 KiB at ~4 per
         // bucket); the table doubles as small items arrive.
-        let max_items = config.memory_bytes / 16;
+        let max_items = (config.memory_bytes + flash_bytes) / 16;
         let max_power = (max_items / 4)
             .max(16)
             .next_power_of_two()
@@ -195,7 +232,7 @@ impl Geometry {
         let power = match config.hash_power {
             Some(p) if !(4..=30).contains(&p) => return Err(ConfigError::HashPower(p)),
             Some(p) => p,
-            None => (config.memory_bytes / 4096)
+            None => (config.memory_bytes / 4096 + flash_buckets)
                 .max(1024)
                 .next_power_of_two()
                 .trailing_zeros()

@@ -15,6 +15,8 @@ pub(crate) struct EngineCounters {
     pub merges: AtomicU64,
     pub merge_retained_items: AtomicU64,
     pub evicted_unfetched: AtomicU64,
+    /// Items eviction moved to flash instead of dropping them.
+    pub demoted_items: AtomicU64,
     pub compactions: AtomicU64,
     pub compacted_items: AtomicU64,
     pub expired_items: AtomicU64,

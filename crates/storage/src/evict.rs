@@ -137,7 +137,12 @@ fn unlink_consumed(engine: &EngineState, chain: &mut Chain, consumed: &[u32], re
 /// Retires `seg` (claimed and unlinked), created at `created`, counting its items and
 /// itself as evicted.
 fn evict_whole(engine: &EngineState, seg: u32, created: u32) {
-    let dropped = engine.retire(seg);
+    let live = engine.segment(seg).live_items.load(Ordering::Relaxed) as usize;
+    let dropped = crate::demote::retire_demoting(engine, seg);
+    engine
+        .counters()
+        .demoted_items
+        .fetch_add(live.saturating_sub(dropped) as u64, Ordering::Relaxed);
     engine
         .counters()
         .evicted_items
@@ -296,6 +301,8 @@ fn merge(engine: &EngineState, bucket: usize, run: &[u32]) {
     let mut evicted = 0u64;
     let mut retained = 0u64;
     let mut unfetched = 0u64;
+    let mut demoted = 0u64;
+    let now = engine.clock().now();
     for &src in sources {
         let h = engine.segment(src);
         // SAFETY: as in pass 1: the sources are still MERGING, their bytes final.
@@ -330,6 +337,13 @@ fn merge(engine: &EngineState, bucket: usize, run: &[u32]) {
                     dst_used += size;
                     retained += 1;
                 } else {
+                    // SAFETY: as for the move above: the source's bytes are final.
+                    if unsafe {
+                        crate::demote::to_flash(engine, chain, slot, s, src, offset, &header, now)
+                    } {
+                        demoted += 1;
+                        return;
+                    }
                     chain.remove(slot);
                     chain.bump_cas();
                     h.remove_live(size);
@@ -369,6 +383,7 @@ fn merge(engine: &EngineState, bucket: usize, run: &[u32]) {
     );
     c.evicted_unfetched.fetch_add(unfetched, Ordering::Relaxed);
     c.evicted_items.fetch_add(evicted, Ordering::Relaxed);
+    c.demoted_items.fetch_add(demoted, Ordering::Relaxed);
     c.merge_retained_items
         .fetch_add(retained, Ordering::Relaxed);
 }

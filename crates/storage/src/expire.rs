@@ -66,5 +66,12 @@ pub(crate) fn expire_pass(engine: &EngineState) -> usize {
     if full {
         engine.set_reclaimed(generation);
     }
+    if let Some(tier) = engine.flash() {
+        // Flash segments whose items all expired or were flushed go without being read.
+        tier.expire(now, generation);
+        if tier.needs_sweep() {
+            crate::demote::sweep(engine, false);
+        }
+    }
     freed
 }

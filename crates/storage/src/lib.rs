@@ -25,7 +25,9 @@
 //! | `config`        | settings and the geometry they give the engine |
 //! | `counters`      | engine and per-handle counters |
 //! | `lease`         | the lease rules: what each mark means to each command |
+//! | `flash`         | the flash tier: places, laps, write buffers, records on flash (`record`), reclaiming; no I/O (a [`FlashSink`] writes) |
 //! | `engine_state`  | `EngineState`: what every handle shares, private fields behind methods; segment-level operations (read an item in place, move it, retire a segment) |
+//! | `demote`        | eviction's items to flash, writers dropping out-of-date flash slots, the sweep of dead ones |
 //! | `compact`       | compaction: segments rewritten without their dead copies |
 //! | `expire`        | proactive expiration and flush_all |
 //! | `evict`         | merge-based (and FIFO) segment eviction |
@@ -71,10 +73,12 @@ mod clock;
 mod compact;
 mod config;
 mod counters;
+mod demote;
 mod engine_state;
 mod evict;
 mod evictor_state;
 mod expire;
+mod flash;
 mod freq;
 mod ghost;
 mod handle;
@@ -96,6 +100,10 @@ pub use cache::{Cache, Expirer};
 pub use clock::{Clock, Expiry, MEMCACHED_MAX_RELATIVE};
 pub use config::{Config, ConfigError, EvictionPolicy};
 pub use counters::HandleTotals;
+pub use flash::{
+    FlashCandidate, FlashConfig, FlashFetch, FlashSink, FlashStats, FlashWriteDone, Promotion,
+    FLASH_BLOCK,
+};
 pub use handle::{
     DeltaError, DumpCursor, DumpItem, Handle, ItemRef, KeyHash, LeaseOutcome, StoreError,
     StoreMode, StoreStatus,

@@ -84,6 +84,10 @@ pub struct Stats {
     pub expire_passes: u64,
     /// Where threads waited for each other (see [`Contention`]).
     pub contention: Contention,
+    /// Items eviction moved to flash rather than drop.
+    pub demoted_items: u64,
+    /// The flash tier's statistics, when there is one.
+    pub flash: Option<crate::flash::FlashStats>,
 }
 
 /// Where the engine's threads waited for each other since it started: each counted on the
@@ -173,5 +177,7 @@ pub(crate) fn collect(engine: &EngineState) -> Stats {
             evict_lock_waits: get(&c.contention.evict_lock_waits),
             growth_stalls: get(&c.contention.growth_stalls),
         },
+        demoted_items: get(&c.demoted_items),
+        flash: engine.flash().map(|t| t.stats()),
     }
 }

@@ -184,6 +184,10 @@ fn pin<'a>(
     bucket_cas: u32,
 ) -> Option<DumpItem<'a>> {
     for _ in 0..2 {
+        if engine.is_flash_slot(s) {
+            // A flash item's key is on flash: dumps list what is in RAM.
+            return None;
+        }
         let seg = s.seg();
         let header = engine.segment(seg);
         let pinned = engine.acquire(seg, DUMP_STRIPE);

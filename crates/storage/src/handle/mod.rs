@@ -17,6 +17,7 @@
 //! read-modify-writes and leases), never back.
 
 mod dump;
+mod flash;
 mod lease;
 mod modify;
 mod read;
@@ -147,14 +148,9 @@ impl Handle {
     /// Grows the hash table (called when an insert found no room).
     pub(crate) fn grow_table(&self, seen_power: u32) {
         let engine = &*self.engine;
-        let grew = engine.table().grow(seen_power, |slot| {
-            let offset = engine.offset_of(slot);
-            // SAFETY: `grow` calls this with the slot's chain locked for good (MOVED), and the
-            // slot points at a published item, so its segment cannot be retired meanwhile.
-            let header = unsafe { engine.header_at(slot.seg(), offset) };
-            // SAFETY: as above.
-            unsafe { engine.item_hash(slot.seg(), offset, &header) }
-        });
+        let grew = engine
+            .table()
+            .grow(seen_power, |slot| crate::demote::rehash(engine, slot));
         if grew {
             engine
                 .counters()

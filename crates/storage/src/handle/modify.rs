@@ -228,11 +228,13 @@ impl Handle {
         if check_key(key).is_err() {
             return false;
         }
+        // A flash copy goes without being read (no flash I/O for a delete).
+        let purged = self.purge_flash_of(key);
         let removed = if self.engine.config().stale_after_delete > 0 {
             self.delete_keeping_stale(key)
         } else {
             self.remove_outright(key)
-        };
+        } || purged;
         if removed {
             HandleCounters::bump(&self.counters.deletes, 1);
         }

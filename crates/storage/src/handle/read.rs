@@ -160,7 +160,8 @@ impl Handle {
         let engine = &*self.engine;
         let table = self.table();
         table.scan(table.head_of(h), |_, s| {
-            (s.tag() == tag).then(|| engine.heap().prefetch(s.seg(), engine.offset_of(s)))
+            (s.tag() == tag && !engine.is_flash_slot(s))
+                .then(|| engine.heap().prefetch(s.seg(), engine.offset_of(s)))
         });
     }
 
@@ -252,7 +253,8 @@ impl Handle {
         // client's cas then fails and retries) but never an old value with a new CAS.
         let cas = table.cas(head);
         let found = table.scan(head, |slot, s| {
-            if s.tag() != tag {
+            // A flash copy is fetched by the caller (`Handle::flash_candidate`), not here.
+            if s.tag() != tag || engine.is_flash_slot(s) {
                 return None;
             }
             let seg = s.seg();

@@ -113,8 +113,10 @@ pub(crate) fn existing<'a>(
     now: u32,
 ) -> Option<Existing<'a>> {
     let generation = engine.current_generation(now);
+    // A write of the key makes any flash copy of it out of date (`demote.rs`).
+    crate::demote::purge_flash(engine, chain, tag);
     chain.scan(|slot, s| {
-        if s.tag() != tag {
+        if s.tag() != tag || engine.is_flash_slot(s) {
             return None;
         }
         let seg = s.seg();

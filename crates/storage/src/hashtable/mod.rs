@@ -93,8 +93,9 @@ impl HashTable {
     }
 
     /// Doubles the table if `seen` is still the current one. `hash_of` recomputes an item's
-    /// hash from its slot (by reading its key); it must not touch the table.
-    pub fn grow(&self, seen_power: u32, hash_of: impl Fn(Slot) -> u64) -> bool {
+    /// hash from its slot (by reading its key), or says `None` to drop the slot (a flash
+    /// item, whose key is not in RAM); it must not touch the table.
+    pub fn grow(&self, seen_power: u32, hash_of: impl Fn(Slot) -> Option<u64>) -> bool {
         let _grow = self.grow_lock.lock().unwrap_or_else(|e| e.into_inner());
         let old = self.load();
         if old.power != seen_power || old.power >= self.max_power {
@@ -114,7 +115,9 @@ impl HashTable {
             new.info(head + old.primary)
                 .store(cas_ts, Ordering::Relaxed);
             old.scan(head, |_, slot| {
-                let target = new.head_of(hash_of(slot));
+                // A slot without a hash (a flash item) is dropped: the scan goes on.
+                let hash = hash_of(slot)?;
+                let target = new.head_of(hash);
                 let guard = new.lock(target).expect("new table is private");
                 guard
                     .insert(slot)
@@ -220,7 +223,7 @@ mod tests {
         let cas_before: Vec<u32> = (0..40u64).map(|i| t.cas(t.head_of(hash_for(i)))).collect();
         let power = t.power();
         drop(t);
-        assert!(ht.grow(power, |slot| hash_for(u64::from(slot.seg()))));
+        assert!(ht.grow(power, |slot| Some(hash_for(u64::from(slot.seg())))));
         let t = ht.load();
         assert_eq!(t.power(), 3);
         for i in 0..40u64 {
@@ -235,7 +238,7 @@ mod tests {
     fn moved_chains_refuse_writers() {
         let ht = HashTable::new(1, 4);
         let old = ht.load();
-        assert!(ht.grow(1, |_| 0));
+        assert!(ht.grow(1, |_| Some(0)));
         assert!(matches!(old.lock(0), Err(Moved)));
     }
 }

@@ -12,6 +12,8 @@
 //! flush whose time has come exactly once (a compare-exchange on `flush_at`), and a segment
 //! whose generation is older than the current one is dead wherever it sits.
 
+mod items;
+
 use crate::active::ActiveSegments;
 use crate::chains::{Chains, FreePool};
 use crate::clock::Clock;
@@ -20,13 +22,14 @@ use crate::counters::{
     ContentionCounters, EngineCounters, HandleCounters, HandleRegistry, HandleTotals,
 };
 use crate::evictor_state::EvictorState;
+use crate::flash::FlashTier;
 use crate::freq::CountWindow;
 use crate::ghost::Ghosts;
 use crate::hashtable::{hash, ChainGuard, HashTable, Slot, Table};
 use crate::heap::Heap;
 use crate::item::{self, Header};
 use crate::readers::ReaderCounts;
-use crate::segment::{state, SegmentHeader};
+use crate::segment::SegmentHeader;
 use crate::sync::atomic::{AtomicU32, AtomicU64};
 use crate::sync::{Mutex, MutexGuard};
 use std::sync::atomic::Ordering;
@@ -65,6 +68,8 @@ pub(crate) struct EngineState {
     count_window: CountWindow,
     /// The next lease token (see `lease.rs`).
     next_token: AtomicU64,
+    /// The flash tier under the heap, if any (`flash/`).
+    flash: Option<Arc<FlashTier>>,
 }
 
 /// The engine's own words that a warm restart carries over (`persist.rs`), besides the
@@ -97,6 +102,18 @@ fn first_token() -> u64 {
     nanos.max(2)
 }
 
+/// The flash tier `config` asks for (ids after the RAM segments).
+fn flash_tier(config: &Config, g: &Geometry) -> Option<Arc<FlashTier>> {
+    let flash = config.flash.as_ref()?;
+    Some(Arc::new(FlashTier::new(
+        g.segments as u32,
+        config.segment_size,
+        g.align_shift,
+        flash,
+        config.clock.now(),
+    )))
+}
+
 impl EngineState {
     /// An empty engine of `geometry` over `heap` (every segment free).
     pub fn new(config: Config, g: Geometry, heap: Heap) -> EngineState {
@@ -119,6 +136,7 @@ impl EngineState {
             ghosts: Ghosts::for_heap(g.segments * config.segment_size),
             count_window: CountWindow::new(g.segments, config.clock.now()),
             next_token: AtomicU64::new(first_token()),
+            flash: flash_tier(&config, &g),
             config,
         }
     }
@@ -147,6 +165,7 @@ impl EngineState {
             ghosts: Ghosts::for_heap(g.segments * config.segment_size),
             count_window: CountWindow::new(g.segments, now),
             next_token: AtomicU64::new(w.next_token.max(first_token())),
+            flash: flash_tier(&config, &g),
             config,
         }
     }
@@ -164,6 +183,17 @@ impl EngineState {
 
     /// The segment heap (all item bytes; its accessors are `unsafe` with their contracts).
     #[inline]
+    pub fn flash(&self) -> Option<&Arc<FlashTier>> {
+        self.flash.as_ref()
+    }
+
+    /// Whether slot `s` points at a flash copy (not a RAM segment).
+    #[inline]
+    pub fn is_flash_slot(&self, s: Slot) -> bool {
+        s.seg() as usize >= self.headers.len()
+    }
+
+    /// The heap.
     pub fn heap(&self) -> &Heap {
         &self.heap
     }
@@ -413,6 +443,16 @@ impl EngineState {
         }
     }
 
+    /// The whole item (header to value) at `offset` in `seg`, whose header is `header`.
+    ///
+    /// # Safety
+    /// As for [`EngineState::key_at`].
+    #[inline]
+    pub unsafe fn item_bytes(&self, seg: u32, offset: usize, header: &Header) -> &[u8] {
+        // SAFETY: per this function's contract (the item's own bytes, all final).
+        unsafe { self.heap.bytes(seg, offset, header.len()) }
+    }
+
     /// Applies a delayed flush whose time has come.
     #[inline]
     pub fn current_generation(&self, now: u32) -> u32 {
@@ -499,134 +539,5 @@ impl EngineState {
     pub unsafe fn item_hash(&self, seg: u32, offset: usize, header: &Header) -> u64 {
         // SAFETY: per this function's contract.
         hash(unsafe { self.key_at(seg, offset, header) })
-    }
-
-    /// Runs `f` with the chain of `hash` (the hash of the key of the item at (`seg`,
-    /// `offset`), see [`EngineState::item_hash`]) locked and the hash slot that points at the
-    /// item, or `None` when no slot does (the item is dead: overwritten, deleted, or already
-    /// moved). For work that walks a segment's items (eviction, compaction, retirement). Reads
-    /// no item bytes: a wrong `hash` finds no slot.
-    pub fn with_item_slot<T>(
-        &self,
-        table: &mut Arc<Table>,
-        seg: u32,
-        offset: usize,
-        hash: u64,
-        f: impl FnOnce(&ChainGuard<'_>, Option<(&AtomicU64, Slot)>) -> T,
-    ) -> T {
-        let units = self.units(offset);
-        self.with_chain(table, hash, |chain| {
-            let found = chain
-                .scan(|slot, s| (s.seg() == seg && s.offset_units() == units).then_some((slot, s)));
-            f(chain, found)
-        })
-    }
-
-    /// Moves a live item from `from` to `to` (segment, offset): copies its `header.len()`
-    /// bytes, points its slot (`slot`, now holding `current`) there with frequency `freq`,
-    /// and moves its live accounting. Call inside [`EngineState::with_item_slot`].
-    ///
-    /// # Safety
-    /// `from`'s segment is sealed, settled and claimed by the caller (MERGING), so its bytes
-    /// are final; `[to.1, to.1 + aligned len)` of `to`'s segment is the caller's, unpublished.
-    #[allow(clippy::too_many_arguments)]
-    pub unsafe fn move_item(
-        &self,
-        chain: &ChainGuard<'_>,
-        slot: &AtomicU64,
-        current: Slot,
-        from: (u32, usize),
-        to: (u32, usize),
-        header: &Header,
-        freq: u8,
-    ) {
-        let size = self.aligned(header.len());
-        // SAFETY: per this function's contract.
-        unsafe { self.heap.copy(from, to, header.len()) };
-        let moved = Slot::new(to.0, self.units(to.1), freq, current.tag());
-        chain.replace(slot, moved.with_fetched(current.fetched()));
-        let dst = &self.headers[to.0 as usize];
-        dst.add_live(size);
-        dst.write_offset
-            .store((to.1 + size) as u32, Ordering::Release);
-        self.headers[from.0 as usize].remove_live(size);
-    }
-
-    /// Removes the hash entry that points at (`seg`, `offset`) if there is one, for an item
-    /// leaving through eviction, expiration or retirement; `hash` is its key's hash and
-    /// `header` its header. Returns true if it was live.
-    pub fn unlink_item(
-        &self,
-        table: &mut Arc<Table>,
-        seg: u32,
-        offset: usize,
-        header: &Header,
-        hash: u64,
-    ) -> bool {
-        self.with_item_slot(table, seg, offset, hash, |chain, found| {
-            let Some((slot, _)) = found else {
-                return false;
-            };
-            chain.remove(slot);
-            chain.bump_cas();
-            self.headers[seg as usize].remove_live(self.aligned(header.len()));
-            true
-        })
-    }
-
-    /// Takes a segment out of service for good: no new readers, wait for current ones, drop
-    /// every hash entry still pointing into it, and return it to the free pool. The caller
-    /// has already unlinked it from its chain. Returns the number of live items dropped.
-    pub fn retire(&self, seg: u32) -> usize {
-        self.retire_with(seg, true)
-    }
-
-    /// [`EngineState::retire`] for a merge source whose every item the merge already moved or
-    /// dropped: nothing is left to unlink, so the per-item hash lookups are skipped.
-    pub fn retire_emptied(&self, seg: u32) {
-        debug_assert_eq!(
-            self.headers[seg as usize]
-                .live_items
-                .load(Ordering::Relaxed),
-            0
-        );
-        self.retire_with(seg, false);
-    }
-
-    fn retire_with(&self, seg: u32, unlink: bool) -> usize {
-        let h = &self.headers[seg as usize];
-        h.state.store(state::RETIRING, Ordering::Release);
-        h.seal();
-        self.readers.drain(h, seg);
-        let mut dropped = 0;
-        let mut table = self.table.load();
-        // Every item is looked up, whatever the live count says: a slot left pointing into
-        // a reused segment would be read as garbage.
-        if unlink {
-            // SAFETY: the segment is RETIRING, sealed and drained: no writer holds a
-            // reservation and no reader a reference, and only this call can reuse it, so
-            // its bytes are final until `free_segment` below.
-            let items = unsafe { self.items_in(seg) };
-            for (offset, header, _) in items {
-                // SAFETY: as above; `header` is the header `items_in` decoded there.
-                let hash = unsafe { self.item_hash(seg, offset, &header) };
-                if self.unlink_item(&mut table, seg, offset, &header, hash) {
-                    dropped += 1;
-                }
-            }
-        }
-        self.free_segment(seg);
-        dropped
-    }
-
-    /// Returns a drained segment with no hash entries to the free pool.
-    pub fn free_segment(&self, seg: u32) {
-        let h = &self.headers[seg as usize];
-        h.epoch.fetch_add(1, Ordering::AcqRel);
-        h.write_offset.store(0, Ordering::Release);
-        h.live_items.store(0, Ordering::Relaxed);
-        h.live_bytes.store(0, Ordering::Relaxed);
-        h.state.store(state::FREE, Ordering::Release);
-        self.free.put(seg);
     }
 }

@@ -1,0 +1,184 @@
+//! The engine's side of the flash tier (`flash/`): what eviction would drop is demoted to
+//! flash (its slot repointed), writers drop the flash slots of their key's tag, and a sweep
+//! removes slots whose flash segment was reclaimed.
+//!
+//! Everything here runs under the hash chain lock of the slots it changes; demotion also
+//! under the eviction lock (it runs inside merges and whole-segment evictions).
+
+use crate::engine_state::EngineState;
+use crate::flash::record_deadline;
+use crate::hashtable::{ChainGuard, Slot, Table};
+use crate::item::Header;
+use crate::sync::atomic::AtomicU64;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+/// Under `chain`'s lock, with `slot` (holding `s`) pointing at the live item at (`seg`,
+/// `offset`) whose header is `header`: writes the item to the flash tier and points the slot
+/// there. False, with nothing changed, when there is no tier or the item cannot go (flushed,
+/// expired, the device lags, over the write budget, or the chain has a flash slot of the same
+/// tag already): the caller then drops it as without flash.
+///
+/// # Safety
+/// The item's bytes are final while this runs (its segment is claimed by a merge, or
+/// retiring and drained).
+#[allow(clippy::too_many_arguments)]
+pub(crate) unsafe fn to_flash(
+    engine: &EngineState,
+    chain: &ChainGuard<'_>,
+    slot: &AtomicU64,
+    s: Slot,
+    seg: u32,
+    offset: usize,
+    header: &Header,
+    now: u32,
+) -> bool {
+    let Some(tier) = engine.flash() else {
+        return false;
+    };
+    let h = engine.segment(seg);
+    let generation = engine.current_generation(now);
+    if h.generation.load(Ordering::Acquire) != generation {
+        return false;
+    }
+    let deadline = record_deadline(h.min_deadline(), header.own_deadline);
+    if deadline <= now {
+        return false;
+    }
+    // A chain holds at most one flash slot per tag (a read then has one candidate); dead
+    // flash slots met on the way are dropped.
+    let mut conflict = false;
+    chain.scan(|other, o| {
+        if engine.is_flash_slot(o) {
+            if tier.resolve(o.seg()).is_none() {
+                chain.remove(other);
+            } else if o.tag() == s.tag() {
+                conflict = true;
+            }
+        }
+        None::<()>
+    });
+    if conflict {
+        tier.counters
+            .tag_conflict_drops
+            .fetch_add(1, Ordering::Relaxed);
+        return false;
+    }
+    // SAFETY: per this function's contract.
+    let bytes = unsafe { engine.item_bytes(seg, offset, header) };
+    let Ok((flash_seg, flash_offset)) = tier.demote(bytes, deadline, now, generation) else {
+        return false;
+    };
+    let moved = Slot::new(flash_seg, engine.units(flash_offset), s.freq(), s.tag());
+    chain.replace(slot, moved.with_fetched(s.fetched()));
+    h.remove_live(engine.aligned(header.len()));
+    true
+}
+
+/// Retires `seg` (claimed and unlinked by an eviction), demoting its live items to flash
+/// where they can go. Returns the items dropped (not demoted).
+pub(crate) fn retire_demoting(engine: &EngineState, seg: u32) -> usize {
+    let now = engine.clock().now();
+    engine.retire_each(seg, |table, offset, header, hash| {
+        engine.with_item_slot(table, seg, offset, hash, |chain, found| {
+            let Some((slot, s)) = found else {
+                return false;
+            };
+            // SAFETY: `retire_each` calls this with the segment retiring and drained.
+            if unsafe { to_flash(engine, chain, slot, s, seg, offset, header, now) } {
+                return false;
+            }
+            chain.remove(slot);
+            chain.bump_cas();
+            engine
+                .segment(seg)
+                .remove_live(engine.aligned(header.len()));
+            true
+        })
+    })
+}
+
+/// Under a writer's chain lock, for a key of `tag`: drops every flash slot of that tag (the
+/// key's flash copy, if it has one, is now out of date; one of another key with the same
+/// tag goes with it) and every dead flash slot. True when a live one was dropped.
+pub(crate) fn purge_flash(engine: &EngineState, chain: &ChainGuard<'_>, tag: u16) -> bool {
+    let Some(tier) = engine.flash() else {
+        return false;
+    };
+    let mut purged = false;
+    chain.scan(|slot, s| {
+        if engine.is_flash_slot(s) {
+            let live = tier.resolve(s.seg()).is_some();
+            if !live || s.tag() == tag {
+                chain.remove(slot);
+                if live {
+                    tier.forget(s.seg());
+                    tier.counters.purged.fetch_add(1, Ordering::Relaxed);
+                    purged = true;
+                }
+            }
+        }
+        None::<()>
+    });
+    if purged {
+        chain.bump_cas();
+    }
+    purged
+}
+
+/// Walks the whole table removing flash slots whose segment was reclaimed (or, with
+/// `all`, every flash slot: before a snapshot, whose restart starts flash empty). Returns
+/// how many were removed.
+pub(crate) fn sweep(engine: &EngineState, all: bool) -> usize {
+    let Some(tier) = engine.flash() else {
+        return 0;
+    };
+    let snapshot = tier.sweep_started();
+    let mut removed = 0;
+    let mut table: Arc<Table> = engine.table().load();
+    let mut head = 0;
+    while head < table.primary_buckets() {
+        let Ok(chain) = table.lock(head) else {
+            // A growth moved the table: start over on the new one.
+            engine.wait_for_growth();
+            table = engine.table().load();
+            head = 0;
+            continue;
+        };
+        chain.scan(|slot, s| {
+            if engine.is_flash_slot(s) {
+                let live = tier.resolve(s.seg()).is_some();
+                if all || !live {
+                    if live {
+                        tier.forget(s.seg());
+                    }
+                    chain.remove(slot);
+                    removed += 1;
+                }
+            }
+            None::<()>
+        });
+        drop(chain);
+        head += 1;
+    }
+    tier.sweep_done(&snapshot);
+    removed
+}
+
+/// The key hash table growth files `slot` under: read from the item's key in RAM; `None`
+/// for a flash slot (its key is on flash), which growth drops, counted.
+pub(crate) fn rehash(engine: &EngineState, slot: Slot) -> Option<u64> {
+    if engine.is_flash_slot(slot) {
+        if let Some(tier) = engine.flash() {
+            tier.forget(slot.seg());
+            tier.counters.growth_drops.fetch_add(1, Ordering::Relaxed);
+        }
+        return None;
+    }
+    let offset = engine.offset_of(slot);
+    // SAFETY: growth calls this with the slot's chain locked for good (MOVED), and the slot
+    // points at a published item, so its segment cannot be retired meanwhile.
+    let header = unsafe { engine.header_at(slot.seg(), offset) };
+    // SAFETY: as above.
+    Some(unsafe { engine.item_hash(slot.seg(), offset, &header) })
+}

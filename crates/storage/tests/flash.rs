@@ -1,0 +1,397 @@
+//! The flash tier in the engine, over an in-memory sink: what eviction would drop goes to
+//! flash and comes back byte for byte; deletes and overwrites need no flash read; bad bytes,
+//! expiry, reclaiming, a lagging or failing device are misses, never wrong values.
+
+use memfleet_storage::{
+    Cache, Clock, Config, Expiry, FlashCandidate, FlashConfig, FlashFetch, FlashSink,
+    FlashWriteDone, Handle, Promotion, StoreStatus,
+};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+/// Segments kept in memory; writes done at once, refused, or failed as the test says.
+#[derive(Debug, Default)]
+struct MemSink {
+    places: u32,
+    segments: Mutex<HashMap<u32, Vec<u8>>>,
+    refuse: Mutex<bool>,
+    fail: Mutex<bool>,
+    held: Mutex<Vec<FlashWriteDone>>,
+    hold: Mutex<bool>,
+}
+
+impl FlashSink for MemSink {
+    fn places(&self) -> u32 {
+        self.places
+    }
+    fn write(
+        &self,
+        place: u32,
+        bytes: Arc<[u8]>,
+        done: FlashWriteDone,
+    ) -> Result<(), FlashWriteDone> {
+        if *self.refuse.lock().unwrap() {
+            return Err(done);
+        }
+        if *self.hold.lock().unwrap() {
+            self.segments.lock().unwrap().insert(place, bytes.to_vec());
+            self.held.lock().unwrap().push(done);
+            return Ok(());
+        }
+        let ok = !*self.fail.lock().unwrap();
+        if ok {
+            self.segments.lock().unwrap().insert(place, bytes.to_vec());
+        }
+        done.finish(ok);
+        Ok(())
+    }
+}
+
+impl MemSink {
+    fn read(&self, place: u32, offset: u32, len: u32) -> Option<Vec<u8>> {
+        let segs = self.segments.lock().unwrap();
+        let seg = segs.get(&place)?;
+        seg.get(offset as usize..(offset + len) as usize)
+            .map(<[u8]>::to_vec)
+    }
+}
+
+const SEGMENT: usize = 64 << 10;
+
+fn cache(places: u32, clock: &Clock) -> (Cache, Arc<MemSink>) {
+    let sink = Arc::new(MemSink {
+        places,
+        ..MemSink::default()
+    });
+    let config = Config::new(8 * SEGMENT)
+        .segment_size(SEGMENT)
+        .clock(clock.clone())
+        .flash(FlashConfig::new(sink.clone()));
+    (Cache::new(config).unwrap(), sink)
+}
+
+fn value_of(i: usize) -> Vec<u8> {
+    format!("value-{i}-").repeat(40).into_bytes()
+}
+
+/// What a server does for a key before running a command: fetch its flash copy, if any,
+/// and promote it. Returns the last promotion's result.
+fn bring_back(h: &mut Handle, sink: &MemSink, key: &[u8]) -> Option<Promotion> {
+    let candidate: FlashCandidate = h.flash_candidate(key)?;
+    let mut bytes = match h.flash_fetch(&candidate) {
+        FlashFetch::Local(b) => b,
+        FlashFetch::Device { place, offset, len } => match sink.read(place, offset, len) {
+            Some(b) => b,
+            None => {
+                h.flash_read_failed(&candidate);
+                return None;
+            }
+        },
+        FlashFetch::Gone => return None,
+    };
+    loop {
+        match h.promote(key, &candidate, &bytes) {
+            Promotion::NeedMore(n) => {
+                let FlashFetch::Device { place, offset, .. } = h.flash_fetch(&candidate) else {
+                    panic!("only device reads come back short");
+                };
+                bytes = sink
+                    .read(place, offset, n)
+                    .expect("the record is on the device");
+            }
+            other => return Some(other),
+        }
+    }
+}
+
+fn fill(h: &mut Handle, n: usize, expiry: Expiry) {
+    for i in 0..n {
+        let key = format!("key:{i}");
+        assert_eq!(
+            h.set(key.as_bytes(), &value_of(i), i as u32, expiry)
+                .unwrap(),
+            StoreStatus::Stored
+        );
+    }
+}
+
+#[test]
+fn evicted_items_go_to_flash_and_come_back_exactly() {
+    let clock = Clock::manual();
+    let (cache, sink) = cache(64, &clock);
+    let mut h = cache.handle();
+    let n = 3000; // about 1.4 MiB of items in a 512 KiB heap
+    fill(&mut h, n, Expiry::Never);
+    let stats = cache.stats();
+    let flash = stats.flash.unwrap();
+    assert!(stats.demoted_items > 1000, "{stats:?}");
+    assert!(flash.objects_written >= stats.demoted_items, "{flash:?}");
+    assert!(
+        flash.bytes_written > 0,
+        "whole segments were written: {flash:?}"
+    );
+    let (mut from_ram, mut from_flash, mut lost) = (0, 0, 0);
+    for i in 0..n {
+        let key = format!("key:{i}");
+        if h.get(key.as_bytes()).is_none() {
+            // Promotions evict (and demote) in turn, so a few items are dropped on the way:
+            // those the tier refused (a chain with a flash slot of the same tag).
+            match bring_back(&mut h, &sink, key.as_bytes()) {
+                Some(Promotion::Promoted) => from_flash += 1,
+                Some(Promotion::NotThisKey) | None => {
+                    lost += 1;
+                    continue;
+                }
+                other => panic!("{key}: {other:?}"),
+            }
+        } else {
+            from_ram += 1;
+        }
+        let item = h.get(key.as_bytes()).expect("a promoted item is in RAM");
+        assert_eq!(item.value(), value_of(i), "{key}");
+        assert_eq!(item.flags(), i as u32);
+        drop(item);
+    }
+    assert!(from_flash > 1000 && from_ram > 0, "{from_flash} {from_ram}");
+    let stats = cache.stats();
+    assert!(
+        lost <= 30 && lost as u64 <= stats.evicted_items,
+        "{lost} lost: {stats:?}"
+    );
+    let flash = cache.stats().flash.unwrap();
+    assert!(flash.hits >= from_flash as u64, "{flash:?}");
+    assert_eq!(flash.bad_checksums, 0);
+    // Application write amplification: whole segments per byte of items.
+    assert!(flash.write_amplification() < 1.3, "{flash:?}");
+}
+
+#[test]
+fn deletes_and_overwrites_drop_the_flash_copy_without_reading_it() {
+    let clock = Clock::manual();
+    let (cache, sink) = cache(64, &clock);
+    let mut h = cache.handle();
+    fill(&mut h, 3000, Expiry::Never);
+    let on_flash: Vec<usize> = (0..3000)
+        .filter(|i| h.flash_candidate(format!("key:{i}").as_bytes()).is_some())
+        .take(3)
+        .collect();
+    assert_eq!(on_flash.len(), 3);
+    let reads = cache.stats().flash.unwrap().objects_read;
+    let deleted = format!("key:{}", on_flash[0]);
+    assert!(
+        h.delete(deleted.as_bytes()),
+        "a delete of a flash item says DELETED"
+    );
+    assert!(h.flash_candidate(deleted.as_bytes()).is_none());
+    assert!(h.get(deleted.as_bytes()).is_none());
+    let overwritten = format!("key:{}", on_flash[1]);
+    h.set(overwritten.as_bytes(), b"new", 5, Expiry::Never)
+        .unwrap();
+    assert!(h.flash_candidate(overwritten.as_bytes()).is_none());
+    assert_eq!(h.get(overwritten.as_bytes()).unwrap().value(), b"new");
+    assert_eq!(
+        cache.stats().flash.unwrap().objects_read,
+        reads,
+        "no flash read"
+    );
+    // The third is still there.
+    let kept = format!("key:{}", on_flash[2]);
+    assert_eq!(
+        bring_back(&mut h, &sink, kept.as_bytes()),
+        Some(Promotion::Promoted)
+    );
+}
+
+#[test]
+fn flipped_bytes_on_flash_are_a_miss_never_wrong_bytes() {
+    let clock = Clock::manual();
+    let (cache, sink) = cache(64, &clock);
+    let mut h = cache.handle();
+    fill(&mut h, 3000, Expiry::Never);
+    cache.flush_flash_buffer();
+    for byte in sink.segments.lock().unwrap().values_mut() {
+        for b in byte.iter_mut().skip(100).step_by(997) {
+            *b ^= 0x40;
+        }
+    }
+    let mut corrupt = 0;
+    for i in 0..3000 {
+        let key = format!("key:{i}");
+        match bring_back(&mut h, &sink, key.as_bytes()) {
+            Some(Promotion::Corrupt) => corrupt += 1,
+            Some(Promotion::Promoted) | None => {}
+            other => panic!("{key}: {other:?}"),
+        }
+        if let Some(item) = h.get(key.as_bytes()) {
+            assert_eq!(item.value(), value_of(i), "{key}: wrong bytes served");
+        }
+    }
+    assert!(corrupt > 0);
+    assert_eq!(cache.stats().flash.unwrap().bad_checksums, corrupt);
+}
+
+#[test]
+fn expired_flash_items_miss_and_their_segments_go_unread() {
+    let clock = Clock::manual();
+    let (cache, sink) = cache(64, &clock);
+    let mut h = cache.handle();
+    fill(&mut h, 3000, Expiry::After(100));
+    cache.flush_flash_buffer();
+    let key = (0..3000)
+        .map(|i| format!("key:{i}"))
+        .find(|k| h.flash_candidate(k.as_bytes()).is_some())
+        .unwrap();
+    clock.advance(200);
+    let used = cache.stats().flash.unwrap().pages_used;
+    assert!(used > 0);
+    assert_eq!(
+        bring_back(&mut h, &sink, key.as_bytes()),
+        Some(Promotion::Expired)
+    );
+    cache.expire();
+    let flash = cache.stats().flash.unwrap();
+    assert_eq!(flash.pages_used, 0, "{flash:?}");
+    assert!(flash.pages_expired >= used - 1, "{flash:?}");
+}
+
+#[test]
+fn a_small_flash_reclaims_oldest_first_and_never_serves_a_reused_place() {
+    let clock = Clock::manual();
+    let (cache, sink) = cache(4, &clock);
+    let mut h = cache.handle();
+    fill(&mut h, 6000, Expiry::Never);
+    let flash = cache.stats().flash.unwrap();
+    assert!(flash.page_reclaims > 0, "{flash:?}");
+    let mut found = 0;
+    for i in 0..6000 {
+        let key = format!("key:{i}");
+        if let Some(p) = bring_back(&mut h, &sink, key.as_bytes()) {
+            // Another key of the same chain and tag is a checked miss.
+            assert!(
+                matches!(p, Promotion::Promoted | Promotion::NotThisKey),
+                "{key}: {p:?}"
+            );
+        }
+        if let Some(item) = h.get(key.as_bytes()) {
+            assert_eq!(item.value(), value_of(i), "{key}");
+            found += 1;
+        }
+    }
+    assert!(found > 0 && found < 6000);
+    // The newest items survived, the oldest were reclaimed.
+    assert!(h.get(b"key:5999").is_some());
+    // Slots of reclaimed segments are dead at once and dropped by the sweep.
+    assert!(cache.sweep_flash() > 0);
+    assert_eq!(cache.sweep_flash(), 0);
+    assert!(h.get(b"key:5999").is_some());
+}
+
+#[test]
+fn a_device_that_lags_or_fails_costs_items_not_correctness() {
+    let clock = Clock::manual();
+    let (cache, sink) = cache(64, &clock);
+    *sink.refuse.lock().unwrap() = true;
+    let mut h = cache.handle();
+    fill(&mut h, 3000, Expiry::Never);
+    let flash = cache.stats().flash.unwrap();
+    assert!(flash.write_lag_drops > 0, "{flash:?}");
+    assert_eq!(flash.bytes_written, 0);
+    *sink.refuse.lock().unwrap() = false;
+    *sink.fail.lock().unwrap() = true;
+    fill(&mut h, 3000, Expiry::Never);
+    let flash = cache.stats().flash.unwrap();
+    assert!(flash.write_errors > 0, "{flash:?}");
+    for i in 0..3000 {
+        let key = format!("key:{i}");
+        let _ = bring_back(&mut h, &sink, key.as_bytes());
+        if let Some(item) = h.get(key.as_bytes()) {
+            assert_eq!(item.value(), value_of(i), "{key}");
+        }
+    }
+}
+
+#[test]
+fn items_being_written_are_read_from_the_write_buffer() {
+    let clock = Clock::manual();
+    let (cache, sink) = cache(64, &clock);
+    *sink.hold.lock().unwrap() = true;
+    let mut h = cache.handle();
+    fill(&mut h, 1500, Expiry::Never);
+    assert_eq!(
+        cache.stats().flash.unwrap().bytes_written,
+        0,
+        "nothing reported written"
+    );
+    let mut local = 0;
+    for i in 0..1500 {
+        let key = format!("key:{i}");
+        if let Some(c) = h.flash_candidate(key.as_bytes()) {
+            let FlashFetch::Local(bytes) = h.flash_fetch(&c) else {
+                panic!("{key}: not written yet, so served from the buffer");
+            };
+            assert_eq!(h.promote(key.as_bytes(), &c, &bytes), Promotion::Promoted);
+            assert_eq!(h.get(key.as_bytes()).unwrap().value(), value_of(i));
+            local += 1;
+        }
+    }
+    assert!(local > 0);
+    for done in sink.held.lock().unwrap().drain(..) {
+        done.finish(true);
+    }
+}
+
+/// Two keys whose hashes share the chain and the 11-bit tag.
+fn colliding_keys(cache: &Cache) -> (String, String) {
+    let buckets = cache.stats().hash_buckets;
+    let mut seen: HashMap<(u64, u64), String> = HashMap::new();
+    for i in 0.. {
+        let key = format!("collide:{i}");
+        let h = xxh3(key.as_bytes());
+        let id = (h & (buckets - 1), h >> 53);
+        if let Some(other) = seen.insert(id, key.clone()) {
+            return (other, key);
+        }
+    }
+    unreachable!()
+}
+
+fn xxh3(key: &[u8]) -> u64 {
+    // The engine's key hash is xxh3-64 (stable across versions: `hashtable/slot.rs`).
+    xxhash_rust::xxh3::xxh3_64(key)
+}
+
+#[test]
+fn a_tag_collision_is_a_checked_miss() {
+    let clock = Clock::manual();
+    let (cache, sink) = cache(64, &clock);
+    let (a, b) = colliding_keys(&cache);
+    let mut h = cache.handle();
+    // As large as the filler (merges keep small items longer).
+    let value_a = value_of(424_242);
+    h.set(a.as_bytes(), &value_a, 1, Expiry::Never).unwrap();
+    // Push `a` to flash.
+    let mut i = 0;
+    while h.flash_candidate(a.as_bytes()).is_none() {
+        h.set(
+            format!("key:{i}").as_bytes(),
+            &value_of(i),
+            0,
+            Expiry::Never,
+        )
+        .unwrap();
+        i += 1;
+        assert!(i < 100_000, "`a` never went to flash");
+    }
+    assert!(h.get(a.as_bytes()).is_none());
+    // `b` was never stored: its read finds `a`'s bytes, checks the key, misses.
+    assert_eq!(
+        bring_back(&mut h, &sink, b.as_bytes()),
+        Some(Promotion::NotThisKey)
+    );
+    assert!(h.get(b.as_bytes()).is_none());
+    assert_eq!(
+        bring_back(&mut h, &sink, a.as_bytes()),
+        Some(Promotion::Promoted)
+    );
+    assert_eq!(h.get(a.as_bytes()).unwrap().value(), value_a);
+}
