@@ -20,6 +20,7 @@
 //!   watchers, response objects) are 0. README.md's stats table gives each name's meaning.
 
 mod classes;
+mod flash;
 mod settings;
 
 use crate::state::{Baseline, ServerState};
@@ -228,6 +229,14 @@ impl<'s> StatsReport<'s> {
         ]);
         if let Some(tls) = &s.tls {
             v.extend(tls.stats().pairs().map(|(name, n)| (name, Int(n))));
+        }
+        if let (Some(f), Some(files)) = (&self.engine.flash, &s.flash) {
+            v.extend(flash::values(
+                f,
+                &files.stats(),
+                files.direct(),
+                self.engine.demoted_items,
+            ));
         }
         v.extend(self.engine_values());
         v

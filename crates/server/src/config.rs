@@ -123,8 +123,10 @@ pub struct ServerArgs {
     #[arg(short = 'Z', long = "enable-ssl")]
     pub enable_ssl: bool,
 
-    /// memcached's extended options, comma-separated; only its TLS ones are understood:
-    /// `ssl_chain_cert=FILE`, `ssl_key=FILE`, `ssl_ca_cert=FILE`, `ssl_verify_mode=0..3`.
+    /// memcached's extended options, comma-separated: its TLS ones (`ssl_chain_cert=FILE`,
+    /// `ssl_key=FILE`, `ssl_ca_cert=FILE`, `ssl_verify_mode=0..3`) and extstore's
+    /// (`ext_path=PATH:SIZE` as --flash, `ext_threads=N` as --flash-threads; its other
+    /// `ext_*` tunings are accepted and have no effect here).
     #[arg(short = 'o', value_name = "OPTIONS")]
     pub extended: Vec<String>,
 
@@ -147,6 +149,21 @@ pub struct ServerArgs {
     /// Listen backlog (memcached's -b) [default: 1024].
     #[arg(short = 'b', long = "listen-backlog", env = "MEMFLEET_LISTEN_BACKLOG")]
     pub backlog: Option<u32>,
+
+    /// A flash tier (memcached's `-o ext_path=PATH:SIZE`): items eviction would drop go to
+    /// this file, in whole segments written with O_DIRECT, and cost RAM only their 8-byte
+    /// hash slot. SIZE takes k/m/g/t suffixes; repeat for several files [default: none].
+    #[arg(long = "flash", value_name = "PATH:SIZE")]
+    pub flash: Vec<String>,
+
+    /// Threads reading flash (memcached's `-o ext_threads`) [default: 4].
+    #[arg(long = "flash-threads", env = "MEMFLEET_FLASH_THREADS")]
+    pub flash_threads: Option<usize>,
+
+    /// Most bytes per second written to flash (k/m/g suffixes), to keep within a drive's
+    /// writes per day; what is over it is evicted as without flash [default: no limit].
+    #[arg(long = "flash-write-budget", env = "MEMFLEET_FLASH_WRITE_BUDGET")]
+    pub flash_write_budget: Option<String>,
 
     /// Read a TOML file of settings (keys as the long flags, `_` for `-`); flags and
     /// environment variables override it.
@@ -177,6 +194,9 @@ struct FileSettings {
     tls_key: Option<PathBuf>,
     tls_ca: Option<PathBuf>,
     tls_verify_client: Option<bool>,
+    flash: Option<Vec<String>>,
+    flash_threads: Option<usize>,
+    flash_write_budget: Option<toml::Value>,
 }
 
 /// Resolved settings, grouped by concern: how clients reach the server, what it may use,
@@ -195,6 +215,19 @@ pub struct Settings {
     pub flush_disabled: bool,
     /// `debugtime` moves the clock (tests only; `debug_clock.rs`).
     pub debug_time: bool,
+    /// The flash tier.
+    pub flash: Flash,
+}
+
+/// The flash tier's files and settings (`--flash`, memcached's `-o ext_path`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Flash {
+    /// Files and their sizes; empty: no flash tier.
+    pub files: Vec<memfleet_flash::FlashSpec>,
+    /// Reader threads.
+    pub threads: usize,
+    /// Bytes per second that may be written (`None`: no limit).
+    pub write_budget: Option<u64>,
 }
 
 /// Where clients connect and what they must present: the TCP, UDP and metrics ports.
@@ -298,6 +331,7 @@ impl Settings {
             None => FileSettings::default(),
         };
         let tls = resolve_tls(args, &file)?;
+        let flash = resolve_flash(args, &file)?;
         let mut s = Settings::default();
         if let Some(v) = args.listen.or(file.listen) {
             s.listen.address = v;
@@ -370,6 +404,13 @@ impl Settings {
             );
         }
         s.listen.tls = tls;
+        s.flash = flash;
+        if !s.flash.files.is_empty() && s.listen.udp_port.is_some() {
+            // As memcached's extstore: a flash read cannot be answered within a datagram's turn.
+            bail!(
+                "--flash and --udp-port cannot be combined (memcached's extstore refuses UDP too)"
+            );
+        }
         s.flush_disabled = args.disable_flush_all;
         s.debug_time = args.debug_time;
         if s.debug_time && s.memory_file.is_some() {
@@ -393,6 +434,59 @@ impl Settings {
     pub fn segment_size(&self) -> usize {
         self.limits.max_item_size.next_power_of_two().max(1 << 20)
     }
+}
+
+/// The flash settings: `--flash` and memcached's `-o ext_path=...,ext_threads=...` over the
+/// file's.
+fn resolve_flash(args: &ServerArgs, file: &FileSettings) -> anyhow::Result<Flash> {
+    let mut paths: Vec<String> = args.flash.clone();
+    let mut threads = args.flash_threads;
+    for option in args.extended.iter().flat_map(|o| o.split(',')) {
+        let (name, value) = option.split_once('=').unwrap_or((option, ""));
+        match name.trim() {
+            "ext_path" => paths.push(value.to_string()),
+            "ext_threads" => {
+                threads =
+                    Some(value.trim().parse().with_context(|| {
+                        format!("-o ext_threads: expected a number, got {value:?}")
+                    })?)
+            }
+            ext if ext.starts_with("ext_") => {
+                tracing::info!(
+                    option = ext,
+                    "extstore tuning has no effect on memfleet's flash tier"
+                );
+            }
+            _ => {}
+        }
+    }
+    if paths.is_empty() {
+        paths = file.flash.clone().unwrap_or_default();
+    }
+    let files = paths
+        .iter()
+        .map(|p| memfleet_flash::FlashSpec::parse(p).with_context(|| format!("--flash {p}")))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let threads = threads.or(file.flash_threads).unwrap_or(4);
+    if !(1..=256).contains(&threads) {
+        bail!("--flash-threads must be between 1 and 256, got {threads}");
+    }
+    let write_budget = match (&args.flash_write_budget, &file.flash_write_budget) {
+        (Some(text), _) | (None, Some(toml::Value::String(text))) => Some(parse_size(text)? as u64),
+        (None, Some(toml::Value::Integer(n))) => {
+            Some(u64::try_from(*n).context("flash_write_budget must be positive")?)
+        }
+        (None, Some(other)) => bail!("flash_write_budget: expected a size, got {other}"),
+        (None, None) => None,
+    };
+    if write_budget == Some(0) {
+        bail!("--flash-write-budget must be above 0 (leave it out for no limit)");
+    }
+    Ok(Flash {
+        files,
+        threads,
+        write_budget,
+    })
 }
 
 /// The TLS settings from the flags (long ones, or memcached's `-Z -o ssl_*`) over the file.
@@ -421,8 +515,10 @@ fn resolve_tls(args: &ServerArgs, file: &FileSettings) -> anyhow::Result<Option<
                 })
             }
             "" => {}
+            // extstore's options: `resolve_flash`.
+            ext if ext.starts_with("ext_") => {}
             other => bail!(
-                "-o {other}: only memcached's TLS options (ssl_chain_cert, ssl_key, ssl_ca_cert, \
+                "-o {other}: only memcached's TLS and extstore options (ssl_chain_cert, ssl_key, ssl_ca_cert, \
                  ssl_verify_mode) are understood here; see --help for the others' flags"
             ),
         }

@@ -45,6 +45,8 @@ pub struct ParseState {
     /// has not) or while swallowing a refused one: the replies so far are held, as memcached
     /// holds them while it reads a value into its item.
     in_block: bool,
+    /// Flash reads the next request waits for, and those done (`flash.rs`).
+    pub(crate) flash: crate::flash::FlashReads,
 }
 
 /// What a batch of processing ended with.
@@ -60,6 +62,9 @@ pub enum Flow {
     Flush,
     /// Close after writing.
     Close,
+    /// The next request's keys have copies on flash: write the replies so far, run
+    /// `ParseState`'s flash reads, then process again (`flash.rs`).
+    FlashRead,
 }
 
 /// Runs the complete requests at the start of `input`, appending replies to `out`. Returns
@@ -146,6 +151,9 @@ pub fn process(
                         continue;
                     }
                 }
+            }
+            if exec.server.flash.is_some() && flash_gate(exec, request, &mut state.flash) {
+                return (pos, Flow::FlashRead);
             }
             let start = state.resume.take().unwrap_or(0);
             let next = if crate::dump::handles(request) {
@@ -294,6 +302,29 @@ fn for_each_key(request: &Request<'_>, mut f: impl FnMut(&[u8])) {
         Request::MetaArithmetic(m) if !m.key.is_base64() => f(m.key.raw()),
         _ => {}
     }
+}
+
+/// Brings `request`'s keys' flash copies into RAM before it runs; true when it must wait for
+/// device reads first (`flash.rs`).
+fn flash_gate(
+    exec: &mut Executor<'_>,
+    request: &Request<'_>,
+    reads: &mut crate::flash::FlashReads,
+) -> bool {
+    let mut keys: Vec<KeyBytes<'_>> = Vec::new();
+    match request {
+        Request::Get(get) => keys.extend(get.keys.map(KeyBytes::Borrowed)),
+        Request::Store(s) => keys.push(KeyBytes::Borrowed(s.key)),
+        Request::Delete { key, .. } | Request::Arith { key, .. } | Request::Touch { key, .. } => {
+            keys.push(KeyBytes::Borrowed(key))
+        }
+        Request::MetaGet(m) | Request::MetaDelete(m) => keys.push(m.key.bytes()),
+        Request::MetaSet(m) => keys.push(m.key.bytes()),
+        Request::MetaArithmetic(m) => keys.push(m.key.bytes()),
+        _ => return false,
+    }
+    let keys: Vec<&[u8]> = keys.iter().map(|k| &**k).collect();
+    crate::flash::gate(exec.handle, request, &keys, reads)
 }
 
 /// [`process`] for a binary-protocol connection.
@@ -502,6 +533,12 @@ async fn serve_stream<T: Transport>(ctx: &Rc<WorkerContext>, stream: &mut T) -> 
         match flow {
             Flow::Close => return Ok(()),
             Flow::OutputFull | Flow::Flush => input_waiting = true,
+            Flow::FlashRead => {
+                if let Some(files) = &server.flash {
+                    state.flash.run(files, &ctx.handle).await;
+                }
+                input_waiting = true;
+            }
             Flow::NeedInput => {
                 input_waiting = false;
                 if pending_in.len() > max_pending {

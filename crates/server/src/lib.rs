@@ -42,6 +42,7 @@ pub mod connection;
 mod debug_clock;
 pub mod dump;
 pub mod execute;
+pub mod flash;
 mod limits;
 pub mod state;
 pub mod stats;
@@ -159,6 +160,13 @@ impl Server {
             .segment_size(settings.segment_size())
             .lease_interval(settings.leases.interval)
             .stale_after_delete(settings.leases.stale_after_delete);
+        let flash_files = open_flash(&settings)?;
+        if let Some(files) = &flash_files {
+            let mut flash =
+                memfleet_storage::FlashConfig::new(Arc::new(flash::FlashDevice(files.clone())));
+            flash.write_budget = settings.flash.write_budget;
+            config = config.flash(flash);
+        }
         if let Some(debug) = &debug_clock {
             tracing::warn!("--debug-time: any client can move the clock with `debugtime`");
             config = config.clock(debug.clock());
@@ -201,6 +209,7 @@ impl Server {
             tls,
             crawler: Default::default(),
             debug_clock,
+            flash: flash_files,
         });
         let mut threads = Vec::new();
         let sockets = listeners.into_iter().zip(udp_sockets);
@@ -395,4 +404,30 @@ fn serving_status(server: &Server) -> String {
         warm::Start::Cold(why) => status += &format!("; memory file started empty: {why}"),
     }
     status
+}
+
+/// Opens `--flash`'s files (segments of the engine's size), if any.
+fn open_flash(settings: &Settings) -> anyhow::Result<Option<Arc<memfleet_flash::FlashFiles>>> {
+    if settings.flash.files.is_empty() {
+        return Ok(None);
+    }
+    let options = memfleet_flash::FlashOptions {
+        segment_size: settings.segment_size(),
+        read_threads: settings.flash.threads,
+        ..memfleet_flash::FlashOptions::default()
+    };
+    let files =
+        memfleet_flash::FlashFiles::open(&settings.flash.files, options).context("--flash")?;
+    if !files.direct() {
+        tracing::warn!(
+            "the flash file system refused O_DIRECT: flash I/O goes through the page cache"
+        );
+    }
+    tracing::info!(
+        segments = files.segments(),
+        segment_mib = settings.segment_size() >> 20,
+        direct = files.direct(),
+        "flash tier"
+    );
+    Ok(Some(Arc::new(files)))
 }

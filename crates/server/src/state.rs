@@ -45,6 +45,8 @@ pub struct ServerState {
     pub crawler: Crawler,
     /// The clock `debugtime` moves, with `--debug-time`.
     pub debug_clock: Option<Arc<DebugClock>>,
+    /// The flash tier's files, with `--flash` (`flash.rs`).
+    pub flash: Option<Arc<memfleet_flash::FlashFiles>>,
 }
 
 /// What `stats reset` zeroes, as the values it saw: the command counters and, as in

@@ -139,7 +139,8 @@ fn run_all(exec: &mut Executor<'_>, payload: &[u8], reply: &mut Vec<u8>) {
         Flow::NeedInput if used < payload.len() => {
             reply.extend_from_slice(response::UDP_INCOMPLETE)
         }
-        Flow::NeedInput | Flow::OutputFull | Flow::Flush | Flow::Close => {}
+        // UDP and flash are not combined (the settings refuse it), so no request waits.
+        Flow::NeedInput | Flow::OutputFull | Flow::Flush | Flow::Close | Flow::FlashRead => {}
     }
 }
 

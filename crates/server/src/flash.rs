@@ -1,0 +1,175 @@
+//! The flash tier in the server (`--flash`, memcached's `-o ext_path`): `memfleet-flash`'s
+//! files as the engine's [`FlashSink`], and the gate every keyed request passes before it
+//! runs.
+//!
+//! **The gate.** Before a request runs, each of its keys that has a flash copy
+//! ([`memfleet_storage::Handle::flash_candidate`]) is brought back into RAM
+//! ([`memfleet_storage::Handle::promote`]), so every command (get, gat, cas, incr, append,
+//! meta, leases) then runs on it as on any RAM item. A copy still in a write buffer comes
+//! back at once; one on the device needs a read: the request stops before it runs
+//! (`Flow::FlashRead`), the connection writes the replies so far, awaits the reads on the
+//! reader threads (its worker serves other connections meanwhile), and runs the request
+//! again, which now finds the bytes here. Replies stay in request order. A read that fails
+//! is a miss (`get_aborted_extstore`), bytes that fail their check a miss too
+//! (`badcrc_from_extstore`), never wrong bytes. `set` and `delete` pass without reading:
+//! they replace or drop the copy without looking at it.
+
+use memfleet_flash::FlashFiles;
+use memfleet_protocol::{Request, StoreCommand};
+use memfleet_storage::{FlashCandidate, FlashFetch, FlashSink, FlashWriteDone, Handle, Promotion};
+use std::sync::{Arc, Mutex};
+
+/// The flash files as the engine's sink.
+pub struct FlashDevice(pub Arc<FlashFiles>);
+
+impl std::fmt::Debug for FlashDevice {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FlashDevice")
+            .field("segments", &self.0.segments())
+            .finish_non_exhaustive()
+    }
+}
+
+impl FlashSink for FlashDevice {
+    fn places(&self) -> u32 {
+        self.0.segments()
+    }
+
+    fn write(
+        &self,
+        place: u32,
+        bytes: Arc<[u8]>,
+        done: FlashWriteDone,
+    ) -> Result<(), FlashWriteDone> {
+        // The engine's callback, taken back if the writer refuses the job.
+        let cell = Arc::new(Mutex::new(Some(done)));
+        let inner = cell.clone();
+        let callback = Box::new(move |result: std::io::Result<()>| {
+            let done = inner.lock().unwrap_or_else(|e| e.into_inner()).take();
+            if let Some(done) = done {
+                if let Err(e) = &result {
+                    tracing::warn!(place, error = %e, "flash write failed: its items are lost");
+                }
+                done.finish(result.is_ok());
+            }
+        });
+        match self.0.try_write(place, bytes, callback) {
+            Ok(()) => Ok(()),
+            Err(_refused) => {
+                let done = cell.lock().unwrap_or_else(|e| e.into_inner()).take();
+                Err(done.expect("a refused write's callback was not called"))
+            }
+        }
+    }
+}
+
+/// A device read a request waits for.
+#[derive(Clone, Copy, Debug)]
+pub struct PendingRead {
+    location: u64,
+    candidate: FlashCandidate,
+    place: u32,
+    offset: u32,
+    len: u32,
+}
+
+/// A connection's flash reads: those to start, and those done (bytes, or `None`: failed).
+#[derive(Debug, Default)]
+pub struct FlashReads {
+    pending: Vec<PendingRead>,
+    done: Vec<(u64, Option<Vec<u8>>)>,
+}
+
+impl FlashReads {
+    /// Whether reads are waiting to be started.
+    pub fn waiting(&self) -> bool {
+        !self.pending.is_empty()
+    }
+
+    /// Starts every pending read on the reader threads and waits for them all (the worker
+    /// serves other connections meanwhile); failures are counted on `handle`.
+    pub async fn run(&mut self, files: &FlashFiles, handle: &std::cell::RefCell<Handle>) {
+        let started: Vec<_> = self
+            .pending
+            .drain(..)
+            .map(|p| (p, files.read(p.place, p.offset, p.len)))
+            .collect();
+        for (p, read) in started {
+            let bytes = match read.await {
+                Ok(bytes) => Some(bytes),
+                Err(e) => {
+                    tracing::debug!(error = %e, "flash read failed: a miss");
+                    handle.borrow().flash_read_failed(&p.candidate);
+                    None
+                }
+            };
+            self.done.push((p.location, bytes));
+        }
+    }
+}
+
+/// Whether a request may skip the gate: it replaces or drops a key's value without
+/// looking at it, which needs no flash read.
+fn blind(request: &Request<'_>) -> bool {
+    match request {
+        Request::Store(s) => s.command == StoreCommand::Set,
+        Request::Delete { .. } | Request::MetaDelete(_) => true,
+        Request::MetaSet(m) => m.mode == StoreCommand::Set,
+        _ => false,
+    }
+}
+
+/// Brings the flash copies of `request`'s keys into RAM. True when the request must wait
+/// for device reads (queued in `reads`): run it again once they are done.
+pub fn gate(
+    handle: &mut Handle,
+    request: &Request<'_>,
+    keys: &[&[u8]],
+    reads: &mut FlashReads,
+) -> bool {
+    if blind(request) {
+        return false;
+    }
+    for key in keys {
+        let Some(candidate) = handle.flash_candidate(key) else {
+            continue;
+        };
+        let location = candidate.location();
+        if let Some(i) = reads.done.iter().position(|(l, _)| *l == location) {
+            let (_, bytes) = reads.done.swap_remove(i);
+            let Some(bytes) = bytes else {
+                continue; // the read failed: a miss this time
+            };
+            if let Promotion::NeedMore(len) = handle.promote(key, &candidate, &bytes) {
+                if let FlashFetch::Device { place, offset, .. } = handle.flash_fetch(&candidate) {
+                    reads.pending.push(PendingRead {
+                        location,
+                        candidate,
+                        place,
+                        offset,
+                        len,
+                    });
+                }
+            }
+            continue;
+        }
+        match handle.flash_fetch(&candidate) {
+            FlashFetch::Local(bytes) => {
+                handle.promote(key, &candidate, &bytes);
+            }
+            FlashFetch::Device { place, offset, len } => reads.pending.push(PendingRead {
+                location,
+                candidate,
+                place,
+                offset,
+                len,
+            }),
+            FlashFetch::Gone => {}
+        }
+    }
+    // Results nobody claimed (the slot changed meanwhile) are not kept for later.
+    if reads.pending.is_empty() {
+        reads.done.clear();
+    }
+    reads.waiting()
+}

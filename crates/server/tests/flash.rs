@@ -1,0 +1,186 @@
+//! The flash tier through a socket (`--flash`): items eviction pushed to flash come back
+//! byte for byte for every command, pipelined replies stay in order, deletes and
+//! overwrites drop the flash copy, and `stats` shows memcached's extstore names.
+
+mod common;
+
+use common::{Client, TestServer};
+use std::path::PathBuf;
+
+struct FlashFile(PathBuf);
+
+impl Drop for FlashFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+fn flash_file(name: &str) -> FlashFile {
+    // /var/tmp is a disk (O_DIRECT); the temporary directory may be tmpfs.
+    let dir = ["/var/tmp", "/tmp"]
+        .iter()
+        .map(PathBuf::from)
+        .find(|d| d.is_dir())
+        .unwrap_or_else(std::env::temp_dir);
+    FlashFile(dir.join(format!("memfleet-flash-{}-{name}", std::process::id())))
+}
+
+fn server(file: &FlashFile) -> TestServer {
+    let spec = memfleet_flash::FlashSpec::parse(&format!("{}:64m", file.0.display())).unwrap();
+    TestServer::with(move |s| {
+        s.limits.memory_bytes = 8 << 20;
+        s.flash.files = vec![spec];
+        s.flash.threads = 2;
+    })
+}
+
+fn value(i: usize) -> String {
+    format!("{i:06}-").repeat(140)
+}
+
+const N: usize = 24_000; // about 23 MiB of values through an 8 MiB heap
+
+fn fill(c: &mut Client) {
+    for i in 0..N {
+        let v = value(i);
+        c.send(format!("set key:{i} {i} 0 {}\r\n{v}\r\n", v.len()));
+    }
+    for _ in 0..N {
+        assert_eq!(c.read_line(), "STORED\r\n");
+    }
+}
+
+fn get(c: &mut Client, key: &str) -> Option<(u32, String)> {
+    c.send(format!("get {key}\r\n"));
+    let line = c.read_line();
+    if line == "END\r\n" {
+        return None;
+    }
+    let words: Vec<&str> = line.split_whitespace().collect();
+    assert_eq!(words[0], "VALUE", "{line}");
+    let len: usize = words[3].parse().unwrap();
+    let data = c.read_n(len + 2);
+    assert_eq!(c.read_line(), "END\r\n");
+    Some((
+        words[2].parse().unwrap(),
+        String::from_utf8(data[..len].to_vec()).unwrap(),
+    ))
+}
+
+#[test]
+fn items_on_flash_are_served_exactly_and_counted_under_extstore_names() {
+    let file = flash_file("serve");
+    let s = server(&file);
+    let mut c = s.connect();
+    fill(&mut c);
+    assert!(c.stat("extstore_objects_written") > 10_000);
+    assert!(c.stat("flash_demoted_items") > 10_000);
+    let mut missing = 0;
+    for i in (0..N).step_by(7) {
+        match get(&mut c, &format!("key:{i}")) {
+            Some((flags, v)) => {
+                assert_eq!(flags, i as u32);
+                assert_eq!(v, value(i), "key:{i}");
+            }
+            None => missing += 1,
+        }
+    }
+    let stats = c.stats("");
+    let stat = |n: &str| -> u64 {
+        stats
+            .iter()
+            .find(|(k, _)| k == n)
+            .map_or(0, |(_, v)| v.parse().unwrap_or(0))
+    };
+    assert!(stat("get_extstore") > 1000, "{stats:?}");
+    assert_eq!(stat("badcrc_from_extstore"), 0);
+    // A key is lost only when eviction dropped it rather than demote it (counted).
+    assert!(
+        missing as u64 <= stat("evictions"),
+        "{missing} missing: {stats:?}"
+    );
+    assert!(missing < N / 7 / 100, "{missing} missing");
+    for name in [
+        "extstore_pages_used",
+        "extstore_bytes_written",
+        "extstore_objects_read",
+        "miss_from_extstore",
+        "get_aborted_extstore",
+        "flash_write_amplification",
+    ] {
+        assert!(stats.iter().any(|(k, _)| k == name), "{name} missing");
+    }
+}
+
+/// Keys eviction moved to flash, found without reading them.
+fn flash_keys(c: &mut Client, s: &TestServer, n: usize) -> Vec<usize> {
+    let cache = s.server().cache();
+    let h = cache.handle();
+    let keys: Vec<usize> = (0..N)
+        .filter(|i| h.flash_candidate(format!("key:{i}").as_bytes()).is_some())
+        .take(n)
+        .collect();
+    assert_eq!(keys.len(), n);
+    let _ = c;
+    keys
+}
+
+#[test]
+fn every_command_works_on_a_flash_item_and_pipelined_replies_stay_in_order() {
+    let file = flash_file("commands");
+    let s = server(&file);
+    let mut c = s.connect();
+    fill(&mut c);
+    let k = flash_keys(&mut c, &s, 8);
+    // A pipelined batch mixing flash and RAM keys: replies in request order.
+    let mut batch = String::new();
+    for &i in &k[..4] {
+        batch.push_str(&format!("get key:{i}\r\nget key:{}\r\n", N - 1 - i));
+    }
+    c.send(&batch);
+    for &i in &k[..4] {
+        for j in [i, N - 1 - i] {
+            let v = value(j);
+            let head = c.read_line();
+            assert_eq!(head, format!("VALUE key:{j} {j} {}\r\n", v.len()));
+            assert_eq!(c.read_n(v.len() + 2), format!("{v}\r\n").into_bytes());
+            assert_eq!(c.read_line(), "END\r\n");
+        }
+    }
+    // gets + cas
+    let i = k[4];
+    c.send(format!("gets key:{i}\r\n"));
+    let head = c.read_line();
+    let cas: u64 = head.split_whitespace().nth(4).unwrap().parse().unwrap();
+    c.read_n(value(i).len() + 2);
+    assert_eq!(c.read_line(), "END\r\n");
+    c.check(format!("cas key:{i} 1 0 3 {cas}\r\nnew\r\n"), "STORED\r\n");
+    assert_eq!(get(&mut c, &format!("key:{i}")), Some((1, "new".into())));
+    // touch, append, mg with its flags
+    let i = k[5];
+    c.check(format!("touch key:{i} 1000\r\n"), "TOUCHED\r\n");
+    let i = k[6];
+    c.check(format!("append key:{i} 0 0 1\r\n!\r\n"), "STORED\r\n");
+    assert_eq!(get(&mut c, &format!("key:{i}")).unwrap().1, value(i) + "!");
+    let i = k[7];
+    c.send(format!("mg key:{i} s f v\r\n"));
+    assert_eq!(
+        c.read_line(),
+        format!("VA {} s{} f{i}\r\n", value(i).len(), value(i).len())
+    );
+    c.read_n(value(i).len() + 2);
+    // delete and overwrite need no flash read
+    let more = flash_keys(&mut c, &s, 12);
+    let reads = c.stat("extstore_objects_read");
+    c.check(format!("delete key:{}\r\n", more[10]), "DELETED\r\n");
+    c.check(
+        format!("set key:{} 0 0 2\r\nhi\r\n", more[11]),
+        "STORED\r\n",
+    );
+    assert_eq!(c.stat("extstore_objects_read"), reads, "no flash read");
+    assert_eq!(get(&mut c, &format!("key:{}", more[10])), None);
+    assert_eq!(
+        get(&mut c, &format!("key:{}", more[11])),
+        Some((0, "hi".into()))
+    );
+}
