@@ -323,8 +323,11 @@ fn flash_gate(
         Request::MetaArithmetic(m) => keys.push(m.key.bytes()),
         _ => return false,
     }
+    if crate::flash::blind(request) {
+        return false;
+    }
     let keys: Vec<&[u8]> = keys.iter().map(|k| &**k).collect();
-    crate::flash::gate(exec.handle, request, &keys, reads)
+    crate::flash::gate(exec.handle, &keys, reads)
 }
 
 /// [`process`] for a binary-protocol connection.
@@ -346,6 +349,13 @@ fn process_binary(
         }
         match binary::parse(&input[pos..], config) {
             Ok((request, used)) => {
+                if let (Some(_), Some(key)) = (&exec.server.flash, request.command.key()) {
+                    if !crate::flash::blind_binary(&request.command)
+                        && crate::flash::gate(exec.handle, &[key], &mut state.flash)
+                    {
+                        return (pos, Flow::FlashRead);
+                    }
+                }
                 pos += used;
                 if exec.run_binary(&request, out) == AfterRequest::Close {
                     return (pos, Flow::Close);

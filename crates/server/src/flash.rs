@@ -110,7 +110,7 @@ impl FlashReads {
 
 /// Whether a request may skip the gate: it replaces or drops a key's value without
 /// looking at it, which needs no flash read.
-fn blind(request: &Request<'_>) -> bool {
+pub fn blind(request: &Request<'_>) -> bool {
     match request {
         Request::Store(s) => s.command == StoreCommand::Set,
         Request::Delete { .. } | Request::MetaDelete(_) => true,
@@ -119,17 +119,19 @@ fn blind(request: &Request<'_>) -> bool {
     }
 }
 
-/// Brings the flash copies of `request`'s keys into RAM. True when the request must wait
-/// for device reads (queued in `reads`): run it again once they are done.
-pub fn gate(
-    handle: &mut Handle,
-    request: &Request<'_>,
-    keys: &[&[u8]],
-    reads: &mut FlashReads,
-) -> bool {
-    if blind(request) {
-        return false;
-    }
+/// Whether a binary request may skip the gate (`Set`, `Delete` and their quiet forms).
+pub fn blind_binary(command: &memfleet_protocol::binary::BinCommand<'_>) -> bool {
+    use memfleet_protocol::binary::{BinCommand, SetOp};
+    matches!(
+        command,
+        BinCommand::Store { op: SetOp::Set, .. } | BinCommand::Delete { .. }
+    )
+}
+
+/// Brings the flash copies of `keys` (a request's, which is not [`blind`]) into RAM. True
+/// when the request must wait for device reads (queued in `reads`): run it again once they
+/// are done.
+pub fn gate(handle: &mut Handle, keys: &[&[u8]], reads: &mut FlashReads) -> bool {
     for key in keys {
         let Some(candidate) = handle.flash_candidate(key) else {
             continue;

@@ -183,3 +183,27 @@ fn every_command_works_on_a_flash_item_and_pipelined_replies_stay_in_order() {
         Some((0, "hi".into()))
     );
 }
+
+#[test]
+fn a_binary_get_of_a_flash_item_finds_it() {
+    let file = flash_file("binary");
+    let s = server(&file);
+    let mut c = s.connect();
+    fill(&mut c);
+    let k = flash_keys(&mut c, &s, 1)[0];
+    let key = format!("key:{k}");
+    let mut b = s.connect();
+    let mut req = vec![0x80, 0x00];
+    req.extend_from_slice(&(key.len() as u16).to_be_bytes());
+    req.extend_from_slice(&[0, 0, 0, 0]);
+    req.extend_from_slice(&(key.len() as u32).to_be_bytes());
+    req.extend_from_slice(&[0; 12]);
+    req.extend_from_slice(key.as_bytes());
+    b.send(&req);
+    let head = b.read_n(24);
+    assert_eq!((head[0], head[6], head[7]), (0x81, 0, 0), "status OK");
+    let body = u32::from_be_bytes(head[8..12].try_into().unwrap()) as usize;
+    let body = b.read_n(body);
+    assert_eq!(u32::from_be_bytes(body[..4].try_into().unwrap()), k as u32);
+    assert_eq!(&body[4..], value(k).as_bytes());
+}
