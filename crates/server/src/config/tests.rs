@@ -164,3 +164,46 @@ fn item_size_must_fit_memory() {
     };
     assert!(Settings::resolve(&args).is_err());
 }
+
+#[test]
+fn flash_flags_and_memcached_ext_options_agree() {
+    let long = ServerArgs {
+        flash: vec!["/var/tmp/f:64m".into()],
+        flash_threads: Some(8),
+        ..ServerArgs::default()
+    };
+    let memcached = ServerArgs {
+        extended: vec!["ext_path=/var/tmp/f:64m,ext_threads=8,ext_item_size=512".into()],
+        ..ServerArgs::default()
+    };
+    let a = Settings::resolve(&long).unwrap().flash;
+    assert_eq!(a, Settings::resolve(&memcached).unwrap().flash);
+    assert_eq!(
+        (a.files.len(), a.files[0].size, a.threads),
+        (1, 64 << 20, 8)
+    );
+    for bad in [
+        vec!["ext_path=/var/tmp/f".to_string()],
+        vec!["ext_threads=many".to_string()],
+    ] {
+        let args = ServerArgs {
+            extended: bad,
+            ..ServerArgs::default()
+        };
+        assert!(Settings::resolve(&args).is_err(), "{args:?}");
+    }
+    let udp = ServerArgs {
+        flash: vec!["/var/tmp/f:64m".into()],
+        udp_port: Some(11311),
+        ..ServerArgs::default()
+    };
+    assert!(
+        Settings::resolve(&udp).is_err(),
+        "flash with UDP is refused"
+    );
+    assert!(Settings::resolve(&ServerArgs::default())
+        .unwrap()
+        .flash
+        .files
+        .is_empty());
+}
