@@ -411,6 +411,16 @@ impl FlashTier {
         let Some(place) = self.resolve(seg) else {
             return FlashFetch::Gone;
         };
+        let device = FlashFetch::Device {
+            place,
+            offset: offset as u32,
+            len: record::first_read(offset, self.segment_size) as u32,
+        };
+        // A written segment needs no lock (the common case: most flash hits); a buffer does.
+        let word = self.words[place as usize].load(Ordering::Acquire);
+        if word & STATE_MASK == STORED && self.id(place, word) == seg {
+            return device;
+        }
         let inner = self.lock();
         let word = self.words[place as usize].load(Ordering::Acquire);
         if self.id(place, word) != seg {
@@ -444,11 +454,7 @@ impl FlashTier {
                 Some(s) => local(&s.bytes),
                 None => FlashFetch::Gone,
             },
-            STORED => FlashFetch::Device {
-                place,
-                offset: offset as u32,
-                len: record::first_read(offset, self.segment_size) as u32,
-            },
+            STORED => device,
             _ => FlashFetch::Gone,
         }
     }
