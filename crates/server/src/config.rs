@@ -160,6 +160,12 @@ pub struct ServerArgs {
     #[arg(long = "flash-threads", env = "MEMFLEET_FLASH_THREADS")]
     pub flash_threads: Option<usize>,
 
+    /// The average item size flash is sized for (k/m suffixes): the hash table, which is
+    /// flash's index, gets one 8-byte slot per flash-size / this items. Smaller items fill
+    /// flash past that and displace each other (`flash_index_drops`) [default: 512].
+    #[arg(long = "flash-item-size", env = "MEMFLEET_FLASH_ITEM_SIZE")]
+    pub flash_item_size: Option<String>,
+
     /// Most bytes per second written to flash (k/m/g suffixes), to keep within a drive's
     /// writes per day; what is over it is evicted as without flash [default: no limit].
     #[arg(long = "flash-write-budget", env = "MEMFLEET_FLASH_WRITE_BUDGET")]
@@ -197,6 +203,7 @@ struct FileSettings {
     flash: Option<Vec<String>>,
     flash_threads: Option<usize>,
     flash_write_budget: Option<toml::Value>,
+    flash_item_size: Option<toml::Value>,
 }
 
 /// Resolved settings, grouped by concern: how clients reach the server, what it may use,
@@ -228,6 +235,8 @@ pub struct Flash {
     pub threads: usize,
     /// Bytes per second that may be written (`None`: no limit).
     pub write_budget: Option<u64>,
+    /// The average item size the index is sized for.
+    pub item_size: usize,
 }
 
 /// Where clients connect and what they must present: the TCP, UDP and metrics ports.
@@ -479,6 +488,17 @@ fn resolve_flash(args: &ServerArgs, file: &FileSettings) -> anyhow::Result<Flash
         (None, Some(other)) => bail!("flash_write_budget: expected a size, got {other}"),
         (None, None) => None,
     };
+    let item_size = match (&args.flash_item_size, &file.flash_item_size) {
+        (Some(text), _) | (None, Some(toml::Value::String(text))) => parse_size(text)?,
+        (None, Some(toml::Value::Integer(n))) => {
+            usize::try_from(*n).context("flash_item_size must be positive")?
+        }
+        (None, Some(other)) => bail!("flash_item_size: expected a size, got {other}"),
+        (None, None) => 512,
+    };
+    if !(64..=1 << 20).contains(&item_size) {
+        bail!("--flash-item-size must be between 64 and 1m, got {item_size}");
+    }
     if write_budget == Some(0) {
         bail!("--flash-write-budget must be above 0 (leave it out for no limit)");
     }
@@ -486,6 +506,7 @@ fn resolve_flash(args: &ServerArgs, file: &FileSettings) -> anyhow::Result<Flash
         files,
         threads,
         write_budget,
+        item_size,
     })
 }
 

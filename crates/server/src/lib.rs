@@ -165,6 +165,7 @@ impl Server {
             let mut flash =
                 memfleet_storage::FlashConfig::new(Arc::new(flash::FlashDevice(files.clone())));
             flash.write_budget = settings.flash.write_budget;
+            flash.item_size_hint = settings.flash.item_size;
             config = config.flash(flash);
         }
         if let Some(debug) = &debug_clock {

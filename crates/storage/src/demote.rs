@@ -126,6 +126,42 @@ pub(crate) fn purge_flash(engine: &EngineState, chain: &ChainGuard<'_>, tag: u16
     purged
 }
 
+/// Under a writer's chain lock, before a new slot goes in: when the chain has no free slot,
+/// drops a flash slot (a dead one, else the least read) so that the flash index does not
+/// take overflow buckets and push the table to grow (which cannot keep flash slots). True
+/// when one was dropped.
+pub(crate) fn make_room(engine: &EngineState, chain: &ChainGuard<'_>) -> bool {
+    let Some(tier) = engine.flash() else {
+        return false;
+    };
+    if chain.has_room() {
+        return false;
+    }
+    let mut victim: Option<(&AtomicU64, Slot, bool)> = None;
+    chain.scan(|slot, s| {
+        if engine.is_flash_slot(s) {
+            let live = tier.resolve(s.seg()).is_some();
+            let better = match victim {
+                None => true,
+                Some((_, v, v_live)) => v_live && (!live || s.freq() < v.freq()),
+            };
+            if better {
+                victim = Some((slot, s, live));
+            }
+        }
+        None::<()>
+    });
+    let Some((slot, s, live)) = victim else {
+        return false;
+    };
+    chain.remove(slot);
+    if live {
+        tier.forget(s.seg());
+        tier.counters.index_drops.fetch_add(1, Ordering::Relaxed);
+    }
+    true
+}
+
 /// Walks the whole table removing flash slots whose segment was reclaimed (or, with
 /// `all`, every flash slot: before a snapshot, whose restart starts flash empty). Returns
 /// how many were removed.

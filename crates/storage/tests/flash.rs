@@ -130,12 +130,14 @@ fn evicted_items_go_to_flash_and_come_back_exactly() {
         flash.bytes_written > 0,
         "whole segments were written: {flash:?}"
     );
+    // The table is flash's index: a full chain gives up a flash slot, it does not grow.
+    assert_eq!(stats.hash_growths, 0);
+    assert!(flash.index_drops > 0, "{flash:?}");
     let (mut from_ram, mut from_flash, mut lost) = (0, 0, 0);
     for i in 0..n {
         let key = format!("key:{i}");
         if h.get(key.as_bytes()).is_none() {
-            // Promotions evict (and demote) in turn, so a few items are dropped on the way:
-            // those the tier refused (a chain with a flash slot of the same tag).
+            // Promotions evict (and demote) in turn, so a few items are dropped on the way.
             match bring_back(&mut h, &sink, key.as_bytes()) {
                 Some(Promotion::Promoted) => from_flash += 1,
                 Some(Promotion::NotThisKey) | None => {
@@ -154,8 +156,12 @@ fn evicted_items_go_to_flash_and_come_back_exactly() {
     }
     assert!(from_flash > 1000 && from_ram > 0, "{from_flash} {from_ram}");
     let stats = cache.stats();
+    // Lost: dropped rather than demoted, or a flash slot displaced from a full chain (the
+    // table is the flash index, sized for 512-byte items; these are about 500), all counted.
+    let f = stats.flash.unwrap();
+    let counted = stats.evicted_items + f.index_drops + f.purged;
     assert!(
-        lost <= 30 && lost as u64 <= stats.evicted_items,
+        lost <= 30 && lost as u64 <= counted,
         "{lost} lost: {stats:?}"
     );
     let flash = cache.stats().flash.unwrap();

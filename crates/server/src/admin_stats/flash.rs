@@ -47,6 +47,7 @@ pub(super) fn values(
         ("flash_tag_conflict_drops", Int(f.tag_conflict_drops)),
         ("flash_purged", Int(f.purged)),
         ("flash_growth_drops", Int(f.growth_drops)),
+        ("flash_index_drops", Int(f.index_drops)),
         ("flash_sweeps", Int(f.sweeps)),
         ("flash_write_errors", Int(f.write_errors + io.write_errors)),
         ("flash_read_errors", Int(io.read_errors)),

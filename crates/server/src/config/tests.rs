@@ -182,6 +182,16 @@ fn flash_flags_and_memcached_ext_options_agree() {
         (a.files.len(), a.files[0].size, a.threads),
         (1, 64 << 20, 8)
     );
+    assert_eq!(a.item_size, 512);
+    let small = ServerArgs {
+        flash: vec!["/var/tmp/f:64m".into()],
+        flash_item_size: Some("32".into()),
+        ..ServerArgs::default()
+    };
+    assert!(
+        Settings::resolve(&small).is_err(),
+        "an item size below 64 is refused"
+    );
     for bad in [
         vec!["ext_path=/var/tmp/f".to_string()],
         vec!["ext_threads=many".to_string()],

@@ -68,7 +68,10 @@ pub struct FlashConfig {
     pub write_budget: Option<u64>,
     /// Segment-sized RAM buffers for writes (filling, queued, being written), at least 2.
     pub write_buffers: usize,
-    /// The item size the hash table is sized for (flash bytes / this = items expected).
+    /// The item size the hash table is sized for: flash bytes / this = the flash items it
+    /// indexes (one 8-byte slot each, 7 to a 64-byte bucket). Smaller items fill flash
+    /// past that and displace each other's slots (`index_drops`); larger ones leave slots
+    /// empty.
     pub item_size_hint: usize,
 }
 
@@ -226,6 +229,9 @@ pub struct FlashStats {
     pub write_errors: u64,
     /// Flash slots dropped by hash table growth.
     pub growth_drops: u64,
+    /// Flash slots a new key's slot displaced from a full chain (the table is the flash
+    /// items' index: [`FlashConfig::item_size_hint`] sizes it).
+    pub index_drops: u64,
     /// Whole-table sweeps of dead flash slots.
     pub sweeps: u64,
 }

@@ -79,6 +79,7 @@ pub struct FlashCounters {
     pub purged: AtomicU64,
     pub write_errors: AtomicU64,
     pub growth_drops: AtomicU64,
+    pub index_drops: AtomicU64,
     pub sweeps: AtomicU64,
 }
 
@@ -545,6 +546,7 @@ impl FlashTier {
             purged: get(&c.purged),
             write_errors: get(&c.write_errors),
             growth_drops: get(&c.growth_drops),
+            index_drops: get(&c.index_drops),
             sweeps: get(&c.sweeps),
         }
     }

@@ -180,6 +180,7 @@ impl Handle {
                     .remove_live(engine.aligned(e.header.len()));
             }
             None => {
+                crate::demote::make_room(engine, chain);
                 chain.insert(slot)?;
                 if table.wants_growth() {
                     self.grow_hint.set(Some(table.power()));

@@ -316,6 +316,29 @@ impl<'a> ChainGuard<'a> {
         self.add_count(-1);
     }
 
+    /// Whether [`ChainGuard::insert`] would find a free slot without taking an overflow
+    /// bucket.
+    pub fn has_room(&self) -> bool {
+        let buckets = &self.table.buckets;
+        let mut bucket = self.head;
+        let mut first = 1;
+        loop {
+            let slots = &buckets[bucket].slots;
+            if slots[first..]
+                .iter()
+                .any(|s| s.load(Ordering::Relaxed) == 0)
+            {
+                return true;
+            }
+            let last = slots[SLOTS - 1].load(Ordering::Relaxed);
+            if !is_pointer(last) {
+                return false;
+            }
+            bucket = (last >> TAG_BITS) as usize;
+            first = 0;
+        }
+    }
+
     /// Puts `value` into a free slot, extending the chain if needed.
     pub fn insert(&self, value: Slot) -> Result<(), TableFull> {
         let buckets = &self.table.buckets;
