@@ -127,6 +127,11 @@ fn each_experiment_lists_only_its_own_flags() {
              server-failure-limit timeout-ms memfleet-bin seed"
                 .into(),
         ),
+        (
+            "flash",
+            "items value-size memory dir flash-threads conns fill-conns read-time memcached              fio quick memfleet-bin seed"
+                .into(),
+        ),
     ];
     for (experiment, flags) in expected {
         let want: BTreeSet<String> = flags
@@ -371,6 +376,42 @@ fn restart_scenario_keeps_every_item() {
     assert_eq!(result["after"]["hits"], 5000, "{result}");
     assert_eq!(result["after"]["wrong"], 0, "{result}");
     assert!(result["restart_ms"].as_f64().unwrap() > 0.0, "{result}");
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+/// The flash experiment, quick: items pushed far past RAM land on flash, reads of them hit
+/// with every value checked, and the figures are all there.
+#[test]
+fn flash_experiment_reports_ram_per_flash_item_and_flash_hits() {
+    let bin = env!("CARGO_BIN_EXE_memfleet");
+    let dir = out_dir("flash");
+    let out = Command::new(bin)
+        .args([
+            "bench",
+            "flash",
+            "--quick",
+            "--memfleet-bin",
+            bin,
+            "--fio",
+            "/nonexistent",
+        ])
+        .arg("--out")
+        .arg(&dir)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "bench failed:\n{stdout}\n{stderr}");
+    assert!(stdout.contains("| memfleet |"), "{stdout}");
+    assert!(stdout.contains("fio: not run"), "{stdout}");
+    let result = assert_results(&dir, "flash");
+    let run = &result["runs"][0];
+    assert_eq!(run["server"], "memfleet", "{result}");
+    assert!(run["flash_items"].as_u64().unwrap() > 10_000, "{result}");
+    assert!(run["flash_hits"].as_u64().unwrap() > 0, "{result}");
+    assert!(run["hits"].as_u64().unwrap() > 0, "{result}");
+    let wa = run["write_amplification"].as_f64().unwrap();
+    assert!((1.0..1.3).contains(&wa), "{result}");
     std::fs::remove_dir_all(dir).unwrap();
 }
 

@@ -19,7 +19,9 @@ use crate::state::WorkerContext;
 use crate::transport::Transport;
 use memfleet_protocol::auth::Attempt;
 use memfleet_protocol::binary::{self, BinError};
-use memfleet_protocol::{parse, ErrorKind, KeyBytes, MetaKey, ParseError, ParserConfig, Request};
+use memfleet_protocol::{
+    parse, ErrorKind, GetKind, KeyBytes, MetaKey, ParseError, ParserConfig, Request,
+};
 use memfleet_storage::KeyHash;
 use std::io;
 use std::rc::Rc;
@@ -327,7 +329,12 @@ fn flash_gate(
         return false;
     }
     let keys: Vec<&[u8]> = keys.iter().map(|k| &**k).collect();
-    crate::flash::gate(exec.handle, &keys, reads)
+    // A plain get or gets may serve flash items from their bytes; everything else moves
+    // them into RAM first.
+    let plain_get =
+        matches!(request, Request::Get(g) if matches!(g.kind, GetKind::Get | GetKind::Gets));
+    let served = plain_get.then_some(&mut exec.flash_items);
+    crate::flash::gate(exec.handle, &keys, reads, served)
 }
 
 /// [`process`] for a binary-protocol connection.
@@ -351,7 +358,7 @@ fn process_binary(
             Ok((request, used)) => {
                 if let (Some(_), Some(key)) = (&exec.server.flash, request.command.key()) {
                     if !crate::flash::blind_binary(&request.command)
-                        && crate::flash::gate(exec.handle, &[key], &mut state.flash)
+                        && crate::flash::gate(exec.handle, &[key], &mut state.flash, None)
                     {
                         return (pos, Flow::FlashRead);
                     }
@@ -491,6 +498,7 @@ async fn serve_stream<T: Transport>(ctx: &Rc<WorkerContext>, stream: &mut T) -> 
                 server,
                 read_only: false,
                 pins: Default::default(),
+                flash_items: Vec::new(),
             };
             if pending_in.is_empty() {
                 let (used, flow) = process(

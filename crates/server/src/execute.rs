@@ -57,6 +57,9 @@ pub struct Executor<'w> {
     pub read_only: bool,
     /// The items this batch's replies hold (how `incr` and `decr` write back).
     pub pins: ReadPins,
+    /// Flash items the flash gate read for the request about to run, served from their
+    /// bytes without moving them into RAM (`flash.rs`); `get`/`gets` take them.
+    pub flash_items: Vec<memfleet_storage::FlashItem>,
 }
 
 impl Executor<'_> {

@@ -16,7 +16,9 @@
 
 use memfleet_flash::FlashFiles;
 use memfleet_protocol::{Request, StoreCommand};
-use memfleet_storage::{FlashCandidate, FlashFetch, FlashSink, FlashWriteDone, Handle, Promotion};
+use memfleet_storage::{
+    FlashCandidate, FlashFetch, FlashItem, FlashRead, FlashSink, FlashWriteDone, Handle, Promotion,
+};
 use std::sync::{Arc, Mutex};
 
 /// The flash files as the engine's sink.
@@ -128,22 +130,31 @@ pub fn blind_binary(command: &memfleet_protocol::binary::BinCommand<'_>) -> bool
     )
 }
 
-/// Brings the flash copies of `keys` (a request's, which is not [`blind`]) into RAM. True
-/// when the request must wait for device reads (queued in `reads`): run it again once they
-/// are done.
-pub fn gate(handle: &mut Handle, keys: &[&[u8]], reads: &mut FlashReads) -> bool {
+/// Brings the flash copies of `keys` (a request's, which is not [`blind`]) into RAM, or,
+/// with `served` (a plain `get`/`gets`), reads them for the request to serve from their
+/// bytes (a first read; a second moves the item into RAM, `Handle::read_flash`). True when
+/// the request must wait for device reads (queued in `reads`): run it again once they are
+/// done.
+pub fn gate(
+    handle: &mut Handle,
+    keys: &[&[u8]],
+    reads: &mut FlashReads,
+    mut served: Option<&mut Vec<FlashItem>>,
+) -> bool {
     for key in keys {
         let Some(candidate) = handle.flash_candidate(key) else {
             continue;
         };
         let location = candidate.location();
-        if let Some(i) = reads.done.iter().position(|(l, _)| *l == location) {
-            let (_, bytes) = reads.done.swap_remove(i);
-            let Some(bytes) = bytes else {
-                continue; // the read failed: a miss this time
-            };
-            if let Promotion::NeedMore(len) = handle.promote(key, &candidate, &bytes) {
-                if let FlashFetch::Device { place, offset, .. } = handle.flash_fetch(&candidate) {
+        let bytes = if let Some(i) = reads.done.iter().position(|(l, _)| *l == location) {
+            match reads.done.swap_remove(i).1 {
+                Some(bytes) => bytes,
+                None => continue, // the read failed: a miss this time
+            }
+        } else {
+            match handle.flash_fetch(&candidate) {
+                FlashFetch::Local(bytes) => bytes,
+                FlashFetch::Device { place, offset, len } => {
                     reads.pending.push(PendingRead {
                         location,
                         candidate,
@@ -151,22 +162,36 @@ pub fn gate(handle: &mut Handle, keys: &[&[u8]], reads: &mut FlashReads) -> bool
                         offset,
                         len,
                     });
+                    continue;
                 }
+                FlashFetch::Gone => continue,
             }
-            continue;
-        }
-        match handle.flash_fetch(&candidate) {
-            FlashFetch::Local(bytes) => {
-                handle.promote(key, &candidate, &bytes);
+        };
+        let more = match served.as_deref_mut() {
+            Some(served) => match handle.read_flash(key, &candidate, &bytes) {
+                FlashRead::Serve(item) => {
+                    served.push(item);
+                    None
+                }
+                FlashRead::Other(Promotion::NeedMore(len)) => Some(len),
+                FlashRead::Promoted | FlashRead::Other(_) => None,
+            },
+            None => match handle.promote(key, &candidate, &bytes) {
+                Promotion::NeedMore(len) => Some(len),
+                _ => None,
+            },
+        };
+        if let Some(len) = more {
+            // A record longer than the block read first: read it whole.
+            if let FlashFetch::Device { place, offset, .. } = handle.flash_fetch(&candidate) {
+                reads.pending.push(PendingRead {
+                    location,
+                    candidate,
+                    place,
+                    offset,
+                    len,
+                });
             }
-            FlashFetch::Device { place, offset, len } => reads.pending.push(PendingRead {
-                location,
-                candidate,
-                place,
-                offset,
-                len,
-            }),
-            FlashFetch::Gone => {}
         }
     }
     // Results nobody claimed (the slot changed meanwhile) are not kept for later.

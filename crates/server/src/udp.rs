@@ -179,6 +179,7 @@ pub async fn serve(ctx: Rc<WorkerContext>, socket: std::net::UdpSocket) -> std::
                 server: &ctx.server,
                 read_only: !writes,
                 pins: Default::default(),
+                flash_items: Vec::new(),
             };
             answer(&mut exec, &datagram[..n], &mut reply, writes)
         };

@@ -93,6 +93,8 @@ fn items_on_flash_are_served_exactly_and_counted_under_extstore_names() {
             .map_or(0, |(_, v)| v.parse().unwrap_or(0))
     };
     assert!(stat("get_extstore") > 1000, "{stats:?}");
+    // Each key was read once: served from flash, none moved back into RAM.
+    assert_eq!(stat("recache_from_extstore"), 0, "{stats:?}");
     assert_eq!(stat("badcrc_from_extstore"), 0);
     // A key is lost only when eviction dropped it rather than demote it, or a write of
     // another key with the same chain and tag dropped its flash copy (both counted).
@@ -146,6 +148,18 @@ fn every_command_works_on_a_flash_item_and_pipelined_replies_stay_in_order() {
             assert_eq!(c.read_line(), "END\r\n");
         }
     }
+    // A second read of a flash item moves it into RAM.
+    let recached = c.stat("recache_from_extstore");
+    assert_eq!(
+        get(&mut c, &format!("key:{}", k[0])).unwrap().1,
+        value(k[0])
+    );
+    assert_eq!(c.stat("recache_from_extstore"), recached + 1);
+    let cache = s.server().cache();
+    assert!(cache
+        .handle()
+        .flash_candidate(format!("key:{}", k[0]).as_bytes())
+        .is_none());
     // gets + cas
     let i = k[4];
     c.send(format!("gets key:{i}\r\n"));

@@ -69,7 +69,9 @@ pub(crate) unsafe fn to_flash(
     let Ok((flash_seg, flash_offset)) = tier.demote(bytes, deadline, now, generation) else {
         return false;
     };
-    let moved = Slot::new(flash_seg, engine.units(flash_offset), s.freq(), s.tag());
+    // On flash the frequency counts reads there: the second one moves the item back to RAM
+    // (`Handle::read_flash`), and a full chain drops its least read flash slot first.
+    let moved = Slot::new(flash_seg, engine.units(flash_offset), 0, s.tag());
     chain.replace(slot, moved.with_fetched(s.fetched()));
     h.remove_live(engine.aligned(header.len()));
     true

@@ -101,8 +101,8 @@ pub use clock::{Clock, Expiry, MEMCACHED_MAX_RELATIVE};
 pub use config::{Config, ConfigError, EvictionPolicy};
 pub use counters::HandleTotals;
 pub use flash::{
-    FlashCandidate, FlashConfig, FlashFetch, FlashSink, FlashStats, FlashWriteDone, Promotion,
-    FLASH_BLOCK,
+    FlashCandidate, FlashConfig, FlashFetch, FlashItem, FlashRead, FlashSink, FlashStats,
+    FlashWriteDone, Promotion, FLASH_BLOCK,
 };
 pub use handle::{
     DeltaError, DumpCursor, DumpItem, Handle, ItemRef, KeyHash, LeaseOutcome, StoreError,

@@ -3,7 +3,7 @@
 //! expiry, reclaiming, a lagging or failing device are misses, never wrong values.
 
 use memfleet_storage::{
-    Cache, Clock, Config, Expiry, FlashCandidate, FlashConfig, FlashFetch, FlashSink,
+    Cache, Clock, Config, Expiry, FlashCandidate, FlashConfig, FlashFetch, FlashRead, FlashSink,
     FlashWriteDone, Handle, Promotion, StoreStatus,
 };
 use std::collections::HashMap;
@@ -400,4 +400,41 @@ fn a_tag_collision_is_a_checked_miss() {
         Some(Promotion::Promoted)
     );
     assert_eq!(h.get(a.as_bytes()).unwrap().value(), value_a);
+}
+
+#[test]
+fn a_first_read_is_served_from_flash_and_a_second_moves_the_item_to_ram() {
+    let clock = Clock::manual();
+    let (cache, sink) = cache(64, &clock);
+    let mut h = cache.handle();
+    fill(&mut h, 3000, Expiry::Never);
+    cache.flush_flash_buffer();
+    let i = (0..3000)
+        .find(|i| h.flash_candidate(format!("key:{i}").as_bytes()).is_some())
+        .unwrap();
+    let key = format!("key:{i}");
+    let read = |h: &mut Handle| {
+        let c = h.flash_candidate(key.as_bytes()).expect("still on flash");
+        let FlashFetch::Device { place, offset, len } = h.flash_fetch(&c) else {
+            panic!("written out");
+        };
+        let bytes = sink.read(place, offset, len).unwrap();
+        h.read_flash(key.as_bytes(), &c, &bytes)
+    };
+    let FlashRead::Serve(item) = read(&mut h) else {
+        panic!("a first read is served from the bytes");
+    };
+    assert_eq!(
+        (item.key.as_slice(), item.flags),
+        (key.as_bytes(), i as u32)
+    );
+    assert_eq!(item.value, value_of(i));
+    assert!(h.get(key.as_bytes()).is_none(), "not in RAM");
+    assert_eq!(read(&mut h), FlashRead::Promoted);
+    let ram = h.get(key.as_bytes()).expect("in RAM after the second read");
+    assert_eq!(ram.value(), value_of(i));
+    assert_eq!(ram.cas(), item.cas, "the same CAS from flash and from RAM");
+    drop(ram);
+    let f = cache.stats().flash.unwrap();
+    assert_eq!((f.hits, f.promotions), (2, 1), "{f:?}");
 }

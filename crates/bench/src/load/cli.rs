@@ -14,8 +14,8 @@ use anyhow::Result;
 
 use super::args::LoadArgs;
 use super::{
-    admission, client_bench, discovery, expiry, gutter, herd, invalidation, migration, regions,
-    replay, restart, scale, udp, warmup,
+    admission, client_bench, discovery, expiry, flash, gutter, herd, invalidation, migration,
+    regions, replay, restart, scale, udp, warmup,
 };
 
 /// What `memfleet bench` runs.
@@ -74,6 +74,10 @@ pub enum Experiment {
     /// router stalled 2 s in front of a pool with one hung server of four (servers marked
     /// down against `max_down_fraction`).
     Admission(admission::AdmissionArgs),
+    /// The flash tier (issue 30) against memcached 1.6.45's extstore and fio on this
+    /// machine's disk: RAM per flash item, write amplification, flash hits per second and
+    /// their latency, whether the page cache served them.
+    Flash(flash::FlashArgs),
 }
 
 /// Runs `experiment`; fails (after printing everything) on a wrong reply or a failed run.
@@ -94,6 +98,7 @@ pub fn run(experiment: &Experiment) -> Result<()> {
         Experiment::Scale(args) => scale::bench(args),
         Experiment::Migration(args) => migration::bench(args),
         Experiment::Admission(args) => admission::bench(args),
+        Experiment::Flash(args) => flash::bench(args),
     }
 }
 

@@ -23,6 +23,7 @@ pub mod cli;
 pub mod client_bench;
 pub mod discovery;
 pub mod expiry;
+pub mod flash;
 pub mod gutter;
 pub mod herd;
 pub mod invalidation;

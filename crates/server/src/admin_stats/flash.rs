@@ -17,7 +17,7 @@ pub(super) fn values(
         ("get_extstore", Int(f.hits)),
         ("get_aborted_extstore", Int(f.aborted)),
         ("get_oom_extstore", Int(0)),
-        ("recache_from_extstore", Int(f.hits)),
+        ("recache_from_extstore", Int(f.promotions)),
         ("miss_from_extstore", Int(f.misses)),
         ("badcrc_from_extstore", Int(f.bad_checksums)),
         ("extstore_page_allocs", Int(f.page_reclaims + f.pages_used)),

@@ -156,6 +156,31 @@ pub enum FlashFetch {
     Gone,
 }
 
+/// A flash item served from the bytes read, without moving it into RAM
+/// ([`crate::Handle::read_flash`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FlashItem {
+    /// Its key.
+    pub key: Vec<u8>,
+    /// The client's flags.
+    pub flags: u32,
+    /// The value.
+    pub value: Vec<u8>,
+    /// The CAS unique `gets` returns.
+    pub cas: u64,
+}
+
+/// What [`crate::Handle::read_flash`] did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum FlashRead {
+    /// Serve this (the item stays on flash; its read is counted on its slot).
+    Serve(FlashItem),
+    /// Read again while on flash: it is in RAM now; run the command.
+    Promoted,
+    /// Not served: what [`crate::Handle::promote`] would have said.
+    Other(Promotion),
+}
+
 /// What [`crate::Handle::promote`] did with a candidate's bytes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Promotion {
@@ -201,8 +226,10 @@ pub struct FlashStats {
     pub objects_read: u64,
     /// Bytes read from flash (`extstore_bytes_read`).
     pub bytes_read: u64,
-    /// Flash hits moved back to RAM (`get_extstore`, `recache_from_extstore`).
+    /// Flash hits, served from flash or moved back to RAM (`get_extstore`).
     pub hits: u64,
+    /// Flash hits moved back to RAM (`recache_from_extstore`).
+    pub promotions: u64,
     /// Reads that found another key, or an expired item (`miss_from_extstore`).
     pub misses: u64,
     /// Reads whose bytes failed their check (`badcrc_from_extstore`).

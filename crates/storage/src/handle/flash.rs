@@ -4,11 +4,15 @@
 //! engine does no I/O: the server reads between the calls without blocking its worker.
 
 use super::store::ChainAttempt;
-use super::Handle;
-use crate::flash::{record, FlashCandidate, FlashFetch, Promotion};
-use crate::hashtable::{hash, tag_of, Slot};
-use crate::item::{self, Extras, Lease};
+use super::{client_cas, Handle};
+use crate::flash::{
+    record, FlashCandidate, FlashFetch, FlashItem, FlashRead, FlashTier, Promotion,
+};
+use crate::hashtable::{hash, tag_of, Slot, MAX_FREQ};
+use crate::item::{self, Extras, Header, Lease};
+use crate::lease::Visibility;
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
 impl Handle {
     /// The flash copy `key` may have: a flash slot of its tag in its chain (at most one; the
@@ -42,23 +46,24 @@ impl Handle {
         }
     }
 
-    /// The caller read `bytes` for `candidate` (what [`Handle::flash_fetch`] said, or a
-    /// device read that failed: call [`Handle::flash_read_failed`] instead). Checks them
-    /// against the key and, if they are its live item, writes the item into RAM in place of
-    /// its flash slot (same CAS, flags, deadline, lease), so the command that wanted it finds
-    /// it there. Anything else is a miss and drops the flash slot where it is wrong.
-    pub fn promote(&mut self, key: &[u8], candidate: &FlashCandidate, bytes: &[u8]) -> Promotion {
-        let Some(tier) = self.engine.flash().cloned() else {
-            return Promotion::Gone;
-        };
+    /// Checks `bytes` read for `candidate` against `key`: the record's segment id and
+    /// checksum, the key, the deadline and the flush generation. `Err` is what to tell the
+    /// caller (bad or expired bytes also drop the slot).
+    fn check(
+        &self,
+        tier: &FlashTier,
+        key: &[u8],
+        candidate: &FlashCandidate,
+        bytes: &[u8],
+    ) -> Result<(u32, Header), Promotion> {
         let c = &tier.counters;
         let (deadline, header) = match record::decode(bytes, candidate.seg) {
-            record::Decoded::NeedMore(n) => return Promotion::NeedMore(n as u32),
+            record::Decoded::NeedMore(n) => return Err(Promotion::NeedMore(n as u32)),
             record::Decoded::Corrupt => {
                 c.objects_read.fetch_add(1, Ordering::Relaxed);
                 c.bad_checksums.fetch_add(1, Ordering::Relaxed);
                 self.drop_flash_slot(key, candidate);
-                return Promotion::Corrupt;
+                return Err(Promotion::Corrupt);
             }
             record::Decoded::Item { deadline, header } => (deadline, header),
         };
@@ -66,10 +71,9 @@ impl Handle {
         c.bytes_read
             .fetch_add(bytes.len() as u64, Ordering::Relaxed);
         let item_bytes = &bytes[record::RECORD_HEADER..];
-        let stored_key = &item_bytes[header.key_offset..header.key_offset + header.key_len];
-        if stored_key != key {
+        if &item_bytes[header.key_offset..header.key_offset + header.key_len] != key {
             c.misses.fetch_add(1, Ordering::Relaxed);
-            return Promotion::NotThisKey;
+            return Err(Promotion::NotThisKey);
         }
         let now = self.engine.clock().now();
         let generation = self.engine.current_generation(now);
@@ -79,8 +83,95 @@ impl Handle {
         if deadline <= now || flushed {
             c.misses.fetch_add(1, Ordering::Relaxed);
             self.drop_flash_slot(key, candidate);
-            return Promotion::Expired;
+            return Err(Promotion::Expired);
         }
+        Ok((deadline, header))
+    }
+
+    /// A plain read of a flash item (`get`, `gets`): checks `bytes` as
+    /// [`Handle::promote`] does and, the first time the item is read on flash, returns it to
+    /// serve from the bytes, counting the read on its slot; a second read while it is still
+    /// on flash (it is wanted again: extstore's recache) moves it into RAM
+    /// ([`FlashRead::Promoted`]). Items with lease or hold-off marks are promoted, for the
+    /// RAM path's rules to decide what they show.
+    pub fn read_flash(
+        &mut self,
+        key: &[u8],
+        candidate: &FlashCandidate,
+        bytes: &[u8],
+    ) -> FlashRead {
+        let Some(tier) = self.engine.flash().cloned() else {
+            return FlashRead::Other(Promotion::Gone);
+        };
+        let (deadline, header) = match self.check(&tier, key, candidate, bytes) {
+            Ok(checked) => checked,
+            Err(p) => return FlashRead::Other(p),
+        };
+        let expected = Slot(candidate.slot);
+        let plain = Visibility::of(header.marks).value && header.marks == 0;
+        if expected.freq() > 0 || !plain {
+            return match self.promote_checked(&tier, key, candidate, bytes, deadline, &header) {
+                Promotion::Promoted => FlashRead::Promoted,
+                other => FlashRead::Other(other),
+            };
+        }
+        // Count this read on the slot (the next one promotes), and take the key's CAS.
+        let h = hash(key);
+        let counted = self.locked(h, |_, _, chain| {
+            let Some((slot, s)) =
+                chain.scan(|slot, s| s.same_location(expected).then_some((slot, s)))
+            else {
+                return ChainAttempt::Done(None);
+            };
+            chain.replace(
+                slot,
+                s.with_freq((s.freq() + 1).min(MAX_FREQ)).with_fetched(true),
+            );
+            ChainAttempt::Done(Some(client_cas(chain.cas(), h)))
+        });
+        let Some(Some(bucket_cas)) = counted else {
+            return FlashRead::Other(Promotion::Gone);
+        };
+        tier.counters.hits.fetch_add(1, Ordering::Relaxed);
+        let item = &bytes[record::RECORD_HEADER..];
+        let value_at = header.key_offset + header.key_len;
+        FlashRead::Serve(FlashItem {
+            key: key.to_vec(),
+            flags: header.client_flags,
+            value: item[value_at..value_at + header.value_len].to_vec(),
+            cas: header.explicit_cas.unwrap_or(bucket_cas),
+        })
+    }
+
+    /// The caller read `bytes` for `candidate` (what [`Handle::flash_fetch`] said, or a
+    /// device read that failed: call [`Handle::flash_read_failed`] instead). Checks them
+    /// against the key and, if they are its live item, writes the item into RAM in place of
+    /// its flash slot (same CAS, flags, deadline, lease), so the command that wanted it finds
+    /// it there. Anything else is a miss and drops the flash slot where it is wrong.
+    pub fn promote(&mut self, key: &[u8], candidate: &FlashCandidate, bytes: &[u8]) -> Promotion {
+        let Some(tier) = self.engine.flash().cloned() else {
+            return Promotion::Gone;
+        };
+        match self.check(&tier, key, candidate, bytes) {
+            Ok((deadline, header)) => {
+                self.promote_checked(&tier, key, candidate, bytes, deadline, &header)
+            }
+            Err(p) => p,
+        }
+    }
+
+    /// [`Handle::promote`] of bytes [`Handle::check`] passed.
+    fn promote_checked(
+        &mut self,
+        tier: &Arc<FlashTier>,
+        key: &[u8],
+        candidate: &FlashCandidate,
+        bytes: &[u8],
+        deadline: u32,
+        header: &Header,
+    ) -> Promotion {
+        let c = &tier.counters;
+        let item_bytes = &bytes[record::RECORD_HEADER..];
         let value_at = header.key_offset + header.key_len;
         let value = &item_bytes[value_at..value_at + header.value_len];
         let extras = Extras {
@@ -111,6 +202,7 @@ impl Handle {
         self.finish(Some(written));
         if moved == Some(true) {
             c.hits.fetch_add(1, Ordering::Relaxed);
+            c.promotions.fetch_add(1, Ordering::Relaxed);
             Promotion::Promoted
         } else {
             Promotion::Gone
