@@ -313,28 +313,28 @@ fn flash_gate(
     request: &Request<'_>,
     reads: &mut crate::flash::FlashReads,
 ) -> bool {
-    let mut keys: Vec<KeyBytes<'_>> = Vec::new();
-    match request {
-        Request::Get(get) => keys.extend(get.keys.map(KeyBytes::Borrowed)),
-        Request::Store(s) => keys.push(KeyBytes::Borrowed(s.key)),
-        Request::Delete { key, .. } | Request::Arith { key, .. } | Request::Touch { key, .. } => {
-            keys.push(KeyBytes::Borrowed(key))
-        }
-        Request::MetaGet(m) | Request::MetaDelete(m) => keys.push(m.key.bytes()),
-        Request::MetaSet(m) => keys.push(m.key.bytes()),
-        Request::MetaArithmetic(m) => keys.push(m.key.bytes()),
-        _ => return false,
-    }
-    if crate::flash::blind(request) {
+    if !exec.handle.flash_in_use() || crate::flash::blind(request) {
         return false;
     }
-    let keys: Vec<&[u8]> = keys.iter().map(|k| &**k).collect();
     // A plain get or gets may serve flash items from their bytes; everything else moves
     // them into RAM first.
     let plain_get =
         matches!(request, Request::Get(g) if matches!(g.kind, GetKind::Get | GetKind::Gets));
-    let served = plain_get.then_some(&mut exec.flash_items);
-    crate::flash::gate(exec.handle, &keys, reads, served)
+    let mut served = plain_get.then_some(&mut exec.flash_items);
+    let handle = &mut *exec.handle;
+    let mut gate = |key: &[u8]| crate::flash::gate_key(handle, key, reads, served.as_deref_mut());
+    match request {
+        Request::Get(get) => get.keys.for_each(|k| gate(k)),
+        Request::Store(s) => gate(s.key),
+        Request::Delete { key, .. } | Request::Arith { key, .. } | Request::Touch { key, .. } => {
+            gate(key)
+        }
+        Request::MetaGet(m) | Request::MetaDelete(m) => gate(&m.key.bytes()),
+        Request::MetaSet(m) => gate(&m.key.bytes()),
+        Request::MetaArithmetic(m) => gate(&m.key.bytes()),
+        _ => {}
+    }
+    reads.finish()
 }
 
 /// [`process`] for a binary-protocol connection.
@@ -357,10 +357,11 @@ fn process_binary(
         match binary::parse(&input[pos..], config) {
             Ok((request, used)) => {
                 if let (Some(_), Some(key)) = (&exec.server.flash, request.command.key()) {
-                    if !crate::flash::blind_binary(&request.command)
-                        && crate::flash::gate(exec.handle, &[key], &mut state.flash, None)
-                    {
-                        return (pos, Flow::FlashRead);
+                    if exec.handle.flash_in_use() && !crate::flash::blind_binary(&request.command) {
+                        crate::flash::gate_key(exec.handle, key, &mut state.flash, None);
+                        if state.flash.finish() {
+                            return (pos, Flow::FlashRead);
+                        }
                     }
                 }
                 pos += used;

@@ -83,9 +83,16 @@ pub struct FlashReads {
 }
 
 impl FlashReads {
-    /// Whether reads are waiting to be started.
-    pub fn waiting(&self) -> bool {
-        !self.pending.is_empty()
+    /// After a request's keys went through [`gate_key`]: whether it must wait for device
+    /// reads (then run it again once [`FlashReads::run`] is done). Results nobody claimed
+    /// (the slot changed meanwhile) are not kept for later.
+    pub fn finish(&mut self) -> bool {
+        if self.pending.is_empty() {
+            self.done.clear();
+            false
+        } else {
+            true
+        }
     }
 
     /// Starts every pending read on the reader threads and waits for them all (the worker
@@ -130,60 +137,30 @@ pub fn blind_binary(command: &memfleet_protocol::binary::BinCommand<'_>) -> bool
     )
 }
 
-/// Brings the flash copies of `keys` (a request's, which is not [`blind`]) into RAM, or,
-/// with `served` (a plain `get`/`gets`), reads them for the request to serve from their
-/// bytes (a first read; a second moves the item into RAM, `Handle::read_flash`). True when
-/// the request must wait for device reads (queued in `reads`): run it again once they are
-/// done.
-pub fn gate(
+/// Brings `key`'s flash copy (for a request that is not [`blind`]) into RAM, or, with
+/// `served` (a plain `get`/`gets`), reads it for the request to serve from its bytes (a
+/// first read; a second moves the item into RAM, `Handle::read_flash`). A copy on the device
+/// is queued in `reads`: after the request's keys, [`FlashReads::finish`] says whether it
+/// must wait for them and run again.
+pub fn gate_key(
     handle: &mut Handle,
-    keys: &[&[u8]],
+    key: &[u8],
     reads: &mut FlashReads,
-    mut served: Option<&mut Vec<FlashItem>>,
-) -> bool {
-    for key in keys {
-        let Some(candidate) = handle.flash_candidate(key) else {
-            continue;
-        };
-        let location = candidate.location();
-        let bytes = if let Some(i) = reads.done.iter().position(|(l, _)| *l == location) {
-            match reads.done.swap_remove(i).1 {
-                Some(bytes) => bytes,
-                None => continue, // the read failed: a miss this time
-            }
-        } else {
-            match handle.flash_fetch(&candidate) {
-                FlashFetch::Local(bytes) => bytes,
-                FlashFetch::Device { place, offset, len } => {
-                    reads.pending.push(PendingRead {
-                        location,
-                        candidate,
-                        place,
-                        offset,
-                        len,
-                    });
-                    continue;
-                }
-                FlashFetch::Gone => continue,
-            }
-        };
-        let more = match served.as_deref_mut() {
-            Some(served) => match handle.read_flash(key, &candidate, &bytes) {
-                FlashRead::Serve(item) => {
-                    served.push(item);
-                    None
-                }
-                FlashRead::Other(Promotion::NeedMore(len)) => Some(len),
-                FlashRead::Promoted | FlashRead::Other(_) => None,
-            },
-            None => match handle.promote(key, &candidate, &bytes) {
-                Promotion::NeedMore(len) => Some(len),
-                _ => None,
-            },
-        };
-        if let Some(len) = more {
-            // A record longer than the block read first: read it whole.
-            if let FlashFetch::Device { place, offset, .. } = handle.flash_fetch(&candidate) {
+    served: Option<&mut Vec<FlashItem>>,
+) {
+    let Some(candidate) = handle.flash_candidate(key) else {
+        return;
+    };
+    let location = candidate.location();
+    let bytes = if let Some(i) = reads.done.iter().position(|(l, _)| *l == location) {
+        match reads.done.swap_remove(i).1 {
+            Some(bytes) => bytes,
+            None => return, // the read failed: a miss this time
+        }
+    } else {
+        match handle.flash_fetch(&candidate) {
+            FlashFetch::Local(bytes) => bytes,
+            FlashFetch::Device { place, offset, len } => {
                 reads.pending.push(PendingRead {
                     location,
                     candidate,
@@ -191,12 +168,35 @@ pub fn gate(
                     offset,
                     len,
                 });
+                return;
             }
+            FlashFetch::Gone => return,
+        }
+    };
+    let more = match served {
+        Some(served) => match handle.read_flash(key, &candidate, &bytes) {
+            FlashRead::Serve(item) => {
+                served.push(item);
+                None
+            }
+            FlashRead::Other(Promotion::NeedMore(len)) => Some(len),
+            FlashRead::Promoted | FlashRead::Other(_) => None,
+        },
+        None => match handle.promote(key, &candidate, &bytes) {
+            Promotion::NeedMore(len) => Some(len),
+            _ => None,
+        },
+    };
+    if let Some(len) = more {
+        // A record longer than the block read first: read it whole.
+        if let FlashFetch::Device { place, offset, .. } = handle.flash_fetch(&candidate) {
+            reads.pending.push(PendingRead {
+                location,
+                candidate,
+                place,
+                offset,
+                len,
+            });
         }
     }
-    // Results nobody claimed (the slot changed meanwhile) are not kept for later.
-    if reads.pending.is_empty() {
-        reads.done.clear();
-    }
-    reads.waiting()
 }

@@ -151,6 +151,12 @@ impl FlashTier {
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// Whether an item was ever demoted (before that, no slot can point at flash).
+    #[inline]
+    pub fn in_use(&self) -> bool {
+        self.counters.objects_written.load(Ordering::Relaxed) > 0
+    }
+
     /// The place of flash id `seg` if that id is still live there.
     #[inline]
     pub fn resolve(&self, seg: u32) -> Option<u32> {

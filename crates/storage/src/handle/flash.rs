@@ -15,6 +15,13 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 impl Handle {
+    /// Whether any key may have a flash copy: a flash tier that has taken an item. Until
+    /// then a server skips looking (a flash tier costs nothing before it is used).
+    #[inline]
+    pub fn flash_in_use(&self) -> bool {
+        self.engine.flash().is_some_and(|t| t.in_use())
+    }
+
     /// The flash copy `key` may have: a flash slot of its tag in its chain (at most one; the
     /// key is checked once the bytes are read). `None` without a flash tier, and for most
     /// keys with one: a lookup of the chain, no I/O.
