@@ -324,7 +324,7 @@ fn flash_gate(
     let handle = &mut *exec.handle;
     let mut gate = |key: &[u8]| crate::flash::gate_key(handle, key, reads, served.as_deref_mut());
     match request {
-        Request::Get(get) => get.keys.for_each(|k| gate(k)),
+        Request::Get(get) => get.keys.for_each(&mut gate),
         Request::Store(s) => gate(s.key),
         Request::Delete { key, .. } | Request::Arith { key, .. } | Request::Touch { key, .. } => {
             gate(key)
