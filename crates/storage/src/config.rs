@@ -217,14 +217,15 @@ impl Geometry {
         let flash_bytes = flash_places * seg;
         // Flash items are sized for from the start: growth cannot rehash them (their keys
         // are on flash), so a table too small for them loses some at each doubling.
-        // With flash, the table is the flash items' index: one slot per item of the hinted
-        // size (7 to a bucket), at the power of two nearest that, not above it (a flash item
-        // costs RAM only its share of the table; a chain that runs out of room drops a flash
-        // slot before it takes an overflow bucket, `demote.rs`).
+        // With flash, the table is the flash items' index: a full flash of items of the
+        // hinted size fills its 7 slots a bucket between 57% and 114% (a power of two of
+        // buckets for 8 items each), so a flash item costs RAM 8-16 bytes of table; a chain
+        // that runs out of room drops a flash slot once the overflow buckets run half full
+        // (`demote.rs`).
         let flash_buckets = config
             .flash
             .as_ref()
-            .map_or(0, |f| flash_bytes / (7 * f.item_size_hint.max(64)));
+            .map_or(0, |f| flash_bytes / (8 * f.item_size_hint.max(64)));
         // Start with one bucket per 4 KiB of heap (room for items averaging 1 KiB at ~4 per
         // bucket); the table doubles as small items arrive.
         let max_items = (config.memory_bytes + flash_bytes) / 16;
@@ -236,13 +237,7 @@ impl Geometry {
         let power = match config.hash_power {
             Some(p) if !(4..=30).contains(&p) => return Err(ConfigError::HashPower(p)),
             Some(p) => p,
-            None if flash_buckets > 0 => {
-                nearest_power_of_two(config.memory_bytes / 4096 + flash_buckets)
-                    .max(1024)
-                    .trailing_zeros()
-                    .min(max_power)
-            }
-            None => (config.memory_bytes / 4096)
+            None => (config.memory_bytes / 4096 + flash_buckets)
                 .max(1024)
                 .next_power_of_two()
                 .trailing_zeros()
@@ -259,14 +254,3 @@ impl Geometry {
 
 /// Fewest segments a cache can run with: room for a few active segments and a merge.
 pub const MIN_SEGMENTS: usize = 8;
-
-/// The power of two nearest `n` (geometrically: `n` below 1.41 × 2^k rounds down to 2^k).
-fn nearest_power_of_two(n: usize) -> usize {
-    let up = n.max(1).next_power_of_two();
-    let down = up / 2;
-    if down > 0 && n * n < 2 * down * down {
-        down
-    } else {
-        up
-    }
-}

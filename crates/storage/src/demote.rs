@@ -13,9 +13,22 @@ use crate::sync::atomic::AtomicU64;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
+/// A flash slot's frequency byte holds what table growth needs instead of a frequency (the
+/// key is on flash, so growth cannot hash it): `[known: 3][hash bits: 4]`, the next `known`
+/// bits of the key's hash above the table's power, consumed one per doubling; its
+/// counted mark (`Slot::counted`) says the item was read while on flash (cleared with
+/// its chain's counting window, as a RAM item's is).
+const HASH_BITS: u32 = 4;
+
+/// The frequency byte of a new flash slot for an item of `hash` in a table of `power`.
+fn flash_bits(hash: u64, power: u32) -> u8 {
+    let known = HASH_BITS.min(64 - power);
+    ((known << HASH_BITS) as u8) | ((hash >> power) as u8 & ((1 << known) - 1))
+}
+
 /// Under `chain`'s lock, with `slot` (holding `s`) pointing at the live item at (`seg`,
-/// `offset`) whose header is `header`: writes the item to the flash tier and points the slot
-/// there. False, with nothing changed, when there is no tier or the item cannot go (flushed,
+/// `offset`) whose header is `header` and key hash `hash`: writes the item to the flash tier
+/// and points the slot there. False, with nothing changed, when there is no tier or the item cannot go (flushed,
 /// expired, the device lags, over the write budget, or the chain has a flash slot of the same
 /// tag already): the caller then drops it as without flash.
 ///
@@ -31,6 +44,7 @@ pub(crate) unsafe fn to_flash(
     seg: u32,
     offset: usize,
     header: &Header,
+    hash: u64,
     now: u32,
 ) -> bool {
     let Some(tier) = engine.flash() else {
@@ -69,9 +83,12 @@ pub(crate) unsafe fn to_flash(
     let Ok((flash_seg, flash_offset)) = tier.demote(bytes, deadline, now, generation) else {
         return false;
     };
-    // On flash the frequency counts reads there: the second one moves the item back to RAM
-    // (`Handle::read_flash`), and a full chain drops its least read flash slot first.
-    let moved = Slot::new(flash_seg, engine.units(flash_offset), 0, s.tag());
+    let moved = Slot::new(
+        flash_seg,
+        engine.units(flash_offset),
+        flash_bits(hash, chain.power()),
+        s.tag(),
+    );
     chain.replace(slot, moved.with_fetched(s.fetched()));
     h.remove_live(engine.aligned(header.len()));
     true
@@ -87,7 +104,7 @@ pub(crate) fn retire_demoting(engine: &EngineState, seg: u32) -> usize {
                 return false;
             };
             // SAFETY: `retire_each` calls this with the segment retiring and drained.
-            if unsafe { to_flash(engine, chain, slot, s, seg, offset, header, now) } {
+            if unsafe { to_flash(engine, chain, slot, s, seg, offset, header, hash, now) } {
                 return false;
             }
             chain.remove(slot);
@@ -129,9 +146,9 @@ pub(crate) fn purge_flash(engine: &EngineState, chain: &ChainGuard<'_>, tag: u16
 }
 
 /// Under a writer's chain lock, before a new slot goes in: when the chain has no free slot,
-/// drops a flash slot (a dead one, else the least read) so that the flash index does not
-/// take overflow buckets and push the table to grow (which cannot keep flash slots). True
-/// when one was dropped.
+/// drops a dead flash slot, or, once half the overflow buckets are taken, the least read
+/// live one, so that the flash index does not push the table to grow (which cannot keep
+/// flash slots). True when one was dropped.
 pub(crate) fn make_room(engine: &EngineState, chain: &ChainGuard<'_>) -> bool {
     let Some(tier) = engine.flash() else {
         return false;
@@ -143,9 +160,10 @@ pub(crate) fn make_room(engine: &EngineState, chain: &ChainGuard<'_>) -> bool {
     chain.scan(|slot, s| {
         if engine.is_flash_slot(s) {
             let live = tier.resolve(s.seg()).is_some();
+            // Dead first, then one not read while on flash.
             let better = match victim {
                 None => true,
-                Some((_, v, v_live)) => v_live && (!live || s.freq() < v.freq()),
+                Some((_, v, v_live)) => v_live && (!live || (v.counted() && !s.counted())),
             };
             if better {
                 victim = Some((slot, s, live));
@@ -156,6 +174,9 @@ pub(crate) fn make_room(engine: &EngineState, chain: &ChainGuard<'_>) -> bool {
     let Some((slot, s, live)) = victim else {
         return false;
     };
+    if live && !chain.overflow_half_used() {
+        return false; // room left in the overflow buckets: the chain may grow into one
+    }
     chain.remove(slot);
     if live {
         tier.forget(s.seg());
@@ -203,20 +224,42 @@ pub(crate) fn sweep(engine: &EngineState, all: bool) -> usize {
     removed
 }
 
-/// The key hash table growth files `slot` under: read from the item's key in RAM; `None`
-/// for a flash slot (its key is on flash), which growth drops, counted.
-pub(crate) fn rehash(engine: &EngineState, slot: Slot) -> Option<u64> {
+/// Where table growth files `slot`, found in chain `head` of a table of `power`: a RAM item
+/// under its key's hash; a flash item (its key is on flash) under `head` and the next hash
+/// bit its slot keeps, which the slot then gives up (`None` once it has none left: dropped,
+/// counted; four doublings after its demotion).
+pub(crate) fn rehash(
+    engine: &EngineState,
+    slot: Slot,
+    head: usize,
+    power: u32,
+) -> Option<(u64, Slot)> {
     if engine.is_flash_slot(slot) {
-        if let Some(tier) = engine.flash() {
-            tier.forget(slot.seg());
-            tier.counters.growth_drops.fetch_add(1, Ordering::Relaxed);
+        let bits = slot.freq();
+        let known = u32::from(bits >> HASH_BITS);
+        if known == 0 {
+            if let Some(tier) = engine.flash() {
+                tier.forget(slot.seg());
+                tier.counters.growth_drops.fetch_add(1, Ordering::Relaxed);
+            }
+            return None;
         }
-        return None;
+        let next = u64::from(bits & 1);
+        let rest = (((known - 1) << HASH_BITS) as u8) | ((bits & 0x0f) >> 1);
+        let moved = if slot.counted() {
+            slot.with_counted_freq(rest)
+        } else {
+            slot.with_freq(rest)
+        };
+        return Some(((head as u64) | (next << power), moved));
     }
     let offset = engine.offset_of(slot);
     // SAFETY: growth calls this with the slot's chain locked for good (MOVED), and the slot
     // points at a published item, so its segment cannot be retired meanwhile.
     let header = unsafe { engine.header_at(slot.seg(), offset) };
     // SAFETY: as above.
-    Some(unsafe { engine.item_hash(slot.seg(), offset, &header) })
+    Some((
+        unsafe { engine.item_hash(slot.seg(), offset, &header) },
+        slot,
+    ))
 }

@@ -339,7 +339,9 @@ fn merge(engine: &EngineState, bucket: usize, run: &[u32]) {
                 } else {
                     // SAFETY: as for the move above: the source's bytes are final.
                     if unsafe {
-                        crate::demote::to_flash(engine, chain, slot, s, src, offset, &header, now)
+                        crate::demote::to_flash(
+                            engine, chain, slot, s, src, offset, &header, hash, now,
+                        )
                     } {
                         demoted += 1;
                         return;

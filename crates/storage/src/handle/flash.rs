@@ -8,7 +8,7 @@ use super::{client_cas, Handle};
 use crate::flash::{
     record, FlashCandidate, FlashFetch, FlashItem, FlashRead, FlashTier, Promotion,
 };
-use crate::hashtable::{hash, tag_of, Slot, MAX_FREQ};
+use crate::hashtable::{hash, tag_of, Slot};
 use crate::item::{self, Extras, Header, Lease};
 use crate::lease::Visibility;
 use std::sync::atomic::Ordering;
@@ -116,7 +116,7 @@ impl Handle {
         };
         let expected = Slot(candidate.slot);
         let plain = Visibility::of(header.marks).value && header.marks == 0;
-        if expected.freq() > 0 || !plain {
+        if expected.counted() || !plain {
             return match self.promote_checked(&tier, key, candidate, bytes, deadline, &header) {
                 Promotion::Promoted => FlashRead::Promoted,
                 other => FlashRead::Other(other),
@@ -130,10 +130,8 @@ impl Handle {
             else {
                 return ChainAttempt::Done(None);
             };
-            chain.replace(
-                slot,
-                s.with_freq((s.freq() + 1).min(MAX_FREQ)).with_fetched(true),
-            );
+            // Read once on flash (`demote.rs`: the frequency byte keeps hash bits).
+            chain.replace(slot, s.with_counted_freq(s.freq()).with_fetched(true));
             ChainAttempt::Done(Some(client_cas(chain.cas(), h)))
         });
         let Some(Some(bucket_cas)) = counted else {
@@ -200,7 +198,8 @@ impl Handle {
             let Some((slot, s)) = found else {
                 return ChainAttempt::Done(false);
             };
-            let ram = Slot::new(written.seg, engine.units(written.offset), s.freq(), s.tag());
+            // Read on flash: it starts in RAM as read once.
+            let ram = Slot::new(written.seg, engine.units(written.offset), 1, s.tag());
             chain.replace(slot, ram.with_fetched(s.fetched()));
             engine.segment(written.seg).add_live(written.len);
             tier.forget(candidate.seg);

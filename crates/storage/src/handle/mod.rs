@@ -148,9 +148,9 @@ impl Handle {
     /// Grows the hash table (called when an insert found no room).
     pub(crate) fn grow_table(&self, seen_power: u32) {
         let engine = &*self.engine;
-        let grew = engine
-            .table()
-            .grow(seen_power, |slot| crate::demote::rehash(engine, slot));
+        let grew = engine.table().grow(seen_power, |slot, head, power| {
+            crate::demote::rehash(engine, slot, head, power)
+        });
         if grew {
             engine
                 .counters()

@@ -92,10 +92,15 @@ impl HashTable {
         drop(self.grow_lock.lock().unwrap_or_else(|e| e.into_inner()));
     }
 
-    /// Doubles the table if `seen` is still the current one. `hash_of` recomputes an item's
-    /// hash from its slot (by reading its key), or says `None` to drop the slot (a flash
-    /// item, whose key is not in RAM); it must not touch the table.
-    pub fn grow(&self, seen_power: u32, hash_of: impl Fn(Slot) -> Option<u64>) -> bool {
+    /// Doubles the table if `seen` is still the current one. `hash_of` gives each slot, found
+    /// in chain `head` of the old table of `power`, the hash it is filed under in the new one
+    /// (read from its key in RAM, or, for a flash item, made of `head` and a hash bit its slot
+    /// keeps) and the slot to store there, or `None` to drop it; it must not touch the table.
+    pub fn grow(
+        &self,
+        seen_power: u32,
+        hash_of: impl Fn(Slot, usize, u32) -> Option<(u64, Slot)>,
+    ) -> bool {
         let _grow = self.grow_lock.lock().unwrap_or_else(|e| e.into_inner());
         let old = self.load();
         if old.power != seen_power || old.power >= self.max_power {
@@ -116,7 +121,7 @@ impl HashTable {
                 .store(cas_ts, Ordering::Relaxed);
             old.scan(head, |_, slot| {
                 // A slot without a hash (a flash item) is dropped: the scan goes on.
-                let hash = hash_of(slot)?;
+                let (hash, slot) = hash_of(slot, head, old.power)?;
                 let target = new.head_of(hash);
                 let guard = new.lock(target).expect("new table is private");
                 guard
@@ -223,7 +228,10 @@ mod tests {
         let cas_before: Vec<u32> = (0..40u64).map(|i| t.cas(t.head_of(hash_for(i)))).collect();
         let power = t.power();
         drop(t);
-        assert!(ht.grow(power, |slot| Some(hash_for(u64::from(slot.seg())))));
+        assert!(ht.grow(power, |slot, _, _| Some((
+            hash_for(u64::from(slot.seg())),
+            slot
+        ))));
         let t = ht.load();
         assert_eq!(t.power(), 3);
         for i in 0..40u64 {
@@ -238,7 +246,7 @@ mod tests {
     fn moved_chains_refuse_writers() {
         let ht = HashTable::new(1, 4);
         let old = ht.load();
-        assert!(ht.grow(1, |_| Some(0)));
+        assert!(ht.grow(1, |s, _, _| Some((0, s))));
         assert!(matches!(old.lock(0), Err(Moved)));
     }
 }

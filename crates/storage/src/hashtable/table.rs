@@ -316,6 +316,17 @@ impl<'a> ChainGuard<'a> {
         self.add_count(-1);
     }
 
+    /// log2 of the chain's table's primary buckets.
+    pub fn power(&self) -> u32 {
+        self.table.power
+    }
+
+    /// Whether half the table's overflow buckets are taken (at three quarters it asks to
+    /// grow, [`Table::wants_growth`]).
+    pub fn overflow_half_used(&self) -> bool {
+        self.table.overflow_used() * 2 >= self.table.overflow_capacity()
+    }
+
     /// Whether [`ChainGuard::insert`] would find a free slot without taking an overflow
     /// bucket.
     pub fn has_room(&self) -> bool {

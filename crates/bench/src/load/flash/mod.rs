@@ -4,7 +4,8 @@
 //! For each server (memfleet `--flash`, memcached `-o ext_path=...,ext_item_age=0`, the
 //! setting extstore's documentation gives for keeping items on flash rather than evicting
 //! them while the disk has room): start it on a fresh file, store `--items` keys of
-//! `--value-size` bytes (far more than its RAM), let its flash writes settle, then
+//! `--value-size` bytes (far more than its RAM; the flash file about that size, so that it
+//! ends the fill about full, as a cache's flash is), let its flash writes settle, then
 //! - **RAM per flash item**: resident memory (VmRSS) after the fill, less the resident
 //!   memory of the idle server and less memfleet's RAM tier (its `-m` heap, full of RAM
 //!   items), over the items on flash (`extstore_objects_used`). memcached's items on flash
@@ -14,9 +15,10 @@
 //! - **write amplification**: bytes written to flash over bytes of items written there.
 //! - **flash hits per second and latency**: `--conns` connections, one get in flight each,
 //!   random keys over all of them, every value checked, for `--read-time`; flash hits
-//!   counted by the server (`get_extstore`). Whether the page cache served them: memfleet
-//!   reads with O_DIRECT (`flash_direct_io`); memcached's file's resident page-cache bytes
-//!   are shown (`fincore`).
+//!   counted by the server (`get_extstore`). Whether the page cache served them: the file's
+//!   pages are dropped from the page cache before the reads; memfleet reads with O_DIRECT
+//!   (`flash_direct_io`); how much of memcached's file is resident at the end is shown
+//!   (`fincore`).
 //! - **the device**: `fio` reading random 4 KiB blocks of memfleet's file with O_DIRECT and
 //!   as many reads in flight as the servers' reader threads (`--flash-threads`), when fio
 //!   is installed.
@@ -57,9 +59,10 @@ pub struct FlashArgs {
     /// Reader threads of both servers (memfleet --flash-threads, memcached ext_threads).
     #[arg(long, default_value_t = 4)]
     pub flash_threads: usize,
-    /// Connections of the read phase, one get in flight each.
-    #[arg(long, default_value_t = 32)]
-    pub conns: u64,
+    /// Connections of the read phase, one get in flight each [default: --flash-threads, the
+    /// reads the device is given at once, fio's --numjobs].
+    #[arg(long)]
+    pub conns: Option<u64>,
     /// Connections of the fill.
     #[arg(long, default_value_t = 4)]
     pub fill_conns: u64,
@@ -124,6 +127,7 @@ struct Setup {
     items: u64,
     value_size: usize,
     read_time: Duration,
+    conns: u64,
 }
 
 fn free_port() -> Result<u16> {
@@ -156,6 +160,14 @@ fn settle(addr: SocketAddr) -> Result<()> {
         std::thread::sleep(Duration::from_secs(1));
     }
     Ok(())
+}
+
+/// Drops `file`'s pages from the page cache (GNU dd's `iflag=nocache count=0`).
+fn drop_page_cache(file: &Path) {
+    let _ = Command::new("dd")
+        .arg(format!("if={}", file.display()))
+        .args(["iflag=nocache", "count=0", "status=none"])
+        .status();
 }
 
 fn page_cache_bytes(file: &Path) -> Option<u64> {
@@ -193,14 +205,10 @@ fn run_server(
     settle(addr)?;
     let rss_end = client::rss(pid)?;
     let before = client::stats(addr)?;
-    let reads = client::read_random(
-        addr,
-        s.items,
-        s.value_size,
-        args.conns,
-        s.read_time,
-        args.seed,
-    )?;
+    // Reads start from the device: the file's pages leave the page cache first (memcached
+    // reads through it; memfleet bypasses it).
+    drop_page_cache(file);
+    let reads = client::read_random(addr, s.items, s.value_size, s.conns, s.read_time, args.seed)?;
     let after = client::stats(addr)?;
     let page_cache = page_cache_bytes(file);
     drop(server);
@@ -258,18 +266,22 @@ pub fn bench(args: &FlashArgs) -> Result<()> {
     let read_time = args
         .read_time
         .unwrap_or(Duration::from_secs(if args.quick { 1 } else { 10 }));
-    if items == 0 || args.value_size < 16 || args.conns == 0 || args.fill_conns == 0 {
+    let conns = args.conns.unwrap_or(args.flash_threads as u64);
+    if items == 0 || args.value_size < 16 || conns == 0 || args.fill_conns == 0 {
         bail!("--items, --conns and --fill-conns must be at least 1, --value-size at least 16");
     }
-    // Room for every item's record (value, key, headers), a quarter more, whole GiB (64 MiB
-    // with --quick).
+    // Room for every item's record (value, key, headers, padding), so that the flash ends
+    // the fill about full, as a cache's does (its index, the hash table, is sized for it).
+    // (A record is the item, 12 bytes of record header and padding: records of up to a block
+    // do not straddle one, 7 of 540 bytes to a 4 KiB block.)
     let record = args.value_size as u64 + 64;
-    let unit: u64 = if args.quick { 64 << 20 } else { 1 << 30 };
-    let flash_size = (items * record * 5 / 4).div_ceil(unit) * unit;
+    let unit: u64 = 64 << 20;
+    let flash_size = (items * (args.value_size as u64 + 96)).div_ceil(unit) * unit;
     let s = Setup {
         items,
         value_size: args.value_size,
         read_time,
+        conns,
     };
     println!(
         "memfleet bench flash: {items} keys of {} bytes ({:.2} GiB of values), flash files of \
@@ -279,7 +291,7 @@ pub fn bench(args: &FlashArgs) -> Result<()> {
         items as f64 * args.value_size as f64 / f64::from(1 << 30),
         flash_size >> 20,
         args.dir.display(),
-        args.conns,
+        conns,
         read_time
     );
     let log = RunLog::new();
@@ -381,7 +393,7 @@ pub fn bench(args: &FlashArgs) -> Result<()> {
                 "value_size": args.value_size,
                 "memfleet_memory_mib": memory_mib,
                 "flash_file_bytes": flash_size,
-                "read_conns": args.conns,
+                "read_conns": conns,
                 "read_seconds": read_time.as_secs_f64(),
                 "flash_threads": args.flash_threads,
             },
