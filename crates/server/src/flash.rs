@@ -63,6 +63,10 @@ impl FlashSink for FlashDevice {
             }
         }
     }
+
+    fn sync(&self) -> std::io::Result<()> {
+        self.0.sync()
+    }
 }
 
 /// A device read a request waits for.

@@ -221,3 +221,39 @@ fn a_binary_get_of_a_flash_item_finds_it() {
     assert_eq!(u32::from_be_bytes(body[..4].try_into().unwrap()), k as u32);
     assert_eq!(&body[4..], value(k).as_bytes());
 }
+
+#[test]
+fn flash_items_survive_a_graceful_restart_with_a_memory_file() {
+    let file = flash_file("restart");
+    let memory = flash_file("restart-memory");
+    let start = || {
+        let spec = memfleet_flash::FlashSpec::parse(&format!("{}:64m", file.0.display())).unwrap();
+        let path = memory.0.clone();
+        TestServer::with(move |s| {
+            s.limits.memory_bytes = 8 << 20;
+            s.flash.files = vec![spec];
+            s.flash.threads = 2;
+            s.memory_file = Some(path);
+        })
+    };
+    let s = start();
+    let mut c = s.connect();
+    fill(&mut c);
+    let k = flash_keys(&mut c, &s, 20);
+    drop(c);
+    s.stop();
+    let s = start();
+    let mut c = s.connect();
+    assert!(c.stat("extstore_objects_used") > 10_000);
+    for &i in &k {
+        assert_eq!(
+            get(&mut c, &format!("key:{i}")),
+            Some((i as u32, value(i))),
+            "key:{i}"
+        );
+    }
+    assert!(c.stat("get_extstore") >= k.len() as u64);
+    drop(c);
+    s.stop();
+    let _ = std::fs::remove_file(memfleet_server::warm::meta_path(&memory.0));
+}

@@ -186,13 +186,14 @@ pub(crate) fn make_room(engine: &EngineState, chain: &ChainGuard<'_>) -> bool {
 }
 
 /// Walks the whole table removing flash slots whose segment was reclaimed (or, with
-/// `all`, every flash slot: before a snapshot, whose restart starts flash empty). Returns
-/// how many were removed.
+/// `all`, every flash slot: before a snapshot that cannot keep the flash, or after a
+/// restore that has no flash to serve them, tier or not). Returns how many were removed.
 pub(crate) fn sweep(engine: &EngineState, all: bool) -> usize {
-    let Some(tier) = engine.flash() else {
+    let tier = engine.flash();
+    if tier.is_none() && !all {
         return 0;
-    };
-    let snapshot = tier.sweep_started();
+    }
+    let snapshot = tier.map(|t| t.sweep_started());
     let mut removed = 0;
     let mut table: Arc<Table> = engine.table().load();
     let mut head = 0;
@@ -206,10 +207,10 @@ pub(crate) fn sweep(engine: &EngineState, all: bool) -> usize {
         };
         chain.scan(|slot, s| {
             if engine.is_flash_slot(s) {
-                let live = tier.resolve(s.seg()).is_some();
+                let live = tier.is_some_and(|t| t.resolve(s.seg()).is_some());
                 if all || !live {
-                    if live {
-                        tier.forget(s.seg());
+                    if let (true, Some(t)) = (live, tier) {
+                        t.forget(s.seg());
                     }
                     chain.remove(slot);
                     removed += 1;
@@ -220,7 +221,9 @@ pub(crate) fn sweep(engine: &EngineState, all: bool) -> usize {
         drop(chain);
         head += 1;
     }
-    tier.sweep_done(&snapshot);
+    if let (Some(t), Some(snapshot)) = (tier, snapshot) {
+        t.sweep_done(&snapshot);
+    }
     removed
 }
 

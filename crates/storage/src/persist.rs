@@ -16,6 +16,12 @@
 //! has read it: the heap changes from then on, so after a crash the old snapshot would
 //! describe bytes that are no longer there; no snapshot means an empty start.
 //!
+//! With a flash tier, the snapshot first has its writes finished and synced
+//! (`FlashTier::quiesce`) and then keeps its image (every place's lap and state, the reclaim
+//! order) with the flash slots in the table; a cache resumed with the same flash (as many
+//! segments) serves them again. Otherwise, or when the writes could not be finished, the
+//! flash slots are dropped and RAM alone comes back.
+//!
 //! I/O stays with the caller (the server): this module turns state into bytes and back.
 
 use crate::cache::Cache;
@@ -30,7 +36,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 const MAGIC: &[u8; 8] = b"MFWARM\x00\x01";
-const FORMAT: u32 = 2;
+const FORMAT: u32 = 3;
 
 /// What the bytes in the heap and the snapshot mean, as a number: a release that changes
 /// one of these constants cannot read an older heap, whatever `FORMAT` says.
@@ -204,6 +210,56 @@ fn check_membership(
     Ok(())
 }
 
+fn write_flash(w: &mut Writer, f: &crate::flash::FlashImage) {
+    w.u32(f.places);
+    w.u32(f.laps);
+    for (&word, (meta, laps)) in f.words.iter().zip(f.meta.iter().zip(&f.laps_since_sweep)) {
+        w.u32(word);
+        for v in meta {
+            w.u64(*v);
+        }
+        w.u32(*laps);
+    }
+    for list in [&f.order, &f.free] {
+        w.u64(list.len() as u64);
+        for &p in list.iter() {
+            w.u32(p);
+        }
+    }
+}
+
+fn read_flash(r: &mut Reader<'_>) -> Result<crate::flash::FlashImage, SnapshotError> {
+    let places = r.u32()?;
+    let laps = r.u32()?;
+    if places as usize > crate::hashtable::MAX_SEGMENTS {
+        return Err(invalid("flash segments"));
+    }
+    let mut f = crate::flash::FlashImage {
+        places,
+        laps,
+        ..Default::default()
+    };
+    for _ in 0..places {
+        f.words.push(r.u32()?);
+        let mut meta = [0u64; 5];
+        for v in meta.iter_mut() {
+            *v = r.u64()?;
+        }
+        f.meta.push(meta);
+        f.laps_since_sweep.push(r.u32()?);
+    }
+    for list in [&mut f.order, &mut f.free] {
+        let n = usize::try_from(r.u64()?).map_err(|_| invalid("flash list"))?;
+        if n > places as usize {
+            return Err(invalid("flash list longer than the flash"));
+        }
+        for _ in 0..n {
+            list.push(r.u32()?);
+        }
+    }
+    Ok(f)
+}
+
 impl Cache {
     /// Describes everything outside the heap, for a warm restart with the same memory file
     /// (see the module docs). Call it after every [`crate::Handle`] is dropped and the
@@ -217,9 +273,18 @@ impl Cache {
         if live > 0 {
             return Err(SnapshotError::InUse(live));
         }
-        // Flash contents do not survive a restart yet: their slots go (a restored table may
-        // only point into the heap).
-        crate::demote::sweep(s, true);
+        // The flash survives when its writes can be finished and synced; else its slots go.
+        let flash = match s.flash() {
+            Some(tier) if tier.quiesce() => {
+                crate::demote::sweep(s, false);
+                Some(tier.image())
+            }
+            Some(_) => {
+                crate::demote::sweep(s, true);
+                None
+            }
+            None => None,
+        };
         let mut w = Writer(Vec::new());
         w.0.extend_from_slice(MAGIC);
         w.u32(FORMAT);
@@ -274,6 +339,10 @@ impl Cache {
         w.u64(free.len() as u64);
         for id in free {
             w.u32(id);
+        }
+        w.u8(u8::from(flash.is_some()));
+        if let Some(f) = &flash {
+            write_flash(&mut w, f);
         }
         let image = s.table().load().image();
         w.u32(image.power);
@@ -384,6 +453,19 @@ impl Cache {
             }
             free.push(id);
         }
+        let flash = match r.u8()? {
+            0 => None,
+            1 => Some(read_flash(&mut r)?),
+            _ => return Err(invalid("flash flag")),
+        };
+        // The flash comes back when the cache has the same flash; otherwise its slots are
+        // dropped once the cache is built (RAM still comes back).
+        let flash = flash.filter(|f| {
+            config.flash.as_ref().is_some_and(|c| {
+                c.sink.places() == f.places
+                    && crate::flash::laps_for(segments, f.places as usize) == f.laps
+            })
+        });
         let power = r.u32()?;
         let next_overflow = r.u64()?;
         let n = usize::try_from(r.u64()?).map_err(|_| invalid("table size"))?;
@@ -417,6 +499,22 @@ impl Cache {
             let slot = crate::hashtable::Slot(*v);
             let seg = slot.seg();
             let offset = slot.offset_units() as usize * unit;
+            if seg as usize >= segments {
+                // A flash item: its record is checked when read; its place must be stored.
+                if let Some(f) = &flash {
+                    if !crate::flash::FlashTier::image_holds(
+                        f,
+                        segments as u32,
+                        seg,
+                        offset,
+                        segment_size,
+                    ) {
+                        return Err(invalid("a hash slot points at flash that is not stored"));
+                    }
+                    items += 1;
+                }
+                continue;
+            }
             let h = headers.get(seg as usize);
             let used = h.map_or(0, |h| h.used());
             let in_use = h.is_some_and(|h| h.state.load(Ordering::Relaxed) == state::SEALED);
@@ -447,6 +545,13 @@ impl Cache {
             },
         };
         let engine = EngineState::restored(config, geometry, parts);
+        match (engine.flash(), &flash) {
+            (Some(tier), Some(f)) => tier.restore(f).map_err(SnapshotError::Invalid)?,
+            // Flash slots with no flash to serve them (or none saved) go now.
+            _ => {
+                crate::demote::sweep(&engine, true);
+            }
+        }
         let segments_in_use = segments - engine.free_pool().len();
         let cache = Cache {
             engine: std::sync::Arc::new(engine),

@@ -476,3 +476,127 @@ fn a_table_that_grows_keeps_its_flash_items() {
         "{lost} lost: {stats:?}"
     );
 }
+
+/// A memory file under /dev/shm (or the temporary directory), removed on drop.
+struct MemoryFile(std::path::PathBuf);
+
+impl Drop for MemoryFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+fn mapping(file: &MemoryFile, len: usize) -> memfleet_storage::memmap2::MmapMut {
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&file.0)
+        .unwrap();
+    f.set_len(len as u64).unwrap();
+    // SAFETY: the test owns the file; nothing else maps or truncates it meanwhile.
+    unsafe { memfleet_storage::memmap2::MmapMut::map_mut(&f).unwrap() }
+}
+
+fn memory_file(name: &str) -> MemoryFile {
+    let dir = if std::path::Path::new("/dev/shm").is_dir() {
+        std::path::PathBuf::from("/dev/shm")
+    } else {
+        std::env::temp_dir()
+    };
+    MemoryFile(dir.join(format!("memfleet-flash-test-{}-{name}", std::process::id())))
+}
+
+fn flash_config(clock: &Clock, sink: &Arc<MemSink>) -> Config {
+    Config::new(8 * SEGMENT)
+        .segment_size(SEGMENT)
+        .clock(clock.clone())
+        .flash(FlashConfig::new(sink.clone()))
+}
+
+#[test]
+fn flash_items_survive_a_warm_restart_and_a_changed_flash_is_dropped() {
+    let file = memory_file("restart");
+    let clock = Clock::manual();
+    let sink = Arc::new(MemSink {
+        places: 64,
+        ..MemSink::default()
+    });
+    let cfg = flash_config(&clock, &sink);
+    let len = Cache::mapping_len(&cfg).unwrap();
+    let cache = Cache::with_mapping(cfg.clone(), mapping(&file, len)).unwrap();
+    fill(&mut cache.handle(), 3000, Expiry::Never);
+    let on_flash = cache.stats().flash.unwrap().objects_used;
+    assert!(on_flash > 1500);
+    let snapshot = cache.snapshot().unwrap();
+    drop(cache);
+
+    // The same flash (the sink keeps its segments, as the file does): every item back.
+    let (cache, restored) = Cache::resume(cfg.clone(), mapping(&file, len), &snapshot).unwrap();
+    assert!(restored.items >= on_flash, "{restored:?}");
+    assert_eq!(cache.stats().flash.unwrap().objects_used, on_flash);
+    let mut h = cache.handle();
+    let mut found = 0;
+    for i in 0..3000 {
+        let key = format!("key:{i}");
+        if h.get(key.as_bytes()).is_none() {
+            match bring_back(&mut h, &sink, key.as_bytes()) {
+                Some(Promotion::Promoted) => {}
+                other => {
+                    assert!(
+                        other.is_none() || other == Some(Promotion::NotThisKey),
+                        "{key}: {other:?}"
+                    );
+                    continue;
+                }
+            }
+        }
+        assert_eq!(h.get(key.as_bytes()).unwrap().value(), value_of(i), "{key}");
+        found += 1;
+    }
+    assert!(found > 2900, "{found}");
+    drop(h);
+    let snapshot = cache.snapshot().unwrap();
+    drop(cache);
+
+    // Another flash (more places: another file): RAM comes back, flash slots are dropped.
+    let other = Arc::new(MemSink {
+        places: 32,
+        ..MemSink::default()
+    });
+    let (cache, _) =
+        Cache::resume(flash_config(&clock, &other), mapping(&file, len), &snapshot).unwrap();
+    let h = cache.handle();
+    let ram = (0..3000)
+        .filter(|i| h.get(format!("key:{i}").as_bytes()).is_some())
+        .count();
+    assert!(ram > 500, "RAM items came back: {ram}");
+    assert!((0..3000).all(|i| h.flash_candidate(format!("key:{i}").as_bytes()).is_none()));
+    assert_eq!(cache.stats().flash.unwrap().objects_used, 0);
+}
+
+#[test]
+fn a_flash_that_cannot_be_written_out_does_not_survive_but_ram_does() {
+    let file = memory_file("lagging");
+    let clock = Clock::manual();
+    let sink = Arc::new(MemSink {
+        places: 64,
+        ..MemSink::default()
+    });
+    *sink.hold.lock().unwrap() = true; // writes never reported done
+    let mut cfg = flash_config(&clock, &sink);
+    if let Some(f) = cfg.flash.as_mut() {
+        f.quiesce_timeout = std::time::Duration::from_millis(200);
+    }
+    let len = Cache::mapping_len(&cfg).unwrap();
+    let cache = Cache::with_mapping(cfg.clone(), mapping(&file, len)).unwrap();
+    fill(&mut cache.handle(), 1500, Expiry::Never);
+    assert!(cache.stats().flash.unwrap().objects_used > 0);
+    let snapshot = cache.snapshot().unwrap();
+    drop(cache);
+    let (cache, _) = Cache::resume(cfg, mapping(&file, len), &snapshot).unwrap();
+    let h = cache.handle();
+    assert!((0..1500).all(|i| h.flash_candidate(format!("key:{i}").as_bytes()).is_none()));
+    assert!((0..1500).any(|i| h.get(format!("key:{i}").as_bytes()).is_some()));
+}

@@ -38,6 +38,7 @@ pub(crate) mod record;
 mod tier;
 
 pub use record::BLOCK as FLASH_BLOCK;
+pub(crate) use tier::FlashImage;
 pub(crate) use tier::{laps_for, record_deadline, FlashTier};
 
 use std::sync::Arc;
@@ -56,6 +57,12 @@ pub trait FlashSink: Send + Sync + std::fmt::Debug {
         bytes: Arc<[u8]>,
         done: FlashWriteDone,
     ) -> Result<(), FlashWriteDone>;
+
+    /// Makes every write done so far durable (before a snapshot keeps the flash for a warm
+    /// restart). Nothing by default.
+    fn sync(&self) -> std::io::Result<()> {
+        Ok(())
+    }
 }
 
 /// Flash tier settings ([`crate::Config::flash`]).
@@ -73,17 +80,21 @@ pub struct FlashConfig {
     /// past that and displace each other's slots (`index_drops`); larger ones leave slots
     /// empty.
     pub item_size_hint: usize,
+    /// How long a snapshot waits for the flash's writes to finish before it gives the flash
+    /// up (its slots dropped; RAM still survives the restart).
+    pub quiesce_timeout: std::time::Duration,
 }
 
 impl FlashConfig {
     /// Defaults for `sink`: no write budget, 4 write buffers, items of 512 bytes (memcached's
-    /// `ext_item_size`).
+    /// `ext_item_size`), 30 s to write the flash out before a snapshot.
     pub fn new(sink: Arc<dyn FlashSink>) -> FlashConfig {
         FlashConfig {
             sink,
             write_budget: None,
             write_buffers: 4,
             item_size_hint: 512,
+            quiesce_timeout: std::time::Duration::from_secs(30),
         }
     }
 }

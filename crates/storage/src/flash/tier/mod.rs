@@ -1,11 +1,17 @@
 //! [`FlashTier`]: the places (physical flash segments), their laps and states, the write
 //! buffers, reclaiming and expiring, and the counters. See `mod.rs` for the design.
 
+mod counters;
+mod image;
+
+pub use counters::FlashCounters;
+pub use image::FlashImage;
+
 use super::record::{self, RECORD_HEADER};
 use super::{FlashConfig, FlashFetch, FlashSink, FlashStats, FlashWriteDone};
 use crate::sync::Mutex;
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 
 const FREE: u32 = 0;
@@ -57,33 +63,6 @@ struct Inner {
     budget_at: u32,
 }
 
-/// Counters bumped by the tier (and by handles reading from it).
-#[derive(Default)]
-pub struct FlashCounters {
-    pub objects_written: AtomicU64,
-    pub item_bytes_admitted: AtomicU64,
-    pub bytes_written: AtomicU64,
-    pub objects_read: AtomicU64,
-    pub bytes_read: AtomicU64,
-    pub hits: AtomicU64,
-    pub promotions: AtomicU64,
-    pub misses: AtomicU64,
-    pub bad_checksums: AtomicU64,
-    pub aborted: AtomicU64,
-    pub page_reclaims: AtomicU64,
-    pub page_evictions: AtomicU64,
-    pub objects_evicted: AtomicU64,
-    pub pages_expired: AtomicU64,
-    pub write_lag_drops: AtomicU64,
-    pub budget_drops: AtomicU64,
-    pub tag_conflict_drops: AtomicU64,
-    pub purged: AtomicU64,
-    pub write_errors: AtomicU64,
-    pub growth_drops: AtomicU64,
-    pub index_drops: AtomicU64,
-    pub sweeps: AtomicU64,
-}
-
 fn bump(c: &AtomicU64, n: u64) {
     c.fetch_add(n, Ordering::Relaxed);
 }
@@ -108,6 +87,9 @@ pub(crate) struct FlashTier {
     sink: Arc<dyn FlashSink>,
     write_budget: Option<u64>,
     write_buffers: usize,
+    quiesce_timeout: std::time::Duration,
+    /// An item was demoted (or a restored tier holds some): slots may point at flash.
+    used: AtomicBool,
     pub counters: FlashCounters,
 }
 
@@ -143,6 +125,8 @@ impl FlashTier {
             sink: config.sink.clone(),
             write_budget: config.write_budget,
             write_buffers: config.write_buffers.max(2),
+            quiesce_timeout: config.quiesce_timeout,
+            used: AtomicBool::new(false),
             counters: FlashCounters::default(),
         }
     }
@@ -154,7 +138,7 @@ impl FlashTier {
     /// Whether an item was ever demoted (before that, no slot can point at flash).
     #[inline]
     pub fn in_use(&self) -> bool {
-        self.counters.objects_written.load(Ordering::Relaxed) > 0
+        self.used.load(Ordering::Relaxed)
     }
 
     /// The place of flash id `seg` if that id is still live there.
@@ -259,6 +243,7 @@ impl FlashTier {
             self.seal(&mut inner, full);
         }
         bump(&self.counters.objects_written, 1);
+        self.used.store(true, Ordering::Relaxed);
         bump(&self.counters.item_bytes_admitted, item.len() as u64);
         Ok((seg, at))
     }
