@@ -12,7 +12,44 @@
 //! already includes its hash-chain pointer; Segcache's hash slots are 8 bytes per item).
 
 use super::replay::SimCache;
-use memfleet_storage::{Cache, Clock, Config, EvictionPolicy, Expiry, Handle};
+use memfleet_storage::{
+    Cache, Clock, Config, EvictionPolicy, Expiry, FlashConfig, FlashFetch, FlashRead, FlashSink,
+    FlashWriteDone, Handle, Promotion,
+};
+use std::sync::{Arc, Mutex};
+
+/// Flash kept in memory for the model: whole segments, written at once.
+#[derive(Debug)]
+struct MemoryFlash {
+    places: u32,
+    segments: Mutex<Vec<Option<Arc<[u8]>>>>,
+}
+
+impl FlashSink for MemoryFlash {
+    fn places(&self) -> u32 {
+        self.places
+    }
+    fn write(
+        &self,
+        place: u32,
+        bytes: Arc<[u8]>,
+        done: FlashWriteDone,
+    ) -> Result<(), FlashWriteDone> {
+        self.segments.lock().unwrap_or_else(|e| e.into_inner())[place as usize] = Some(bytes);
+        done.finish(true);
+        Ok(())
+    }
+}
+
+impl MemoryFlash {
+    fn read(&self, place: u32, offset: u32, len: u32) -> Option<Vec<u8>> {
+        let segments = self.segments.lock().unwrap_or_else(|e| e.into_inner());
+        let segment = segments.get(place as usize)?.as_ref()?;
+        segment
+            .get(offset as usize..(offset + len) as usize)
+            .map(<[u8]>::to_vec)
+    }
+}
 
 /// Engine settings `memfleet sim` exposes for experiments.
 #[derive(Debug, Clone, PartialEq, Eq, clap::Args)]
@@ -30,6 +67,14 @@ pub struct EngineArgs {
     /// through handle i mod N (a miss's fill through the handle of its get).
     #[arg(long, default_value_t = 1, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=1024))]
     pub workers: usize,
+    /// A flash tier under each Segcache of this many MiB (memfleet's `--flash`), modelled
+    /// with the engine's own code over flash kept in memory: what eviction drops goes there,
+    /// and a miss in RAM that finds its item on flash is a hit. 0: none.
+    #[arg(long, default_value_t = 0)]
+    pub flash: u64,
+    /// The item size the flash's index is sized for (memfleet's `--flash-item-size`).
+    #[arg(long, default_value_t = 512)]
+    pub flash_item_size: usize,
 }
 
 impl Default for EngineArgs {
@@ -39,6 +84,8 @@ impl Default for EngineArgs {
             merge_segments: 2,
             expiry_precision_shift: 3,
             workers: 1,
+            flash: 0,
+            flash_item_size: 512,
         }
     }
 }
@@ -54,6 +101,7 @@ pub struct SegcacheSim {
     last: usize,
     clock: Clock,
     zeros: Vec<u8>,
+    flash: Option<Arc<MemoryFlash>>,
 }
 
 impl SegcacheSim {
@@ -68,14 +116,25 @@ impl SegcacheSim {
             "fifo" => EvictionPolicy::Fifo,
             _ => EvictionPolicy::Merge,
         };
-        let cache = Cache::new(
-            Config::new(memory as usize)
-                .segment_size(segment_size)
-                .eviction(eviction)
-                .merge_segments(engine.merge_segments)
-                .expiry_precision_shift(engine.expiry_precision_shift)
-                .clock(clock.clone()),
-        )?;
+        let mut config = Config::new(memory as usize)
+            .segment_size(segment_size)
+            .eviction(eviction)
+            .merge_segments(engine.merge_segments)
+            .expiry_precision_shift(engine.expiry_precision_shift)
+            .clock(clock.clone());
+        let places = (engine.flash << 20) / segment_size as u64;
+        let flash = (places > 0).then(|| {
+            Arc::new(MemoryFlash {
+                places: places as u32,
+                segments: Mutex::new(vec![None; places as usize]),
+            })
+        });
+        if let Some(f) = &flash {
+            let mut fc = FlashConfig::new(f.clone());
+            fc.item_size_hint = engine.flash_item_size;
+            config = config.flash(fc);
+        }
+        let cache = Cache::new(config)?;
         let handles = (0..engine.workers.max(1)).map(|_| cache.handle()).collect();
         Ok(SegcacheSim {
             cache,
@@ -84,7 +143,43 @@ impl SegcacheSim {
             last: 0,
             clock,
             zeros: Vec::new(),
+            flash,
         })
+    }
+
+    /// A miss in RAM: the key's item read from flash, as a server's flash gate reads it.
+    fn get_from_flash(&mut self, key: &[u8]) -> bool {
+        let Some(flash) = self.flash.clone() else {
+            return false;
+        };
+        let h = &mut self.handles[self.last];
+        let Some(candidate) = h.flash_candidate(key) else {
+            return false;
+        };
+        let mut bytes = match h.flash_fetch(&candidate) {
+            FlashFetch::Local(b) => b,
+            FlashFetch::Device { place, offset, len } => match flash.read(place, offset, len) {
+                Some(b) => b,
+                None => return false,
+            },
+            FlashFetch::Gone => return false,
+        };
+        loop {
+            match h.read_flash(key, &candidate, &bytes) {
+                FlashRead::Serve(_) => return true,
+                FlashRead::Promoted => return h.get(key).is_some(),
+                FlashRead::Other(Promotion::NeedMore(len)) => {
+                    let FlashFetch::Device { place, offset, .. } = h.flash_fetch(&candidate) else {
+                        return false;
+                    };
+                    match flash.read(place, offset, len) {
+                        Some(b) => bytes = b,
+                        None => return false,
+                    }
+                }
+                FlashRead::Other(_) => return false,
+            }
+        }
     }
 
     /// The engine, for its statistics.
@@ -143,7 +238,11 @@ pub fn make(memory: u64, segment_size: usize, engine: &EngineArgs) -> Box<dyn Si
 
 impl SimCache for SegcacheSim {
     fn name(&self) -> String {
-        "segcache".into()
+        if self.flash.is_some() {
+            "segcache+flash".into()
+        } else {
+            "segcache".into()
+        }
     }
 
     fn advance_to(&mut self, now: u32) {
@@ -151,7 +250,7 @@ impl SimCache for SegcacheSim {
     }
 
     fn get(&mut self, key: &[u8]) -> bool {
-        self.request_handle().get(key).is_some()
+        self.request_handle().get(key).is_some() || self.get_from_flash(key)
     }
 
     fn set(&mut self, key: &[u8], value_len: usize, ttl: u32) {
@@ -181,7 +280,7 @@ impl SimCache for SegcacheSim {
 
     fn remarks(&self) -> Vec<String> {
         let s = self.cache.stats();
-        vec![format!(
+        let mut remarks = vec![format!(
             "workers={} segment_size={} segments={} free={} active={} merges={} evicted_items={} expired_items={} out_of_memory={} hash_growths={}",
             self.handles.len(),
             s.segment_size,
@@ -193,7 +292,22 @@ impl SimCache for SegcacheSim {
             s.expired_items,
             s.out_of_memory,
             s.hash_growths,
-        )]
+        )];
+        if let Some(f) = s.flash {
+            remarks.push(format!(
+                "flash: {} MiB, items on flash={} flash hits={} promoted={} written={} MiB write amplification={:.3} reclaimed segments={} index drops={} hash table={} MiB",
+                f.pages_total * f.page_size >> 20,
+                f.objects_used,
+                f.hits,
+                f.promotions,
+                f.bytes_written >> 20,
+                f.write_amplification(),
+                f.page_reclaims,
+                f.index_drops,
+                s.hash_bytes >> 20,
+            ));
+        }
+        remarks
     }
 }
 
@@ -245,5 +359,32 @@ mod tests {
         }
         assert_eq!(sim.items(), Some(2));
         assert!(sim.remarks()[0].starts_with("workers=3 "));
+    }
+
+    #[test]
+    fn a_flash_tier_turns_misses_of_evicted_items_into_hits() {
+        let ram_only = EngineArgs::default();
+        let with_flash = EngineArgs {
+            flash: 16,
+            ..EngineArgs::default()
+        };
+        let hits = |engine: &EngineArgs| {
+            let mut sim = SegcacheSim::new(2 << 20, 64 << 10, engine).unwrap();
+            for i in 0..20_000u32 {
+                sim.set(format!("k{i}").as_bytes(), 400, 0);
+            }
+            let hits = (0..20_000u32)
+                .filter(|i| sim.get(format!("k{i}").as_bytes()))
+                .count();
+            (hits, sim.name(), sim.remarks())
+        };
+        let (ram, name, _) = hits(&ram_only);
+        assert_eq!(name, "segcache");
+        let (flash, name, remarks) = hits(&with_flash);
+        assert_eq!(name, "segcache+flash");
+        // 8 MB of items: 2 MiB of RAM holds a quarter, 16 MiB of flash the rest.
+        assert!(ram < 6_000, "{ram}");
+        assert!(flash > 19_000, "{flash}: {remarks:?}");
+        assert!(remarks[1].starts_with("flash: 16 MiB"), "{remarks:?}");
     }
 }
