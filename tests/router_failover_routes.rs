@@ -161,7 +161,8 @@ fn failover_tries_the_next_child_on_errors_and_misses_and_all_routes_fan_out() {
     let (_b, b) = memfleet_server(&["-t", "1", "-m", "16"]);
     until_serving(a);
     until_serving(b);
-    let dead = free_port(); // nothing listens: connection refused
+    // Nothing listens: connection refused (held, so that no test beside this one takes it).
+    let (_held, dead) = support::refused_port();
     let [reads, missy, strict, fastest, initial] = [
         free_port(),
         free_port(),
@@ -334,7 +335,7 @@ fn replicated_reads_go_to_the_routers_zone_first() {
     let (_b, b) = memfleet_server(&["-t", "1", "-m", "16"]);
     until_serving(a);
     until_serving(b);
-    let dead = free_port();
+    let (_held, dead) = support::refused_port();
     let [ab, ba, gone] = [free_port(), free_port(), free_port()];
     let (_router, file) = router(
         &format!(

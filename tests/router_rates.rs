@@ -195,7 +195,9 @@ fn max_client_connections_refuses_as_memcached_refuses_across_listeners() {
 fn max_down_fraction_keeps_most_of_a_pool_from_being_marked_down() {
     let (_s, server) = memfleet_server(&["-t", "1", "-m", "16"]);
     until_serving(server);
-    let dead: Vec<u16> = (0..3).map(|_| free_port()).collect(); // nothing listens
+    // Nothing listens (held, so that no test beside this one takes them).
+    let held: Vec<_> = (0..3).map(|_| support::refused_port()).collect();
+    let dead: Vec<u16> = held.iter().map(|(_, p)| *p).collect();
     let port = free_port();
     let servers: Vec<String> = std::iter::once(server)
         .chain(dead.iter().copied())

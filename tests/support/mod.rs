@@ -16,6 +16,25 @@ use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
 /// `memfleet server` on a free 127.0.0.1 port with `extra` arguments (stderr discarded).
+/// A port nothing listens on, kept that way while the socket lives: bound, not listening,
+/// so a connection is refused, and no other test (running beside this one) can take it, as
+/// it could a port found free and let go.
+#[allow(dead_code)]
+pub fn refused_port() -> (socket2::Socket, u16) {
+    let socket =
+        socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).expect("a socket");
+    socket
+        .bind(&std::net::SocketAddr::from(([127, 0, 0, 1], 0)).into())
+        .expect("bind 127.0.0.1:0");
+    let port = socket
+        .local_addr()
+        .expect("its address")
+        .as_socket()
+        .expect("an IP address")
+        .port();
+    (socket, port)
+}
+
 pub fn memfleet_server(extra: &[&str]) -> (Killed, u16) {
     memfleet_testkit::memfleet_server(env!("CARGO_BIN_EXE_memfleet"), extra)
 }
