@@ -257,3 +257,38 @@ fn flash_items_survive_a_graceful_restart_with_a_memory_file() {
     s.stop();
     let _ = std::fs::remove_file(memfleet_server::warm::meta_path(&memory.0));
 }
+
+#[test]
+fn a_flash_file_truncated_underneath_costs_misses_not_wrong_bytes_or_the_server() {
+    let file = flash_file("truncated");
+    let s = server(&file);
+    let mut c = s.connect();
+    fill(&mut c);
+    let k = flash_keys(&mut c, &s, 50);
+    // Another process cuts the file: what was written is gone.
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&file.0)
+        .unwrap()
+        .set_len(0)
+        .unwrap();
+    let mut served = 0;
+    for &i in &k {
+        if let Some((flags, v)) = get(&mut c, &format!("key:{i}")) {
+            // Only a copy still in a write buffer can be served, and then exactly.
+            assert_eq!((flags, v), (i as u32, value(i)));
+            served += 1;
+        }
+    }
+    assert!(served < k.len(), "the reads failed");
+    let failed = c.stat("get_aborted_extstore") + c.stat("badcrc_from_extstore");
+    assert!(failed > 0, "the failed reads are counted");
+    // RAM items are untouched and the server goes on storing and serving.
+    let newest = N - 1;
+    assert_eq!(
+        get(&mut c, &format!("key:{newest}")),
+        Some((newest as u32, value(newest)))
+    );
+    c.check("set after 0 0 2\r\nok\r\n", "STORED\r\n");
+    assert_eq!(get(&mut c, "after"), Some((0, "ok".into())));
+}
