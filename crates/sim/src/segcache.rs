@@ -296,7 +296,7 @@ impl SimCache for SegcacheSim {
         if let Some(f) = s.flash {
             remarks.push(format!(
                 "flash: {} MiB, items on flash={} flash hits={} promoted={} written={} MiB write amplification={:.3} reclaimed segments={} index drops={} hash table={} MiB",
-                f.pages_total * f.page_size >> 20,
+                (f.pages_total * f.page_size) >> 20,
                 f.objects_used,
                 f.hits,
                 f.promotions,
