@@ -62,6 +62,18 @@ pub use self::cli::Experiment;
 
 pub use memfleet_results::provenance::{command_line, load_average};
 
+/// The memfleet executable an experiment starts servers and routers with: `--memfleet-bin`
+/// when given, else this one.
+pub(crate) fn memfleet_bin(given: &Option<String>) -> Result<String> {
+    match given {
+        Some(b) => Ok(b.clone()),
+        None => Ok(std::env::current_exe()
+            .context("finding this executable (give --memfleet-bin)")?
+            .display()
+            .to_string()),
+    }
+}
+
 /// Runs the benchmark, prints the per-run lines and the table, and returns the table's
 /// rows (medians over repeats) without judging them. [`run`] is this plus the verdict.
 pub fn bench(args: &LoadArgs) -> Result<Vec<Row>> {

@@ -110,13 +110,7 @@ pub struct AdmissionArgs {
 
 /// `memfleet bench admission`.
 pub fn bench(args: &AdmissionArgs) -> Result<()> {
-    let bin = match &args.memfleet_bin {
-        Some(b) => b.clone(),
-        None => std::env::current_exe()
-            .context("finding this executable")?
-            .display()
-            .to_string(),
-    };
+    let bin = super::memfleet_bin(&args.memfleet_bin)?;
     let repeat = args.repeat.unwrap_or(if args.quick { 1 } else { 3 });
     let window = args.duration.unwrap_or(if args.quick {
         Duration::from_secs(1)

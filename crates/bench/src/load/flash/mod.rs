@@ -252,13 +252,7 @@ impl Drop for FlashFile {
 
 /// `memfleet bench flash`.
 pub fn bench(args: &FlashArgs) -> Result<()> {
-    let bin = match &args.memfleet_bin {
-        Some(b) => b.clone(),
-        None => std::env::current_exe()
-            .context("finding this executable")?
-            .display()
-            .to_string(),
-    };
+    let bin = super::memfleet_bin(&args.memfleet_bin)?;
     let items = args
         .items
         .unwrap_or(if args.quick { 20_000 } else { 10_000_000 });

@@ -23,7 +23,7 @@ pub mod server;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, Result};
 use memfleet_sim::duration::parse_duration;
 
 use self::engine::EngineSettings;
@@ -187,13 +187,7 @@ impl ScaleArgs {
         if self.pipeline.is_empty() || self.conns_per_worker == 0 {
             bail!("give at least one --pipeline depth and --conns-per-worker of at least 1");
         }
-        let memfleet_bin = match &self.memfleet_bin {
-            Some(b) => b.clone(),
-            None => std::env::current_exe()
-                .context("finding this executable (give --memfleet-bin)")?
-                .display()
-                .to_string(),
-        };
+        let memfleet_bin = super::memfleet_bin(&self.memfleet_bin)?;
         let settings = Settings {
             parts,
             threads: sorted(threads),
