@@ -10,7 +10,6 @@ use crate::flash::{
 };
 use crate::hashtable::{hash, tag_of, Slot};
 use crate::item::{self, Extras, Header, Lease};
-use crate::lease::Visibility;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
@@ -115,8 +114,9 @@ impl Handle {
             Err(p) => return FlashRead::Other(p),
         };
         let expected = Slot(candidate.slot);
-        let plain = Visibility::of(header.marks).value && header.marks == 0;
-        if expected.counted() || !plain {
+        // A lease, hold-off or stale mark: the RAM path's rules decide what it shows.
+        let marked = header.marks != 0;
+        if expected.counted() || marked {
             return match self.promote_checked(&tier, key, candidate, bytes, deadline, &header) {
                 Promotion::Promoted => FlashRead::Promoted,
                 other => FlashRead::Other(other),
