@@ -171,6 +171,11 @@ pub struct ServerArgs {
     #[arg(long = "flash-write-budget", env = "MEMFLEET_FLASH_WRITE_BUDGET")]
     pub flash_write_budget: Option<String>,
 
+    /// For tests only: milliseconds slept before every flash read and write (a slow
+    /// device).
+    #[arg(long = "flash-test-delay-ms", hide = true)]
+    pub flash_test_delay_ms: Option<u64>,
+
     /// Read a TOML file of settings (keys as the long flags, `_` for `-`); flags and
     /// environment variables override it.
     #[arg(long, env = "MEMFLEET_CONFIG")]
@@ -237,6 +242,8 @@ pub struct Flash {
     pub write_budget: Option<u64>,
     /// The average item size the index is sized for.
     pub item_size: usize,
+    /// Slept before every flash read and write (tests: a slow device).
+    pub test_delay: Option<Duration>,
 }
 
 /// Where clients connect and what they must present: the TCP, UDP and metrics ports.
@@ -507,6 +514,7 @@ fn resolve_flash(args: &ServerArgs, file: &FileSettings) -> anyhow::Result<Flash
         threads,
         write_budget,
         item_size,
+        test_delay: args.flash_test_delay_ms.map(Duration::from_millis),
     })
 }
 

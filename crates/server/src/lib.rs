@@ -415,6 +415,7 @@ fn open_flash(settings: &Settings) -> anyhow::Result<Option<Arc<memfleet_flash::
     let options = memfleet_flash::FlashOptions {
         segment_size: settings.segment_size(),
         read_threads: settings.flash.threads,
+        delay: settings.flash.test_delay,
         ..memfleet_flash::FlashOptions::default()
     };
     let files =

@@ -52,6 +52,11 @@ fn fill(c: &mut Client) {
 
 fn get(c: &mut Client, key: &str) -> Option<(u32, String)> {
     c.send(format!("get {key}\r\n"));
+    get_reply(c)
+}
+
+/// The reply to a `get` of one key sent before: flags and value, or `None` for a miss.
+fn get_reply(c: &mut Client) -> Option<(u32, String)> {
     let line = c.read_line();
     if line == "END\r\n" {
         return None;
@@ -65,6 +70,15 @@ fn get(c: &mut Client, key: &str) -> Option<(u32, String)> {
         words[2].parse().unwrap(),
         String::from_utf8(data[..len].to_vec()).unwrap(),
     ))
+}
+
+/// Whether a reply has begun to arrive (without waiting for one).
+fn has_data(c: &mut Client) -> bool {
+    c.stream.set_nonblocking(true).unwrap();
+    let mut byte = [0u8; 1];
+    let arrived = c.stream.peek(&mut byte).is_ok_and(|n| n > 0);
+    c.stream.set_nonblocking(false).unwrap();
+    arrived
 }
 
 #[test]
@@ -291,4 +305,34 @@ fn a_flash_file_truncated_underneath_costs_misses_not_wrong_bytes_or_the_server(
     );
     c.check("set after 0 0 2\r\nok\r\n", "STORED\r\n");
     assert_eq!(get(&mut c, "after"), Some((0, "ok".into())));
+}
+
+#[test]
+fn a_slow_flash_read_does_not_hold_up_the_worker_or_other_connections() {
+    let file = flash_file("slow");
+    let spec = memfleet_flash::FlashSpec::parse(&format!("{}:64m", file.0.display())).unwrap();
+    // One worker: the connection waiting for flash and the other share it.
+    let s = TestServer::with(move |s| {
+        s.limits.memory_bytes = 8 << 20;
+        s.limits.threads = 1;
+        s.flash.files = vec![spec];
+        s.flash.threads = 2;
+        s.flash.test_delay = Some(std::time::Duration::from_millis(500));
+    });
+    let mut c = s.connect();
+    fill(&mut c);
+    let k = flash_keys(&mut c, &s, 1)[0];
+    let mut slow = s.connect();
+    slow.send(format!("get key:{k}\r\n"));
+    // Meanwhile another connection's RAM get, set and get are answered at once.
+    let newest = N - 1;
+    assert_eq!(
+        get(&mut c, &format!("key:{newest}")),
+        Some((newest as u32, value(newest)))
+    );
+    c.check("set fresh 0 0 2\r\nok\r\n", "STORED\r\n");
+    assert_eq!(get(&mut c, "fresh"), Some((0, "ok".into())));
+    // ... while the flash read has not come back yet.
+    assert!(!has_data(&mut slow), "the flash read takes its 500 ms");
+    assert_eq!(get_reply(&mut slow), Some((k as u32, value(k))));
 }
