@@ -46,7 +46,11 @@ fn fnv(bytes: &[u8]) -> u32 {
 }
 
 const WRITERS: usize = 2;
-const KEYS_PER_WRITER: u32 = 60_000;
+// Sized so that eviction is certain, not a matter of timing: 200,000 writes over 160,000 keys
+// leave about 114,000 distinct keys of ~150 bytes each (~17 MB) to hold in a 12 MiB heap.
+// (With 120,000 keys and 16 MiB the live set came to ~13 MB, and compaction alone could keep
+// up on a slow machine: no merge, and the test's own check failed.)
+const KEYS_PER_WRITER: u32 = 80_000;
 const WRITES_PER_WRITER: u32 = 100_000;
 
 fn stress_key(id: u32) -> Vec<u8> {
@@ -100,7 +104,7 @@ fn stress_expiry(id: u32, version: u32) -> Expiry {
 #[test]
 fn readers_never_see_torn_or_foreign_items() {
     // A small initial hash table (1024 buckets) so that it must grow during the run.
-    let cache = Cache::new(Config::new(16 << 20).hash_power(10)).unwrap();
+    let cache = Cache::new(Config::new(12 << 20).hash_power(10)).unwrap();
     let expirer = cache.spawn_expirer(Duration::from_millis(10));
     let writers_done = Arc::new(AtomicBool::new(false));
     let total_keys = KEYS_PER_WRITER * WRITERS as u32;
