@@ -159,7 +159,14 @@ pub fn process(
             }
             let start = state.resume.take().unwrap_or(0);
             let next = if crate::dump::handles(request) {
-                crate::dump::run(exec, request, &mut state.dump, out, budget)
+                crate::dump::run(
+                    exec,
+                    request,
+                    &mut state.dump,
+                    &mut state.flash,
+                    out,
+                    budget,
+                )
             } else {
                 exec.run(request, out, start, budget)
             };
@@ -170,6 +177,7 @@ pub fn process(
                     state.resume = Some(key);
                     return (pos, Flow::OutputFull);
                 }
+                AfterRequest::FlashRead => return (pos, Flow::FlashRead),
             }
         }
         match stopped {

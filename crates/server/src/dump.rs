@@ -17,17 +17,27 @@
 //! pipelined around a `metadump` are served normally (memcached refuses or drops them).
 //! memfleet has one slab class, `1` (see `admin_stats`): other classes dump nothing.
 //!
+//! **Flash** (`--flash`): the keys of items on flash are only there, so after the table
+//! walk a dump reads each flash segment whole (one sequential read, `Flow::FlashRead`: the
+//! worker serves its other connections meanwhile) and lists the records in it that a `get`
+//! would find. A dumping connection holds at most one flash segment's bytes (the segment
+//! size) while it does. memcached keeps an extstore item's key in RAM and dumps it from there.
+//!
 //! Not here: the hash table walk itself (`memfleet-storage`'s `dump` module).
 
 use crate::execute::{AfterRequest, Executor};
+use crate::flash::FlashReads;
 use crate::state::Crawler;
 use memfleet_protocol::number::push_u64;
 use memfleet_protocol::response::{self, Status};
 use memfleet_protocol::{base64, ErrorKind, Request, Tokens};
-use memfleet_storage::{DumpCursor, DumpItem};
+use memfleet_storage::{DumpCursor, DumpItem, FlashDumpSegment, FlashFetch};
 
 /// Hash chains visited per engine call (about 7 items each when the table is well filled).
 const CHAINS_PER_STEP: usize = 16;
+
+/// Flash records checked per engine call.
+const RECORDS_PER_STEP: usize = 64;
 
 /// Hash chains one call visits at most before handing the connection back, so a sparse
 /// table does not keep the worker from its other connections.
@@ -65,6 +75,21 @@ pub struct Dump {
     format: Format,
     /// `cachedump` stopped early: the limit or the byte cap was reached.
     full: bool,
+    /// After the table: the flash segment being listed (its bytes, and the next record's
+    /// offset), one whose read is awaited, and whether every flash segment was visited.
+    segment: Option<(FlashDumpSegment, Vec<u8>, usize)>,
+    awaited: Option<FlashDumpSegment>,
+    flash_done: bool,
+}
+
+impl Dump {
+    fn finished(&self) -> bool {
+        self.full
+            || (self.cursor.is_done()
+                && self.flash_done
+                && self.segment.is_none()
+                && self.awaited.is_none())
+    }
 }
 
 /// Whether this module answers `request`.
@@ -86,6 +111,7 @@ pub fn run(
     exec: &mut Executor<'_>,
     request: &Request<'_>,
     state: &mut Option<Box<Dump>>,
+    reads: &mut FlashReads,
     out: &mut Vec<u8>,
     budget: usize,
 ) -> AfterRequest {
@@ -99,7 +125,7 @@ pub fn run(
     let epoch = exec.server.cache.clock().start_unix();
     let mut visited = 0;
     loop {
-        if dump.full || dump.cursor.is_done() {
+        if dump.finished() {
             out.extend_from_slice(trailer(dump.format));
             *state = None;
             return AfterRequest::Continue;
@@ -111,13 +137,49 @@ pub fn run(
             cursor,
             format,
             full,
+            segment,
+            awaited,
+            flash_done,
         } = &mut **dump;
-        exec.handle.dump_step(cursor, CHAINS_PER_STEP, |item| {
+        let write = |item: &DumpItem<'_>| {
             if !*full {
                 *full = !write_item(format, item, epoch, out);
             }
-        });
-        visited += CHAINS_PER_STEP;
+        };
+        if !cursor.is_done() {
+            exec.handle.dump_step(cursor, CHAINS_PER_STEP, write);
+            visited += CHAINS_PER_STEP;
+        } else if let Some((seg, bytes, at)) = segment {
+            if exec
+                .handle
+                .flash_dump_step(seg, bytes, at, RECORDS_PER_STEP, write)
+            {
+                *segment = None;
+            }
+            visited += RECORDS_PER_STEP;
+        } else if let Some(seg) = awaited.take() {
+            match reads.take_segment() {
+                Some(Some(bytes)) => *segment = Some((seg, bytes, 0)),
+                // The read failed (logged): its items are not listed.
+                Some(None) => {}
+                None => {
+                    *awaited = Some(seg);
+                    return AfterRequest::FlashRead;
+                }
+            }
+        } else {
+            match exec.handle.flash_dump_next(cursor) {
+                None => *flash_done = true,
+                Some((seg, FlashFetch::Local(bytes))) => *segment = Some((seg, bytes, 0)),
+                Some((seg, FlashFetch::Device { place, offset, len })) => {
+                    debug_assert_eq!(offset, 0, "a dump reads whole segments");
+                    reads.read_segment(place, len);
+                    *awaited = Some(seg);
+                    return AfterRequest::FlashRead;
+                }
+                Some((_, FlashFetch::Gone)) => {}
+            }
+        }
     }
 }
 
@@ -129,6 +191,9 @@ fn start(exec: &Executor<'_>, request: &Request<'_>, out: &mut Vec<u8>) -> Optio
             cursor: DumpCursor::new(),
             format,
             full: false,
+            segment: None,
+            awaited: None,
+            flash_done: false,
         })
     };
     match request {

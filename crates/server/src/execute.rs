@@ -43,6 +43,10 @@ pub enum AfterRequest {
     /// The request is a multi-get that stopped after this many keys because the output
     /// reached its budget: flush, then run the same request again from that key.
     Resume(usize),
+    /// The request (a key dump reaching the flash) queued a device read in the connection's
+    /// [`crate::flash::FlashReads`]: write the replies so far, await it, then run the same
+    /// request again.
+    FlashRead,
 }
 
 /// A worker's view of the cache while it runs one batch of requests.

@@ -84,6 +84,15 @@ pub struct PendingRead {
 pub struct FlashReads {
     pending: Vec<PendingRead>,
     done: Vec<(u64, Option<Vec<u8>>)>,
+    /// A key dump's read of a whole flash segment (`dump.rs`): to start, then its result.
+    segment: Option<SegmentRead>,
+}
+
+/// A key dump's read of one flash segment.
+#[derive(Debug)]
+enum SegmentRead {
+    Pending { place: u32, len: u32 },
+    Done(Option<Vec<u8>>),
 }
 
 impl FlashReads {
@@ -102,6 +111,16 @@ impl FlashReads {
     /// Starts every pending read on the reader threads and waits for them all (the worker
     /// serves other connections meanwhile); failures are counted on `handle`.
     pub async fn run(&mut self, files: &FlashFiles, handle: &std::cell::RefCell<Handle>) {
+        if let Some(SegmentRead::Pending { place, len }) = self.segment {
+            let bytes = match files.read(place, 0, len).await {
+                Ok(bytes) => Some(bytes),
+                Err(e) => {
+                    tracing::warn!(place, error = %e, "flash read for a key dump failed: its items are not listed");
+                    None
+                }
+            };
+            self.segment = Some(SegmentRead::Done(bytes));
+        }
         let started: Vec<_> = self
             .pending
             .drain(..)
@@ -117,6 +136,26 @@ impl FlashReads {
                 }
             };
             self.done.push((p.location, bytes));
+        }
+    }
+}
+
+impl FlashReads {
+    /// Queues a key dump's read of flash segment `place` (`len` bytes from its start), for
+    /// the connection to run before it resumes the dump.
+    pub fn read_segment(&mut self, place: u32, len: u32) {
+        self.segment = Some(SegmentRead::Pending { place, len });
+    }
+
+    /// The result of the segment read [`FlashReads::read_segment`] queued, once it ran:
+    /// `Some(None)` when it failed.
+    pub fn take_segment(&mut self) -> Option<Option<Vec<u8>>> {
+        match self.segment.take() {
+            Some(SegmentRead::Done(bytes)) => Some(bytes),
+            other => {
+                self.segment = other;
+                None
+            }
         }
     }
 }

@@ -336,3 +336,76 @@ fn a_slow_flash_read_does_not_hold_up_the_worker_or_other_connections() {
     assert!(!has_data(&mut slow), "the flash read takes its 500 ms");
     assert_eq!(get_reply(&mut slow), Some((k as u32, value(k))));
 }
+
+/// The lines of a dump before its end line (metadump's end with `\n` alone).
+fn dump_lines(c: &mut Client, command: &str, end: &str) -> Vec<String> {
+    c.send(format!("{command}\r\n"));
+    let reply = String::from_utf8(c.read_until(format!("\n{end}").as_bytes())).unwrap();
+    let body = reply.strip_suffix(end).unwrap();
+    body.split_inclusive('\n').map(str::to_string).collect()
+}
+
+#[test]
+fn key_dumps_list_items_on_flash_once_and_only_while_a_get_finds_them() {
+    let file = flash_file("dump");
+    let s = server(&file);
+    let mut c = s.connect();
+    fill(&mut c);
+    let on_flash = flash_keys(&mut c, &s, 40);
+    for &i in &on_flash[..5] {
+        c.send(format!("delete key:{i}\r\n"));
+        assert_eq!(c.read_line(), "DELETED\r\n");
+    }
+    let meta = dump_lines(&mut c, "lru_crawler metadump all", "END\r\n");
+    assert_eq!(meta[0], "OK\r\n", "the crawler's reply comes first");
+    let mut listed = std::collections::HashMap::new();
+    for line in &meta[1..] {
+        let field = |name: &str| {
+            line.split_whitespace()
+                .find_map(|w| w.strip_prefix(name))
+                .unwrap_or_else(|| panic!("{name} missing in {line:?}"))
+                .to_string()
+        };
+        let key = field("key=").replace("%3A", ":");
+        let flags: u32 = field("flags=").parse().unwrap();
+        assert!(
+            listed.insert(key.clone(), flags).is_none(),
+            "{key} listed twice"
+        );
+    }
+    for &i in &on_flash[5..] {
+        assert_eq!(
+            listed.get(&format!("key:{i}")),
+            Some(&(i as u32)),
+            "key:{i}"
+        );
+    }
+    for &i in &on_flash[..5] {
+        assert!(
+            !listed.contains_key(&format!("key:{i}")),
+            "deleted key:{i} listed"
+        );
+    }
+    let mg = dump_lines(&mut c, "lru_crawler mgdump all", "EN\r\n");
+    assert_eq!(
+        mg.len(),
+        listed.len() + 1,
+        "mgdump lists what metadump does"
+    );
+    let items = dump_lines(&mut c, "stats cachedump 1 0", "END\r\n");
+    assert_eq!(items.len(), listed.len());
+    // Listed is exactly what a get finds (each key read once: nothing moves into RAM).
+    let mut found = 0;
+    for i in 0..N {
+        let key = format!("key:{i}");
+        let hit = get(&mut c, &key).is_some();
+        assert_eq!(
+            hit,
+            listed.contains_key(&key),
+            "{key}: a get and the dump disagree"
+        );
+        found += usize::from(hit);
+    }
+    assert!(found > N / 2, "{found} of {N} found");
+    assert!(c.stat("get_extstore") > 1000);
+}

@@ -105,8 +105,8 @@ pub use flash::{
     FlashWriteDone, Promotion, FLASH_BLOCK,
 };
 pub use handle::{
-    DeltaError, DumpCursor, DumpItem, Handle, ItemRef, KeyHash, LeaseOutcome, StoreError,
-    StoreMode, StoreStatus,
+    DeltaError, DumpCursor, DumpItem, FlashDumpSegment, Handle, ItemRef, KeyHash, LeaseOutcome,
+    StoreError, StoreMode, StoreStatus,
 };
 pub use item::{
     Lease, MARK_DELETED, MARK_EMPTY, MARK_STALE, MARK_TOKEN, MARK_TOMBSTONE, MAX_KEY_LEN,

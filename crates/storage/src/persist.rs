@@ -546,7 +546,9 @@ impl Cache {
         };
         let engine = EngineState::restored(config, geometry, parts);
         match (engine.flash(), &flash) {
-            (Some(tier), Some(f)) => tier.restore(f).map_err(SnapshotError::Invalid)?,
+            (Some(tier), Some(f)) => tier
+                .restore(f, engine.clock().now())
+                .map_err(SnapshotError::Invalid)?,
             // Flash slots with no flash to serve them (or none saved) go now.
             _ => {
                 crate::demote::sweep(&engine, true);

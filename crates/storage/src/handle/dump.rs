@@ -23,7 +23,8 @@
 use super::{client_cas, Handle};
 use crate::clock::NEVER;
 use crate::engine_state::EngineState;
-use crate::hashtable::Slot;
+use crate::flash::{record, FlashFetch};
+use crate::hashtable::{hash, tag_of, Slot};
 use crate::item::Header;
 use crate::lease::Visibility;
 use std::sync::atomic::Ordering;
@@ -42,6 +43,8 @@ pub struct DumpCursor {
     position: u64,
     /// The walk has ended.
     done: bool,
+    /// The next flash place a dump lists ([`Handle::flash_dump_next`]).
+    flash_place: u32,
 }
 
 impl DumpCursor {
@@ -59,20 +62,34 @@ impl DumpCursor {
 /// One live item met by a dump, pinned in memory until the callback returns.
 pub struct DumpItem<'a> {
     engine: &'a EngineState,
-    seg: u32,
-    offset: usize,
+    at: At<'a>,
     header: Header,
     slot: Slot,
     cas: u64,
     deadline: u32,
 }
 
+/// Where a dumped item's bytes are.
+enum At<'a> {
+    /// In a RAM segment this item holds a reader reference on.
+    Ram { seg: u32, offset: usize },
+    /// In flash bytes the caller read (the item's bytes, from its header on), from a flash
+    /// segment opened at `opened_at`.
+    Flash { item: &'a [u8], opened_at: u32 },
+}
+
 impl DumpItem<'_> {
     /// The key.
     pub fn key(&self) -> &[u8] {
-        // SAFETY: this `DumpItem` holds a reader reference on the segment (released on drop),
-        // taken while a slot pointed at this published item, so its bytes stay final.
-        unsafe { self.engine.key_at(self.seg, self.offset, &self.header) }
+        match self.at {
+            // SAFETY: this `DumpItem` holds a reader reference on the segment (released on
+            // drop), taken while a slot pointed at this published item, so its bytes stay
+            // final.
+            At::Ram { seg, offset } => unsafe { self.engine.key_at(seg, offset, &self.header) },
+            At::Flash { item, .. } => {
+                &item[self.header.key_offset..self.header.key_offset + self.header.key_len]
+            }
+        }
     }
 
     /// The value's length in bytes.
@@ -96,29 +113,42 @@ impl DumpItem<'_> {
         (self.deadline != NEVER).then_some(self.deadline)
     }
 
-    /// Bytes the item occupies in its segment.
+    /// Bytes the item occupies in its segment (in RAM, or in its flash record).
     pub fn stored_len(&self) -> usize {
         self.header.len()
     }
 
-    /// Whether the item has been read since it was written (its access frequency is not 0).
+    /// Whether the item has been read since it was written (its access frequency is not 0;
+    /// on flash: read there, or before it left RAM).
     pub fn fetched(&self) -> bool {
-        self.slot.freq() > 0 || self.slot.counted()
+        match self.at {
+            At::Ram { .. } => self.slot.freq() > 0 || self.slot.counted(),
+            // A flash slot's frequency byte holds hash bits (`demote.rs`), not a count.
+            At::Flash { .. } => self.slot.counted() || self.slot.fetched(),
+        }
+    }
+
+    /// Whether the item is on flash (its key was read from there for this dump).
+    pub fn on_flash(&self) -> bool {
+        matches!(self.at, At::Flash { .. })
     }
 
     /// The cache-clock second its segment was opened: the item was written then or later
-    /// (per-item write and access times are not kept).
+    /// (per-item write and access times are not kept). For an item on flash, the second its
+    /// flash segment was opened: it was last written or read in RAM before then.
     pub fn written_at(&self) -> u32 {
-        self.engine
-            .segment(self.seg)
-            .create_at
-            .load(Ordering::Relaxed)
+        match self.at {
+            At::Ram { seg, .. } => self.engine.segment(seg).create_at.load(Ordering::Relaxed),
+            At::Flash { opened_at, .. } => opened_at,
+        }
     }
 }
 
 impl Drop for DumpItem<'_> {
     fn drop(&mut self) {
-        self.engine.release(self.seg, DUMP_STRIPE);
+        if let At::Ram { seg, .. } = self.at {
+            self.engine.release(seg, DUMP_STRIPE);
+        }
     }
 }
 
@@ -169,6 +199,113 @@ impl Handle {
         }
         cursor.done = cursor.position >= end;
         seen
+    }
+}
+
+/// A flash segment a key dump reads whole ([`Handle::flash_dump_next`]) and then walks
+/// ([`Handle::flash_dump_step`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FlashDumpSegment {
+    /// Its flash id (lap and place).
+    id: u32,
+    /// The second it was opened.
+    opened_at: u32,
+}
+
+impl Handle {
+    /// After the table walk ([`Handle::dump_step`]), a dump lists the items on flash, whose
+    /// keys only the flash holds: this gives the next flash segment holding items at or
+    /// after `cursor`'s, and how to read it whole (a write buffer's bytes now, or one
+    /// sequential device read), then moves the cursor past it. `None` once every flash
+    /// segment was visited, or without a flash tier.
+    ///
+    /// Items moved between RAM and flash during a dump (demoted, promoted) may be listed
+    /// twice or not at all: as for [`Handle::dump_step`], only an item that stays in place is
+    /// promised.
+    pub fn flash_dump_next(
+        &self,
+        cursor: &mut DumpCursor,
+    ) -> Option<(FlashDumpSegment, FlashFetch)> {
+        let tier = self.engine.flash()?;
+        let (id, opened_at, fetch) = tier.dump_segment(&mut cursor.flash_place)?;
+        Some((FlashDumpSegment { id, opened_at }, fetch))
+    }
+
+    /// Walks the records of `segment` in `bytes` (what [`Handle::flash_dump_next`] said to
+    /// read) from byte `*at`, calling `f` with each one a `get` would find: its key's slot
+    /// still points at it, and it is not expired, flushed or hidden by a lease or hold-off
+    /// mark. Stops after `records` records and moves `*at` on; true once the segment is
+    /// done. Records that fail their checksum are skipped. No I/O, no lock.
+    pub fn flash_dump_step(
+        &self,
+        segment: &FlashDumpSegment,
+        bytes: &[u8],
+        at: &mut usize,
+        records: usize,
+        mut f: impl FnMut(&DumpItem<'_>),
+    ) -> bool {
+        let engine = &*self.engine;
+        let Some(tier) = engine.flash() else {
+            return true;
+        };
+        let now = engine.clock().now();
+        let generation = engine.current_generation(now);
+        let unit = 1usize << engine.align_shift();
+        let table = self.table().clone();
+        for _ in 0..records {
+            let Some(rest) = bytes.get(*at..).filter(|r| !r.is_empty()) else {
+                return true;
+            };
+            let offset = *at;
+            let (deadline, header) = match record::decode(rest, segment.id) {
+                record::Decoded::Item { deadline, header } => (deadline, header),
+                // Padding before a block boundary, or bytes that fail their check: records
+                // go on at the next block at the latest (`record.rs`).
+                _ => {
+                    *at = (offset / record::BLOCK + 1) * record::BLOCK;
+                    continue;
+                }
+            };
+            *at = (offset + record::RECORD_HEADER + header.len()).next_multiple_of(unit);
+            let Some(place) = tier.resolve(segment.id) else {
+                // Reclaimed meanwhile: nothing in it is live any more.
+                *at = bytes.len();
+                return true;
+            };
+            let item = &rest[record::RECORD_HEADER..record::RECORD_HEADER + header.len()];
+            let key = &item[header.key_offset..header.key_offset + header.key_len];
+            let h = hash(key);
+            let tag = tag_of(h);
+            let head = table.head_of(h);
+            let points_here = |s: Slot| {
+                s.tag() == tag
+                    && engine.is_flash_slot(s)
+                    && s.seg() == segment.id
+                    && engine.offset_of(s) == offset
+            };
+            let Some(slot) = table.scan(head, |_, s| points_here(s).then_some(s)) else {
+                continue;
+            };
+            let live = deadline > now && !tier.flushed(place, generation);
+            if !live || !Visibility::of(header.marks).value {
+                continue;
+            }
+            let cas = header
+                .explicit_cas
+                .unwrap_or_else(|| client_cas(table.cas(head), h));
+            f(&DumpItem {
+                engine,
+                at: At::Flash {
+                    item,
+                    opened_at: segment.opened_at,
+                },
+                header,
+                slot,
+                cas,
+                deadline,
+            });
+        }
+        *at >= bytes.len()
     }
 }
 
@@ -228,8 +365,7 @@ fn pin<'a>(
         });
         return Some(DumpItem {
             engine,
-            seg,
-            offset,
+            at: At::Ram { seg, offset },
             header: item_header,
             slot: current,
             cas,

@@ -25,7 +25,7 @@ mod status;
 mod store;
 mod write;
 
-pub use dump::{DumpCursor, DumpItem};
+pub use dump::{DumpCursor, DumpItem, FlashDumpSegment};
 pub use lease::LeaseOutcome;
 pub use read::{ItemRef, KeyHash};
 pub use status::{DeltaError, StoreError, StoreMode, StoreStatus};

@@ -104,7 +104,7 @@ impl FlashTier {
 
     /// Loads `image` into this fresh tier (same places and laps), after checking that every
     /// place is FREE or STORED, listed once in the free list or the reclaim order.
-    pub fn restore(&self, image: &FlashImage) -> Result<(), String> {
+    pub fn restore(&self, image: &FlashImage, now: u32) -> Result<(), String> {
         let n = self.places as usize;
         if image.places != self.places || image.laps != self.laps {
             return Err(format!(
@@ -144,6 +144,7 @@ impl FlashTier {
             meta.live_items.store(to32(m[2]), Ordering::Relaxed);
             meta.items.store(to32(m[3]), Ordering::Relaxed);
             meta.bytes.store(m[4], Ordering::Relaxed);
+            meta.opened_at.store(now, Ordering::Relaxed);
         }
         inner.order = image.order.iter().copied().collect();
         inner.free = image.free.clone();

@@ -32,6 +32,9 @@ struct PlaceMeta {
     /// Items written to it, and their record bytes (for the live bytes estimate).
     items: AtomicU32,
     bytes: AtomicU64,
+    /// The engine second its buffer was opened (after a warm restart: the second it was
+    /// restored), what a key dump shows as a flash item's last access.
+    opened_at: AtomicU32,
 }
 
 /// A buffer being filled.
@@ -221,7 +224,7 @@ impl FlashTier {
                 if let Some(full) = inner.filling.take() {
                     self.seal(&mut inner, full);
                 }
-                let Some(filling) = self.open(&mut inner, generation) else {
+                let Some(filling) = self.open(&mut inner, generation, now) else {
                     bump(&self.counters.write_lag_drops, 1);
                     return Err(Refused);
                 };
@@ -250,7 +253,7 @@ impl FlashTier {
 
     /// Opens a place for a new buffer: a free one, else the oldest stored one reclaimed.
     /// `None` when every buffer is taken (the device lags) or nothing can be reclaimed.
-    fn open(&self, inner: &mut Inner, generation: u32) -> Option<Filling> {
+    fn open(&self, inner: &mut Inner, generation: u32, now: u32) -> Option<Filling> {
         if inner.sealed.len() + 1 >= self.write_buffers {
             return None;
         }
@@ -267,6 +270,7 @@ impl FlashTier {
         m.live_items.store(0, Ordering::Relaxed);
         m.items.store(0, Ordering::Relaxed);
         m.bytes.store(0, Ordering::Relaxed);
+        m.opened_at.store(now, Ordering::Relaxed);
         self.words[place as usize].store(word, Ordering::Release);
         Some(Filling {
             place,
@@ -450,6 +454,51 @@ impl FlashTier {
             STORED => device,
             _ => FlashFetch::Gone,
         }
+    }
+
+    /// For a key dump: the next place at or after `*place` that holds items, as its flash
+    /// id, the second it was opened, and how to read it whole (a buffer's bytes now, or a
+    /// device read of the segment); moves `*place` past it. `None` once every place was
+    /// visited.
+    pub fn dump_segment(&self, place: &mut u32) -> Option<(u32, u32, FlashFetch)> {
+        while *place < self.places {
+            let p = *place;
+            *place += 1;
+            let word = self.words[p as usize].load(Ordering::Acquire);
+            let opened_at = self.meta[p as usize].opened_at.load(Ordering::Relaxed);
+            let seg = self.id(p, word);
+            match word & STATE_MASK {
+                FREE => continue,
+                STORED => {
+                    let read = FlashFetch::Device {
+                        place: p,
+                        offset: 0,
+                        len: self.segment_size as u32,
+                    };
+                    return Some((seg, opened_at, read));
+                }
+                _ => {}
+            }
+            let inner = self.lock();
+            if self.words[p as usize].load(Ordering::Acquire) != word {
+                drop(inner);
+                // Sealed or written meanwhile: look again.
+                *place = p;
+                continue;
+            }
+            let bytes = match &inner.filling {
+                Some(f) if f.place == p && f.word == word => Some(f.buf[..f.used].to_vec()),
+                _ => inner
+                    .sealed
+                    .iter()
+                    .find(|s| s.place == p && s.word == word)
+                    .map(|s| s.bytes.to_vec()),
+            };
+            if let Some(bytes) = bytes {
+                return Some((seg, opened_at, FlashFetch::Local(bytes)));
+            }
+        }
+        None
     }
 
     /// Drops every stored place whose items all expired or were flushed; returns how many.
