@@ -129,7 +129,7 @@ fn each_experiment_lists_only_its_own_flags() {
         ),
         (
             "flash",
-            "items value-size memory dir flash-threads conns fill-conns read-time memcached              fio quick memfleet-bin seed"
+            "items value-size memory dir flash-threads conns flash-io keys-per-get fill-conns read-time memcached fio quick memfleet-bin seed"
                 .into(),
         ),
     ];

@@ -18,6 +18,7 @@ use crate::layout::Layout;
 use crate::reader::{self, FlashRead, ReadJob};
 use crate::spec::FlashSpec;
 use crate::stats::{IoStats, Shared};
+use crate::uring::UringReads;
 use crate::writer::{self, WriteDone, WriteJob};
 
 /// How the flash files are cut and served.
@@ -230,6 +231,18 @@ impl FlashFiles {
                 FlashRead::ready(Err(io::Error::other("flash readers stopped")))
             }
         }
+    }
+
+    /// An io_uring for this thread's reads ([`UringReads`]: `entries` submission entries),
+    /// for a worker to read without the reader threads. Call it inside a tokio runtime with a
+    /// `LocalSet`. An error when the kernel refuses io_uring: read with [`read`](Self::read).
+    pub fn uring_reads(&self, entries: u32) -> io::Result<UringReads> {
+        UringReads::new(
+            self.layout.clone(),
+            self.shared.clone(),
+            entries,
+            self.shared.delay,
+        )
     }
 
     /// [`read`](Self::read) for callers that are not async (a warm restart checking

@@ -18,6 +18,9 @@
 //!  read      ──► [one queue, read_queue deep] ──► memfleet-flash-r0..r{read_threads-1} ──pread──► any file
 //! ```
 //!
+//! A server worker may read on an io_uring of its own instead ([`FlashFiles::uring_reads`]):
+//! submitted and completed on the worker's thread, with no hand-off to a reader thread.
+//!
 //! Callers never wait on a queue: a full one refuses at once (the write's callback is given
 //! back; the read resolves to `WouldBlock`) and the refusal is counted in [`IoStats`].
 //!
@@ -34,6 +37,7 @@
 //! | `writer`  | the writer thread of one file |
 //! | `reader`  | the reader threads and [`FlashRead`], the future a read returns |
 //! | `files`   | [`FlashFiles`]: the files, the threads and the queues between them |
+//! | `uring`   | [`UringReads`]: reads on an io_uring of the calling worker's own |
 //!
 //! **Invariant:** every file is a whole number of segments, every segment a whole number of
 //! 4096-byte blocks, so every pread and pwrite is block-aligned in offset, length and memory.
@@ -46,6 +50,7 @@ mod layout;
 mod reader;
 mod spec;
 mod stats;
+mod uring;
 mod writer;
 
 pub use error::FlashError;
@@ -53,4 +58,5 @@ pub use files::{FlashFiles, FlashOptions};
 pub use reader::FlashRead;
 pub use spec::{FlashSpec, SpecError};
 pub use stats::IoStats;
+pub use uring::{UringRead, UringReads};
 pub use writer::WriteDone;

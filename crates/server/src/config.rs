@@ -171,6 +171,12 @@ pub struct ServerArgs {
     #[arg(long = "flash-write-budget", env = "MEMFLEET_FLASH_WRITE_BUDGET")]
     pub flash_write_budget: Option<String>,
 
+    /// How workers read flash: `uring` (an io_uring per worker, submitted and completed on
+    /// the worker's own thread; the reader threads if the kernel refuses io_uring) or
+    /// `threads` (the reader threads, `--flash-threads`) [default: uring].
+    #[arg(long = "flash-io", env = "MEMFLEET_FLASH_IO", value_parser = ["uring", "threads"])]
+    pub flash_io: Option<String>,
+
     /// For tests only: milliseconds slept before every flash read and write (a slow
     /// device).
     #[arg(long = "flash-test-delay-ms", hide = true)]
@@ -209,6 +215,7 @@ struct FileSettings {
     flash_threads: Option<usize>,
     flash_write_budget: Option<toml::Value>,
     flash_item_size: Option<toml::Value>,
+    flash_io: Option<String>,
 }
 
 /// Resolved settings, grouped by concern: how clients reach the server, what it may use,
@@ -244,6 +251,18 @@ pub struct Flash {
     pub item_size: usize,
     /// Slept before every flash read and write (tests: a slow device).
     pub test_delay: Option<Duration>,
+    /// How workers read flash.
+    pub io: FlashIo,
+}
+
+/// How workers read flash (`--flash-io`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum FlashIo {
+    /// An io_uring per worker, falling back to the reader threads where the kernel refuses.
+    #[default]
+    Uring,
+    /// The reader threads.
+    Threads,
 }
 
 /// Where clients connect and what they must present: the TCP, UDP and metrics ports.
@@ -509,12 +528,18 @@ fn resolve_flash(args: &ServerArgs, file: &FileSettings) -> anyhow::Result<Flash
     if write_budget == Some(0) {
         bail!("--flash-write-budget must be above 0 (leave it out for no limit)");
     }
+    let io = match args.flash_io.as_deref().or(file.flash_io.as_deref()) {
+        None | Some("uring") => FlashIo::Uring,
+        Some("threads") => FlashIo::Threads,
+        Some(other) => bail!("flash_io: expected uring or threads, got {other:?}"),
+    };
     Ok(Flash {
         files,
         threads,
         write_budget,
         item_size,
         test_delay: args.flash_test_delay_ms.map(Duration::from_millis),
+        io,
     })
 }
 

@@ -562,7 +562,7 @@ async fn serve_stream<T: Transport>(ctx: &Rc<WorkerContext>, stream: &mut T) -> 
             Flow::OutputFull | Flow::Flush => input_waiting = true,
             Flow::FlashRead => {
                 if let Some(files) = &server.flash {
-                    state.flash.run(files, &ctx.handle).await;
+                    state.flash.run(files, ctx.flash_ring(), &ctx.handle).await;
                 }
                 input_waiting = true;
             }

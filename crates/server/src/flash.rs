@@ -14,7 +14,7 @@
 //! (`badcrc_from_extstore`), never wrong bytes. `set` and `delete` pass without reading:
 //! they replace or drop the copy without looking at it.
 
-use memfleet_flash::FlashFiles;
+use memfleet_flash::{FlashFiles, UringReads};
 use memfleet_protocol::{Request, StoreCommand};
 use memfleet_storage::{
     FlashCandidate, FlashFetch, FlashItem, FlashRead, FlashSink, FlashWriteDone, Handle, Promotion,
@@ -110,9 +110,14 @@ impl FlashReads {
 
     /// Starts every pending read on the reader threads and waits for them all (the worker
     /// serves other connections meanwhile); failures are counted on `handle`.
-    pub async fn run(&mut self, files: &FlashFiles, handle: &std::cell::RefCell<Handle>) {
+    pub async fn run(
+        &mut self,
+        files: &FlashFiles,
+        ring: Option<&UringReads>,
+        handle: &std::cell::RefCell<Handle>,
+    ) {
         if let Some(SegmentRead::Pending { place, len }) = self.segment {
-            let bytes = match files.read(place, 0, len).await {
+            let bytes = match read(files, ring, place, 0, len).await {
                 Ok(bytes) => Some(bytes),
                 Err(e) => {
                     tracing::warn!(place, error = %e, "flash read for a key dump failed: its items are not listed");
@@ -121,10 +126,11 @@ impl FlashReads {
             };
             self.segment = Some(SegmentRead::Done(bytes));
         }
+        // All started before any is awaited: on a ring they go to the kernel together.
         let started: Vec<_> = self
             .pending
             .drain(..)
-            .map(|p| (p, files.read(p.place, p.offset, p.len)))
+            .map(|p| (p, read(files, ring, p.place, p.offset, p.len)))
             .collect();
         for (p, read) in started {
             let bytes = match read.await {
@@ -156,6 +162,40 @@ impl FlashReads {
                 self.segment = other;
                 None
             }
+        }
+    }
+}
+
+/// A read on the worker's ring if it has one, else on the reader threads.
+fn read(
+    files: &FlashFiles,
+    ring: Option<&UringReads>,
+    place: u32,
+    offset: u32,
+    len: u32,
+) -> ReadOn {
+    match ring {
+        Some(ring) => ReadOn::Ring(ring.read(place, offset, len)),
+        None => ReadOn::Threads(files.read(place, offset, len)),
+    }
+}
+
+/// A read on either path.
+enum ReadOn {
+    Ring(memfleet_flash::UringRead),
+    Threads(memfleet_flash::FlashRead),
+}
+
+impl std::future::Future for ReadOn {
+    type Output = std::io::Result<Vec<u8>>;
+
+    fn poll(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Self::Output> {
+        match self.get_mut() {
+            ReadOn::Ring(r) => std::pin::Pin::new(r).poll(cx),
+            ReadOn::Threads(r) => std::pin::Pin::new(r).poll(cx),
         }
     }
 }

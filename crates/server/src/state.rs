@@ -106,6 +106,35 @@ pub struct WorkerContext {
     pub open: RefCell<HashMap<u64, AbortHandle>>,
     /// Identifies the next connection in `open`.
     pub next_id: Cell<u64>,
+    /// This worker's io_uring for flash reads, made at the first one (`None` inside: reads
+    /// go to the reader threads).
+    pub flash_ring: std::cell::OnceCell<Option<memfleet_flash::UringReads>>,
+}
+
+/// Submission entries of a worker's flash io_uring: reads in flight at once, per worker.
+const FLASH_RING_ENTRIES: u32 = 256;
+
+impl WorkerContext {
+    /// The worker's io_uring for flash reads, made on first use (inside the worker's
+    /// runtime); `None` without flash, with `--flash-io threads`, or where the kernel refuses
+    /// io_uring (said once per worker in the log).
+    pub fn flash_ring(&self) -> Option<&memfleet_flash::UringReads> {
+        self.flash_ring
+            .get_or_init(|| {
+                let files = self.server.flash.as_ref()?;
+                if self.server.settings.flash.io != crate::config::FlashIo::Uring {
+                    return None;
+                }
+                match files.uring_reads(FLASH_RING_ENTRIES) {
+                    Ok(ring) => Some(ring),
+                    Err(e) => {
+                        tracing::warn!(error = %e, "io_uring refused: flash reads go to the reader threads");
+                        None
+                    }
+                }
+            })
+            .as_ref()
+    }
 }
 
 /// Server-wide `lru_crawler` state.

@@ -65,6 +65,7 @@ pub fn run(
         write_buf: RefCell::new(Vec::with_capacity(connection::WRITE_BUDGET * 2)),
         open: RefCell::default(),
         next_id: Cell::new(0),
+        flash_ring: Default::default(),
     });
     local.block_on(&runtime, async move {
         // Listed in `stats conns` while they are open.

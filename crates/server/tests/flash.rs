@@ -5,6 +5,7 @@
 mod common;
 
 use common::{Client, TestServer};
+use memfleet_storage::FlashFetch;
 use std::path::PathBuf;
 
 struct FlashFile(PathBuf);
@@ -114,7 +115,13 @@ fn items_on_flash_are_served_exactly_and_counted_under_extstore_names() {
     // another key with the same chain and tag dropped its flash copy (both counted).
     let counted = stat("evictions") + stat("flash_purged") + stat("flash_tag_conflict_drops");
     assert!(missing as u64 <= counted, "{missing} missing: {stats:?}");
-    assert!(missing < N / 7 / 100, "{missing} missing");
+    // Fewer than 1% of the keys read, besides those a lagging device cost (a loaded machine:
+    // sets never wait for flash, so what the writer could not take was evicted, counted).
+    let lagged = stat("flash_write_lag_drops") as usize;
+    assert!(
+        missing < N / 7 / 100 + lagged / 7 * 2,
+        "{missing} missing, {lagged} dropped for a lagging device: {stats:?}"
+    );
     for name in [
         "extstore_pages_used",
         "extstore_bytes_written",
@@ -307,6 +314,28 @@ fn a_flash_file_truncated_underneath_costs_misses_not_wrong_bytes_or_the_server(
     assert_eq!(get(&mut c, "after"), Some((0, "ok".into())));
 }
 
+/// A key whose flash copy is written out (not one still in a write buffer, which is read
+/// without the device), once the slow writer has written one.
+fn key_on_the_device(s: &TestServer) -> usize {
+    let cache = s.server().cache();
+    let h = cache.handle();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let found = (0..N).find(|i| {
+            h.flash_candidate(format!("key:{i}").as_bytes())
+                .is_some_and(|c| matches!(h.flash_fetch(&c), FlashFetch::Device { .. }))
+        });
+        if let Some(k) = found {
+            return k;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no flash segment written"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}
+
 #[test]
 fn a_slow_flash_read_does_not_hold_up_the_worker_or_other_connections() {
     let file = flash_file("slow");
@@ -321,7 +350,7 @@ fn a_slow_flash_read_does_not_hold_up_the_worker_or_other_connections() {
     });
     let mut c = s.connect();
     fill(&mut c);
-    let k = flash_keys(&mut c, &s, 1)[0];
+    let k = key_on_the_device(&s);
     let mut slow = s.connect();
     slow.send(format!("get key:{k}\r\n"));
     // Meanwhile another connection's RAM get, set and get are answered at once.

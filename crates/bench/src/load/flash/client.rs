@@ -104,13 +104,15 @@ pub struct Reads {
     pub latency: Histogram<u64>,
 }
 
-/// `conns` connections each with one get in flight, random keys of `0..items`, for
-/// `duration`. A wrong value fails the run.
+/// `conns` connections each with one get in flight (of `keys_per_get` distinct random keys
+/// of `0..items`: a multi-get when above 1), for `duration`. A wrong value fails the run;
+/// latency is per request.
 pub fn read_random(
     addr: SocketAddr,
     items: u64,
     value_size: usize,
     conns: u64,
+    keys_per_get: usize,
     duration: Duration,
     seed: u64,
 ) -> Result<Reads> {
@@ -125,32 +127,56 @@ pub fn read_random(
                 let (mut gets, mut hits) = (0, 0);
                 let mut line = String::new();
                 let mut data = Vec::new();
+                let mut keys: Vec<u64> = Vec::with_capacity(keys_per_get);
+                let mut request = String::new();
                 while start.elapsed() < duration {
-                    let n = rng.random_range(0..items);
+                    keys.clear();
+                    while keys.len() < keys_per_get {
+                        let n = rng.random_range(0..items);
+                        if !keys.contains(&n) {
+                            keys.push(n);
+                        }
+                    }
+                    request.clear();
+                    request.push_str("get");
+                    for n in &keys {
+                        request.push_str(&format!(" key:{n}"));
+                    }
+                    request.push_str("\r\n");
                     let t = Instant::now();
-                    w.write_all(format!("get key:{n}\r\n").as_bytes())?;
-                    line.clear();
-                    r.read_line(&mut line)?;
-                    if line.starts_with("VALUE ") {
-                        let len: usize = line
-                            .split_whitespace()
-                            .nth(3)
-                            .and_then(|l| l.parse().ok())
-                            .context("a VALUE line without a length")?;
+                    w.write_all(request.as_bytes())?;
+                    // Values come in request order; missed keys are left out.
+                    let mut next = 0;
+                    loop {
+                        line.clear();
+                        r.read_line(&mut line)?;
+                        if line == "END\r\n" {
+                            break;
+                        }
+                        let mut words = line.split_whitespace();
+                        let (Some("VALUE"), Some(key), Some(_flags), Some(len)) =
+                            (words.next(), words.next(), words.next(), words.next())
+                        else {
+                            bail!("unexpected reply {line:?}");
+                        };
+                        let len: usize = len.parse().context("a VALUE line's length")?;
+                        let Some(at) = keys[next..]
+                            .iter()
+                            .position(|n| key.strip_prefix("key:") == Some(&n.to_string()))
+                        else {
+                            bail!("{key}: not asked for, or out of order");
+                        };
+                        let n = keys[next + at];
+                        next += at + 1;
                         data.resize(len + 2, 0);
                         r.read_exact(&mut data)?;
                         if data[..len] != value(n, value_size)[..] {
                             bail!("key:{n}: a wrong value");
                         }
-                        line.clear();
-                        r.read_line(&mut line)?;
                         hits += 1;
                     }
-                    if line != "END\r\n" {
-                        bail!("key:{n}: unexpected reply {line:?}");
-                    }
                     hist.record(t.elapsed().as_micros() as u64)?;
-                    gets += 1;
+                    gets += keys_per_get as u64;
                 }
                 Ok((gets, hits, hist))
             })

@@ -1,6 +1,7 @@
 //! The device's own limit: `fio` reading random blocks of the same file, the same size and
-//! the same number of reads in flight as the server's reader threads, with O_DIRECT (no
-//! page cache).
+//! the same number of reads in flight as the server is given, with O_DIRECT (no page
+//! cache), two ways: that many jobs each with one read in flight (`psync`, as reader threads
+//! read), and one job keeping that many in flight on io_uring (usually the higher).
 
 use std::path::Path;
 use std::process::Command;
@@ -26,8 +27,46 @@ pub fn available(fio: &str) -> bool {
         .is_ok_and(|o| o.status.success())
 }
 
-/// The exact fio command line (printed with the results).
-pub fn command(fio: &str, file: &Path, block: usize, jobs: usize, seconds: u64) -> Vec<String> {
+/// How fio keeps its reads in flight.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Engine {
+    /// One job per read in flight, each a blocking pread.
+    Psync,
+    /// One job with all of them in flight on io_uring.
+    IoUring,
+}
+
+impl Engine {
+    /// How the results table names it.
+    pub fn describe(self, depth: usize) -> String {
+        match self {
+            Engine::Psync => format!("{depth} jobs, psync"),
+            Engine::IoUring => format!("io_uring, depth {depth}"),
+        }
+    }
+}
+
+/// The exact fio command line (printed with the results): `depth` reads in flight.
+pub fn command(
+    fio: &str,
+    file: &Path,
+    block: usize,
+    engine: Engine,
+    depth: usize,
+    seconds: u64,
+) -> Vec<String> {
+    let how: [String; 3] = match engine {
+        Engine::Psync => [
+            "--ioengine=psync".into(),
+            "--iodepth=1".into(),
+            format!("--numjobs={depth}"),
+        ],
+        Engine::IoUring => [
+            "--ioengine=io_uring".into(),
+            format!("--iodepth={depth}"),
+            "--numjobs=1".into(),
+        ],
+    };
     [
         fio.to_string(),
         "--name=flash-randread".into(),
@@ -35,8 +74,9 @@ pub fn command(fio: &str, file: &Path, block: usize, jobs: usize, seconds: u64) 
         "--rw=randread".into(),
         format!("--bs={block}"),
         "--direct=1".into(),
-        "--ioengine=psync".into(),
-        format!("--numjobs={jobs}"),
+        how[0].clone(),
+        how[1].clone(),
+        how[2].clone(),
         "--group_reporting".into(),
         "--time_based".into(),
         format!("--runtime={seconds}"),
