@@ -27,6 +27,8 @@ pub struct IoStats {
     pub read_queue_depth: u64,
     /// Writes queued or being written now, all files together.
     pub write_queue_depth: u64,
+    /// Workers' io_uring rings open now ([`crate::UringReads`]).
+    pub uring_rings: u64,
 }
 
 /// The live counters behind [`IoStats`].
@@ -42,6 +44,7 @@ pub(crate) struct Counters {
     pub(crate) writes_rejected: AtomicU64,
     pub(crate) read_queue_depth: AtomicU64,
     pub(crate) write_queue_depth: AtomicU64,
+    pub(crate) uring_rings: AtomicU64,
 }
 
 impl Counters {
@@ -84,6 +87,7 @@ impl Counters {
             writes_rejected: self.writes_rejected.load(Relaxed),
             read_queue_depth: self.read_queue_depth.load(Relaxed),
             write_queue_depth: self.write_queue_depth.load(Relaxed),
+            uring_rings: self.uring_rings.load(Relaxed),
         }
     }
 }

@@ -122,6 +122,7 @@ impl UringReads {
             layout,
             shared,
         });
+        inner.shared.counters.uring_rings.fetch_add(1, Relaxed);
         tokio::task::spawn_local(reap_forever(inner.clone()));
         Ok(UringReads { inner })
     }
@@ -319,6 +320,7 @@ impl Drop for Inner {
             }
             self.reap();
         }
+        self.shared.counters.uring_rings.fetch_sub(1, Relaxed);
     }
 }
 

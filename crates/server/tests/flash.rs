@@ -5,6 +5,7 @@
 mod common;
 
 use common::{Client, TestServer};
+use memfleet_server::config::FlashIo;
 use memfleet_storage::FlashFetch;
 use std::path::PathBuf;
 
@@ -437,4 +438,52 @@ fn key_dumps_list_items_on_flash_once_and_only_while_a_get_finds_them() {
     }
     assert!(found > N / 2, "{found} of {N} found");
     assert!(c.stat("get_extstore") > 1000);
+}
+
+#[test]
+fn flash_reads_run_on_the_workers_io_uring_or_on_the_reader_threads_when_asked() {
+    for io in [FlashIo::Uring, FlashIo::Threads] {
+        let file = flash_file(&format!("io-{io:?}"));
+        let spec = memfleet_flash::FlashSpec::parse(&format!("{}:64m", file.0.display())).unwrap();
+        let s = TestServer::with(move |s| {
+            s.limits.memory_bytes = 8 << 20;
+            s.flash.files = vec![spec];
+            s.flash.threads = 2;
+            s.flash.io = io;
+        });
+        let mut c = s.connect();
+        fill(&mut c);
+        let keys = flash_keys(&mut c, &s, 20);
+        // One multi-get of 20 flash keys: their reads go to the device together.
+        let line: String = keys.iter().map(|i| format!(" key:{i}")).collect();
+        c.send(format!("get{line}\r\n"));
+        let mut served = 0;
+        loop {
+            let l = c.read_line();
+            if l == "END\r\n" {
+                break;
+            }
+            let words: Vec<&str> = l.split_whitespace().collect();
+            let i: usize = words[1].strip_prefix("key:").unwrap().parse().unwrap();
+            let len: usize = words[3].parse().unwrap();
+            let data = c.read_n(len + 2);
+            assert_eq!(&data[..len], value(i).as_bytes(), "key:{i} ({io:?})");
+            served += 1;
+        }
+        assert!(served >= 19, "{served} of 20 served ({io:?})");
+        let rings = c.stat("flash_io_uring_workers");
+        match io {
+            // A kernel that refuses io_uring falls back to the threads (and says so).
+            FlashIo::Uring => assert!(rings <= 1, "{rings}"),
+            FlashIo::Threads => assert_eq!(rings, 0, "no ring with --flash-io threads"),
+        }
+        if io == FlashIo::Uring && io_uring_allowed() {
+            assert_eq!(rings, 1, "the worker that read flash made its ring");
+        }
+    }
+}
+
+/// Whether this kernel lets processes use io_uring (`kernel.io_uring_disabled` 0).
+fn io_uring_allowed() -> bool {
+    std::fs::read_to_string("/proc/sys/kernel/io_uring_disabled").map_or(true, |v| v.trim() == "0")
 }

@@ -53,5 +53,8 @@ pub(super) fn values(
         ("flash_read_errors", Int(io.read_errors)),
         ("flash_reads_rejected", Int(io.reads_rejected)),
         ("flash_direct_io", Int(u64::from(direct))),
+        // Workers reading on an io_uring of their own (`--flash-io uring`; each makes its ring
+        // at its first flash read; 0 with the reader threads).
+        ("flash_io_uring_workers", Int(io.uring_rings)),
     ]
 }

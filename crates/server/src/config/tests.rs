@@ -183,6 +183,25 @@ fn flash_flags_and_memcached_ext_options_agree() {
         (1, 64 << 20, 8)
     );
     assert_eq!(a.item_size, 512);
+    assert_eq!(a.io, FlashIo::Uring, "io_uring unless told otherwise");
+    let threads = ServerArgs {
+        flash: vec!["/var/tmp/f:64m".into()],
+        flash_io: Some("threads".into()),
+        ..ServerArgs::default()
+    };
+    assert_eq!(
+        Settings::resolve(&threads).unwrap().flash.io,
+        FlashIo::Threads
+    );
+    let bad_io = ServerArgs {
+        flash: vec!["/var/tmp/f:64m".into()],
+        flash_io: Some("aio".into()),
+        ..ServerArgs::default()
+    };
+    assert!(
+        Settings::resolve(&bad_io).is_err(),
+        "--flash-io aio is refused"
+    );
     let small = ServerArgs {
         flash: vec!["/var/tmp/f:64m".into()],
         flash_item_size: Some("32".into()),
