@@ -168,3 +168,85 @@ fn memcached_exporter_scrapes_memfleet_as_it_scrapes_memcached() {
         );
     }
 }
+
+/// A directory anyone may write (memcached opens its `ext_path` file after dropping to
+/// `nobody`), removed on drop.
+struct OpenDir(PathBuf);
+
+impl Drop for OpenDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn open_dir(name: &str) -> OpenDir {
+    use std::os::unix::fs::PermissionsExt;
+    // /var/tmp is a disk (memfleet's flash wants O_DIRECT); the temp dir may be tmpfs.
+    let base = ["/var/tmp"]
+        .iter()
+        .map(PathBuf::from)
+        .find(|d| d.is_dir())
+        .unwrap_or_else(std::env::temp_dir);
+    let dir = base.join(format!("memfleet-exporter-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).unwrap();
+    OpenDir(dir)
+}
+
+/// memcached with extstore (`-o ext_path`) has metric families memcached without it lacks
+/// (`memcached_extstore_*`, the extstore get counters); memfleet with `--flash` has them all.
+#[test]
+fn memcached_exporter_shows_memfleets_flash_as_memcacheds_extstore() {
+    let exporter = match exporter() {
+        Ok(path) => path,
+        Err(why) => {
+            eprintln!("SKIPPED: memcached_exporter could not be built (scripts/memcached-exporter): {why}");
+            return;
+        }
+    };
+    let dir = open_dir("ext");
+    let bin = std::env::var("MEMFLEET_MEMCACHED_BIN").unwrap_or_else(|_| "memcached".into());
+    let scrape_memcached = |extra: &[String], name: &str| {
+        let port = free_port();
+        let _server = Killed(
+            Command::new(&bin)
+                .args(["-u", "nobody", "-l", "127.0.0.1", "-U", "0"])
+                .args(["-p", &port.to_string()])
+                .args(extra)
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap_or_else(|e| panic!("{bin}: {e}")),
+        );
+        support::until_serving(port);
+        traffic(port);
+        exporter_scrape(&exporter, port, &dir.0.join(format!("{name}.log")))
+    };
+    let plain = families(&scrape_memcached(&[], "plain"));
+    let ext_path = format!("ext_path={}:64m", dir.0.join("mc-flash").display());
+    let with_ext = families(&scrape_memcached(&["-o".into(), ext_path], "ext"));
+    let extstore: Vec<&String> = with_ext.difference(&plain).collect();
+    assert!(
+        extstore
+            .iter()
+            .any(|f| f.starts_with("memcached_extstore_")),
+        "the reference memcached shows no extstore families: {with_ext:?}"
+    );
+
+    let flash = format!("{}:64m", dir.0.join("mf-flash").display());
+    let (_memfleet, port) = memfleet_server(&["-l", "127.0.0.1", "--flash", &flash]);
+    traffic(port);
+    let log_path = dir.0.join("memfleet.log");
+    let scraped = exporter_scrape(&exporter, port, &log_path);
+    let log = std::fs::read_to_string(&log_path).unwrap();
+    assert!(
+        scraped.lines().any(|l| l == "memcached_up 1"),
+        "memcached_up is not 1; the exporter's log:\n{log}"
+    );
+    let ours = families(&scraped);
+    let missing: Vec<&&String> = extstore.iter().filter(|f| !ours.contains(**f)).collect();
+    assert!(
+        missing.is_empty(),
+        "extstore families the exporter shows for memcached but not for memfleet --flash: {missing:?}"
+    );
+    println!("extstore families shown for memfleet --flash: {extstore:?}");
+}

@@ -164,6 +164,10 @@ fn a_small_flash_reclaims_oldest_first_and_never_serves_a_reused_place() {
     fill(&mut h, 6000, Expiry::Never);
     let flash = cache.stats().flash.unwrap();
     assert!(flash.page_reclaims > 0, "{flash:?}");
+    // Live items lost with their segment, and their bytes (about a record each).
+    assert!(flash.objects_evicted > 0, "{flash:?}");
+    let per_item = flash.bytes_evicted / flash.objects_evicted;
+    assert!((400..=700).contains(&per_item), "{flash:?}");
     let mut found = 0;
     for i in 0..6000 {
         let key = format!("key:{i}");

@@ -26,6 +26,13 @@ pub(super) fn values(
         ("extstore_pages_free", Int(f.pages_free)),
         ("extstore_pages_used", Int(f.pages_used)),
         ("extstore_objects_evicted", Int(f.objects_evicted)),
+        ("extstore_bytes_evicted", Int(f.bytes_evicted)),
+        // extstore compacts pages, rescuing their live items into new ones; memfleet's flash
+        // reclaims its oldest segment whole (its items were merge eviction's leftovers
+        // already), so nothing is compacted, rescued or skipped.
+        ("extstore_compact_lost", Int(0)),
+        ("extstore_compact_rescues", Int(0)),
+        ("extstore_compact_skipped", Int(0)),
         ("extstore_objects_read", Int(f.objects_read)),
         ("extstore_objects_written", Int(f.objects_written)),
         ("extstore_objects_used", Int(f.objects_used)),

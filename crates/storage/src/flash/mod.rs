@@ -253,6 +253,9 @@ pub struct FlashStats {
     pub page_evictions: u64,
     /// Live items lost when their segment was reclaimed (`extstore_objects_evicted`).
     pub objects_evicted: u64,
+    /// Their record bytes, estimated from the segment's average record
+    /// (`extstore_bytes_evicted`).
+    pub bytes_evicted: u64,
     /// Segments dropped because every item expired or was flushed.
     pub pages_expired: u64,
     /// Demotions refused because the device lagged (write buffers full).

@@ -18,6 +18,7 @@ pub struct FlashCounters {
     pub page_reclaims: AtomicU64,
     pub page_evictions: AtomicU64,
     pub objects_evicted: AtomicU64,
+    pub bytes_evicted: AtomicU64,
     pub pages_expired: AtomicU64,
     pub write_lag_drops: AtomicU64,
     pub budget_drops: AtomicU64,

@@ -292,6 +292,10 @@ impl FlashTier {
         if live > 0 {
             bump(&self.counters.page_evictions, 1);
             bump(&self.counters.objects_evicted, u64::from(live));
+            let m = &self.meta[place as usize];
+            let items = u64::from(m.items.load(Ordering::Relaxed).max(1));
+            let bytes = m.bytes.load(Ordering::Relaxed) * u64::from(live) / items;
+            bump(&self.counters.bytes_evicted, bytes);
         }
         self.free_place(inner, place);
         inner.free.pop()
@@ -581,6 +585,7 @@ impl FlashTier {
             page_reclaims: get(&c.page_reclaims),
             page_evictions: get(&c.page_evictions),
             objects_evicted: get(&c.objects_evicted),
+            bytes_evicted: get(&c.bytes_evicted),
             pages_expired: get(&c.pages_expired),
             write_lag_drops: get(&c.write_lag_drops),
             budget_drops: get(&c.budget_drops),
