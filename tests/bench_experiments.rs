@@ -274,9 +274,11 @@ fn migration_scenario_moves_a_cluster_without_an_error_or_a_stale_read() {
     assert_eq!(names, ["shadow", "migrate", "drain"], "{stdout}");
     let (shadow, migrate, drain) = (totals[0], totals[1], totals[2]);
     let n = |v: &serde_json::Value, k: &str| v[k].as_u64().unwrap();
-    // Written keys were read (and checked) in every phase, and the writer wrote in each.
+    // Written keys were read (and checked) in every phase, and the writer wrote in each
+    // (3 s phases: at 200 writes/s about 600 and 150 checked on a quiet machine; a loaded one
+    // saw 146 and 78 in the drain).
     for t in &totals {
-        assert!(n(t, "checked") > 100 && n(t, "writes") > 100, "{stdout}");
+        assert!(n(t, "checked") > 30 && n(t, "writes") > 50, "{stdout}");
     }
     // The shadow compared gets, and the new cluster got the copies.
     assert!(n(shadow, "compared") > 1000, "{stdout}");
