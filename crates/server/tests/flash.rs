@@ -281,6 +281,44 @@ fn flash_items_survive_a_graceful_restart_with_a_memory_file() {
 }
 
 #[test]
+fn a_flash_file_removed_underneath_keeps_serving_from_the_open_file() {
+    let file = flash_file("removed");
+    let s = server(&file);
+    let mut c = s.connect();
+    fill(&mut c);
+    let k = flash_keys(&mut c, &s, 30);
+    // Another process removes the file. The server's descriptor keeps the data (as
+    // memcached's extstore's does) until it stops; nothing is lost or wrong meanwhile.
+    std::fs::remove_file(&file.0).unwrap();
+    for &i in &k {
+        assert_eq!(
+            get(&mut c, &format!("key:{i}")),
+            Some((i as u32, value(i))),
+            "key:{i}"
+        );
+    }
+    // Flash writes go on too: another round of items through RAM, read back.
+    for i in 0..N / 2 {
+        let v = value(i + N);
+        c.send(format!("set more:{i} 0 0 {}\r\n{v}\r\n", v.len()));
+    }
+    for _ in 0..N / 2 {
+        assert_eq!(c.read_line(), "STORED\r\n");
+    }
+    assert_eq!(c.stat("flash_write_errors"), 0);
+    let found = (0..N / 2)
+        .step_by(50)
+        .filter(|i| {
+            get(&mut c, &format!("more:{i}")).is_some_and(|(_, v)| {
+                assert_eq!(v, value(i + N), "more:{i}");
+                true
+            })
+        })
+        .count();
+    assert!(found > N / 2 / 50 * 9 / 10, "{found} found");
+}
+
+#[test]
 fn a_flash_file_truncated_underneath_costs_misses_not_wrong_bytes_or_the_server() {
     let file = flash_file("truncated");
     let s = server(&file);
