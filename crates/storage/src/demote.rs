@@ -7,7 +7,7 @@
 
 use crate::engine_state::EngineState;
 use crate::flash::record_deadline;
-use crate::hashtable::{ChainGuard, Slot, Table};
+use crate::hashtable::{tag_of, ChainGuard, Slot, Table};
 use crate::item::Header;
 use crate::sync::atomic::AtomicU64;
 use std::sync::atomic::Ordering;
@@ -59,14 +59,16 @@ pub(crate) unsafe fn to_flash(
     if deadline <= now {
         return false;
     }
-    // A chain holds at most one flash slot per tag (a read then has one candidate); dead
-    // flash slots met on the way are dropped.
+    // A chain holds at most one flash slot a key can match (tag and kept hash bits,
+    // `flash_slot_matches`: a read then has one candidate); dead flash slots met on the
+    // way are dropped.
+    let power = chain.power();
     let mut conflict = false;
     chain.scan(|other, o| {
         if engine.is_flash_slot(o) {
             if tier.resolve(o.seg()).is_none() {
                 chain.remove(other);
-            } else if o.tag() == s.tag() {
+            } else if flash_slot_matches(o, hash, power) {
                 conflict = true;
             }
         }
@@ -86,7 +88,7 @@ pub(crate) unsafe fn to_flash(
     let moved = Slot::new(
         flash_seg,
         engine.units(flash_offset),
-        flash_bits(hash, chain.power()),
+        flash_bits(hash, power),
         s.tag(),
     );
     chain.replace(slot, moved.with_fetched(s.fetched()));
@@ -117,18 +119,34 @@ pub(crate) fn retire_demoting(engine: &EngineState, seg: u32) -> usize {
     })
 }
 
-/// Under a writer's chain lock, for a key of `tag`: drops every flash slot of that tag (the
-/// key's flash copy, if it has one, is now out of date; one of another key with the same
-/// tag goes with it) and every dead flash slot. True when a live one was dropped.
-pub(crate) fn purge_flash(engine: &EngineState, chain: &ChainGuard<'_>, tag: u16) -> bool {
+/// Whether flash slot `s`, in a table of `power`, may hold the item of a key of `hash`: its
+/// tag matches, and so do the hash bits it keeps for growth (up to 4 more bits of the key's
+/// hash above the table's power: 16 times fewer foreign flash slots taken for the key, so
+/// fewer flash reads for misses and fewer copies dropped for another key's write).
+pub(crate) fn flash_slot_matches(s: Slot, hash: u64, power: u32) -> bool {
+    if s.tag() != tag_of(hash) {
+        return false;
+    }
+    let bits = s.freq();
+    let known = u32::from(bits >> HASH_BITS);
+    let mask = (1u64 << known) - 1;
+    u64::from(bits) & mask == hash.checked_shr(power).unwrap_or(0) & mask
+}
+
+/// Under a writer's chain lock, for a key of `hash`: drops every flash slot that may be its
+/// ([`flash_slot_matches`]: the key's flash copy, if it has one, is now out of date; one of
+/// another key with the same tag and bits goes with it) and every dead flash slot. True when
+/// a live one was dropped.
+pub(crate) fn purge_flash(engine: &EngineState, chain: &ChainGuard<'_>, hash: u64) -> bool {
     let Some(tier) = engine.flash() else {
         return false;
     };
+    let power = chain.power();
     let mut purged = false;
     chain.scan(|slot, s| {
         if engine.is_flash_slot(s) {
             let live = tier.resolve(s.seg()).is_some();
-            if !live || s.tag() == tag {
+            if !live || flash_slot_matches(s, hash, power) {
                 chain.remove(slot);
                 if live {
                     tier.forget(s.seg());

@@ -247,18 +247,37 @@ fn items_being_written_are_read_from_the_write_buffer() {
 }
 
 /// Two keys whose hashes share the chain and the 11-bit tag.
-fn colliding_keys(cache: &Cache) -> (String, String) {
+/// Two keys of the same chain and tag; with `same_bits`, also the same 4 hash bits above
+/// the table's power (which a flash slot keeps: a full collision), else different ones.
+fn colliding_keys(cache: &Cache, same_bits: bool) -> (String, String) {
     let buckets = cache.stats().hash_buckets;
-    let mut seen: HashMap<(u64, u64), String> = HashMap::new();
+    let mut seen: HashMap<(u64, u64), Vec<(String, u64)>> = HashMap::new();
     for i in 0.. {
         let key = format!("collide:{i}");
         let h = xxh3(key.as_bytes());
-        let id = (h & (buckets - 1), h >> 53);
-        if let Some(other) = seen.insert(id, key.clone()) {
-            return (other, key);
+        let bits = (h / buckets) & 0xf;
+        let twins = seen.entry((h & (buckets - 1), h >> 53)).or_default();
+        if let Some((other, _)) = twins.iter().find(|(_, b)| (*b == bits) == same_bits) {
+            return (other.clone(), key);
         }
+        twins.push((key, bits));
     }
     unreachable!()
+}
+
+/// A key of `key`'s chain and tag whose 4 hash bits above the table's power differ.
+fn twin_with_other_bits(cache: &Cache, key: &str) -> String {
+    let buckets = cache.stats().hash_buckets;
+    let h = xxh3(key.as_bytes());
+    (0..)
+        .map(|i| format!("twin:{i}"))
+        .find(|k| {
+            let t = xxh3(k.as_bytes());
+            t & (buckets - 1) == h & (buckets - 1)
+                && t >> 53 == h >> 53
+                && (t / buckets) & 0xf != (h / buckets) & 0xf
+        })
+        .unwrap()
 }
 
 fn xxh3(key: &[u8]) -> u64 {
@@ -270,7 +289,9 @@ fn xxh3(key: &[u8]) -> u64 {
 fn a_tag_collision_is_a_checked_miss() {
     let clock = Clock::manual();
     let (cache, sink) = cache(64, &clock);
-    let (a, b) = colliding_keys(&cache);
+    let (a, b) = colliding_keys(&cache, true);
+    // Same chain and tag as `a`, other hash bits: never taken for `a`'s flash copy.
+    let c = twin_with_other_bits(&cache, &a);
     let mut h = cache.handle();
     // As large as the filler (merges keep small items longer).
     let value_a = value_of(424_242);
@@ -289,6 +310,10 @@ fn a_tag_collision_is_a_checked_miss() {
         assert!(i < 100_000, "`a` never went to flash");
     }
     assert!(h.get(a.as_bytes()).is_none());
+    assert!(
+        h.flash_candidate(c.as_bytes()).is_none(),
+        "a miss of a key with the same tag but other hash bits reads no flash"
+    );
     // `b` was never stored: its read finds `a`'s bytes, checks the key, misses.
     assert_eq!(
         bring_back(&mut h, &sink, b.as_bytes()),

@@ -8,7 +8,7 @@ use super::{client_cas, Handle};
 use crate::flash::{
     record, FlashCandidate, FlashFetch, FlashItem, FlashRead, FlashTier, Promotion,
 };
-use crate::hashtable::{hash, tag_of, Slot};
+use crate::hashtable::{hash, Slot};
 use crate::item::{self, Extras, Header, Lease};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -30,17 +30,18 @@ impl Handle {
             return None;
         }
         let h = hash(key);
-        let tag = tag_of(h);
         let engine = &*self.engine;
         let table = self.table();
+        let power = table.power();
         table.scan(table.head_of(h), |_, s| {
-            (s.tag() == tag && engine.is_flash_slot(s) && tier.resolve(s.seg()).is_some()).then(
-                || FlashCandidate {
-                    seg: s.seg(),
-                    offset: engine.offset_of(s) as u32,
-                    slot: s.0,
-                },
-            )
+            (engine.is_flash_slot(s)
+                && crate::demote::flash_slot_matches(s, h, power)
+                && tier.resolve(s.seg()).is_some())
+            .then(|| FlashCandidate {
+                seg: s.seg(),
+                offset: engine.offset_of(s) as u32,
+                slot: s.0,
+            })
         })
     }
 
@@ -247,7 +248,7 @@ impl Handle {
         let h = hash(key);
         let engine = self.engine.clone();
         self.locked(h, |_, _, chain| {
-            ChainAttempt::Done(crate::demote::purge_flash(&engine, chain, tag_of(h)))
+            ChainAttempt::Done(crate::demote::purge_flash(&engine, chain, h))
         })
         .unwrap_or(false)
     }

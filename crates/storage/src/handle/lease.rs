@@ -7,7 +7,7 @@ use super::status::StoreError;
 use super::store::{check_key, existing, ChainAttempt};
 use super::Handle;
 use crate::clock::{Expiry, NEVER};
-use crate::hashtable::{hash, tag_of};
+use crate::hashtable::hash;
 use crate::item::{
     Extras, Lease, MARK_DELETED, MARK_EMPTY, MARK_STALE, MARK_TOKEN, MARK_TOMBSTONE,
 };
@@ -88,7 +88,6 @@ impl Handle {
     ) -> Result<R, StoreError> {
         check_key(key)?;
         let h = hash(key);
-        let tag = tag_of(h);
         let interval = self.engine.config().lease_interval;
         // The token this call handed itself, once it has tried to.
         let mut mine: Option<u64> = None;
@@ -159,7 +158,7 @@ impl Handle {
                     };
                     let written = self.append(key, &[], 0, deadline, extras)?;
                     self.locked(h, |this, table, chain| {
-                        let old = existing(&this.engine, chain, key, tag, now);
+                        let old = existing(&this.engine, chain, key, h, now);
                         if old.as_ref().is_some_and(|o| o.live) {
                             // Someone stored or vivified the key meanwhile: read theirs.
                             return ChainAttempt::Done(());

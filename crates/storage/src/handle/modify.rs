@@ -11,7 +11,7 @@ use super::store::{check_key, existing, ChainAttempt, Existing};
 use super::Handle;
 use crate::clock::{Expiry, NEVER};
 use crate::counters::HandleCounters;
-use crate::hashtable::{hash, tag_of, TableFull};
+use crate::hashtable::{hash, TableFull};
 use crate::item::{self, Extras, MARK_STALE, MARK_TOMBSTONE};
 use crate::lease::Visibility;
 use crate::numeric;
@@ -245,10 +245,9 @@ impl Handle {
     /// placeholder, which memcached counts as an item).
     pub(crate) fn remove_outright(&self, key: &[u8]) -> bool {
         let h = hash(key);
-        let tag = tag_of(h);
         let now = self.engine.clock().now();
         let removed = self.locked(h, |this, _, chain| {
-            let Some(old) = existing(&this.engine, chain, key, tag, now) else {
+            let Some(old) = existing(&this.engine, chain, key, h, now) else {
                 return ChainAttempt::Done(false);
             };
             if old.live && old.header.marks & MARK_TOMBSTONE != 0 {
@@ -270,7 +269,6 @@ impl Handle {
         }
         check_key(key)?;
         let h = hash(key);
-        let tag = tag_of(h);
         let now = self.engine.clock().now();
         let deadline = now.saturating_add(holdoff).min(NEVER - 1);
         let tombstone = Extras {
@@ -287,7 +285,7 @@ impl Handle {
             }
         };
         let removed = self.locked(h, |this, table, chain| {
-            let old = existing(&this.engine, chain, key, tag, now);
+            let old = existing(&this.engine, chain, key, h, now);
             match this.publish(table, chain, old.as_ref(), &written, h, true) {
                 Ok(()) => ChainAttempt::Done(old.as_ref().is_some_and(Existing::has_value)),
                 Err(TableFull) => ChainAttempt::GrowTable(table.power()),

@@ -109,12 +109,13 @@ pub(crate) fn existing<'a>(
     engine: &EngineState,
     chain: &ChainGuard<'a>,
     key: &[u8],
-    tag: u16,
+    h: u64,
     now: u32,
 ) -> Option<Existing<'a>> {
+    let tag = tag_of(h);
     let generation = engine.current_generation(now);
     // A write of the key makes any flash copy of it out of date (`demote.rs`).
-    crate::demote::purge_flash(engine, chain, tag);
+    crate::demote::purge_flash(engine, chain, h);
     chain.scan(|slot, s| {
         if s.tag() != tag || engine.is_flash_slot(s) {
             return None;
@@ -228,9 +229,8 @@ impl Handle {
         bump_cas: bool,
         current: impl Fn(&Existing<'_>) -> bool,
     ) -> Option<()> {
-        let tag = tag_of(h);
         self.locked(h, |this, table, chain| {
-            let old = match existing(&this.engine, chain, key, tag, now) {
+            let old = match existing(&this.engine, chain, key, h, now) {
                 Some(e) if current(&e) => e,
                 _ => return ChainAttempt::Retry,
             };
@@ -307,7 +307,6 @@ impl Handle {
         }
         let now = self.engine.clock().now();
         let h = hash(key);
-        let tag = tag_of(h);
         if let Some(status) = self.precheck(mode, key, h, now) {
             return Ok(status);
         }
@@ -324,7 +323,7 @@ impl Handle {
         };
         let status = self.locked(h, |this, table, chain| {
             let engine = &*this.engine;
-            let old = existing(engine, chain, key, tag, now);
+            let old = existing(engine, chain, key, h, now);
             let bucket_cas = client_cas(chain.cas(), h);
             let verdict = verdict(mode, old.as_ref().and_then(|o| o.seen(bucket_cas)));
             if let Err(status) = verdict {
