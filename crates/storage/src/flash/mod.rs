@@ -30,13 +30,13 @@
 //! **Keys.** A flash item's key is not in RAM; its slot's 11-bit tag and the up to 4 hash
 //! bits it keeps for table growth (`demote.rs`) stand for it: 15 bits of the key's hash
 //! besides its chain. A write or delete of a key therefore drops every flash slot of its
-//! chain that matches them (a slot of another key that matches is lost with it: counted;
-//! estimated one write in 5,000 when every chain is full of flash items, 16 times fewer than
-//! with the tag alone), and a chain holds at
-//! most one flash slot a key can match, so a read has at most one flash candidate to fetch,
-//! and a miss reads flash about once in 10,000 (measured: 32 of 400,000 absent keys, against
-//! 457 when only the tag was compared). Table growth consumes one kept bit per doubling;
-//! a flash slot with none left is dropped at the next, counted.
+//! chain that matches them. A slot of another key that matches is lost with it, counted:
+//! an estimated one write in 5,000 when every chain is full of flash items, 16 times fewer
+//! than with the tag alone. A chain holds at most one flash slot a key can match, so a read
+//! has at most one flash candidate to fetch, and a miss reads flash about once in 10,000
+//! (measured: 32 of 400,000 absent keys, against 457 when only the tag was compared). Table
+//! growth consumes one kept bit per doubling; a flash slot with none left is dropped at the
+//! next, counted.
 
 pub(crate) mod record;
 mod tier;
