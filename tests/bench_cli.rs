@@ -129,7 +129,7 @@ fn each_experiment_lists_only_its_own_flags() {
         ),
         (
             "flash",
-            "items value-size memory dir flash-threads conns flash-io keys-per-get fill-conns read-time memcached fio quick memfleet-bin seed"
+            "items value-size memory dir flash-threads conns flash-io keys-per-get pipeline fill-conns read-time memcached fio quick memfleet-bin seed"
                 .into(),
         ),
     ];
@@ -211,7 +211,7 @@ fn another_experiments_flag_is_refused_with_its_owner_named() {
         ),
         (
             &["bench", "--scenario", "udp", "--pipeline", "4"],
-            "`memfleet bench load|scale`",
+            "`memfleet bench load|scale|flash`",
         ),
         (
             &["bench", "gutter", "--spawn", "memfleet"],

@@ -137,7 +137,7 @@ pub fn process(
             prefetch(exec.handle, batch);
         }
         // By reference: a request is a few words of borrowed slices, copied once is enough.
-        for (request, used) in batch.iter().flatten() {
+        for (index, (request, used)) in batch.iter().flatten().enumerate() {
             let (request, used) = (request, *used);
             if out.len() >= budget {
                 return (pos, Flow::OutputFull);
@@ -155,6 +155,11 @@ pub fn process(
                 }
             }
             if exec.server.flash.is_some() && flash_gate(exec, request, &mut state.flash) {
+                // While it waits, the reads of the requests pipelined after it go to the
+                // device too: a pipelining client keeps several reads in flight.
+                for (later, _) in batch[index + 1..].iter().flatten() {
+                    flash_prefetch(exec, later, &mut state.flash);
+                }
                 return (pos, Flow::FlashRead);
             }
             let start = state.resume.take().unwrap_or(0);
@@ -310,6 +315,31 @@ fn for_each_key(request: &Request<'_>, mut f: impl FnMut(&[u8])) {
         Request::MetaGet(m) | Request::MetaDelete(m) if !m.key.is_base64() => f(m.key.raw()),
         Request::MetaSet(m) if !m.key.is_base64() => f(m.key.raw()),
         Request::MetaArithmetic(m) if !m.key.is_base64() => f(m.key.raw()),
+        _ => {}
+    }
+}
+
+/// Starts the device reads `request`'s keys will need when it runs, without running it
+/// (a request pipelined behind one waiting for flash; `flash::prefetch_key`).
+fn flash_prefetch(
+    exec: &mut Executor<'_>,
+    request: &Request<'_>,
+    reads: &mut crate::flash::FlashReads,
+) {
+    if crate::flash::blind(request) {
+        return;
+    }
+    let handle = &*exec.handle;
+    let mut fetch = |key: &[u8]| crate::flash::prefetch_key(handle, key, reads);
+    match request {
+        Request::Get(get) => get.keys.for_each(&mut fetch),
+        Request::Store(s) => fetch(s.key),
+        Request::Delete { key, .. } | Request::Arith { key, .. } | Request::Touch { key, .. } => {
+            fetch(key)
+        }
+        Request::MetaGet(m) | Request::MetaDelete(m) => fetch(&m.key.bytes()),
+        Request::MetaSet(m) => fetch(&m.key.bytes()),
+        Request::MetaArithmetic(m) => fetch(&m.key.bytes()),
         _ => {}
     }
 }
@@ -557,6 +587,10 @@ async fn serve_stream<T: Transport>(ctx: &Rc<WorkerContext>, stream: &mut T) -> 
             write_replies(ctx, stream, &mut pending_out).await?;
         }
 
+        if flow != Flow::FlashRead {
+            // Prefetched reads no request claimed (their slots changed meanwhile).
+            state.flash.forget_unclaimed();
+        }
         match flow {
             Flow::Close => return Ok(()),
             Flow::OutputFull | Flow::Flush => input_waiting = true,

@@ -97,15 +97,15 @@ enum SegmentRead {
 
 impl FlashReads {
     /// After a request's keys went through [`gate_key`]: whether it must wait for device
-    /// reads (then run it again once [`FlashReads::run`] is done). Results nobody claimed
-    /// (the slot changed meanwhile) are not kept for later.
+    /// reads (then run it again once [`FlashReads::run`] is done).
     pub fn finish(&mut self) -> bool {
-        if self.pending.is_empty() {
-            self.done.clear();
-            false
-        } else {
-            true
-        }
+        !self.pending.is_empty()
+    }
+
+    /// Drops results nobody claimed: their slots changed before their request ran. The
+    /// connection calls it once a batch ends other than for flash reads.
+    pub fn forget_unclaimed(&mut self) {
+        self.done.clear();
     }
 
     /// Starts every pending read on the reader threads and waits for them all (the worker
@@ -125,6 +125,10 @@ impl FlashReads {
                 }
             };
             self.segment = Some(SegmentRead::Done(bytes));
+        }
+        if self.done.len() > 4 * PREFETCH_LIMIT {
+            // Unclaimed results of earlier rounds; a request that wants one reads it again.
+            self.done.clear();
         }
         // All started before any is awaited: on a ring they go to the kernel together.
         let started: Vec<_> = self
@@ -163,6 +167,37 @@ impl FlashReads {
                 None
             }
         }
+    }
+}
+
+/// Reads queued ahead for pipelined requests at most (`prefetch_key`), besides those the
+/// waiting request needs: a connection holds at most this many blocks of results.
+const PREFETCH_LIMIT: usize = 64;
+
+/// Queues the device read of `key`'s flash copy, if it has one on the device and it is not
+/// queued or read already, for a request pipelined behind one that waits for flash: when
+/// that request runs, [`gate_key`] finds the bytes. Nothing is checked or counted here.
+pub fn prefetch_key(handle: &Handle, key: &[u8], reads: &mut FlashReads) {
+    if reads.pending.len() >= PREFETCH_LIMIT {
+        return;
+    }
+    let Some(candidate) = handle.flash_candidate(key) else {
+        return;
+    };
+    let location = candidate.location();
+    if reads.pending.iter().any(|p| p.location == location)
+        || reads.done.iter().any(|(l, _)| *l == location)
+    {
+        return;
+    }
+    if let FlashFetch::Device { place, offset, len } = handle.flash_fetch(&candidate) {
+        reads.pending.push(PendingRead {
+            location,
+            candidate,
+            place,
+            offset,
+            len,
+        });
     }
 }
 

@@ -353,19 +353,22 @@ fn a_flash_file_truncated_underneath_costs_misses_not_wrong_bytes_or_the_server(
     assert_eq!(get(&mut c, "after"), Some((0, "ok".into())));
 }
 
-/// A key whose flash copy is written out (not one still in a write buffer, which is read
-/// without the device), once the slow writer has written one.
-fn key_on_the_device(s: &TestServer) -> usize {
+/// `n` keys whose flash copies are written out (not still in a write buffer, which is read
+/// without the device), once the slow writer has written them.
+fn keys_on_the_device(s: &TestServer, n: usize) -> Vec<usize> {
     let cache = s.server().cache();
     let h = cache.handle();
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
     loop {
-        let found = (0..N).find(|i| {
-            h.flash_candidate(format!("key:{i}").as_bytes())
-                .is_some_and(|c| matches!(h.flash_fetch(&c), FlashFetch::Device { .. }))
-        });
-        if let Some(k) = found {
-            return k;
+        let found: Vec<usize> = (0..N)
+            .filter(|i| {
+                h.flash_candidate(format!("key:{i}").as_bytes())
+                    .is_some_and(|c| matches!(h.flash_fetch(&c), FlashFetch::Device { .. }))
+            })
+            .take(n)
+            .collect();
+        if found.len() == n {
+            return found;
         }
         assert!(
             std::time::Instant::now() < deadline,
@@ -375,21 +378,47 @@ fn key_on_the_device(s: &TestServer) -> usize {
     }
 }
 
-#[test]
-fn a_slow_flash_read_does_not_hold_up_the_worker_or_other_connections() {
-    let file = flash_file("slow");
+fn slow_server(file: &FlashFile, delay_ms: u64) -> TestServer {
     let spec = memfleet_flash::FlashSpec::parse(&format!("{}:64m", file.0.display())).unwrap();
     // One worker: the connection waiting for flash and the other share it.
-    let s = TestServer::with(move |s| {
+    TestServer::with(move |s| {
         s.limits.memory_bytes = 8 << 20;
         s.limits.threads = 1;
         s.flash.files = vec![spec];
         s.flash.threads = 2;
-        s.flash.test_delay = Some(std::time::Duration::from_millis(500));
-    });
+        s.flash.test_delay = Some(std::time::Duration::from_millis(delay_ms));
+    })
+}
+
+#[test]
+fn pipelined_gets_of_flash_items_read_the_device_together_and_reply_in_order() {
+    let file = flash_file("pipelined");
+    let s = slow_server(&file, 300);
     let mut c = s.connect();
     fill(&mut c);
-    let k = key_on_the_device(&s);
+    let keys = keys_on_the_device(&s, 6);
+    let started = std::time::Instant::now();
+    let batch: String = keys.iter().map(|i| format!("get key:{i}\r\n")).collect();
+    c.send(batch);
+    for &i in &keys {
+        assert_eq!(get_reply(&mut c), Some((i as u32, value(i))), "key:{i}");
+    }
+    // One after another, the six reads would take 1.8 s: the five behind the first are read
+    // while it waits.
+    let took = started.elapsed();
+    assert!(
+        took < std::time::Duration::from_millis(1200),
+        "{took:?}: pipelined flash reads went one at a time"
+    );
+}
+
+#[test]
+fn a_slow_flash_read_does_not_hold_up_the_worker_or_other_connections() {
+    let file = flash_file("slow");
+    let s = slow_server(&file, 500);
+    let mut c = s.connect();
+    fill(&mut c);
+    let k = keys_on_the_device(&s, 1)[0];
     let mut slow = s.connect();
     slow.send(format!("get key:{k}\r\n"));
     // Meanwhile another connection's RAM get, set and get are answered at once.

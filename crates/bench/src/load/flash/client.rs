@@ -104,14 +104,17 @@ pub struct Reads {
     pub latency: Histogram<u64>,
 }
 
-/// `conns` connections each with one get in flight (of `keys_per_get` distinct random keys
-/// of `0..items`: a multi-get when above 1), for `duration`. A wrong value fails the run;
-/// latency is per request.
+/// `conns` connections each with `pipeline` gets in flight (sent together, then their
+/// replies read), each of `keys_per_get` distinct random keys of `0..items` (a multi-get when
+/// above 1), for `duration`. A wrong value fails the run; latency is per request, from the
+/// batch's send to its reply.
+#[allow(clippy::too_many_arguments)]
 pub fn read_random(
     addr: SocketAddr,
     items: u64,
     value_size: usize,
     conns: u64,
+    pipeline: usize,
     keys_per_get: usize,
     duration: Duration,
     seed: u64,
@@ -127,56 +130,60 @@ pub fn read_random(
                 let (mut gets, mut hits) = (0, 0);
                 let mut line = String::new();
                 let mut data = Vec::new();
-                let mut keys: Vec<u64> = Vec::with_capacity(keys_per_get);
+                let mut batch: Vec<Vec<u64>> = vec![Vec::with_capacity(keys_per_get); pipeline];
                 let mut request = String::new();
                 while start.elapsed() < duration {
-                    keys.clear();
-                    while keys.len() < keys_per_get {
-                        let n = rng.random_range(0..items);
-                        if !keys.contains(&n) {
-                            keys.push(n);
-                        }
-                    }
                     request.clear();
-                    request.push_str("get");
-                    for n in &keys {
-                        request.push_str(&format!(" key:{n}"));
+                    for keys in &mut batch {
+                        keys.clear();
+                        while keys.len() < keys_per_get {
+                            let n = rng.random_range(0..items);
+                            if !keys.contains(&n) {
+                                keys.push(n);
+                            }
+                        }
+                        request.push_str("get");
+                        for n in keys.iter() {
+                            request.push_str(&format!(" key:{n}"));
+                        }
+                        request.push_str("\r\n");
                     }
-                    request.push_str("\r\n");
                     let t = Instant::now();
                     w.write_all(request.as_bytes())?;
-                    // Values come in request order; missed keys are left out.
-                    let mut next = 0;
-                    loop {
-                        line.clear();
-                        r.read_line(&mut line)?;
-                        if line == "END\r\n" {
-                            break;
+                    for keys in &batch {
+                        // Values come in request order; missed keys are left out.
+                        let mut next = 0;
+                        loop {
+                            line.clear();
+                            r.read_line(&mut line)?;
+                            if line == "END\r\n" {
+                                break;
+                            }
+                            let mut words = line.split_whitespace();
+                            let (Some("VALUE"), Some(key), Some(_flags), Some(len)) =
+                                (words.next(), words.next(), words.next(), words.next())
+                            else {
+                                bail!("unexpected reply {line:?}");
+                            };
+                            let len: usize = len.parse().context("a VALUE line's length")?;
+                            let Some(at) = keys[next..]
+                                .iter()
+                                .position(|n| key.strip_prefix("key:") == Some(&n.to_string()))
+                            else {
+                                bail!("{key}: not asked for, or out of order");
+                            };
+                            let n = keys[next + at];
+                            next += at + 1;
+                            data.resize(len + 2, 0);
+                            r.read_exact(&mut data)?;
+                            if data[..len] != value(n, value_size)[..] {
+                                bail!("key:{n}: a wrong value");
+                            }
+                            hits += 1;
                         }
-                        let mut words = line.split_whitespace();
-                        let (Some("VALUE"), Some(key), Some(_flags), Some(len)) =
-                            (words.next(), words.next(), words.next(), words.next())
-                        else {
-                            bail!("unexpected reply {line:?}");
-                        };
-                        let len: usize = len.parse().context("a VALUE line's length")?;
-                        let Some(at) = keys[next..]
-                            .iter()
-                            .position(|n| key.strip_prefix("key:") == Some(&n.to_string()))
-                        else {
-                            bail!("{key}: not asked for, or out of order");
-                        };
-                        let n = keys[next + at];
-                        next += at + 1;
-                        data.resize(len + 2, 0);
-                        r.read_exact(&mut data)?;
-                        if data[..len] != value(n, value_size)[..] {
-                            bail!("key:{n}: a wrong value");
-                        }
-                        hits += 1;
+                        hist.record(t.elapsed().as_micros() as u64)?;
+                        gets += keys_per_get as u64;
                     }
-                    hist.record(t.elapsed().as_micros() as u64)?;
-                    gets += keys_per_get as u64;
                 }
                 Ok((gets, hits, hist))
             })

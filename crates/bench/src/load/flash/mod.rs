@@ -67,9 +67,12 @@ pub struct FlashArgs {
     #[arg(long, default_value = "uring", value_parser = ["uring", "threads"])]
     pub flash_io: String,
     /// Keys per get of the read phase (a multi-get above 1): the reads the device is given
-    /// at once are --conns × this, and fio gets as many jobs.
+    /// at once are --conns × --pipeline × this, and fio keeps as many in flight.
     #[arg(long, default_value_t = 1)]
     pub keys_per_get: usize,
+    /// Gets each read connection sends together before reading their replies.
+    #[arg(long, default_value_t = 1)]
+    pub pipeline: usize,
     /// Connections of the fill.
     #[arg(long, default_value_t = 4)]
     pub fill_conns: u64,
@@ -220,6 +223,7 @@ fn run_server(
         s.items,
         s.value_size,
         s.conns,
+        args.pipeline,
         args.keys_per_get,
         s.read_time,
         args.seed,
@@ -282,8 +286,11 @@ pub fn bench(args: &FlashArgs) -> Result<()> {
     if !(1..=100).contains(&args.keys_per_get) || args.keys_per_get as u64 > items {
         bail!("--keys-per-get must be between 1 and 100, and at most --items");
     }
+    if !(1..=64).contains(&args.pipeline) {
+        bail!("--pipeline must be between 1 and 64");
+    }
     // The reads the device is given at once: fio's jobs.
-    let queue_depth = conns as usize * args.keys_per_get;
+    let queue_depth = conns as usize * args.pipeline * args.keys_per_get;
     // Room for every item's record (value, key, headers, padding), so that the flash ends
     // the fill about full, as a cache's does (its index, the hash table, is sized for it).
     // (A record is the item, 12 bytes of record header and padding: records of up to a block
@@ -299,13 +306,14 @@ pub fn bench(args: &FlashArgs) -> Result<()> {
     };
     println!(
         "memfleet bench flash: {items} keys of {} bytes ({:.2} GiB of values), flash files of \
-         {} MiB in {}, RAM -m {memory_mib} MiB for memfleet; reads: {} connections, one get \
+         {} MiB in {}, RAM -m {memory_mib} MiB for memfleet; reads: {} connections, {} gets \
          of {} random keys in flight each, {:?}",
         args.value_size,
         items as f64 * args.value_size as f64 / f64::from(1 << 30),
         flash_size >> 20,
         args.dir.display(),
         conns,
+        args.pipeline,
         args.keys_per_get,
         read_time
     );
@@ -421,6 +429,7 @@ pub fn bench(args: &FlashArgs) -> Result<()> {
                 "flash_file_bytes": flash_size,
                 "read_conns": conns,
                 "keys_per_get": args.keys_per_get,
+                "pipeline": args.pipeline,
                 "flash_io": args.flash_io,
                 "read_seconds": read_time.as_secs_f64(),
                 "flash_threads": args.flash_threads,
