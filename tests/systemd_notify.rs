@@ -80,6 +80,37 @@ impl Notify {
         }
     }
 
+    /// Starts `memfleet` with the arguments `args` gives for three free ports (data, UDP,
+    /// admin) and waits for READY=1 (no datagram before it). A start that exits first —
+    /// another test took a port between `free_port` and the bind — is tried again on other
+    /// ports, twice at most. Returns the process, its ports and the READY datagram.
+    fn start_ready(
+        &self,
+        args: impl Fn(u16, u16, u16) -> Vec<String>,
+    ) -> (Killed, (u16, u16, u16), Vec<String>) {
+        for attempt in 1..=3 {
+            let ports = (free_port(), free_port(), free_port());
+            let argv = args(ports.0, ports.1, ports.2);
+            let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
+            let mut child = self.spawn(&argv);
+            let deadline = Instant::now() + Duration::from_secs(20);
+            loop {
+                if let Some(msg) = self.next(Duration::from_millis(50)) {
+                    if msg.iter().any(|l| l == "READY=1") {
+                        return (child, ports, msg);
+                    }
+                    panic!("before READY=1: {msg:?}");
+                }
+                if let Some(status) = child.0.try_wait().unwrap() {
+                    assert!(attempt < 3, "exited ({status}) before READY=1, three times");
+                    break;
+                }
+                assert!(Instant::now() < deadline, "no READY=1 within 20 s");
+            }
+        }
+        unreachable!("the third attempt returns or fails")
+    }
+
     /// Waits (up to 20 s, while `child` runs) for a datagram holding `line`; returns it.
     /// Every datagram before it is checked by `before` (e.g. no READY=1 yet).
     fn expect(&self, child: &mut Child, line: &str, before: impl Fn(&[String])) -> Vec<String> {
@@ -159,7 +190,6 @@ fn server_is_ready_once_every_listener_is_bound_and_says_when_it_stops() {
     let _serial = serial();
     let notify = Notify::new("server");
     let memory_file = notify.dir.join("heap");
-    let (port, udp, admin) = (free_port(), free_port(), free_port());
     let args = |port: u16, udp: u16, admin: u16| {
         vec![
             "server".to_string(),
@@ -179,12 +209,7 @@ fn server_is_ready_once_every_listener_is_bound_and_says_when_it_stops() {
             memory_file.to_str().unwrap().into(),
         ]
     };
-    let argv = args(port, udp, admin);
-    let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
-    let mut child = notify.spawn(&argv);
-    let ready = notify.expect(&mut child.0, "READY=1", |msg| {
-        panic!("before READY=1: {msg:?}")
-    });
+    let (mut child, (port, udp, admin), ready) = notify.start_ready(args);
     // At READY=1 every listener is bound: the data port and the admin port accept, and the
     // UDP port is taken.
     assert!(accepts(port), "READY=1 before the data port accepts");
@@ -220,13 +245,7 @@ fn server_is_ready_once_every_listener_is_bound_and_says_when_it_stops() {
     exits_cleanly(&mut child.0);
 
     // The next start comes back warm and says so in its status.
-    let (port, udp, admin) = (free_port(), free_port(), free_port());
-    let argv = args(port, udp, admin);
-    let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
-    let mut child = notify.spawn(&argv);
-    let ready = notify.expect(&mut child.0, "READY=1", |msg| {
-        panic!("before READY=1: {msg:?}")
-    });
+    let (mut child, (port, _, _), ready) = notify.start_ready(args);
     assert!(accepts(port));
     assert!(
         ready.iter().any(|l| l.contains("warm restart: 1 items")),

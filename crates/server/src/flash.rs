@@ -77,6 +77,9 @@ pub struct PendingRead {
     place: u32,
     offset: u32,
     len: u32,
+    /// Started ahead for a pipelined request (`prefetch_key`): if it fails, the request
+    /// reads again when it runs rather than miss.
+    prefetched: bool,
 }
 
 /// A connection's flash reads: those to start, and those done (bytes, or `None`: failed).
@@ -139,6 +142,8 @@ impl FlashReads {
         for (p, read) in started {
             let bytes = match read.await {
                 Ok(bytes) => Some(bytes),
+                // E.g. the ring full of other connections' reads: read when it runs.
+                Err(_) if p.prefetched => continue,
                 Err(e) => {
                     tracing::debug!(error = %e, "flash read failed: a miss");
                     handle.borrow().flash_read_failed(&p.candidate);
@@ -197,6 +202,7 @@ pub fn prefetch_key(handle: &Handle, key: &[u8], reads: &mut FlashReads) {
             place,
             offset,
             len,
+            prefetched: true,
         });
     }
 }
@@ -285,6 +291,7 @@ pub fn gate_key(
                     place,
                     offset,
                     len,
+                    prefetched: false,
                 });
                 return;
             }
@@ -314,6 +321,7 @@ pub fn gate_key(
                 place,
                 offset,
                 len,
+                prefetched: false,
             });
         }
     }
