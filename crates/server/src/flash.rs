@@ -82,6 +82,23 @@ pub struct PendingRead {
     prefetched: bool,
 }
 
+impl PendingRead {
+    /// The device read `fetch` asks for, if it is one.
+    fn device(candidate: FlashCandidate, fetch: &FlashFetch, prefetched: bool) -> Option<Self> {
+        match *fetch {
+            FlashFetch::Device { place, offset, len } => Some(PendingRead {
+                location: candidate.location(),
+                candidate,
+                place,
+                offset,
+                len,
+                prefetched,
+            }),
+            _ => None,
+        }
+    }
+}
+
 /// A connection's flash reads: those to start, and those done (bytes, or `None`: failed).
 #[derive(Debug, Default)]
 pub struct FlashReads {
@@ -195,16 +212,11 @@ pub fn prefetch_key(handle: &Handle, key: &[u8], reads: &mut FlashReads) {
     {
         return;
     }
-    if let FlashFetch::Device { place, offset, len } = handle.flash_fetch(&candidate) {
-        reads.pending.push(PendingRead {
-            location,
-            candidate,
-            place,
-            offset,
-            len,
-            prefetched: true,
-        });
-    }
+    reads.pending.extend(PendingRead::device(
+        candidate,
+        &handle.flash_fetch(&candidate),
+        true,
+    ));
 }
 
 /// A read on the worker's ring if it has one, else on the reader threads.
@@ -284,15 +296,10 @@ pub fn gate_key(
     } else {
         match handle.flash_fetch(&candidate) {
             FlashFetch::Local(bytes) => bytes,
-            FlashFetch::Device { place, offset, len } => {
-                reads.pending.push(PendingRead {
-                    location,
-                    candidate,
-                    place,
-                    offset,
-                    len,
-                    prefetched: false,
-                });
+            fetch @ FlashFetch::Device { .. } => {
+                reads
+                    .pending
+                    .extend(PendingRead::device(candidate, &fetch, false));
                 return;
             }
             FlashFetch::Gone => return,
@@ -314,15 +321,9 @@ pub fn gate_key(
     };
     if let Some(len) = more {
         // A record longer than the block read first: read it whole.
-        if let FlashFetch::Device { place, offset, .. } = handle.flash_fetch(&candidate) {
-            reads.pending.push(PendingRead {
-                location,
-                candidate,
-                place,
-                offset,
-                len,
-                prefetched: false,
-            });
-        }
+        let whole = PendingRead::device(candidate, &handle.flash_fetch(&candidate), false);
+        reads
+            .pending
+            .extend(whole.map(|read| PendingRead { len, ..read }));
     }
 }
