@@ -330,16 +330,22 @@ fn flash_prefetch(
         return;
     }
     let handle = &*exec.handle;
-    let mut fetch = |key: &[u8]| crate::flash::prefetch_key(handle, key, reads);
+    for_each_flash_key(request, |key| {
+        crate::flash::prefetch_key(handle, key, reads)
+    });
+}
+
+/// Calls `f` with every key of `request` whose flash copy it may need (meta keys decoded).
+fn for_each_flash_key(request: &Request<'_>, mut f: impl FnMut(&[u8])) {
     match request {
-        Request::Get(get) => get.keys.for_each(&mut fetch),
-        Request::Store(s) => fetch(s.key),
+        Request::Get(get) => get.keys.for_each(f),
+        Request::Store(s) => f(s.key),
         Request::Delete { key, .. } | Request::Arith { key, .. } | Request::Touch { key, .. } => {
-            fetch(key)
+            f(key)
         }
-        Request::MetaGet(m) | Request::MetaDelete(m) => fetch(&m.key.bytes()),
-        Request::MetaSet(m) => fetch(&m.key.bytes()),
-        Request::MetaArithmetic(m) => fetch(&m.key.bytes()),
+        Request::MetaGet(m) | Request::MetaDelete(m) => f(&m.key.bytes()),
+        Request::MetaSet(m) => f(&m.key.bytes()),
+        Request::MetaArithmetic(m) => f(&m.key.bytes()),
         _ => {}
     }
 }
@@ -360,18 +366,9 @@ fn flash_gate(
         matches!(request, Request::Get(g) if matches!(g.kind, GetKind::Get | GetKind::Gets));
     let mut served = plain_get.then_some(&mut exec.flash_items);
     let handle = &mut *exec.handle;
-    let mut gate = |key: &[u8]| crate::flash::gate_key(handle, key, reads, served.as_deref_mut());
-    match request {
-        Request::Get(get) => get.keys.for_each(&mut gate),
-        Request::Store(s) => gate(s.key),
-        Request::Delete { key, .. } | Request::Arith { key, .. } | Request::Touch { key, .. } => {
-            gate(key)
-        }
-        Request::MetaGet(m) | Request::MetaDelete(m) => gate(&m.key.bytes()),
-        Request::MetaSet(m) => gate(&m.key.bytes()),
-        Request::MetaArithmetic(m) => gate(&m.key.bytes()),
-        _ => {}
-    }
+    for_each_flash_key(request, |key| {
+        crate::flash::gate_key(handle, key, reads, served.as_deref_mut())
+    });
     reads.finish()
 }
 
