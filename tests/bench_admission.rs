@@ -117,3 +117,41 @@ fn admission_storm_is_held_to_the_rate_and_a_stalled_router_keeps_the_pool() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `--storm-idle`: the storm's client and `hot`'s server under SCHED_IDLE (the bench fails
+/// unless the server really runs so); the accounting still adds up exactly. (How much the
+/// storm offers is not asserted: beside other tests, SCHED_IDLE may get it little CPU.)
+#[test]
+fn an_idle_scheduled_storm_is_counted_exactly() {
+    let bin = env!("CARGO_BIN_EXE_memfleet");
+    let dir = out_dir("admission-idle");
+    let out = Command::new(bin)
+        .args([
+            "bench",
+            "admission",
+            "--quick",
+            "--only",
+            "storm",
+            "--storm-idle",
+        ])
+        .args(["--storm-rate", "20000", "--memfleet-bin", bin])
+        .arg("--out")
+        .arg(&dir)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "bench failed:\n{stdout}\n{stderr}");
+    assert!(stdout.contains("under SCHED_IDLE"), "{stdout}");
+    let result = assert_results(&dir, "admission");
+    let storm = &result["storm"];
+    assert_eq!(storm["settings"]["storm_idle"], true, "{storm}");
+    let r = &storm["repeats"][0];
+    let rate = storm["settings"]["rate"].as_f64().unwrap();
+    let hot_gets = r["hot_gets"].as_f64().unwrap();
+    let seconds = r["storm_s"].as_f64().unwrap();
+    assert!(hot_gets <= rate * seconds * 1.01 + storm["burst"].as_f64().unwrap());
+    assert_eq!(r["hot_gets"], r["storm_passed"], "{stdout}");
+    assert_eq!(r["router_refused"], r["storm_refused"], "{stdout}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -97,6 +97,31 @@ pub(super) fn pool_section(
     text
 }
 
+/// Puts the calling thread (and what it starts from now on: threads and child processes
+/// inherit it) under SCHED_IDLE, which runs only when no other thread wants the CPU.
+pub(super) fn schedule_idle() -> Result<()> {
+    let param = libc::sched_param { sched_priority: 0 };
+    // SAFETY: `param` is a valid sched_param for the call's duration; pid 0 is this thread.
+    if unsafe { libc::sched_setscheduler(0, libc::SCHED_IDLE, &param) } != 0 {
+        bail!(
+            "sched_setscheduler(SCHED_IDLE): {}",
+            std::io::Error::last_os_error()
+        );
+    }
+    Ok(())
+}
+
+/// Fails unless process `pid` runs under SCHED_IDLE.
+pub(super) fn check_idle(pid: u32) -> Result<()> {
+    let pid = libc::pid_t::try_from(pid).context("pid")?;
+    // SAFETY: a plain query of another process's policy; no memory is passed.
+    let policy = unsafe { libc::sched_getscheduler(pid) };
+    if policy != libc::SCHED_IDLE {
+        bail!("process {pid} runs under scheduling policy {policy}, not SCHED_IDLE");
+    }
+    Ok(())
+}
+
 /// A free loopback address.
 pub(super) fn free_addr() -> Result<SocketAddr> {
     Ok(([127, 0, 0, 1], free_port()?).into())

@@ -213,7 +213,8 @@ pub(super) struct StormOutcome {
 /// The storm: `conns` connections to `addr` writing `depth` gets of key 0 of `w` at a time
 /// until `deadline`, each batch as soon as the previous one's replies are in (or, with
 /// `rate`, paced so that all of them offer `rate` gets a second), on a thread
-/// of its own (so that it does not delay the measured clients' event loop). Fails on any
+/// of its own (so that it does not delay the measured clients' event loop; with `idle`, under
+/// SCHED_IDLE: see `--storm-idle`). Fails on any
 /// reply other than the value or a rate-limit refusal.
 pub(super) fn storm(
     addr: SocketAddr,
@@ -221,9 +222,13 @@ pub(super) fn storm(
     conns: usize,
     depth: usize,
     rate: Option<f64>,
+    idle: bool,
     deadline: Instant,
 ) -> std::thread::JoinHandle<Result<StormOutcome>> {
     std::thread::spawn(move || {
+        if idle {
+            super::fleet::schedule_idle()?;
+        }
         let (rt, local) = crate::load::runtime()?;
         local.block_on(&rt, async move {
             let w = Rc::new(Workload::new(1, 1.0, value_size, None).map_err(anyhow::Error::msg)?);

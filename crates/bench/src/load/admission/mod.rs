@@ -66,6 +66,16 @@ pub struct AdmissionArgs {
     /// connection writes its next batch as soon as the last one's replies are in.
     #[arg(long)]
     pub storm_rate: Option<f64>,
+    /// The storm's client and `hot`'s server run under SCHED_IDLE (they get only CPU time
+    /// nothing else wants), standing in for other machines on one that has no cores to
+    /// spare for them: what is left on `other`'s latency is the router's own work.
+    #[arg(long)]
+    pub storm_idle: bool,
+    /// A control run: the storm goes to `hot`'s server itself, past the router, so that
+    /// what it does to `other`'s latency is the machine's share, not the router's (the
+    /// rate goal does not apply: the router refuses nothing).
+    #[arg(long)]
+    pub storm_direct: bool,
     /// Measured time of each storm part's phase [default: 5s; --quick 1s].
     #[arg(long, value_parser = parse_duration)]
     pub duration: Option<Duration>,
@@ -141,6 +151,8 @@ pub fn bench(args: &AdmissionArgs) -> Result<()> {
         storm_conns: args.storm_conns,
         storm_depth: args.storm_depth,
         storm_rate: args.storm_rate,
+        storm_idle: args.storm_idle,
+        storm_direct: args.storm_direct,
         window_s: window.as_secs_f64(),
         warmup_s: if args.quick { 0.2 } else { 0.5 },
         repeat,
@@ -168,14 +180,19 @@ pub fn bench(args: &AdmissionArgs) -> Result<()> {
     };
     println!(
         "memfleet bench admission: {} on {} CPUs; router -t {}, nothing pinned (the router, \
-         the servers and both clients share the CPUs as the scheduler places them)",
+         the servers and both clients share the CPUs as the scheduler places them{})",
         parts
             .iter()
             .map(|p| format!("{p:?}").to_lowercase())
             .collect::<Vec<_>>()
             .join(" + "),
         cpu::online_cpus(),
-        args.router_threads
+        args.router_threads,
+        if args.storm_idle {
+            "; the storm's client and hot's server under SCHED_IDLE"
+        } else {
+            ""
+        }
     );
     let log = RunLog::new();
     log.print_start();

@@ -28,6 +28,8 @@ pub(super) struct StormSettings {
     pub storm_conns: usize,
     pub storm_depth: usize,
     pub storm_rate: Option<f64>,
+    pub storm_idle: bool,
+    pub storm_direct: bool,
     pub window_s: f64,
     pub warmup_s: f64,
     pub repeat: usize,
@@ -116,7 +118,20 @@ pub(super) fn burst(rate: u32) -> u64 {
 
 /// Runs the storm part; `bin` is the memfleet executable.
 pub(super) async fn run(bin: &str, s: &StormSettings) -> Result<Vec<StormRepeat>> {
-    let hot_server = fleet::server(bin)?;
+    let hot_server = if s.storm_idle {
+        // Started from a thread under SCHED_IDLE: the server's threads inherit it.
+        let bin = bin.to_string();
+        let server = std::thread::spawn(move || {
+            fleet::schedule_idle()?;
+            fleet::server(&bin)
+        })
+        .join()
+        .map_err(|_| anyhow::anyhow!("starting hot's server panicked"))??;
+        fleet::check_idle(server.pid())?;
+        server
+    } else {
+        fleet::server(bin)?
+    };
     let other_server = fleet::server(bin)?;
     let (hot, other) = (fleet::free_addr()?, fleet::free_addr()?);
     let config = format!(
@@ -193,12 +208,14 @@ async fn with_storm(
     let gets_before = fleet::cmd_gets(&[hot_server]).await?;
     let start = Instant::now();
     let end = start + Duration::from_secs_f64(s.warmup_s + s.window_s);
+    // The control run (`--storm-direct`) skips the router.
     let storm = load::storm(
-        hot,
+        if s.storm_direct { hot_server } else { hot },
         s.value_size,
         s.storm_conns,
         s.storm_depth,
         s.storm_rate,
+        s.storm_idle,
         end,
     );
     // `hot`'s server's gets each second of the storm.
