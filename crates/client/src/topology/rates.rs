@@ -11,7 +11,6 @@ use std::time::Instant;
 /// One kind's rate: requests are let through at most `rate` a second (with a burst of
 /// 1/100 of that, at least 1).
 struct Cell {
-    rate: u32,
     /// Nanoseconds between two requests at the rate.
     interval: u64,
     /// How far ahead of now the theoretical arrival time may run: the burst.
@@ -21,19 +20,23 @@ struct Cell {
     start: Instant,
     /// Requests refused.
     refused: AtomicU64,
+    /// The `SERVER_ERROR` line that answers a refused request (built once).
+    line: Box<[u8]>,
 }
 
 impl Cell {
-    fn new(rate: u32) -> Cell {
+    fn new(pool: &str, kind: &str, rate: u32) -> Cell {
         let interval = 1_000_000_000 / u64::from(rate.max(1));
         let burst = u64::from((rate / 100).max(1));
         Cell {
-            rate,
             interval,
             tolerance: interval * (burst - 1),
             tat: AtomicU64::new(0),
             start: Instant::now(),
             refused: AtomicU64::new(0),
+            line: format!("SERVER_ERROR rate limit: pool {pool} takes {rate} {kind} a second\r\n")
+                .into_bytes()
+                .into_boxed_slice(),
         }
     }
 
@@ -62,7 +65,6 @@ impl Cell {
 
 /// A pool's rates, as configured; `None` from [`RateLimits::new`] when it has none.
 pub struct RateLimits {
-    pool: String,
     /// gets, sets, deletes.
     cells: [Option<Cell>; 3],
 }
@@ -73,11 +75,15 @@ pub const KINDS: [&str; 3] = ["gets", "sets", "deletes"];
 impl RateLimits {
     /// The limits of `rates`, or `None` when no rate is set.
     pub fn new(pool: &str, rates: &PoolRates) -> Option<RateLimits> {
-        let cells = [rates.gets, rates.sets, rates.deletes].map(|r| r.map(Cell::new));
-        cells.iter().any(Option::is_some).then(|| RateLimits {
-            pool: pool.to_string(),
-            cells,
-        })
+        let mut kinds = KINDS.iter();
+        let cells = [rates.gets, rates.sets, rates.deletes].map(|r| {
+            let kind = kinds.next().expect("one kind per cell");
+            r.map(|rate| Cell::new(pool, kind, rate))
+        });
+        cells
+            .iter()
+            .any(Option::is_some)
+            .then_some(RateLimits { cells })
     }
 
     /// `None` when a request of `class` may go now; else the `SERVER_ERROR` line that
@@ -93,13 +99,7 @@ impl RateLimits {
         if cell.admit() {
             return None;
         }
-        Some(
-            format!(
-                "SERVER_ERROR rate limit: pool {} takes {} {} a second\r\n",
-                self.pool, cell.rate, KINDS[i]
-            )
-            .into_bytes(),
-        )
+        Some(cell.line.to_vec())
     }
 
     /// (kind, requests refused) of each kind with a rate.
