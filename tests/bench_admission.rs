@@ -5,23 +5,32 @@
 
 mod support;
 
+use std::path::PathBuf;
 use std::process::Command;
 use support::results::{assert_figure, assert_results, out_dir};
 
-#[test]
-fn admission_storm_is_held_to_the_rate_and_a_stalled_router_keeps_the_pool() {
+/// Runs `memfleet bench admission --quick ARGS --out DIR` (DIR named after `name`), which
+/// must succeed; its stdout, its results and DIR.
+fn run_quick(name: &str, args: &[&str]) -> (String, serde_json::Value, PathBuf) {
     let bin = env!("CARGO_BIN_EXE_memfleet");
-    let dir = out_dir("admission");
+    let dir = out_dir(name);
     let out = Command::new(bin)
         .args(["bench", "admission", "--quick", "--memfleet-bin", bin])
+        .args(args)
         .arg("--out")
         .arg(&dir)
         .output()
         .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "bench failed:\n{stdout}\n{stderr}");
     let result = assert_results(&dir, "admission");
+    (stdout, result, dir)
+}
+
+#[test]
+fn admission_storm_is_held_to_the_rate_and_a_stalled_router_keeps_the_pool() {
+    let (stdout, result, dir) = run_quick("admission", &[]);
     let f = |v: &serde_json::Value| v.as_f64().unwrap_or_else(|| panic!("{v} in {result}"));
 
     // The storm: the hot pool's server saw at most the rate over the storm's time plus the
@@ -123,27 +132,11 @@ fn admission_storm_is_held_to_the_rate_and_a_stalled_router_keeps_the_pool() {
 /// storm offers is not asserted: beside other tests, SCHED_IDLE may get it little CPU.)
 #[test]
 fn an_idle_scheduled_storm_is_counted_exactly() {
-    let bin = env!("CARGO_BIN_EXE_memfleet");
-    let dir = out_dir("admission-idle");
-    let out = Command::new(bin)
-        .args([
-            "bench",
-            "admission",
-            "--quick",
-            "--only",
-            "storm",
-            "--storm-idle",
-        ])
-        .args(["--storm-rate", "20000", "--memfleet-bin", bin])
-        .arg("--out")
-        .arg(&dir)
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "bench failed:\n{stdout}\n{stderr}");
+    let (stdout, result, dir) = run_quick(
+        "admission-idle",
+        &["--only", "storm", "--storm-idle", "--storm-rate", "20000"],
+    );
     assert!(stdout.contains("under SCHED_IDLE"), "{stdout}");
-    let result = assert_results(&dir, "admission");
     let storm = &result["storm"];
     assert_eq!(storm["settings"]["storm_idle"], true, "{storm}");
     let r = &storm["repeats"][0];
