@@ -75,11 +75,9 @@ pub const KINDS: [&str; 3] = ["gets", "sets", "deletes"];
 impl RateLimits {
     /// The limits of `rates`, or `None` when no rate is set.
     pub fn new(pool: &str, rates: &PoolRates) -> Option<RateLimits> {
-        let mut kinds = KINDS.iter();
-        let cells = [rates.gets, rates.sets, rates.deletes].map(|r| {
-            let kind = kinds.next().expect("one kind per cell");
-            r.map(|rate| Cell::new(pool, kind, rate))
-        });
+        let rates = [rates.gets, rates.sets, rates.deletes];
+        let cells: [Option<Cell>; 3] =
+            std::array::from_fn(|i| rates[i].map(|rate| Cell::new(pool, KINDS[i], rate)));
         cells
             .iter()
             .any(Option::is_some)
