@@ -127,6 +127,116 @@ fn a_pool_over_its_rates_refuses_with_server_error_and_counts() {
     let _ = std::fs::remove_file(file);
 }
 
+/// Lines up to (not with) `MN`.
+fn until_mn(c: &mut Conn) -> Vec<String> {
+    let mut lines = Vec::new();
+    loop {
+        match c.read_line() {
+            l if l == "MN\r\n" => return lines,
+            l if l.is_empty() => panic!("closed after {lines:?}"),
+            l => lines.push(l),
+        }
+    }
+}
+
+#[test]
+fn refusals_keep_noreply_quiet_mode_and_multi_key_gets_as_a_server_would() {
+    let (_s, server) = memfleet_server(&["-t", "1", "-m", "16"]);
+    until_serving(server);
+    let port = free_port();
+    let dir = std::env::temp_dir();
+    let file = dir.join(format!("memfleet-rates-forms-{}.toml", std::process::id()));
+    let log = dir.join(format!("memfleet-rates-forms-{}.log", std::process::id()));
+    let _ = std::fs::remove_file(&log);
+    std::fs::write(
+        &file,
+        format!(
+            "[pools.p]\nlisten = \"127.0.0.1:{port}\"\n\
+             rates = {{ gets = 20, sets = 20, deletes = 20 }}\n\
+             servers = [\"127.0.0.1:{server}\"]\n"
+        ),
+    )
+    .unwrap();
+    let _router = support::Killed(
+        std::process::Command::new(env!("CARGO_BIN_EXE_memfleet"))
+            .args(["router", "-t", "1", "--log-requests", "1", "--request-log"])
+            .arg(&log)
+            .arg("--config")
+            .arg(&file)
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    until_serving(port);
+    let mut direct = Conn::new(server);
+    let mut c = Conn::new(port);
+    let counted =
+        |c: &mut Conn, kind: &str| c.stat(&format!("pool:p:rate_limited_{kind}")).unwrap();
+
+    // `noreply` sets over the rate: no reply at all, counted, never at the server.
+    let sets_before = direct.stat("cmd_set").unwrap();
+    c.send("set k 0 0 1 noreply\r\nv\r\n".repeat(100) + "mn\r\n");
+    assert_eq!(until_mn(&mut c), Vec::<String>::new());
+    let refused = counted(&mut c, "sets");
+    assert!((50..100).contains(&refused), "{refused} of 100 refused");
+    assert_eq!(direct.stat("cmd_set").unwrap() - sets_before, 100 - refused);
+
+    // Quiet meta gets: quiet mode drops misses, never the refusal (an error).
+    c.send("mg nokey v q\r\n".repeat(100) + "mn\r\n");
+    let lines = until_mn(&mut c);
+    let refused = counted(&mut c, "gets");
+    assert!((50..100).contains(&refused), "{refused} of 100 refused");
+    assert_eq!(lines.len() as u64, refused);
+    assert!(lines
+        .iter()
+        .all(|l| l == "SERVER_ERROR rate limit: pool p takes 20 gets a second\r\n"));
+
+    // Quiet meta deletes: a miss (NF) is shown, as memcached does, and so is a refusal;
+    // noreply deletes are silent.
+    c.send("md nokey q\r\n".repeat(50) + &"delete nokey noreply\r\n".repeat(50) + "mn\r\n");
+    let lines = until_mn(&mut c);
+    assert_eq!(lines.len(), 50, "{lines:?}");
+    let refusals = lines
+        .iter()
+        .filter(|l| *l == "SERVER_ERROR rate limit: pool p takes 20 deletes a second\r\n")
+        .count() as u64;
+    let misses = lines.iter().filter(|l| *l == "NF\r\n").count() as u64;
+    assert_eq!(refusals + misses, 50, "{lines:?}");
+    assert!(refusals >= 25, "{lines:?}");
+    assert!(
+        counted(&mut c, "deletes") > refusals,
+        "noreply refusals counted"
+    );
+
+    // A multi-key get: each key counted on its own, a refused key a miss.
+    let gets_before = (counted(&mut c, "gets"), direct.stat("cmd_get").unwrap());
+    c.send("get a b c\r\n".repeat(50));
+    for _ in 0..50 {
+        assert_eq!(c.read_line(), "END\r\n");
+    }
+    let refused = counted(&mut c, "gets") - gets_before.0;
+    let served = direct.stat("cmd_get").unwrap() - gets_before.1;
+    assert_eq!(refused + served, 150, "{refused} refused, {served} served");
+    assert!(refused >= 100, "{refused}");
+
+    // The sampled request log has the refusals too.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        let refusal = text
+            .lines()
+            .find(|l| l.contains("\"result\":\"SERVER_ERROR\""));
+        if let Some(line) = refusal {
+            assert!(line.contains("\"op\":\"mg\""), "{line}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "no refusal logged: {text}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = std::fs::remove_file(file);
+    let _ = std::fs::remove_file(log);
+}
+
 #[test]
 fn max_client_connections_refuses_as_memcached_refuses_across_listeners() {
     let (_s, server) = memfleet_server(&["-t", "1", "-m", "16"]);

@@ -6,6 +6,7 @@
 use crate::route::RequestClass;
 use memfleet_routing::PoolRates;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Instant;
 
 /// One kind's rate: requests are let through at most `rate` a second (with a burst of
@@ -20,8 +21,9 @@ struct Cell {
     start: Instant,
     /// Requests refused.
     refused: AtomicU64,
-    /// The `SERVER_ERROR` line that answers a refused request (built once).
-    line: Box<[u8]>,
+    /// The `SERVER_ERROR` line that answers a refused request (built once, shared by every
+    /// refusal).
+    line: Arc<[u8]>,
 }
 
 impl Cell {
@@ -36,7 +38,7 @@ impl Cell {
             refused: AtomicU64::new(0),
             line: format!("SERVER_ERROR rate limit: pool {pool} takes {rate} {kind} a second\r\n")
                 .into_bytes()
-                .into_boxed_slice(),
+                .into(),
         }
     }
 
@@ -87,6 +89,12 @@ impl RateLimits {
     /// `None` when a request of `class` may go now; else the `SERVER_ERROR` line that
     /// answers it, naming the limit (and it is counted).
     pub fn refusal(&self, class: RequestClass) -> Option<Vec<u8>> {
+        self.refused_line(class).map(|line| line.to_vec())
+    }
+
+    /// [`RateLimits::refusal`] without a copy: the line is shared (a router answers a
+    /// storm's refusals with no allocation of its own).
+    pub fn refused_line(&self, class: RequestClass) -> Option<Arc<[u8]>> {
         let i = match class {
             RequestClass::Get => 0,
             RequestClass::Set => 1,
@@ -97,7 +105,7 @@ impl RateLimits {
         if cell.admit() {
             return None;
         }
-        Some(cell.line.to_vec())
+        Some(cell.line.clone())
     }
 
     /// (kind, requests refused) of each kind with a rate.

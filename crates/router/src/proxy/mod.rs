@@ -139,6 +139,10 @@ async fn serve_halves(
                     out.extend_from_slice(&reply.await);
                     read_at.push(read);
                 }
+                QueuedReply::Ready(bytes) => {
+                    out.extend_from_slice(bytes.as_deref().unwrap_or_default());
+                    read_at.push(read);
+                }
                 QueuedReply::Close => break,
             }
             // Write once nothing else is next (replies to a pipelined batch go out
@@ -211,23 +215,36 @@ async fn serve_halves(
                     let next = match &*root {
                         // A spooling pool's deletes take the route path, which spools; so does
                         // everything while a server replays spooled deletes (reads wait).
-                        // So does a pool with rates (the route's pool leaf counts them).
+                        // A pool with rates counts a one-key request here; a multi-key
+                        // get's keys are counted one by one down the route's pool leaf.
                         Route::Pool(pool)
                             if !pool.replaying()
-                                && pool.rates().is_none()
                                 && (!pool.spools_deletes()
                                     || !matches!(
                                         request,
                                         Request::Delete { .. } | Request::MetaDelete(_)
                                     )) =>
                         {
-                            pool::route(pool, &served, ctx.lane, &request, raw)
+                            match pool.rates().map(|r| pool::admission(r, &request)) {
+                                None | Some(pool::Admission::Admitted) => {
+                                    pool::route(pool, &served, ctx.lane, &request, raw)
+                                }
+                                Some(pool::Admission::Refused(reply)) => reply,
+                                Some(pool::Admission::PerKey) => {
+                                    tree::tree(&root, &served, ctx, &request, raw)
+                                }
+                            }
                         }
                         _ => tree::tree(&root, &served, ctx, &request, raw),
                     };
                     // `--log-requests`: one load of a static when it is off.
                     let next = match (crate::request_log::sampled(), next) {
                         (Some(log), QueuedReply::Reply(r)) => {
+                            QueuedReply::Reply(log.wrap(r, raw, &root, &served, ctx))
+                        }
+                        (Some(log), QueuedReply::Ready(bytes)) => {
+                            let r =
+                                Box::pin(async move { bytes.map_or(Vec::new(), |b| b.to_vec()) });
                             QueuedReply::Reply(log.wrap(r, raw, &root, &served, ctx))
                         }
                         (_, next) => next,

@@ -4,6 +4,7 @@
 use memfleet_client::BackendError;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 
 /// A client's reply on its way.
 type ClientReplyFuture = Pin<Box<dyn Future<Output = Vec<u8>> + Send>>;
@@ -12,6 +13,9 @@ type ClientReplyFuture = Pin<Box<dyn Future<Output = Vec<u8>> + Send>>;
 pub(crate) enum QueuedReply {
     /// A reply to send as it comes.
     Reply(ClientReplyFuture),
+    /// A reply known at once and shared (a rate limit's refusal), or none (`noreply`):
+    /// nothing to wait for.
+    Ready(Option<Arc<[u8]>>),
     /// Close the connection after the replies before it.
     Close,
 }
