@@ -123,7 +123,7 @@ fn each_experiment_lists_only_its_own_flags() {
         (
             "admission",
             "only quick rate steady-rate steady-conns storm-conns storm-depth storm-rate storm-idle \
-             storm-direct duration repeat keys value-size router-threads stall stall-conns stall-depth \
+             storm-direct split-workers duration repeat keys value-size router-threads stall stall-conns stall-depth \
              server-failure-limit timeout-ms memfleet-bin seed"
                 .into(),
         ),

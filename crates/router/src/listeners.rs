@@ -8,29 +8,36 @@ use crate::workers::Workers;
 use anyhow::Context;
 use memfleet_client::{Route, Topology};
 use memfleet_protocol::reply::ReplyKind;
-use memfleet_routing::{ListenOptions, RouterConfig};
+use memfleet_routing::{ListenOptions, ListenerWorkers, RouterConfig};
 use memfleet_tls::ServerTls;
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 /// One listener a configuration asks for: its address, the pool or route it serves, the
-/// route, and how it listens (a pool's `backlog`, `reuseport`, ...; a route's: defaults).
+/// route, and how it listens (a pool's `backlog`, `reuseport`, ...; a route's: defaults
+/// but its `workers`).
 type Wanted = (String, String, Arc<Route>, ListenOptions);
 
 /// Every listener `config` asks for, in configuration order.
 fn listeners(config: &RouterConfig, topology: &Topology) -> anyhow::Result<Vec<Wanted>> {
     let mut out = Vec::new();
-    let wanted =
-        config
-            .pools
-            .iter()
-            .filter_map(|p| Some((p.listen.clone()?, p.name.clone(), p.listener)))
-            .chain(config.routes.iter().filter_map(|r| {
-                Some((r.listen.clone()?, r.name.clone(), ListenOptions::default()))
-            }));
+    let wanted = config
+        .pools
+        .iter()
+        .filter_map(|p| Some((p.listen.clone()?, p.name.clone(), p.listener)))
+        .chain(config.routes.iter().filter_map(|r| {
+            let options = ListenOptions {
+                workers: r.workers,
+                ..ListenOptions::default()
+            };
+            Some((r.listen.clone()?, r.name.clone(), options))
+        }));
+    if let Some(problem) = config.worker_problems().into_iter().next() {
+        anyhow::bail!("{problem}");
+    }
     let mut seen = std::collections::HashSet::new();
     for (listen, name, options) in wanted {
         anyhow::ensure!(
@@ -129,8 +136,8 @@ fn bind_tcp(
     socket.listen(u32::try_from(backlog).unwrap_or(1))
 }
 
-/// What a listener checks as it accepts a client: the pool's `client_connections` and
-/// `tcpkeepalive`, as configured now (a reload changes them in place), and how many of its
+/// What a listener checks as it accepts a client: the pool's `client_connections`,
+/// `tcpkeepalive` and `workers`, as configured now (a reload changes them in place), and how many of its
 /// clients are connected.
 #[derive(Default)]
 pub(crate) struct Admission {
@@ -138,6 +145,8 @@ pub(crate) struct Admission {
     limit: AtomicU32,
     /// `SO_KEEPALIVE` on accepted clients.
     keepalive: AtomicBool,
+    /// The workers that serve its clients ([`ListenerWorkers::to_bits`]).
+    workers: AtomicU64,
     /// Clients connected now.
     clients: AtomicU32,
 }
@@ -161,6 +170,13 @@ impl Admission {
             .store(options.client_connections, Ordering::Relaxed);
         self.keepalive
             .store(options.tcp_keepalive, Ordering::Relaxed);
+        self.workers
+            .store(options.workers.to_bits(), Ordering::Relaxed);
+    }
+
+    /// The workers that serve its clients, as configured now.
+    fn workers(&self) -> ListenerWorkers {
+        ListenerWorkers::from_bits(self.workers.load(Ordering::Relaxed))
     }
 
     /// A client just accepted: its place (released when dropped), or `None` when the
@@ -322,10 +338,11 @@ impl ServingListeners {
         let task = tokio::spawn(async move {
             let mut nth = 0usize;
             loop {
-                // The nth client is served by worker nth % k and sends on lane nth, a
-                // connection to each server that the same worker runs (`workers.rs`).
+                // The nth client is served by one of the listener's workers and sends on
+                // a lane of that worker: a connection to each server that the same worker
+                // runs (`workers.rs`, `ListenerWorkers::place`).
                 nth = nth.wrapping_add(1);
-                let lane = nth;
+                let (worker, lane) = admitting.workers().place(nth, workers.count());
                 let accepted = match &listener {
                     Listener::Tcp(l) => l.accept().await.map(|(stream, _)| {
                         let Some(all) = everyone.admit() else {
@@ -342,7 +359,7 @@ impl ServingListeners {
                         let (slot, served, auth) =
                             (accepting.clone(), served.clone(), auth.clone());
                         let tls = tls.clone();
-                        on_worker(&workers, nth, stream, move |stream| async move {
+                        on_worker(&workers, worker, stream, move |stream| async move {
                             match tls {
                                 None => proxy::serve(slot, served, auth, stream, lane).await,
                                 Some(tls) => match tls.accept(stream).await {
@@ -366,7 +383,7 @@ impl ServingListeners {
                         let place = (all, place);
                         let (slot, served, auth) =
                             (accepting.clone(), served.clone(), auth.clone());
-                        on_worker(&workers, nth, stream, move |stream| async move {
+                        on_worker(&workers, worker, stream, move |stream| async move {
                             proxy::serve_unix(slot, served, auth, stream, lane).await;
                             drop(place);
                         });
@@ -531,20 +548,20 @@ impl Handover for tokio::net::UnixStream {
     }
 }
 
-/// Serves the `nth` accepted client's `stream` with `serve` on its worker: here when that
-/// is the accepting runtime (one worker, or the first), else moved to the worker's runtime.
-fn on_worker<S, F, Fut>(workers: &Workers, nth: usize, stream: S, serve: F)
+/// Serves an accepted client's `stream` with `serve` on `worker`: here when that is the
+/// accepting runtime (worker 0), else moved to the worker's runtime.
+fn on_worker<S, F, Fut>(workers: &Workers, worker: usize, stream: S, serve: F)
 where
     S: Handover + Send + 'static,
     F: FnOnce(S) -> Fut + Send + 'static,
     Fut: std::future::Future<Output = ()> + Send + 'static,
 {
-    if nth.is_multiple_of(workers.count()) {
+    if worker.is_multiple_of(workers.count()) {
         tokio::spawn(serve(stream));
         return;
     }
     match stream.into_std() {
-        Ok(std) => drop(workers.for_client(nth).spawn(async move {
+        Ok(std) => drop(workers.runtime(worker).spawn(async move {
             match S::from_std(std) {
                 Ok(stream) => serve(stream).await,
                 Err(e) => tracing::warn!(error = %e, "cannot take over a client's socket"),

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 /// problem to stderr and returns an error.
 pub(crate) fn run(args: &RouterArgs) -> anyhow::Result<()> {
     let (path, twemproxy) = file(args)?;
-    match check(&path, twemproxy) {
+    match check(&path, twemproxy, args.thread_count()) {
         Ok(config) => {
             let listeners = config.pools.iter().filter(|p| p.listen.is_some()).count()
                 + config.routes.iter().filter(|r| r.listen.is_some()).count();
@@ -51,8 +51,13 @@ fn file(args: &RouterArgs) -> anyhow::Result<(PathBuf, bool)> {
 }
 
 /// Every problem of the file at `path`, as a start of the router would find them before
-/// binding: its syntax, each pool and route, the routes together, the listeners.
-fn check(path: &Path, twemproxy: bool) -> Result<RouterConfig, Vec<String>> {
+/// binding: its syntax, each pool and route, the routes together, the listeners (their
+/// `workers` against `threads` when it is given: `-t N` with `--validate-config`).
+fn check(
+    path: &Path,
+    twemproxy: bool,
+    threads: Option<usize>,
+) -> Result<RouterConfig, Vec<String>> {
     let text = std::fs::read_to_string(path).map_err(|e| vec![format!("cannot read: {e}")])?;
     let strings = |errors: Vec<ConfigError>| errors.iter().map(ToString::to_string).collect();
     let config = if twemproxy {
@@ -61,6 +66,10 @@ fn check(path: &Path, twemproxy: bool) -> Result<RouterConfig, Vec<String>> {
         check_toml(&text)
     }
     .map_err(strings)?;
+    let config = RouterConfig {
+        workers: threads.unwrap_or(0),
+        ..config
+    };
     let problems = config.listener_problems();
     if problems.is_empty() {
         Ok(config)

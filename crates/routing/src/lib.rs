@@ -17,6 +17,7 @@
 //! | `config` | pools and router settings from memfleet's TOML or twemproxy's YAML, read the way twemproxy reads it |
 //! | `route_config` | the route tree's configuration (prefix, operation, replicated, gutter, broadcast, warm-up), checked: names exist, no loops |
 //! | `route_types` | the settings of null, error, ttl, failover, all-fastest, all-initial, shadow, migrate and bigvalue routes |
+//! | `listener_workers` | a listener's `workers`: the router workers that serve its clients, and each client's lane |
 //!
 //! ```
 //! use memfleet_routing::{Distribution, KetamaDialect, KeyHash, Node, Ring};
@@ -30,6 +31,7 @@
 
 pub mod config;
 pub mod hash;
+mod listener_workers;
 pub mod ring;
 pub mod route_config;
 pub mod route_types;
@@ -40,6 +42,7 @@ pub use config::{
     PoolConfig, PoolRates, PoolTls, RouterConfig,
 };
 pub use hash::KeyHash;
+pub use listener_workers::ListenerWorkers;
 pub use ring::{twemproxy_order, Distribution, KetamaDialect, Node, Ring, RingError};
 pub use route_config::{BroadcastMode, RouteConfig, RouteKind, WritePolicy};
 pub use route_types::{

@@ -36,6 +36,7 @@
 //! This module only reads and checks the tree (names exist, no cycles); running it is
 //! `memfleet_client::route`'s job (for the router and applications alike).
 
+use crate::listener_workers::{listener_workers, ListenerWorkers};
 use crate::route_types::{
     big_value, error_message, failover_errors, failover_limit, failover_order, shadow_keys,
     BigValue, Failover, Migrate, OneOrMany, Shadow, ShadowKeys, TtlRewrite,
@@ -50,6 +51,8 @@ pub struct RouteConfig {
     pub name: String,
     /// Where the router listens for clients of this route, if it has a listener.
     pub listen: Option<String>,
+    /// The router workers that serve its listener's clients (`workers = [...]`).
+    pub workers: ListenerWorkers,
     /// What it does.
     pub kind: RouteKind,
 }
@@ -214,6 +217,7 @@ pub(crate) struct TomlRoute {
     #[serde(rename = "type")]
     kind: String,
     listen: Option<String>,
+    workers: Option<Vec<u64>>,
     prefixes: Option<BTreeMap<String, String>>,
     default: Option<String>,
     strip: Option<bool>,
@@ -454,6 +458,7 @@ pub(crate) fn parse(name: &str, t: TomlRoute) -> Result<RouteConfig, String> {
     };
     Ok(RouteConfig {
         name: name.to_string(),
+        workers: listener_workers(t.workers.as_deref(), t.listen.is_some())?,
         listen: t.listen,
         kind,
     })

@@ -115,7 +115,9 @@ pub(super) fn flush_all(
 /// - `__memfleet__.config_file`, `__memfleet__.config_md5`, `__memfleet__.config_age`: the
 ///   configuration serving now: its file, the MD5 of its bytes, the seconds since it was
 ///   read (mcrouter's `config_file`, `config_md5_digest`, `config_age`); empty when it was
-///   not read from a file.
+///   not read from a file;
+/// - `__memfleet__.worker`: the router worker (0 to k-1 of `-t k`) serving this connection,
+///   as its listener's `workers` placed it.
 pub(super) const ADMIN_PREFIX: &[u8] = b"__memfleet__.";
 const ROUTE_PREFIX: &[u8] = b"__memfleet__.route(";
 const HANDLES_PREFIX: &[u8] = b"__memfleet__.route_handles(";
@@ -123,15 +125,17 @@ const POOLS: &[u8] = b"__memfleet__.pools";
 const CONFIG_FILE: &[u8] = b"__memfleet__.config_file";
 const CONFIG_MD5: &[u8] = b"__memfleet__.config_md5";
 const CONFIG_AGE: &[u8] = b"__memfleet__.config_age";
+const WORKER: &[u8] = b"__memfleet__.worker";
 
 /// Answers a get made only of admin keys: each route key with the servers `servers` names
 /// for the key inside it, each route-handles key with what `handles` draws for its
-/// operation and key; `None` when the get has other keys.
+/// operation and key; `None` when the get has other keys. `lane`: the connection's.
 pub(super) fn admin_lookup(
     keys: &[Vec<u8>],
     servers: impl Fn(&[u8]) -> Vec<String>,
     handles: impl Fn(RequestClass, &[u8]) -> String,
     served: &ServedTopology,
+    lane: usize,
 ) -> Option<Vec<u8>> {
     let mut out = Vec::new();
     for admin in keys {
@@ -139,6 +143,8 @@ pub(super) fn admin_lookup(
         let origin = topology.config().origin.as_ref();
         let value = match admin.as_slice() {
             POOLS => topology.pools_json().to_string(),
+            // A client on worker w sends on lanes ≡ w (mod k) (`ListenerWorkers::place`).
+            WORKER => (lane % topology.config().workers.max(1)).to_string(),
             CONFIG_FILE => origin.map(|o| o.file.clone()).unwrap_or_default(),
             CONFIG_MD5 => origin.map(|o| o.md5.clone()).unwrap_or_default(),
             CONFIG_AGE => origin

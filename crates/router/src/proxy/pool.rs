@@ -145,7 +145,7 @@ fn get(
     if g.kind == GetKind::Get {
         let server = |key: &[u8]| vec![pool.ring().nodes()[pool.pick(key)].addr()];
         let handles = |_, key: &[u8]| format!("{}\n", pool_handle(pool, key));
-        if let Some(reply) = admin_lookup(&keys, server, handles, served) {
+        if let Some(reply) = admin_lookup(&keys, server, handles, served, lane) {
             return local(reply);
         }
     }

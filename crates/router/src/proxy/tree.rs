@@ -52,7 +52,7 @@ pub(super) fn tree(
                     out
                 };
                 let handles = |class, key: &[u8]| root.route_handles(class, key, ctx);
-                if let Some(reply) = admin_lookup(&keys, servers, handles, served) {
+                if let Some(reply) = admin_lookup(&keys, servers, handles, served, ctx.lane) {
                     return local(reply);
                 }
             }

@@ -2,6 +2,7 @@
 //! router-wide settings, and why a file was refused.
 
 use super::discovery::{DiscoverySettings, DnsEntry};
+use crate::listener_workers::ListenerWorkers;
 use crate::ring::{Ring, RingError};
 use crate::route_config::RouteConfig;
 use crate::{Distribution, KeyHash, Node};
@@ -132,6 +133,8 @@ pub struct ListenOptions {
     /// 0: no limit): one more is closed as soon as it is accepted, as twemproxy closes a
     /// connection over its limit.
     pub client_connections: u32,
+    /// The router workers that serve this listener's clients (`workers = [0, 1]`).
+    pub workers: ListenerWorkers,
 }
 
 impl Default for ListenOptions {
@@ -141,6 +144,7 @@ impl Default for ListenOptions {
             reuseport: false,
             tcp_keepalive: false,
             client_connections: 0,
+            workers: ListenerWorkers::ALL,
         }
     }
 }
@@ -285,6 +289,40 @@ impl RouterConfig {
             problems.push(ConfigError::Listeners(
                 "no pool or route has a listen address".into(),
             ));
+        }
+        problems.extend(self.worker_problems());
+        problems
+    }
+
+    /// Listeners whose `workers` name a worker the router does not run (`workers`
+    /// workers; nothing to check while that is 0, unknown).
+    pub fn worker_problems(&self) -> Vec<ConfigError> {
+        let listeners = self
+            .pools
+            .iter()
+            .filter(|p| p.listen.is_some())
+            .map(|p| (p.name.as_str(), p.listener.workers))
+            .chain(
+                self.routes
+                    .iter()
+                    .filter(|r| r.listen.is_some())
+                    .map(|r| (r.name.as_str(), r.workers)),
+            );
+        let mut problems = Vec::new();
+        for (name, workers) in listeners {
+            match workers.highest() {
+                Some(w) if self.workers > 0 && w >= self.workers => {
+                    problems.push(ConfigError::Listeners(format!(
+                        "{name}: workers = {:?} names worker {w}, but the router runs {} \
+                         (-t {}): workers are numbered 0 to {}",
+                        workers.list(),
+                        self.workers,
+                        self.workers,
+                        self.workers - 1
+                    )))
+                }
+                _ => {}
+            }
         }
         problems
     }

@@ -174,6 +174,7 @@ pub(super) fn pool(
         client_connections: shared
             .client_connections
             .unwrap_or(defaults.client_connections),
+        ..defaults
     };
     if shared.listen.is_none() {
         let given = [

@@ -3,11 +3,12 @@
 
 use super::discovery::{parse_interval, parse_nameserver, DiscoverySettings};
 use super::model::{
-    ConfigError, Fraction, MaxOutstanding, PasswordSource, PoolAuth, PoolConfig, PoolRates,
-    PoolTls, RouterConfig,
+    ConfigError, Fraction, ListenOptions, MaxOutstanding, PasswordSource, PoolAuth, PoolConfig,
+    PoolRates, PoolTls, RouterConfig,
 };
 use super::pool_keys::{parse_hash, parse_hash_tag, pool, pool_error, servers, SharedKeys};
 use crate::hash::KeyHash;
+use crate::listener_workers::listener_workers;
 use crate::ring::{Distribution, KetamaDialect};
 use crate::route_config::{self, TomlRoute};
 use serde::Deserialize;
@@ -33,6 +34,7 @@ struct TomlPool {
     reuseport: Option<bool>,
     tcpkeepalive: Option<bool>,
     client_connections: Option<u32>,
+    workers: Option<Vec<u64>>,
     rates: Option<BTreeMap<String, u64>>,
     max_outstanding: Option<u64>,
     max_outstanding_queue: Option<u64>,
@@ -346,6 +348,8 @@ fn toml_pool(name: String, p: TomlPool) -> Result<PoolConfig, ConfigError> {
     let tls = toml_tls(&name, &p)?;
     let rates = p.rates.clone();
     let zone = p.zone.clone();
+    let workers = listener_workers(p.workers.as_deref(), p.listen.is_some())
+        .map_err(|e| pool_error(&name, e))?;
     let fraction = p.max_down_fraction.unwrap_or(0.5);
     if fraction.is_nan() || fraction <= 0.0 || fraction > 1.0 {
         return Err(pool_error(
@@ -382,6 +386,10 @@ fn toml_pool(name: String, p: TomlPool) -> Result<PoolConfig, ConfigError> {
         max_outstanding,
         zone,
         max_down_fraction: Fraction(fraction),
+        listener: ListenOptions {
+            workers,
+            ..pool.listener
+        },
         ..pool
     })
 }

@@ -120,7 +120,8 @@ fn toml_item_size_and_listener_keys() {
             backlog: 64,
             reuseport: true,
             tcp_keepalive: true,
-            client_connections: 9
+            client_connections: 9,
+            workers: crate::ListenerWorkers::ALL,
         }
     );
     let plain = from_toml(&pool("")).unwrap();
@@ -420,4 +421,39 @@ fn max_down_fraction() {
         Fraction(1.0),
         "twemproxy: no cap"
     );
+}
+
+#[test]
+fn toml_listener_workers_place_clients_on_lanes_of_their_worker() {
+    use crate::ListenerWorkers;
+    let config = from_toml(
+        "[pools.a]\nlisten = \"127.0.0.1:1\"\nworkers = [3, 1]\nservers = [\"10.0.0.1:1\"]\n\
+         [routes.r]\nlisten = \"127.0.0.1:2\"\ntype = \"null\"\nworkers = [0]\n",
+    )
+    .unwrap();
+    let a = config.pools[0].listener.workers;
+    assert_eq!(a.list(), vec![1, 3]);
+    assert_eq!(a.highest(), Some(3));
+    assert_eq!(config.routes[0].workers.list(), vec![0]);
+    assert_eq!(ListenerWorkers::ALL.highest(), None);
+    // Named workers in turn, each client on the next lane of its worker (lane ≡ worker
+    // mod k), so a worker's clients spread over its server connections.
+    let placed: Vec<(usize, usize)> = (0..6).map(|n| a.place(n, 4)).collect();
+    assert_eq!(
+        placed,
+        vec![(1, 1), (3, 3), (1, 5), (3, 7), (1, 9), (3, 11)]
+    );
+    // Every worker: worker nth % k on lane nth, as before there were lists.
+    for n in 0..20 {
+        assert_eq!(ListenerWorkers::ALL.place(n, 3), (n % 3, n));
+    }
+    // A check needs the worker count; 0 is unknown.
+    let mut config = config;
+    assert!(config.worker_problems().is_empty());
+    config.workers = 3;
+    assert!(config.worker_problems()[0]
+        .to_string()
+        .contains("a: workers = [1, 3] names worker 3, but the router runs 3"));
+    config.workers = 4;
+    assert!(config.worker_problems().is_empty());
 }

@@ -199,6 +199,7 @@ omega:
                 reuseport: true,
                 tcp_keepalive: true,
                 client_connections: 100,
+                ..ListenOptions::default()
             }
         );
         assert!(pool.preconnect);

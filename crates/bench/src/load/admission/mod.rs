@@ -76,6 +76,10 @@ pub struct AdmissionArgs {
     /// rate goal does not apply: the router refuses nothing).
     #[arg(long)]
     pub storm_direct: bool,
+    /// Gives the pools' listeners workers of their own (`workers = [...]`): `hot`'s clients
+    /// the router's last worker, `other`'s the rest (needs --router-threads 2 or more).
+    #[arg(long)]
+    pub split_workers: bool,
     /// Measured time of each storm part's phase [default: 5s; --quick 1s].
     #[arg(long, value_parser = parse_duration)]
     pub duration: Option<Duration>,
@@ -133,6 +137,9 @@ pub fn bench(args: &AdmissionArgs) -> Result<()> {
     if repeat == 0 || args.steady_conns == 0 || args.storm_conns == 0 || args.storm_depth == 0 {
         bail!("--repeat, --steady-conns, --storm-conns and --storm-depth must be at least 1");
     }
+    if args.split_workers && args.router_threads < 2 {
+        bail!("--split-workers needs --router-threads 2 or more (a worker for each pool)");
+    }
     if args.stall_conns == 0 || args.stall_depth == 0 || args.rate == 0 {
         bail!("--stall-conns, --stall-depth and --rate must be at least 1");
     }
@@ -153,6 +160,7 @@ pub fn bench(args: &AdmissionArgs) -> Result<()> {
         storm_rate: args.storm_rate,
         storm_idle: args.storm_idle,
         storm_direct: args.storm_direct,
+        split_workers: args.split_workers,
         window_s: window.as_secs_f64(),
         warmup_s: if args.quick { 0.2 } else { 0.5 },
         repeat,
@@ -194,6 +202,14 @@ pub fn bench(args: &AdmissionArgs) -> Result<()> {
             ""
         }
     );
+    if args.split_workers {
+        println!(
+            "--split-workers: pool hot's clients on router worker {}, pool other's on workers \
+             0 to {} (each pool's `workers`)",
+            args.router_threads - 1,
+            args.router_threads - 2
+        );
+    }
     let log = RunLog::new();
     log.print_start();
     let (rt, local) = runtime()?;

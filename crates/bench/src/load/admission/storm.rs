@@ -30,6 +30,7 @@ pub(super) struct StormSettings {
     pub storm_rate: Option<f64>,
     pub storm_idle: bool,
     pub storm_direct: bool,
+    pub split_workers: bool,
     pub window_s: f64,
     pub warmup_s: f64,
     pub repeat: usize,
@@ -134,15 +135,23 @@ pub(super) async fn run(bin: &str, s: &StormSettings) -> Result<Vec<StormRepeat>
     };
     let other_server = fleet::server(bin)?;
     let (hot, other) = (fleet::free_addr()?, fleet::free_addr()?);
+    // `--split-workers`: hot's clients on the last worker, other's on the rest.
+    let (mut hot_extra, mut other_extra) =
+        (vec![format!("rates = {{ gets = {} }}", s.rate)], vec![]);
+    if s.split_workers {
+        let last = s.router_threads - 1;
+        hot_extra.push(format!("workers = [{last}]"));
+        other_extra.push(format!("workers = {:?}", (0..last).collect::<Vec<_>>()));
+    }
     let config = format!(
         "{}\n{}",
+        fleet::pool_section("hot", hot, std::slice::from_ref(&hot_server), &hot_extra),
         fleet::pool_section(
-            "hot",
-            hot,
-            std::slice::from_ref(&hot_server),
-            &[format!("rates = {{ gets = {} }}", s.rate)]
-        ),
-        fleet::pool_section("other", other, std::slice::from_ref(&other_server), &[])
+            "other",
+            other,
+            std::slice::from_ref(&other_server),
+            &other_extra
+        )
     );
     let router = RouterProcess::start(bin, s.router_threads, &config, &[hot, other])?;
     println!(
