@@ -41,6 +41,11 @@ impl Stamp {
         Stamp(t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64)
     }
 
+    /// Nanoseconds on the monotonic clock.
+    pub fn nanos(self) -> u64 {
+        self.0
+    }
+
     /// Microseconds from `earlier` to this (0 if `earlier` is later).
     pub fn micros_since(self, earlier: Stamp) -> u64 {
         self.0.saturating_sub(earlier.0) / 1000
@@ -181,8 +186,13 @@ impl Measured {
 
     /// Counts one latency of `micros` (for counts kept by one task, added up later).
     pub fn record(&mut self, micros: u64) {
-        self.buckets[bucket_of(micros)] += 1;
-        self.sum_us += micros;
+        self.record_n(micros, 1);
+    }
+
+    /// Counts `n` replies of the same latency.
+    pub fn record_n(&mut self, micros: u64, n: u64) {
+        self.buckets[bucket_of(micros)] += n;
+        self.sum_us += micros * n;
     }
 
     /// Replies measured.

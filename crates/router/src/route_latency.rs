@@ -35,10 +35,10 @@ impl Local {
         }
     }
 
-    /// Counts a reply written at `now` for a request read at `read`.
-    pub(crate) fn record(&mut self, read: Stamp, now: Stamp) {
-        self.counts.record(now.micros_since(read));
-        self.replies += 1;
+    /// Counts `n` replies written at `now` for requests read at `read`.
+    pub(crate) fn record(&mut self, read: Stamp, now: Stamp, n: u32) {
+        self.counts.record_n(now.micros_since(read), u64::from(n));
+        self.replies += u64::from(n);
     }
 
     /// Whether it is time to add the counts up (at `now`).

@@ -3,11 +3,11 @@
 //! time in one atomic word, no lock), a burst of 1/100 of a second's requests, and a count
 //! of what was refused.
 
+use crate::conn_stats::Stamp;
 use crate::route::RequestClass;
 use memfleet_routing::PoolRates;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Instant;
 
 /// One kind's rate: requests are let through at most `rate` a second (with a burst of
 /// 1/100 of that, at least 1).
@@ -16,9 +16,9 @@ struct Cell {
     interval: u64,
     /// How far ahead of now the theoretical arrival time may run: the burst.
     tolerance: u64,
-    /// The theoretical arrival time of the next request, ns since `start`.
+    /// The theoretical arrival time of the next request, ns on the monotonic clock
+    /// ([`Stamp`]).
     tat: AtomicU64,
-    start: Instant,
     /// Requests refused.
     refused: AtomicU64,
     /// The `SERVER_ERROR` line that answers a refused request (built once, shared by every
@@ -34,7 +34,6 @@ impl Cell {
             interval,
             tolerance: interval * (burst - 1),
             tat: AtomicU64::new(0),
-            start: Instant::now(),
             refused: AtomicU64::new(0),
             line: format!("SERVER_ERROR rate limit: pool {pool} takes {rate} {kind} a second\r\n")
                 .into_bytes()
@@ -42,9 +41,9 @@ impl Cell {
         }
     }
 
-    /// Whether one more request fits now.
-    fn admit(&self) -> bool {
-        let now = self.start.elapsed().as_nanos() as u64;
+    /// Whether one more request fits at `now`.
+    fn admit(&self, now: Stamp) -> bool {
+        let now = now.nanos();
         let mut tat = self.tat.load(Ordering::Relaxed);
         loop {
             let next = tat.max(now);
@@ -89,12 +88,13 @@ impl RateLimits {
     /// `None` when a request of `class` may go now; else the `SERVER_ERROR` line that
     /// answers it, naming the limit (and it is counted).
     pub fn refusal(&self, class: RequestClass) -> Option<Vec<u8>> {
-        self.refused_line(class).map(|line| line.to_vec())
+        self.refused_line(class, Stamp::now())
+            .map(|line| line.to_vec())
     }
 
-    /// [`RateLimits::refusal`] without a copy: the line is shared (a router answers a
-    /// storm's refusals with no allocation of its own).
-    pub fn refused_line(&self, class: RequestClass) -> Option<Arc<[u8]>> {
+    /// [`RateLimits::refusal`] for a request that arrived at `now` (a router reads the
+    /// clock once per read, not per request), without a copy: the line is shared.
+    pub fn refused_line(&self, class: RequestClass, now: Stamp) -> Option<Arc<[u8]>> {
         let i = match class {
             RequestClass::Get => 0,
             RequestClass::Set => 1,
@@ -102,7 +102,7 @@ impl RateLimits {
             RequestClass::Other => return None,
         };
         let cell = self.cells[i].as_ref()?;
-        if cell.admit() {
+        if cell.admit(now) {
             return None;
         }
         Some(cell.line.clone())

@@ -31,8 +31,8 @@ mod queued;
 mod rewrite;
 mod tree;
 
-use self::queued::local;
 pub(crate) use self::queued::QueuedReply;
+use self::queued::{local, Queue};
 use crate::reloadable::{ClientAuth, RouteSlot, ServedTopology};
 use crate::route_latency;
 use memfleet_client::conn_stats::Stamp;
@@ -121,13 +121,14 @@ async fn serve_halves(
     };
     let writer = tokio::spawn(async move {
         let mut out = Vec::new();
-        let mut read_at: Vec<Stamp> = Vec::new();
+        // When each reply's request was read, and how many replies (a ready run's).
+        let mut read_at: Vec<(Stamp, u32)> = Vec::new();
         let mut latency = route_latency::Local::new();
-        let written = |read_at: &mut Vec<Stamp>, latency: &mut route_latency::Local| {
+        let written = |read_at: &mut Vec<(Stamp, u32)>, latency: &mut route_latency::Local| {
             // The clock read once per write, however many replies it carries.
             let now = Stamp::now();
-            for read in read_at.drain(..) {
-                latency.record(read, now);
+            for (read, n) in read_at.drain(..) {
+                latency.record(read, now, n);
             }
             if latency.due(now) {
                 latency.flush(route_name(), now);
@@ -137,11 +138,11 @@ async fn serve_halves(
             match next {
                 QueuedReply::Reply(reply) => {
                     out.extend_from_slice(&reply.await);
-                    read_at.push(read);
+                    read_at.push((read, 1));
                 }
-                QueuedReply::Ready(bytes) => {
-                    out.extend_from_slice(bytes.as_deref().unwrap_or_default());
-                    read_at.push(read);
+                QueuedReply::Ready { bytes, replies } => {
+                    out.extend_from_slice(&bytes);
+                    read_at.push((read, replies));
                 }
                 QueuedReply::Close => break,
             }
@@ -170,7 +171,12 @@ async fn serve_halves(
     let mut swallow = 0usize;
     // Nothing to pass when the router does not require authentication.
     let mut authenticated = auth.load().is_none();
+    let mut queue = Queue::new(tx);
     'read: loop {
+        // What the last read's requests left ready goes before waiting for more.
+        if !queue.flush().await {
+            break;
+        }
         buf.reserve(16 * 1024);
         match rd.read_buf(&mut buf).await {
             Ok(0) | Err(_) => break,
@@ -200,7 +206,7 @@ async fn serve_halves(
                         }
                     };
                     at += used;
-                    if tx.send((local(reply.to_vec()), read)).await.is_err() {
+                    if !queue.send(local(reply.to_vec()), read).await {
                         break 'read;
                     }
                 }
@@ -225,11 +231,20 @@ async fn serve_halves(
                                         Request::Delete { .. } | Request::MetaDelete(_)
                                     )) =>
                         {
-                            match pool.rates().map(|r| pool::admission(r, &request)) {
+                            match pool.rates().map(|r| pool::admission(r, &request, read)) {
                                 None | Some(pool::Admission::Admitted) => {
                                     pool::route(pool, &served, ctx.lane, &request, raw)
                                 }
-                                Some(pool::Admission::Refused(reply)) => reply,
+                                // Refused: joins the run of ready replies (a sampled one is
+                                // logged as any reply).
+                                Some(pool::Admission::Refused(line)) => {
+                                    if crate::request_log::sampled().is_none() {
+                                        queue.ready(line.as_deref(), read);
+                                        at += used;
+                                        continue;
+                                    }
+                                    local(line.map_or(Vec::new(), |l| l.to_vec()))
+                                }
                                 Some(pool::Admission::PerKey) => {
                                     tree::tree(&root, &served, ctx, &request, raw)
                                 }
@@ -242,16 +257,11 @@ async fn serve_halves(
                         (Some(log), QueuedReply::Reply(r)) => {
                             QueuedReply::Reply(log.wrap(r, raw, &root, &served, ctx))
                         }
-                        (Some(log), QueuedReply::Ready(bytes)) => {
-                            let r =
-                                Box::pin(async move { bytes.map_or(Vec::new(), |b| b.to_vec()) });
-                            QueuedReply::Reply(log.wrap(r, raw, &root, &served, ctx))
-                        }
                         (_, next) => next,
                     };
                     at += used;
                     let stop = matches!(next, QueuedReply::Close);
-                    if tx.send((next, read)).await.is_err() || stop {
+                    if !queue.send(next, read).await || stop {
                         break 'read;
                     }
                 }
@@ -273,12 +283,10 @@ async fn serve_halves(
                     .to_vec();
                     let close = rejection.close();
                     if !reply.is_empty() {
-                        let _ = tx
-                            .send((QueuedReply::Reply(Box::pin(async move { reply })), read))
-                            .await;
+                        queue.send(local(reply), read).await;
                     }
                     if close {
-                        let _ = tx.send((QueuedReply::Close, read)).await;
+                        queue.send(QueuedReply::Close, read).await;
                         break 'read;
                     }
                     let skip = rejection.skip;
@@ -297,11 +305,12 @@ async fn serve_halves(
             buf.shrink_to(buf.len().max(16 * 1024));
         }
         if buf.len() > cfg.max_item_size + PENDING_INPUT_SLACK {
-            let _ = tx.send((QueuedReply::Close, read)).await;
+            queue.send(QueuedReply::Close, read).await;
             break;
         }
     }
-    drop(tx);
+    queue.flush().await;
+    drop(queue);
     let _ = writer.await;
 }
 

@@ -6,6 +6,7 @@ use super::local::{admin_lookup, answer_locally, flush_all, stats_for, ADMIN_PRE
 use super::queued::{error_reply, forwarded, local, QueuedReply, Quiet};
 use super::rewrite::{get_head, replying, without_quiet, QUIET_MA, QUIET_MG, QUIET_MS_MD};
 use crate::reloadable::ServedTopology;
+use memfleet_client::conn_stats::Stamp;
 use memfleet_client::route::pool_handle;
 use memfleet_client::{BackendError, Pool, RateLimits, RequestClass};
 use memfleet_protocol::reply::ReplyKind;
@@ -70,16 +71,16 @@ pub(super) fn route(
 pub(super) enum Admission {
     /// Within the pool's rate (counted) or not rated: the fast path forwards it.
     Admitted,
-    /// Over the rate (counted): the `SERVER_ERROR` line naming the limit, or nothing for
+    /// Over the rate (counted): the `SERVER_ERROR` line naming the limit, or `None` for
     /// `noreply`.
-    Refused(QueuedReply),
+    Refused(Option<Arc<[u8]>>),
     /// Several keys (or an admin key): each is counted on its own down the route tree.
     PerKey,
 }
 
-/// Checks a one-key request against the pool's `rates` in place, so that a storm's
-/// refusals cost a parse and an atomic word (no route request, future or copy).
-pub(super) fn admission(rates: &RateLimits, request: &Request<'_>) -> Admission {
+/// Checks a one-key request, read at `now`, against the pool's `rates` in place, so that a
+/// storm's refusals cost a parse and an atomic word (no route request, future or copy).
+pub(super) fn admission(rates: &RateLimits, request: &Request<'_>, now: Stamp) -> Admission {
     let (class, noreply) = match request {
         Request::Get(g) => {
             let mut keys = g.keys;
@@ -100,10 +101,10 @@ pub(super) fn admission(rates: &RateLimits, request: &Request<'_>) -> Admission 
         Request::MetaSet(_) | Request::MetaArithmetic(_) => (RequestClass::Set, false),
         _ => return Admission::Admitted,
     };
-    match rates.refused_line(class) {
+    match rates.refused_line(class, now) {
         None => Admission::Admitted,
-        Some(_) if noreply => Admission::Refused(QueuedReply::Ready(None)),
-        Some(line) => Admission::Refused(QueuedReply::Ready(Some(line))),
+        Some(_) if noreply => Admission::Refused(None),
+        Some(line) => Admission::Refused(Some(line)),
     }
 }
 
