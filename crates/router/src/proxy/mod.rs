@@ -32,7 +32,7 @@ mod rewrite;
 mod tree;
 
 pub(crate) use self::queued::QueuedReply;
-use self::queued::{local, Queue};
+use self::queued::{local, ReadyRun};
 use crate::reloadable::{ClientAuth, RouteSlot, ServedTopology};
 use crate::route_latency;
 use memfleet_client::conn_stats::Stamp;
@@ -171,11 +171,24 @@ async fn serve_halves(
     let mut swallow = 0usize;
     // Nothing to pass when the router does not require authentication.
     let mut authenticated = auth.load().is_none();
-    let mut queue = Queue::new(tx);
+    let mut ready = ReadyRun::default();
+    // Queues a reply after the ready run before it (if any); false once the writer is
+    // gone. (A macro, not an async fn: no future of its own on every request's path.)
+    macro_rules! queue {
+        ($reply:expr, $read:expr) => {{
+            let run_sent = match ready.take() {
+                Some(run) => tx.send(run).await.is_ok(),
+                None => true,
+            };
+            run_sent && tx.send(($reply, $read)).await.is_ok()
+        }};
+    }
     'read: loop {
         // What the last read's requests left ready goes before waiting for more.
-        if !queue.flush().await {
-            break;
+        if let Some(run) = ready.take() {
+            if tx.send(run).await.is_err() {
+                break;
+            }
         }
         buf.reserve(16 * 1024);
         match rd.read_buf(&mut buf).await {
@@ -206,7 +219,7 @@ async fn serve_halves(
                         }
                     };
                     at += used;
-                    if !queue.send(local(reply.to_vec()), read).await {
+                    if !queue!(local(reply.to_vec()), read) {
                         break 'read;
                     }
                 }
@@ -239,7 +252,7 @@ async fn serve_halves(
                                 // logged as any reply).
                                 Some(pool::Admission::Refused(line)) => {
                                     if crate::request_log::sampled().is_none() {
-                                        queue.ready(line.as_deref(), read);
+                                        ready.push(line.as_deref(), read);
                                         at += used;
                                         continue;
                                     }
@@ -261,7 +274,7 @@ async fn serve_halves(
                     };
                     at += used;
                     let stop = matches!(next, QueuedReply::Close);
-                    if !queue.send(next, read).await || stop {
+                    if !queue!(next, read) || stop {
                         break 'read;
                     }
                 }
@@ -283,10 +296,10 @@ async fn serve_halves(
                     .to_vec();
                     let close = rejection.close();
                     if !reply.is_empty() {
-                        queue.send(local(reply), read).await;
+                        let _ = queue!(local(reply), read);
                     }
                     if close {
-                        queue.send(QueuedReply::Close, read).await;
+                        let _ = queue!(QueuedReply::Close, read);
                         break 'read;
                     }
                     let skip = rejection.skip;
@@ -305,12 +318,14 @@ async fn serve_halves(
             buf.shrink_to(buf.len().max(16 * 1024));
         }
         if buf.len() > cfg.max_item_size + PENDING_INPUT_SLACK {
-            queue.send(QueuedReply::Close, read).await;
+            let _ = queue!(QueuedReply::Close, read);
             break;
         }
     }
-    queue.flush().await;
-    drop(queue);
+    if let Some(run) = ready.take() {
+        let _ = tx.send(run).await;
+    }
+    drop(tx);
     let _ = writer.await;
 }
 

@@ -5,7 +5,6 @@ use memfleet_client::conn_stats::Stamp;
 use memfleet_client::BackendError;
 use std::future::Future;
 use std::pin::Pin;
-use tokio::sync::mpsc;
 
 /// A client's reply on its way.
 type ClientReplyFuture = Pin<Box<dyn Future<Output = Vec<u8>> + Send>>;
@@ -21,48 +20,34 @@ pub(crate) enum QueuedReply {
     Close,
 }
 
-/// The reader's end of the writer's queue: replies in request order, each with when its
-/// request was read; replies known at once (a storm's refusals) are kept together and go
-/// as one message per run, not one each.
-pub(super) struct Queue {
-    tx: mpsc::Sender<(QueuedReply, Stamp)>,
-    /// The ready replies not sent yet, and how many.
-    run: (Vec<u8>, u32),
+/// Replies known at once (a storm's refusals) that a reader keeps together: they go to the
+/// writer as one message per run, not one each. The reader sends the run before any other
+/// reply and before it waits for more input, so the order stays the requests'.
+#[derive(Default)]
+pub(super) struct ReadyRun {
+    bytes: Vec<u8>,
+    replies: u32,
     /// When the run's requests were read.
-    run_read: Stamp,
+    read: Option<Stamp>,
 }
 
-impl Queue {
-    pub(super) fn new(tx: mpsc::Sender<(QueuedReply, Stamp)>) -> Queue {
-        Queue {
-            tx,
-            run: (Vec::new(), 0),
-            run_read: Stamp::now(),
-        }
+impl ReadyRun {
+    /// One more reply, for a request read at `read` (`None`: a `noreply` request's,
+    /// nothing to write).
+    pub(super) fn push(&mut self, reply: Option<&[u8]>, read: Stamp) {
+        self.bytes.extend_from_slice(reply.unwrap_or_default());
+        self.replies += 1;
+        self.read = Some(read);
     }
 
-    /// One more reply known at once, for a request read at `read` (`None`: a `noreply`
-    /// request's, nothing to write).
-    pub(super) fn ready(&mut self, reply: Option<&[u8]>, read: Stamp) {
-        self.run.0.extend_from_slice(reply.unwrap_or_default());
-        self.run.1 += 1;
-        self.run_read = read;
-    }
-
-    /// Queues `reply` after the ready run before it; false once the writer is gone.
-    pub(super) async fn send(&mut self, reply: QueuedReply, read: Stamp) -> bool {
-        self.flush().await && self.tx.send((reply, read)).await.is_ok()
-    }
-
-    /// Queues the ready run, if any (before the reader waits for more input, so that no
-    /// reply waits on the next read); false once the writer is gone.
-    pub(super) async fn flush(&mut self) -> bool {
-        if self.run.1 == 0 {
-            return true;
-        }
-        let (bytes, replies) = std::mem::take(&mut self.run);
-        let run = QueuedReply::Ready { bytes, replies };
-        self.tx.send((run, self.run_read)).await.is_ok()
+    /// The run so far as one queued reply, if there is one; it starts again empty.
+    pub(super) fn take(&mut self) -> Option<(QueuedReply, Stamp)> {
+        let read = self.read.take()?;
+        let run = QueuedReply::Ready {
+            bytes: std::mem::take(&mut self.bytes),
+            replies: std::mem::take(&mut self.replies),
+        };
+        Some((run, read))
     }
 }
 
