@@ -137,8 +137,8 @@ fn bind_tcp(
 }
 
 /// What a listener checks as it accepts a client: the pool's `client_connections`,
-/// `tcpkeepalive` and `workers`, as configured now (a reload changes them in place), and how many of its
-/// clients are connected.
+/// `tcpkeepalive` and `workers`, as configured now (a reload changes them in place), and
+/// how many of its clients are connected.
 #[derive(Default)]
 pub(crate) struct Admission {
     /// At most this many clients at once; 0: no limit.
