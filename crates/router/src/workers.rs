@@ -4,9 +4,9 @@
 //! run on threads of their own. Each accepted client is handed to one worker (round
 //! robin over all of them, or over its listener's `workers`) and served there to the end,
 //! and its requests go out on server connections whose tasks run on the same worker
-//! (`memfleet_client::lanes`): no request or reply crosses threads. One work-stealing runtime for all workers, which this replaces, moved every
-//! request between a client's task and its server connection's task on another thread, and
-//! CPU per request doubled from one worker to two (`memfleet bench scale`,
+//! (`memfleet_client::lanes`): no request or reply crosses threads. One work-stealing
+//! runtime for all workers, which this replaces, moved every request between a client's
+//! task and its server connection's task on another thread, and CPU per request doubled from one worker to two (`memfleet bench scale`,
 //! docs/BENCHMARKS.md).
 
 use std::sync::Arc;
