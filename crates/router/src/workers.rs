@@ -1,13 +1,13 @@
 //! A router's workers: one current-thread runtime per worker thread, as the server runs
 //! (`memfleet router -t k`). Worker 0 is the runtime the router was started on, which also
 //! runs the listeners' accept loops, reloads, DNS rounds and the admin port; workers 1..k
-//! run on threads of their own. Each accepted client is handed to one worker (round
-//! robin over all of them, or over its listener's `workers`) and served there to the end,
-//! and its requests go out on server connections whose tasks run on the same worker
+//! run on threads of their own. Each accepted client is handed to one worker (round robin
+//! over all of them, or over its listener's `workers`) and served there to the end, and its
+//! requests go out on server connections whose tasks run on the same worker
 //! (`memfleet_client::lanes`): no request or reply crosses threads. One work-stealing
 //! runtime for all workers, which this replaces, moved every request between a client's
-//! task and its server connection's task on another thread, and CPU per request doubled from one worker to two (`memfleet bench scale`,
-//! docs/BENCHMARKS.md).
+//! task and its server connection's task on another thread, and CPU per request doubled
+//! from one worker to two (`memfleet bench scale`, docs/BENCHMARKS.md).
 
 use std::sync::Arc;
 use std::thread::JoinHandle;
