@@ -146,6 +146,11 @@ pub struct ServerArgs {
     #[arg(long = "debug-time", env = "MEMFLEET_DEBUG_TIME")]
     pub debug_time: bool,
 
+    /// For tests only: the CAS counter starts here, not at 0, so clients' handling of CAS
+    /// uniques above 2^31 or 2^32 can be checked without billions of writes (at most 2^62).
+    #[arg(long = "test-cas-start", hide = true, value_parser = clap::value_parser!(u64).range(..=1u64 << 62))]
+    pub test_cas_start: Option<u64>,
+
     /// Listen backlog (memcached's -b) [default: 1024].
     #[arg(short = 'b', long = "listen-backlog", env = "MEMFLEET_LISTEN_BACKLOG")]
     pub backlog: Option<u32>,
@@ -234,6 +239,8 @@ pub struct Settings {
     pub flush_disabled: bool,
     /// `debugtime` moves the clock (tests only; `debug_clock.rs`).
     pub debug_time: bool,
+    /// Where the CAS counter starts (tests only: `--test-cas-start`; 0 as memcached).
+    pub cas_start: u64,
     /// The flash tier.
     pub flash: Flash,
 }
@@ -448,6 +455,7 @@ impl Settings {
         }
         s.flush_disabled = args.disable_flush_all;
         s.debug_time = args.debug_time;
+        s.cas_start = args.test_cas_start.unwrap_or(0);
         if s.debug_time && s.memory_file.is_some() {
             bail!(
                 "--debug-time and --memory-file cannot be combined: a moved clock would be saved"

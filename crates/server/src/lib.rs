@@ -159,7 +159,8 @@ impl Server {
         let mut config = Config::new(settings.limits.memory_bytes)
             .segment_size(settings.segment_size())
             .lease_interval(settings.leases.interval)
-            .stale_after_delete(settings.leases.stale_after_delete);
+            .stale_after_delete(settings.leases.stale_after_delete)
+            .cas_start(settings.cas_start);
         let flash_files = open_flash(&settings)?;
         if let Some(files) = &flash_files {
             let mut flash =

@@ -98,6 +98,53 @@ fn cas_succeeds_once_then_reports_exists() {
     assert_eq!(get("cas_misses"), "1");
 }
 
+/// The CAS unique of `key` as `gets` shows it.
+fn gets_cas(c: &mut common::Client, key: &str) -> u64 {
+    c.send(format!("gets {key}\r\n"));
+    let reply = String::from_utf8(c.read_until(b"END\r\n")).unwrap();
+    let line = reply.lines().next().unwrap().to_string();
+    line.rsplit(' ')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap_or_else(|_| panic!("{line}"))
+}
+
+/// CAS uniques as memcached's (issue 39): the first write's is 1 and each write takes the
+/// next, so a client that keeps 32 bits or a signed 64-bit integer can hold them; two keys'
+/// differ; a lease token (`mg N`) continues the same sequence.
+#[test]
+fn cas_uniques_count_from_one_like_memcached() {
+    let s = TestServer::start();
+    let mut c = s.connect();
+    c.check("set a 0 0 1\r\na\r\n", "STORED\r\n");
+    c.check("set b 0 0 1\r\nb\r\n", "STORED\r\n");
+    assert_eq!((gets_cas(&mut c, "a"), gets_cas(&mut c, "b")), (1, 2));
+    c.check("set a 0 0 1\r\nA\r\n", "STORED\r\n");
+    assert_eq!(gets_cas(&mut c, "a"), 3);
+    c.check("mg fresh s c v N30\r\n", "VA 0 s0 c4 W\r\n\r\n");
+    c.check("ms fresh 1 C4\r\nx\r\n", "HD\r\n");
+    assert_eq!(gets_cas(&mut c, "fresh"), 5);
+}
+
+/// With the test-only `--test-cas-start`, uniques past 2^32 reach clients whole and a `cas`
+/// with them stores; a stale one does not.
+#[test]
+fn cas_uniques_past_2_32_round_trip() {
+    let start = (1u64 << 32) + 100;
+    let s = TestServer::with(|settings| settings.cas_start = start);
+    let mut c = s.connect();
+    c.check("set k 0 0 1\r\na\r\n", "STORED\r\n");
+    let cas = gets_cas(&mut c, "k");
+    assert_eq!(cas, start + 1);
+    c.check(format!("cas k 0 0 1 {}\r\nb\r\n", cas - 1), "EXISTS\r\n");
+    c.check(format!("cas k 0 0 1 {cas}\r\nb\r\n"), "STORED\r\n");
+    c.check(
+        format!("mg k c v\r\n"),
+        format!("VA 1 c{}\r\nb\r\n", cas + 1),
+    );
+}
+
 #[test]
 fn delete() {
     let s = TestServer::start();
@@ -195,7 +242,7 @@ fn small_commands_and_errors() {
     let mut c = s.connect();
     c.send("version\r\n");
     let v = String::from_utf8(c.read_until(b"\r\n")).unwrap();
-    assert!(v.starts_with("VERSION 1.6.18-memfleet-"), "{v}");
+    assert!(v.starts_with("VERSION 1.6.45-memfleet-"), "{v}");
     c.check("verbosity 1\r\n", "OK\r\n");
     c.check("bogus\r\n", "ERROR\r\n");
     c.check("GET a\r\n", "ERROR\r\n");

@@ -67,7 +67,8 @@ fn meta_set_reports_size_and_a_zero_cas_when_nothing_was_stored() {
         line.starts_with("HD s2 c") && line != "HD s2 c0\r\n",
         "{line}"
     );
-    c.check("ms k 2 s c C1\r\nab\r\n", "EX s2 c0\r\n");
+    // (The first write's unique is 1, as memcached's: a stale CAS here is a far one.)
+    c.check("ms k 2 s c C999999\r\nab\r\n", "EX s2 c0\r\n");
     c.check("ms none 2 c C1 k\r\nab\r\n", "NF c0 knone\r\n");
     c.check("ms k 3 c ME\r\nabc\r\n", "NS c0\r\n");
     // `t` is not an `ms` return flag.

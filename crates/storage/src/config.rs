@@ -45,6 +45,10 @@ pub struct Config {
     pub stale_after_delete: u32,
     /// A flash tier under the heap (see `flash/`): what eviction would drop goes there.
     pub flash: Option<crate::flash::FlashConfig>,
+    /// Where the CAS sequence starts (default 0: the first write's CAS unique is 1, as
+    /// memcached's). Tests set it high to see CAS uniques above 2^31 or 2^32 without
+    /// writing billions of times; at most 2^62.
+    pub cas_start: u64,
 }
 
 impl Config {
@@ -61,6 +65,7 @@ impl Config {
             lease_interval: 10,
             stale_after_delete: 0,
             flash: None,
+            cas_start: 0,
         }
     }
 
@@ -80,6 +85,12 @@ impl Config {
     /// [`Config::stale_after_delete`]).
     pub fn stale_after_delete(mut self, secs: u32) -> Config {
         self.stale_after_delete = secs;
+        self
+    }
+
+    /// Sets where CAS counters start (see [`Config::cas_start`]).
+    pub fn cas_start(mut self, start: u64) -> Config {
+        self.cas_start = start.min(1 << 62);
         self
     }
 

@@ -110,7 +110,7 @@ pub(crate) fn retire_demoting(engine: &EngineState, seg: u32) -> usize {
                 return false;
             }
             chain.remove(slot);
-            chain.bump_cas();
+            chain.bump_cas(engine.cas_sequence(), 0);
             engine
                 .segment(seg)
                 .remove_live(engine.aligned(header.len()));
@@ -158,7 +158,7 @@ pub(crate) fn purge_flash(engine: &EngineState, chain: &ChainGuard<'_>, hash: u6
         None::<()>
     });
     if purged {
-        chain.bump_cas();
+        chain.bump_cas(engine.cas_sequence(), 0);
     }
     purged
 }

@@ -347,7 +347,7 @@ fn merge(engine: &EngineState, bucket: usize, run: &[u32]) {
                         return;
                     }
                     chain.remove(slot);
-                    chain.bump_cas();
+                    chain.bump_cas(engine.cas_sequence(), 0);
                     h.remove_live(size);
                     engine.ghosts().remember(hash, s.freq());
                     evicted += 1;

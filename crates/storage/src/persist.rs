@@ -36,7 +36,14 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 const MAGIC: &[u8; 8] = b"MFWARM\x00\x01";
-const FORMAT: u32 = 3;
+/// 4: the hash chains' info word `[cas:38][last access:16][item count:8][moved:1][lock:1]`
+/// holding the low bits of each chain's CAS unique, and the word after the flush words the
+/// CAS sequence's mark (`hashtable/cas.rs`); 3 had `[cas:32][last access:16][item count:8]
+/// [lock byte:8]` with a per-chain write counter, and a lease-token counter there. A format-3
+/// snapshot is still read: its chains' counters become their uniques.
+const FORMAT: u32 = 4;
+/// The previous format, whose snapshots are converted on restore.
+const FORMAT_3: u32 = 3;
 
 /// What the bytes in the heap and the snapshot mean, as a number: a release that changes
 /// one of these constants cannot read an older heap, whatever `FORMAT` says.
@@ -299,7 +306,7 @@ impl Cache {
         w.u32(words.generation);
         w.u32(words.flush_at);
         w.u32(words.reclaimed_generation);
-        w.u64(words.next_token);
+        w.u64(words.cas_reserved);
         for (i, h) in s.segments().iter().enumerate() {
             let st = h.state.load(Ordering::Acquire);
             if st == state::MERGING || st == state::RETIRING {
@@ -379,7 +386,10 @@ impl Cache {
         if r.take(MAGIC.len())? != MAGIC {
             return Err(invalid("not a memfleet snapshot"));
         }
-        expect_eq("format", r.u32()?, FORMAT)?;
+        let format = r.u32()?;
+        if format != FORMAT_3 {
+            expect_eq("format", format, FORMAT)?;
+        }
         expect_eq("layout", r.u64()?, layout())?;
         // The writer's version: another release of the same format and layout is welcome.
         let _written_by = r.bytes()?;
@@ -394,7 +404,8 @@ impl Cache {
         let generation = r.u32()?;
         let flush_at = r.u32()?;
         let reclaimed = r.u32()?;
-        let next_token = r.u64()?;
+        // Format 3's lease-token counter: tokens now come from the CAS sequence.
+        let cas_reserved = r.u64()?;
         let headers: Box<[SegmentHeader]> = (0..segments).map(|_| SegmentHeader::new()).collect();
         for (i, h) in headers.iter().enumerate() {
             let st = r.u8()?;
@@ -485,7 +496,12 @@ impl Cache {
             slots,
         };
         check_membership(&headers, &chains, &free)?;
-        let table = Table::from_image(&image).ok_or_else(|| invalid("hash table"))?;
+        let table = if format == FORMAT_3 {
+            Table::from_format3_image(&image)
+        } else {
+            Table::from_image(&image).map(|t| (t, cas_reserved))
+        };
+        let (table, cas_reserved) = table.ok_or_else(|| invalid("hash table"))?;
         let heap = Heap::mapped(mapping, segments, segment_size);
         // Every slot must point at a whole item below its segment's write offset, in a
         // segment that is in use.
@@ -541,7 +557,7 @@ impl Cache {
                 generation,
                 flush_at,
                 reclaimed_generation: reclaimed,
-                next_token,
+                cas_reserved,
             },
         };
         let engine = EngineState::restored(config, geometry, parts);

@@ -332,3 +332,91 @@ fn cas_values_differ_between_keys() {
         StoreStatus::Stored
     );
 }
+
+/// CAS uniques as clients expect memcached's: the first write's is 1, they grow by about one
+/// per write (never past what memcached's counter would be, give or take a handle's block of
+/// 64), so a client that keeps 32 bits or a signed 64-bit integer can hold them.
+#[test]
+fn cas_uniques_start_small_and_grow_with_the_writes() {
+    let cache = Cache::new(Config::new(16 << 20)).unwrap();
+    let mut h = cache.handle();
+    h.set(b"first", b"v", 0, Expiry::Never).unwrap();
+    assert_eq!(
+        h.get(b"first").unwrap().cas(),
+        1,
+        "memcached's first unique"
+    );
+    let mut last = 1;
+    for i in 0..10_000u64 {
+        let key = format!("key:{}", i % 700);
+        h.set(key.as_bytes(), b"v", 0, Expiry::Never).unwrap();
+        let cas = h.get(key.as_bytes()).unwrap().cas();
+        assert!(
+            cas > last,
+            "one handle's uniques only grow: {cas} after {last}"
+        );
+        last = cas;
+    }
+    assert_eq!(last, 10_001, "one unique per write, as memcached's counter");
+    // Two more handles (two more blocks of 64 taken) and a few thousand writes each, in turn.
+    let (mut a, mut b) = (cache.handle(), cache.handle());
+    for i in 0..3000u64 {
+        let key = format!("key:{}", i % 500);
+        let w = if i % 2 == 0 { &mut a } else { &mut b };
+        w.set(key.as_bytes(), b"v", 0, Expiry::Never).unwrap();
+    }
+    let most = (0..700)
+        .filter_map(|i| h.get(format!("key:{i}").as_bytes()).map(|it| it.cas()))
+        .max()
+        .unwrap();
+    let writes = 10_001 + 3000;
+    assert!(
+        most <= writes + 3 * 64,
+        "{most}: more than the writes and the handles' blocks"
+    );
+    assert!(most > writes - 64, "{most}");
+}
+
+/// A server started with a high counter (the test-only `--test-cas-start`) hands out uniques
+/// above 2^32, and past every 2^38 boundary (where a chain's word wraps) they still come back
+/// whole and only grow.
+#[test]
+fn cas_uniques_above_2_32_and_across_2_38_come_back_whole() {
+    for start in [(1u64 << 32) - 10, (1 << 38) - 50, (3 << 38) - 1] {
+        let cache = Cache::new(Config::new(16 << 20).cas_start(start)).unwrap();
+        let mut h = cache.handle();
+        let mut seen = std::collections::HashSet::new();
+        let mut last = start;
+        for i in 0..200 {
+            let key = format!("key:{i}");
+            h.set(key.as_bytes(), b"v", 0, Expiry::Never).unwrap();
+            let cas = h.get(key.as_bytes()).unwrap().cas();
+            assert!(
+                cas > last && cas <= start + 201,
+                "{start}: {cas} after {last}"
+            );
+            assert!(seen.insert(cas));
+            last = cas;
+        }
+        // Each key still reads the unique it was given, and a cas store honours it.
+        let cas = h.get(b"key:0").unwrap().cas();
+        // (No unique is a multiple of 2^38: those low bits mean a chain never written.)
+        let first = if (start + 1) % (1 << 38) == 0 {
+            start + 2
+        } else {
+            start + 1
+        };
+        assert_eq!(cas, first);
+        assert_eq!(
+            h.store(StoreMode::Cas(cas - 1), b"key:0", b"x", 0, Expiry::Never)
+                .unwrap(),
+            StoreStatus::Exists
+        );
+        assert_eq!(
+            h.store(StoreMode::Cas(cas), b"key:0", b"x", 0, Expiry::Never)
+                .unwrap(),
+            StoreStatus::Stored
+        );
+        assert!(h.get(b"key:0").unwrap().cas() > last);
+    }
+}

@@ -68,9 +68,6 @@ fn items_survive_a_restart_with_values_flags_cas_and_ttls() {
             };
             h.set(key.as_bytes(), value.as_bytes(), i, ttl).unwrap();
         }
-        for i in (0..20_000u32).step_by(97) {
-            cas.push((i, h.get(format!("key:{i}").as_bytes()).unwrap().cas()));
-        }
         assert!(h.delete(b"key:1"));
         // A lease handed out before the restart is honoured after it.
         let token = h
@@ -86,6 +83,11 @@ fn items_survive_a_restart_with_values_flags_cas_and_ttls() {
                 },
             )
             .unwrap();
+        // Read after the delete and the lease, which give their chains new uniques (and
+        // with them any key of those chains).
+        for i in (0..20_000u32).step_by(97) {
+            cas.push((i, h.get(format!("key:{i}").as_bytes()).unwrap().cas()));
+        }
         cas.push((u32::MAX, token));
     }
     let snapshot = cache.snapshot().unwrap();
@@ -114,8 +116,16 @@ fn items_survive_a_restart_with_values_flags_cas_and_ttls() {
         assert_eq!(ttl.is_none(), i % 2 == 0, "{key}: {ttl:?}");
     }
     for (i, before) in &cas[..cas.len() - 1] {
-        assert_eq!(h.get(format!("key:{i}").as_bytes()).unwrap().cas(), *before);
+        assert_eq!(
+            h.get(format!("key:{i}").as_bytes()).unwrap().cas(),
+            *before,
+            "key:{i}"
+        );
     }
+    // The sequence carries on: a write after the restart takes a unique above all before.
+    h.set(b"after-restart", b"v", 0, Expiry::Never).unwrap();
+    let most = cas.iter().map(|c| c.1).max().unwrap();
+    assert!(h.get(b"after-restart").unwrap().cas() > most);
     let token = cas.last().unwrap().1;
     assert_eq!(
         h.store(

@@ -78,7 +78,7 @@ impl EngineState {
                 return false;
             };
             chain.remove(slot);
-            chain.bump_cas();
+            chain.bump_cas(&self.cas, 0);
             self.headers[seg as usize].remove_live(self.aligned(header.len()));
             true
         })

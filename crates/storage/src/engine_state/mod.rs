@@ -25,12 +25,12 @@ use crate::evictor_state::EvictorState;
 use crate::flash::FlashTier;
 use crate::freq::CountWindow;
 use crate::ghost::Ghosts;
-use crate::hashtable::{hash, ChainGuard, HashTable, Slot, Table};
+use crate::hashtable::{hash, CasSequence, ChainGuard, HashTable, Slot, Table};
 use crate::heap::Heap;
 use crate::item::{self, Header};
 use crate::readers::ReaderCounts;
 use crate::segment::SegmentHeader;
-use crate::sync::atomic::{AtomicU32, AtomicU64};
+use crate::sync::atomic::AtomicU32;
 use crate::sync::{Mutex, MutexGuard};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, TryLockError};
@@ -66,8 +66,8 @@ pub(crate) struct EngineState {
     ghosts: Ghosts,
     /// How often an item's reads may count (see `freq.rs`).
     count_window: CountWindow,
-    /// The next lease token (see `lease.rs`).
-    next_token: AtomicU64,
+    /// Where CAS uniques come from (`hashtable/cas.rs`).
+    cas: CasSequence,
     /// The flash tier under the heap, if any (`flash/`).
     flash: Option<Arc<FlashTier>>,
 }
@@ -79,7 +79,8 @@ pub(crate) struct RestartWords {
     pub generation: u32,
     pub flush_at: u32,
     pub reclaimed_generation: u32,
-    pub next_token: u64,
+    /// The CAS sequence's mark ([`CasSequence::reserved`]).
+    pub cas_reserved: u64,
 }
 
 /// What a warm restart rebuilt, to make an engine of (`persist.rs` checked all of it).
@@ -91,15 +92,6 @@ pub(crate) struct RestoredParts {
     pub free: Vec<u32>,
     pub clock: Clock,
     pub words: RestartWords,
-}
-
-/// Where token numbering starts: from the wall clock, so tokens handed out before a restart
-/// are not handed out again soon after it (a client may still hold one).
-fn first_token() -> u64 {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as u64);
-    nanos.max(2)
 }
 
 /// The flash tier `config` asks for (ids after the RAM segments).
@@ -135,14 +127,14 @@ impl EngineState {
             evictor: Mutex::new(EvictorState::default()),
             ghosts: Ghosts::for_heap(g.segments * config.segment_size),
             count_window: CountWindow::new(g.segments, config.clock.now()),
-            next_token: AtomicU64::new(first_token()),
+            cas: CasSequence::new(config.cas_start),
             flash: flash_tier(&config, &g),
             config,
         }
     }
 
-    /// An engine rebuilt by a warm restart. Lease tokens continue after both the saved
-    /// counter and the wall clock; ghosts (hints, not state) start empty.
+    /// An engine rebuilt by a warm restart. CAS uniques and lease tokens continue from the
+    /// hash chains' saved counters; ghosts (hints, not state) start empty.
     pub fn restored(config: Config, g: Geometry, parts: RestoredParts) -> EngineState {
         let w = parts.words;
         let now = parts.clock.now();
@@ -164,7 +156,7 @@ impl EngineState {
             evictor: Mutex::new(EvictorState::default()),
             ghosts: Ghosts::for_heap(g.segments * config.segment_size),
             count_window: CountWindow::new(g.segments, now),
-            next_token: AtomicU64::new(w.next_token.max(first_token())),
+            cas: CasSequence::new(w.cas_reserved),
             flash: flash_tier(&config, &g),
             config,
         }
@@ -177,7 +169,7 @@ impl EngineState {
             generation: self.generation.load(Ordering::Acquire),
             flush_at: self.flush_at.load(Ordering::Acquire),
             reclaimed_generation: self.reclaimed_generation.load(Ordering::Acquire),
-            next_token: self.next_token.load(Ordering::Acquire),
+            cas_reserved: self.cas.reserved(),
         }
     }
 
@@ -229,6 +221,12 @@ impl EngineState {
     #[inline]
     pub fn segments(&self) -> &[SegmentHeader] {
         &self.headers
+    }
+
+    /// Where CAS uniques come from (`hashtable/cas.rs`).
+    #[inline]
+    pub fn cas_sequence(&self) -> &CasSequence {
+        &self.cas
     }
 
     /// The hash table (its current generation, growth and chain locks).
@@ -335,12 +333,6 @@ impl EngineState {
             totals.add(&h.snapshot());
         }
         totals
-    }
-
-    /// A new lease token: unique for this engine's life and after a warm restart, never 0
-    /// or 1.
-    pub fn next_lease_token(&self) -> u64 {
-        self.next_token.fetch_add(1, Ordering::Relaxed).max(2)
     }
 
     /// Invalidates every item now (`delay` 0) or when `delay` seconds have passed, like

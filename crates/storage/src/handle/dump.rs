@@ -20,7 +20,7 @@
 //! stops asking), and segment order (compaction and merges move items between segments,
 //! but never between chains, so a walk of the table is the one that can keep the promise).
 
-use super::{client_cas, Handle};
+use super::Handle;
 use crate::clock::NEVER;
 use crate::engine_state::EngineState;
 use crate::flash::{record, FlashFetch};
@@ -188,7 +188,7 @@ impl Handle {
             }
             let head = (cursor.position.reverse_bits() >> (64 - power)) as usize;
             cursor.position += 1;
-            let bucket_cas = table.cas(head);
+            let bucket_cas = table.cas(head, engine.cas_sequence());
             table.scan(head, |slot, s| {
                 if let Some(item) = pin(engine, slot, s, now, generation, bucket_cas) {
                     seen += 1;
@@ -292,7 +292,7 @@ impl Handle {
             }
             let cas = header
                 .explicit_cas
-                .unwrap_or_else(|| client_cas(table.cas(head), h));
+                .unwrap_or_else(|| table.cas(head, engine.cas_sequence()));
             f(&DumpItem {
                 engine,
                 at: At::Flash {
@@ -318,7 +318,7 @@ fn pin<'a>(
     mut s: Slot,
     now: u32,
     generation: u32,
-    bucket_cas: u32,
+    bucket_cas: u64,
 ) -> Option<DumpItem<'a>> {
     for _ in 0..2 {
         if engine.is_flash_slot(s) {
@@ -359,10 +359,7 @@ fn pin<'a>(
             engine.release(seg, DUMP_STRIPE);
             return None;
         }
-        // SAFETY: as for the header above.
-        let cas = client_cas(bucket_cas, unsafe {
-            engine.item_hash(seg, offset, &item_header)
-        });
+        let cas = bucket_cas;
         return Some(DumpItem {
             engine,
             at: At::Ram { seg, offset },

@@ -4,7 +4,7 @@
 //! engine does no I/O: the server reads between the calls without blocking its worker.
 
 use super::store::ChainAttempt;
-use super::{client_cas, Handle};
+use super::Handle;
 use crate::flash::{
     record, FlashCandidate, FlashFetch, FlashItem, FlashRead, FlashTier, Promotion,
 };
@@ -133,7 +133,7 @@ impl Handle {
             };
             // Read once on flash (`demote.rs`: the frequency byte keeps hash bits).
             chain.replace(slot, s.with_counted_freq(s.freq()).with_fetched(true));
-            ChainAttempt::Done(Some(client_cas(chain.cas(), h)))
+            ChainAttempt::Done(Some(chain.cas(self.engine.cas_sequence())))
         });
         let Some(Some(bucket_cas)) = counted else {
             return FlashRead::Other(Promotion::Gone);

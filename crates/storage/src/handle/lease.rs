@@ -43,6 +43,10 @@ pub(crate) enum Amend<T> {
         extras: Extras,
         deadline: u32,
         bump_cas: bool,
+        /// `(unique, token)`: publish only while the key's chain still has this CAS unique,
+        /// then give it the token (the copy's lease token, drawn as the chain's next unique:
+        /// see [`Handle::next_lease_token`]); else look again.
+        chain_token: Option<(u64, u64)>,
         result: T,
     },
 }
@@ -69,11 +73,10 @@ fn wins_token(item: &ItemRef<'_>, now: u32, interval: u32, ask: LeaseRead) -> bo
 }
 
 impl Handle {
-    fn new_lease(&self, now: u32) -> Lease {
-        Lease {
-            token: self.engine.next_lease_token(),
-            issued: now,
-        }
+    /// The CAS unique of the chain a key of hash `h` is in (lock-free).
+    fn chain_cas(&self, h: u64) -> u64 {
+        let table = self.table();
+        table.cas(table.head_of(h), self.engine.cas_sequence())
     }
 
     /// A lease-aware read: `mg` (with or without `N`/`R`) and `lease-get`. Hands this
@@ -89,7 +92,8 @@ impl Handle {
         check_key(key)?;
         let h = hash(key);
         let interval = self.engine.config().lease_interval;
-        // The token this call handed itself, once it has tried to.
+        // Whether this call has tried to take a token, and the token it took if it did.
+        let mut tried = false;
         let mut mine: Option<u64> = None;
         enum Act {
             /// Claim the item's token; a CAS the client chose (meta `E`) becomes the token.
@@ -103,7 +107,7 @@ impl Handle {
                     .vivify
                     .and_then(|e| self.engine.clock().deadline(e, now))
                 {
-                    Some(deadline) if mine.is_none() && !ask.read_only => Act::Create(deadline),
+                    Some(deadline) if !tried && !ask.read_only => Act::Create(deadline),
                     _ => return Ok(f(LeaseOutcome::Miss)),
                 },
                 Some(item) => {
@@ -115,60 +119,89 @@ impl Handle {
                         return Ok(f(LeaseOutcome::Miss));
                     }
                     // After one attempt, whoever's token is there now is the winner.
-                    if mine.is_some() || !wins_token(&item, now, interval, ask) {
+                    if tried || !wins_token(&item, now, interval, ask) {
                         let won = mine.is_some() && item.lease().map(|l| l.token) == mine;
                         return Ok(f(LeaseOutcome::Found { item, won }));
                     }
                     Act::Claim(item.explicit_cas())
                 }
             };
-            let lease = match (&act, ask.vivify_cas) {
-                (Act::Create(_), Some(cas)) | (&Act::Claim(Some(cas)), _) => Lease {
-                    token: cas,
-                    issued: now,
-                },
-                _ => self.new_lease(now),
-            };
-            mine = Some(lease.token);
+            // A token the client chose (meta `E`) is its own; any other is the key's chain's
+            // next CAS unique (`Handle::next_lease_token`), published only while the chain's
+            // unique has not moved, and then given to the chain.
             match act {
-                Act::Claim(_) => {
+                Act::Claim(chosen) => {
+                    // What this handle would propose (its block's next value), taken before
+                    // `amend` borrows the handle; the chain's unique raises it in `decide`.
+                    let proposal = self.next_lease_token(0);
                     // Decided again on the item the chain lock protects: whoever claims first
                     // keeps the token.
-                    self.amend(key, None, |item, now| {
+                    let claimed = self.amend(key, None, |item, now| {
                         if !wins_token(item, now, interval, ask) {
-                            return Amend::Keep(());
+                            return Amend::Keep(None);
                         }
+                        let (token, chain_token) = match chosen {
+                            Some(cas) => (cas, None),
+                            None => {
+                                let token = proposal.max(item.chain_cas() + 1);
+                                (token, Some((item.chain_cas(), token)))
+                            }
+                        };
                         Amend::Copy {
                             extras: Extras {
                                 own_deadline: item.own_deadline(),
-                                lease: Some(lease),
+                                lease: Some(Lease { token, issued: now }),
                                 marks: item.marks() & !MARK_TOKEN,
                             },
                             deadline: item.deadline(),
                             bump_cas: false,
-                            result: (),
+                            chain_token,
+                            result: Some(token),
                         }
                     })?;
+                    // Taken or not (someone else won it, or the key went): read it again.
+                    mine = claimed.flatten();
+                    tried = true;
                 }
                 Act::Create(deadline) => {
+                    let chain_cas = self.chain_cas(h);
+                    let (token, chain_cas_was) = match ask.vivify_cas {
+                        Some(cas) => (cas, None),
+                        None => (self.next_lease_token(chain_cas), Some(chain_cas)),
+                    };
                     let extras = Extras {
                         own_deadline: None,
-                        lease: Some(lease),
+                        lease: Some(Lease { token, issued: now }),
                         marks: MARK_EMPTY,
                     };
                     let written = self.append(key, &[], 0, deadline, extras)?;
-                    self.locked(h, |this, table, chain| {
+                    let published = self.locked(h, |this, table, chain| {
                         let old = existing(&this.engine, chain, key, h, now);
                         if old.as_ref().is_some_and(|o| o.live) {
                             // Someone stored or vivified the key meanwhile: read theirs.
-                            return ChainAttempt::Done(());
+                            return ChainAttempt::Done(Some(false));
+                        }
+                        let seq = this.engine.cas_sequence();
+                        if chain_cas_was.is_some_and(|was| chain.cas(seq) != was) {
+                            // The counter moved past the token: draw another.
+                            return ChainAttempt::Done(None);
                         }
                         match this.publish(table, chain, old.as_ref(), &written, h, false) {
-                            Ok(()) => ChainAttempt::Done(()),
+                            Ok(()) => {
+                                if chain_cas_was.is_some() {
+                                    this.bump_chain_cas(chain, token);
+                                }
+                                ChainAttempt::Done(Some(true))
+                            }
                             Err(_) => ChainAttempt::GrowTable(table.power()),
                         }
                     });
                     self.finish(Some(written));
+                    match published.flatten() {
+                        Some(true) => (mine, tried) = (Some(token), true),
+                        Some(false) => tried = true,
+                        None => {}
+                    }
                 }
             }
         }
@@ -207,6 +240,7 @@ impl Handle {
                 },
                 deadline,
                 bump_cas: true,
+                chain_token: None,
                 result: true,
             }
         });
@@ -231,10 +265,10 @@ impl Handle {
     ) -> Result<Option<()>, StoreError> {
         check_key(key)?;
         let done = self.amend(key, Some((value, flags)), |item, _| {
-            // "Older" compares numbers. A key's bucket CAS values grow with every write and
-            // stay far below lease tokens (which start at the wall clock in nanoseconds and
-            // only grow), so a CAS the client read before the current token is smaller, as
-            // in memcached; a made-up CAS may be judged older, and then only stores stale.
+            // "Older" compares numbers. A key's CAS uniques and lease tokens are one sequence,
+            // its chain's counter, so a CAS the client read before the current token is
+            // smaller, as in memcached; a made-up CAS may be judged older, and then only
+            // stores stale.
             if item.marks() & (MARK_TOMBSTONE | MARK_DELETED) != 0 || cas >= item.cas() {
                 return Amend::Keep(None);
             }
@@ -246,6 +280,7 @@ impl Handle {
                 },
                 deadline: item.deadline(),
                 bump_cas: true,
+                chain_token: None,
                 result: Some(()),
             }
         })?;
@@ -285,6 +320,7 @@ impl Handle {
                 },
                 deadline,
                 bump_cas: true,
+                chain_token: None,
                 result: deleted,
             }
         });
@@ -313,15 +349,16 @@ impl Handle {
             };
             let expected = item.slot;
             let epoch = self.engine.segment(expected.seg()).epoch();
-            let (extras, deadline, bump_cas, result) = match decide(&item, now) {
+            let (extras, deadline, bump_cas, chain_token, result) = match decide(&item, now) {
                 Amend::Keep(result) => break Ok(Some(result)),
-                Amend::Unlink(result) => (Extras::default(), now, true, result),
+                Amend::Unlink(result) => (Extras::default(), now, true, None, result),
                 Amend::Copy {
                     extras,
                     deadline,
                     bump_cas,
+                    chain_token,
                     result,
-                } => (extras, deadline, bump_cas, result),
+                } => (extras, deadline, bump_cas, chain_token, result),
             };
             let keep = deadline > now || deadline == NEVER;
             let mut flags = item.flags();
@@ -343,8 +380,14 @@ impl Handle {
             } else {
                 None
             };
-            let done = self.swap(key, h, now, written.as_ref(), bump_cas, |e| {
-                e.live && e.is(&self.engine, expected, epoch)
+            let new_cas = match chain_token {
+                Some((_, token)) => Some(token),
+                None => bump_cas.then_some(0),
+            };
+            let done = self.swap(key, h, now, written.as_ref(), new_cas, |e, chain_cas| {
+                e.live
+                    && e.is(&self.engine, expected, epoch)
+                    && chain_token.is_none_or(|(was, _)| chain_cas == was)
             });
             self.finish(written);
             if done.is_some() {

@@ -32,21 +32,11 @@ pub use status::{DeltaError, StoreError, StoreMode, StoreStatus};
 
 use crate::counters::HandleCounters;
 use crate::engine_state::EngineState;
-use crate::hashtable::{hash, ChainGuard, Moved, Table, MAX_FREQ};
+use crate::hashtable::{hash, CasBlock, ChainGuard, Moved, Table, MAX_FREQ};
 use crate::readers::STRIPES as READER_STRIPES;
 use std::cell::{Cell, Ref, RefCell};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-
-/// The CAS unique clients see: the hash bucket's shared 32-bit write counter (Segcache
-/// keeps one per bucket, not one per item) in the high half, and 32 bits of the key's hash in
-/// the low half. It changes whenever any key of the bucket is written, and, unlike the bare
-/// counter, differs between keys (unless their hashes agree in those 32 bits), as memcached's
-/// global counter does; it survives table growth because it does not depend on the bucket's
-/// position.
-pub(crate) fn client_cas(bucket_cas: u32, h: u64) -> u64 {
-    (u64::from(bucket_cas) << 32) | (h & 0xffff_ffff)
-}
 
 /// One thread's way into the cache. `Send`, not `Sync`: give each thread its own.
 pub struct Handle {
@@ -64,6 +54,8 @@ pub struct Handle {
     grow_hint: Cell<Option<u32>>,
     /// Reused buffer for read-modify-write operations.
     scratch: Vec<u8>,
+    /// This handle's block of CAS uniques (`hashtable/cas.rs`).
+    cas: CasBlock,
 }
 
 impl Handle {
@@ -82,6 +74,7 @@ impl Handle {
             rng: Cell::new(seed),
             grow_hint: Cell::new(None),
             scratch: Vec::new(),
+            cas: CasBlock::default(),
         }
     }
 
@@ -97,6 +90,28 @@ impl Handle {
             }
         }
         Ref::map(self.table.borrow(), |t| &t.1)
+    }
+
+    /// Gives a locked chain its next CAS unique after a change of one of its keys, from this
+    /// handle's block when the chain is not ahead of it, or at least `at_least`.
+    pub(crate) fn bump_chain_cas(&self, chain: &ChainGuard<'_>, at_least: u64) -> u64 {
+        let seq = self.engine.cas_sequence();
+        let proposal = self.cas.propose(seq).max(at_least);
+        let cas = chain.bump_cas(seq, proposal);
+        self.cas.taken(cas);
+        cas
+    }
+
+    /// The CAS unique a lease handed out now on a chain whose unique is `chain_cas` would
+    /// take: the chain's next one (never 0 or 1, a hit and a hot miss to mcrouter's
+    /// `lease-get`). Publishing it (only while the chain still holds `chain_cas`) gives the
+    /// chain that unique, so a key's uniques and tokens are one growing sequence: a token is
+    /// larger than every CAS read of the key before it, and later ones larger still.
+    pub(crate) fn next_lease_token(&self, chain_cas: u64) -> u64 {
+        self.cas
+            .propose(self.engine.cas_sequence())
+            .max(chain_cas + 1)
+            .max(2)
     }
 
     /// Segcache's approximate smoothed frequency counter: +1 per counted access below 16,

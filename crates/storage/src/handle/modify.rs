@@ -107,9 +107,14 @@ impl Handle {
                 },
                 _ => None,
             };
-            let published = self.swap(key, h, now, written.as_ref(), bump_cas, |e| {
-                e.has_value() && e.is(&self.engine, expected, epoch)
-            });
+            let published = self.swap(
+                key,
+                h,
+                now,
+                written.as_ref(),
+                bump_cas.then_some(0),
+                |e, _| e.has_value() && e.is(&self.engine, expected, epoch),
+            );
             self.finish(written);
             if published.is_some() {
                 break Ok(Some(out));

@@ -2,7 +2,7 @@
 //! of the slot, a key compare; and [`ItemRef`], the pinned item a lookup returns. Counts an
 //! access (the fetched mark and the frequency counter) at most once per item per second.
 
-use super::{client_cas, Handle};
+use super::Handle;
 use crate::clock::NEVER;
 use crate::counters::HandleCounters;
 use crate::engine_state::EngineState;
@@ -44,7 +44,7 @@ impl ItemRef<'_> {
     }
     /// The CAS unique: the outstanding lease's token if the item carries one (so a meta
     /// client's `mg ... c` then `ms ... C<cas>` is exactly a lease-set), else the bucket's
-    /// (see `client_cas`).
+    /// (its hash chain's CAS counter: see `Table::cas`).
     pub fn cas(&self) -> u64 {
         match self.header.lease {
             Some(l) => l.token,
@@ -54,6 +54,11 @@ impl ItemRef<'_> {
     /// Lease and hold-off marks ([`crate::MARK_STALE`] and friends).
     pub fn marks(&self) -> u8 {
         self.header.marks
+    }
+    /// The CAS counter of the key's hash chain when the item was read (its CAS unique unless
+    /// a client chose one or a lease is out).
+    pub(crate) fn chain_cas(&self) -> u64 {
+        self.cas
     }
     /// The item's CAS ignoring a lease token: the one the client chose (meta `E`), else the
     /// bucket's.
@@ -251,7 +256,7 @@ impl Handle {
         let tag = tag_of(h);
         // Read the CAS before the slot: a reader may pair a new value with an old CAS (the
         // client's cas then fails and retries) but never an old value with a new CAS.
-        let cas = table.cas(head);
+        let cas = table.cas(head, engine.cas_sequence());
         let found = table.scan(head, |slot, s| {
             // A flash copy is fetched by the caller (`Handle::flash_candidate`), not here.
             if s.tag() != tag || engine.is_flash_slot(s) {
@@ -332,7 +337,7 @@ impl Handle {
                 seg,
                 offset,
                 header: item_header,
-                cas: client_cas(cas, h),
+                cas,
                 slot: current,
                 deadline,
                 last_access,

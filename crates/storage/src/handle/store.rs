@@ -8,7 +8,7 @@
 
 use super::status::{StoreError, StoreMode, StoreStatus};
 use super::write::Written;
-use super::{client_cas, Handle};
+use super::Handle;
 use crate::clock::Expiry;
 use crate::counters::HandleCounters;
 use crate::engine_state::EngineState;
@@ -192,7 +192,7 @@ impl Handle {
         // A write is an access: meta `l` (last access) counts from it, as memcached's does.
         chain.touch(engine.clock().now(), engine.count_window().shift());
         if bump_cas {
-            chain.bump_cas();
+            self.bump_chain_cas(chain, 0);
         }
         HandleCounters::bump(&self.counters.writes, 1);
         Ok(())
@@ -205,7 +205,7 @@ impl Handle {
         engine
             .segment(old.slot_value.seg())
             .remove_live(engine.aligned(old.header.len()));
-        chain.bump_cas();
+        self.bump_chain_cas(chain, 0);
     }
 
     /// Ends a write: the item is published or abandoned.
@@ -218,25 +218,32 @@ impl Handle {
     }
 
     /// Under the key's chain lock: if `current` holds for the key's item (hash `h`: still
-    /// the one the caller read, and as it needs it), replaces it by `written`, or drops it
-    /// when that is `None`. `None` when the item changed (look again).
+    /// the one the caller read, and as it needs it, given the chain's CAS unique), replaces
+    /// it by `written`, or drops it when that is `None`. A replacement gives the chain a new
+    /// CAS unique when `new_cas` says so: its next one, at least the given value (0: any).
+    /// `None` when the item changed (look again).
     pub(crate) fn swap(
         &self,
         key: &[u8],
         h: u64,
         now: u32,
         written: Option<&Written>,
-        bump_cas: bool,
-        current: impl Fn(&Existing<'_>) -> bool,
+        new_cas: Option<u64>,
+        current: impl Fn(&Existing<'_>, u64) -> bool,
     ) -> Option<()> {
         self.locked(h, |this, table, chain| {
             let old = match existing(&this.engine, chain, key, h, now) {
-                Some(e) if current(&e) => e,
+                Some(e) if current(&e, chain.cas(this.engine.cas_sequence())) => e,
                 _ => return ChainAttempt::Retry,
             };
             match written {
-                Some(w) => match this.publish(table, chain, Some(&old), w, h, bump_cas) {
-                    Ok(()) => ChainAttempt::Done(()),
+                Some(w) => match this.publish(table, chain, Some(&old), w, h, false) {
+                    Ok(()) => {
+                        if let Some(at_least) = new_cas {
+                            this.bump_chain_cas(chain, at_least);
+                        }
+                        ChainAttempt::Done(())
+                    }
                     Err(TableFull) => ChainAttempt::GrowTable(table.power()),
                 },
                 None => {
@@ -324,7 +331,11 @@ impl Handle {
         let status = self.locked(h, |this, table, chain| {
             let engine = &*this.engine;
             let old = existing(engine, chain, key, h, now);
-            let bucket_cas = client_cas(chain.cas(), h);
+            // Only a `cas` compares the unique (a few instructions a `set` need not spend).
+            let bucket_cas = match mode {
+                StoreMode::Cas(_) => chain.cas(engine.cas_sequence()),
+                _ => 0,
+            };
             let verdict = verdict(mode, old.as_ref().and_then(|o| o.seen(bucket_cas)));
             if let Err(status) = verdict {
                 return ChainAttempt::Done(status);

@@ -26,9 +26,11 @@
 //! a MOVED chain wait for the grower and retry on the new table. Readers of the old table keep
 //! seeing consistent (frozen) chains until they finish.
 
+mod cas;
 pub(crate) mod slot;
 mod table;
 
+pub use cas::{CasBlock, CasSequence};
 pub use slot::{hash, tag_of, Slot, MAX_FREQ, MAX_OFFSET_UNITS, MAX_SEGMENTS};
 pub use table::{ChainGuard, Moved, Table, TableFull, TableImage};
 
@@ -218,14 +220,17 @@ mod tests {
     #[test]
     fn growth_keeps_entries_and_cas() {
         let ht = HashTable::new(2, 10);
+        let seq = CasSequence::new(0);
         let t = ht.load();
         for i in 0..40u64 {
             let h = hash_for(i);
             let g = t.lock(t.head_of(h)).unwrap();
             g.insert(Slot::new(i as u32, 0, 0, tag_of(h))).unwrap();
-            g.bump_cas();
+            g.bump_cas(&seq, 0);
         }
-        let cas_before: Vec<u32> = (0..40u64).map(|i| t.cas(t.head_of(hash_for(i)))).collect();
+        let cas_before: Vec<u64> = (0..40u64)
+            .map(|i| t.cas(t.head_of(hash_for(i)), &seq))
+            .collect();
         let power = t.power();
         drop(t);
         assert!(ht.grow(power, |slot, _, _| Some((
@@ -238,7 +243,7 @@ mod tests {
             let h = hash_for(i);
             let found = t.scan(t.head_of(h), |_, s| (s.seg() == i as u32).then_some(()));
             assert!(found.is_some(), "item {i} lost in growth");
-            assert_eq!(t.cas(t.head_of(h)), cas_before[i as usize]);
+            assert_eq!(t.cas(t.head_of(h), &seq), cas_before[i as usize]);
         }
     }
 

@@ -2,7 +2,7 @@
 //! hash, and the hash function itself (xxh3, stable across processes and versions).
 //!
 //! ```text
-//! info:  [cas:32][last access:16][item count:8][lock byte:8]
+//! info:  [cas:38][last access:16][item count:8][moved:1][lock:1]
 //! item:  [segment:24][offset:20][counted:1][frequency:7][fetched:1][tag:11]
 //! next:  [bucket index:52][tag = 0:12]
 //! ```
@@ -16,10 +16,13 @@ pub fn hash(key: &[u8]) -> u64 {
 pub(super) const SLOTS: usize = 8;
 pub(super) const LOCK: u64 = 1;
 pub(super) const MOVED: u64 = 2;
-pub(super) const COUNT_SHIFT: u32 = 8;
-pub(super) const TS_SHIFT: u32 = 16;
+pub(super) const COUNT_SHIFT: u32 = 2;
+pub(super) const TS_SHIFT: u32 = 10;
 pub(super) const TS_MASK: u64 = 0xffff << TS_SHIFT;
-pub(super) const CAS_SHIFT: u32 = 32;
+/// The low 38 bits of the CAS unique of the chain's last write: the info word's top bits.
+pub(super) const CAS_SHIFT: u32 = 26;
+/// The low bits of a CAS unique a chain holds (`cas.rs`).
+pub(super) const MAX_CHAIN_CAS: u64 = (1 << (64 - CAS_SHIFT)) - 1;
 
 /// Low bits that are zero in a chain pointer (an item's tag and fetched bit).
 pub(super) const TAG_BITS: u32 = 12;

@@ -1,6 +1,7 @@
 //! One generation of the hash table: cache-line buckets, lock-free chain walks, the chain
 //! lock ([`ChainGuard`]) and the shared CAS; and a table's image for warm restarts.
 
+use super::cas::CasSequence;
 use super::slot::*;
 use crate::sync::atomic::{AtomicU64, AtomicUsize};
 use crate::sync::spin_wait;
@@ -128,10 +129,25 @@ impl Table {
         ((self.info(head).load(Ordering::Relaxed) & TS_MASK) >> TS_SHIFT) as u16
     }
 
-    /// The shared CAS value of chain `head`.
+    /// The CAS unique of chain `head`'s last write (0 for a chain never written; see
+    /// `cas.rs`).
     #[inline]
-    pub fn cas(&self, head: usize) -> u32 {
-        (self.info(head).load(Ordering::Acquire) >> CAS_SHIFT) as u32
+    pub fn cas(&self, head: usize, seq: &CasSequence) -> u64 {
+        seq.full(self.cas_low(head))
+    }
+
+    /// The low 38 bits of chain `head`'s CAS unique, as its info word holds them.
+    #[inline]
+    pub(super) fn cas_low(&self, head: usize) -> u64 {
+        self.info(head).load(Ordering::Acquire) >> CAS_SHIFT
+    }
+
+    /// The largest CAS unique a chain holds (a restart's mark for an old snapshot).
+    pub(super) fn max_cas_low(&self) -> u64 {
+        (0..self.primary)
+            .map(|h| self.cas_low(h))
+            .max()
+            .unwrap_or(0)
     }
 
     /// Calls `f` on every item slot of the chain (lock-free). `f` returns `Some` to stop.
@@ -267,9 +283,9 @@ impl<'a> ChainGuard<'a> {
         self.spins
     }
 
-    /// The chain's CAS value.
-    pub fn cas(&self) -> u32 {
-        self.table.cas(self.head)
+    /// The CAS unique of the chain's last write.
+    pub fn cas(&self, seq: &CasSequence) -> u64 {
+        self.table.cas(self.head, seq)
     }
 
     /// Calls `f` on every item slot; see [`Table::scan`].
@@ -284,11 +300,20 @@ impl<'a> ChainGuard<'a> {
         }
     }
 
-    /// Increments the shared CAS value (after a change of some key's value).
-    pub fn bump_cas(&self) {
-        self.table
-            .info(self.head)
-            .fetch_add(1 << CAS_SHIFT, Ordering::AcqRel);
+    /// Gives the chain a new CAS unique after a change of some key's item: the handle's
+    /// `proposal` (0: none) unless the chain's unique is already as large (`cas.rs`).
+    /// Returns the new unique.
+    #[inline]
+    pub fn bump_cas(&self, seq: &CasSequence, proposal: u64) -> u64 {
+        let info = self.table.info(self.head);
+        let (current, next) = seq.advance(info.load(Ordering::Relaxed) >> CAS_SHIFT, proposal);
+        // Only the lock holder changes these bits: adding the difference leaves the others
+        // (the last access is written without the lock), and a carry falls off the top.
+        info.fetch_add(
+            ((next - current) & MAX_CHAIN_CAS) << CAS_SHIFT,
+            Ordering::AcqRel,
+        );
+        next
     }
 
     fn add_count(&self, delta: i64) {
@@ -444,6 +469,29 @@ impl Table {
 
     /// Rebuilds a table from [`Table::image`]; `None` if the image is inconsistent.
     pub fn from_image(image: &TableImage) -> Option<Table> {
+        Table::from_image_with(image, |info| info)
+    }
+
+    /// Rebuilds a table from the image of a release whose info word was
+    /// `[cas:32][last access:16][item count:8][lock byte:8]` (warm-restart format 3): each
+    /// chain keeps its write counter (as its CAS unique), last access and item count in
+    /// today's places. Also returns the largest unique, the new CAS sequence's mark.
+    pub fn from_format3_image(image: &TableImage) -> Option<(Table, u64)> {
+        let table = Table::from_format3_words(image)?;
+        let mark = table.max_cas_low();
+        Some((table, mark))
+    }
+
+    fn from_format3_words(image: &TableImage) -> Option<Table> {
+        Table::from_image_with(image, |old| {
+            let cas = old >> 32;
+            let ts = (old >> 16) & 0xffff;
+            let count = (old >> 8) & 0xff;
+            (cas << CAS_SHIFT) | (ts << TS_SHIFT) | (count << COUNT_SHIFT)
+        })
+    }
+
+    fn from_image_with(image: &TableImage, info_word: impl Fn(u64) -> u64) -> Option<Table> {
         if !(1..=40).contains(&image.power) {
             return None;
         }
@@ -472,7 +520,7 @@ impl Table {
                 if !info && is_pointer(*v) && !((primary as u64)..next as u64).contains(&target) {
                     return None;
                 }
-                slot.store(*v, Ordering::Relaxed);
+                slot.store(if info { info_word(*v) } else { *v }, Ordering::Relaxed);
             }
         }
         Some(table)
