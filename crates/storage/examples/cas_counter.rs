@@ -1,6 +1,6 @@
-//! What CAS uniques in write order would cost: memcached takes one global counter per write
-//! (`get_cas_id`, under a mutex); memfleet's CAS is the hash bucket's own write counter
-//! (`handle::client_cas`), which is unique per write but not ordered across keys. This runs
+//! What one shared counter per write would cost: memcached takes one global counter per write
+//! (`get_cas_id`, under a mutex); memfleet's handles take that counter in blocks of 64
+//! (`hashtable/cas.rs`), one shared write per 64 stores. This runs
 //! `THREADS` threads of `set`s on one cache, each set alone and each set followed by one
 //! `fetch_add` on a counter all threads share (what an ordered CAS needs at the least,
 //! before the 8 bytes per item it would take to keep the value), and prints nanoseconds per
