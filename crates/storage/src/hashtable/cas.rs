@@ -66,7 +66,7 @@ impl CasSequence {
 
     /// The full unique of a chain holding `low` (its low 38 bits): the largest number at or
     /// below the mark with those bits, or 0 for a chain never written (no unique has low
-    /// bits 0: [`CasSequence::next_after`] skips them). Read the chain's word (Acquire)
+    /// bits 0: `next_value` skips them). Read the chain's word (Acquire)
     /// first: the mark is then at least what the chain's writer reserved.
     #[inline]
     pub fn full(&self, low: u64) -> u64 {
@@ -84,7 +84,7 @@ impl CasSequence {
     }
 
     /// For a chain holding `low`: its full unique and the one it takes next (as
-    /// [`CasSequence::next_after`]), reading the mark once.
+    /// `next_after`), reading the mark once.
     #[inline]
     pub(super) fn advance(&self, low: u64, proposal: u64) -> (u64, u64) {
         let mark = self.reserved.load(Ordering::Acquire);
