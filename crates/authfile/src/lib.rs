@@ -45,6 +45,24 @@ impl Credentials {
     /// Parses `user:password` lines (empty lines and `#` comments skipped; the password is
     /// everything after the first colon, colons included).
     pub fn parse(text: &[u8]) -> Result<Credentials, AuthFileError> {
+        Credentials::parse_with(text, |password| password)
+    }
+
+    /// Parses memcached's SASL password database (`MEMCACHED_SASL_PWDB`, memcached built
+    /// with `--enable-sasl-pwdb`): `user:password` lines, where, as in memcached's
+    /// `sasl_server_userdb_checkpass`, the password ends at the next colon (what follows is
+    /// ignored).
+    pub fn parse_sasl_pwdb(text: &[u8]) -> Result<Credentials, AuthFileError> {
+        Credentials::parse_with(text, |password| {
+            let end = password.iter().position(|&b| b == b':');
+            &password[..end.unwrap_or(password.len())]
+        })
+    }
+
+    fn parse_with(
+        text: &[u8],
+        password_of: impl Fn(&[u8]) -> &[u8],
+    ) -> Result<Credentials, AuthFileError> {
         let mut users = Vec::new();
         for (i, line) in text.split(|&b| b == b'\n').enumerate() {
             let line = line.strip_suffix(b"\r").unwrap_or(line);
@@ -58,7 +76,7 @@ impl Credentials {
             if user.is_empty() || user.contains(&b' ') {
                 return Err(AuthFileError::BadUser(i + 1));
             }
-            users.push((user.to_vec(), password.to_vec()));
+            users.push((user.to_vec(), password_of(password).to_vec()));
         }
         if users.is_empty() {
             return Err(AuthFileError::NoUsers);
@@ -72,7 +90,12 @@ impl Credentials {
         let Some(space) = data.iter().position(|&b| b == b' ') else {
             return false;
         };
-        let (user, password) = (&data[..space], &data[space + 1..]);
+        self.accepts_pair(&data[..space], &data[space + 1..])
+    }
+
+    /// Whether `user` with `password` is a known user (binary SASL PLAIN), in time that does
+    /// not tell how much matched.
+    pub fn accepts_pair(&self, user: &[u8], password: &[u8]) -> bool {
         let mut ok = false;
         for (u, p) in &self.users {
             ok |= same(u, user) & same(p, password);

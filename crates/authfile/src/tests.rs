@@ -46,3 +46,19 @@ fn credentials_judge_a_login_request() {
     let (get, _) = parse(b"get k\r\n", &ParserConfig::default()).unwrap();
     assert_eq!(c.attempt(&get).reply(), UNAUTHENTICATED);
 }
+
+#[test]
+fn sasl_password_databases_end_the_password_at_a_colon() {
+    // memcached's sasl_server_userdb_checkpass: the password ends at ':', CR, LF or NUL.
+    let c = Credentials::parse_sasl_pwdb(b"alice:s3cret\r\nbob:pass:extra fields\n").unwrap();
+    assert!(c.accepts_pair(b"alice", b"s3cret"));
+    assert!(c.accepts_pair(b"bob", b"pass"));
+    assert!(!c.accepts_pair(b"bob", b"pass:extra fields"));
+    assert!(!c.accepts_pair(b"alice", b"s3cre"));
+    assert!(!c.accepts_pair(b"alice", b""));
+    assert!(!c.accepts_pair(b"carol", b"s3cret"));
+    assert_eq!(
+        Credentials::parse_sasl_pwdb(b"\n"),
+        Err(AuthFileError::NoUsers)
+    );
+}

@@ -43,6 +43,7 @@ mod error;
 mod parse;
 mod request;
 pub mod response;
+pub mod sasl;
 
 pub use error::{BinError, BinErrorKind, BinRejection};
 pub use parse::parse;

@@ -1,8 +1,8 @@
 //! memcached's ASCII authentication (`-Y authfile`) for the server: reading the auth file.
 //! The file's format and the check are `memfleet_authfile`'s, memcached's replies
 //! `memfleet_protocol::auth`'s, both shared with the router's listeners; `connection::process` gates every request on it
-//! until a `set` authenticates. The binary protocol's SASL is not offered: with
-//! authentication on, binary connections are closed.
+//! until a `set` authenticates. Binary clients authenticate with SASL instead (`sasl.rs`,
+//! `-S`); with ASCII authentication on, binary connections are closed.
 
 use anyhow::Context;
 pub use memfleet_authfile::Credentials;

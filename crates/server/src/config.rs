@@ -98,6 +98,19 @@ pub struct ServerArgs {
     #[arg(short = 'Y', long = "auth-file", env = "MEMFLEET_AUTH_FILE")]
     pub auth_file: Option<PathBuf>,
 
+    /// Require binary-protocol SASL, as memcached's -S: clients log in with PLAIN against
+    /// the password database (--sasl-pwdb); until then only SASL and version requests are
+    /// served, and text-protocol connections are closed (memcached serves only the binary
+    /// protocol with -S). Cannot be combined with --auth-file or UDP [default: off].
+    #[arg(short = 'S', long = "enable-sasl", env = "MEMFLEET_ENABLE_SASL")]
+    pub enable_sasl: bool,
+
+    /// The SASL password database: `user:password` lines, memcached's
+    /// `MEMCACHED_SASL_PWDB` format (the password ends at the next colon). Read again when it
+    /// changes. Needed by --enable-sasl.
+    #[arg(long = "sasl-pwdb", env = "MEMCACHED_SASL_PWDB")]
+    pub sasl_pwdb: Option<PathBuf>,
+
     /// Serve TLS on the TCP port with this certificate chain (PEM, leaf first; memcached's
     /// `-o ssl_chain_cert`). Needs --tls-key. SIGHUP reloads the certificate, key and CA
     /// files without a restart. UDP, when on, stays plain [default: off].
@@ -212,6 +225,8 @@ struct FileSettings {
     admin_port: Option<u16>,
     listen_backlog: Option<u32>,
     auth_file: Option<PathBuf>,
+    enable_sasl: Option<bool>,
+    sasl_pwdb: Option<PathBuf>,
     tls_cert: Option<PathBuf>,
     tls_key: Option<PathBuf>,
     tls_ca: Option<PathBuf>,
@@ -289,6 +304,8 @@ pub struct Listen {
     pub admin_port: Option<u16>,
     /// memcached's ASCII authentication file (`user:password` lines); `None`: no auth.
     pub auth_file: Option<PathBuf>,
+    /// Binary SASL's password database, when SASL is on (`-S`); `None`: no SASL.
+    pub sasl_pwdb: Option<PathBuf>,
     /// TLS on the TCP port; `None`: plain TCP.
     pub tls: Option<ServerTlsFiles>,
 }
@@ -327,6 +344,7 @@ impl Default for Listen {
             udp_writes: false,
             admin_port: None,
             auth_file: None,
+            sasl_pwdb: None,
             tls: None,
         }
     }
@@ -444,6 +462,25 @@ impl Settings {
             bail!(
                 "--auth-file and --udp-port cannot be combined: a UDP request cannot authenticate"
             );
+        }
+        if args.enable_sasl || file.enable_sasl.unwrap_or(false) {
+            let Some(pwdb) = args.sasl_pwdb.clone().or(file.sasl_pwdb) else {
+                bail!(
+                    "--enable-sasl needs a password database: --sasl-pwdb FILE or \
+                     MEMCACHED_SASL_PWDB (user:password lines)"
+                );
+            };
+            if s.listen.auth_file.is_some() {
+                bail!(
+                    "--enable-sasl and --auth-file cannot be combined: SASL serves the binary \
+                     protocol only, ASCII authentication the text protocol"
+                );
+            }
+            if s.listen.udp_port.is_some() {
+                // memcached's words.
+                bail!("Cannot enable UDP while using binary SASL authentication.");
+            }
+            s.listen.sasl_pwdb = Some(pwdb);
         }
         s.listen.tls = tls;
         s.flash = flash;

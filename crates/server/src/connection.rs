@@ -15,9 +15,11 @@
 use crate::execute::{AfterRequest, Executor};
 use crate::limits::BATCHES_BEFORE_YIELD;
 pub use crate::limits::{READ_CHUNK, WRITE_BUDGET};
+use crate::sasl::Outcome;
 use crate::state::WorkerContext;
 use crate::transport::Transport;
 use memfleet_protocol::auth::Attempt;
+use memfleet_protocol::binary::sasl::SaslGate;
 use memfleet_protocol::binary::{self, BinError};
 use memfleet_protocol::{
     parse, ErrorKind, GetKind, KeyBytes, MetaKey, ParseError, ParserConfig, Request,
@@ -41,7 +43,8 @@ pub struct ParseState {
     /// The connection's protocol, fixed by its first byte as memcached's `-B auto` does:
     /// `Some(true)` for binary.
     binary: Option<bool>,
-    /// Passed memcached's ASCII authentication (meaningful only with `--auth-file`).
+    /// Passed memcached's ASCII authentication (with `--auth-file`) or binary SASL (with
+    /// `--enable-sasl`).
     authenticated: bool,
     /// The last batch stopped inside a data block (a text command line has arrived, its data
     /// has not) or while swallowing a refused one: the replies so far are held, as memcached
@@ -101,6 +104,10 @@ pub fn process(
         (None, Some(&first)) => *state.binary.insert(binary::is_binary(first)),
         (None, None) => return (pos, Flow::NeedInput),
     };
+    if exec.server.sasl.is_some() && !binary {
+        // memcached serves only the binary protocol with -S: a text request closes.
+        return (pos, Flow::Close);
+    }
     if binary {
         if exec.server.auth.is_some() {
             // Binary clients authenticate with SASL, which is not offered: memcached's ASCII
@@ -388,6 +395,40 @@ fn process_binary(
         }
         if pos == input.len() {
             return (pos, Flow::NeedInput);
+        }
+        if let Some(db) = &exec.server.sasl {
+            match binary::sasl::gate(&input[pos..], state.authenticated) {
+                SaslGate::Pass => {}
+                SaslGate::Incomplete => return (pos, Flow::NeedInput),
+                SaslGate::Refuse(to) => {
+                    binary::sasl::auth_failure(out, to);
+                    return (pos, Flow::Close);
+                }
+                SaslGate::Sasl(request, to, used) => {
+                    pos += used;
+                    match db.serve(&request, to, out) {
+                        Outcome::Listed => {}
+                        Outcome::Accepted => {
+                            state.authenticated = true;
+                            exec.counters.auth_cmds.incr();
+                        }
+                        Outcome::Refused => {
+                            exec.counters.auth_cmds.incr();
+                            exec.counters.auth_errors.incr();
+                        }
+                    }
+                    continue;
+                }
+                SaslGate::Invalid(rejection) => {
+                    rejection.reply(out);
+                    match skip_rejected(input.len(), pos, rejection.skip, rejection.close(), state)
+                    {
+                        Ok(next) => pos = next,
+                        Err(end) => return end,
+                    }
+                    continue;
+                }
+            }
         }
         match binary::parse(&input[pos..], config) {
             Ok((request, used)) => {

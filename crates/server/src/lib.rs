@@ -44,6 +44,7 @@ pub mod dump;
 pub mod execute;
 pub mod flash;
 mod limits;
+pub mod sasl;
 pub mod state;
 pub mod stats;
 mod transport;
@@ -137,6 +138,12 @@ impl Server {
             .as_deref()
             .map(auth::load)
             .transpose()?;
+        let sasl = settings
+            .listen
+            .sasl_pwdb
+            .as_deref()
+            .map(sasl::SaslDb::load)
+            .transpose()?;
         if settings.listen.udp_port.is_some() && auth.is_some() {
             anyhow::bail!(
                 "authentication and UDP cannot be combined: a datagram cannot authenticate"
@@ -208,6 +215,7 @@ impl Server {
             reset_base: Mutex::default(),
             shutdown: rx,
             auth,
+            sasl,
             tls,
             crawler: Default::default(),
             debug_clock,

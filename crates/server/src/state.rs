@@ -38,6 +38,8 @@ pub struct ServerState {
     pub shutdown: watch::Receiver<bool>,
     /// Who may connect, when authentication is on (`--auth-file`).
     pub auth: Option<Credentials>,
+    /// Binary SASL's password database, when SASL is on (`-S`).
+    pub sasl: Option<crate::sasl::SaslDb>,
     /// TLS on the TCP port, when on (`--tls-cert`): the certificate in service and its
     /// counters.
     pub tls: Option<Arc<memfleet_tls::ServerTls>>,

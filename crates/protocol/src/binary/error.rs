@@ -84,6 +84,10 @@ pub enum BinErrorKind {
     /// The value cannot fit in an item ([`crate::ParserConfig`]): "Too large.", the value
     /// swallowed, the connection stays open.
     TooLarge,
+    /// A SASL mechanism name over 32 bytes, or SASL data over
+    /// [`super::sasl::MAX_SASL_DATA`] (with SASL on): "Invalid arguments", the body
+    /// swallowed, the connection stays open.
+    SaslTooLong,
 }
 
 impl BinErrorKind {
@@ -94,16 +98,19 @@ impl BinErrorKind {
             BinErrorKind::BodyTooShort | BinErrorKind::UnknownCommand => {
                 Some(Status::UnknownCommand)
             }
-            BinErrorKind::KeyTooLong | BinErrorKind::InvalidArguments => {
-                Some(Status::InvalidArguments)
-            }
+            BinErrorKind::KeyTooLong
+            | BinErrorKind::InvalidArguments
+            | BinErrorKind::SaslTooLong => Some(Status::InvalidArguments),
             BinErrorKind::TooLarge => Some(Status::TooLarge),
         }
     }
 
     /// Whether memcached closes the connection.
     pub fn closes(self) -> bool {
-        !matches!(self, BinErrorKind::UnknownCommand | BinErrorKind::TooLarge)
+        !matches!(
+            self,
+            BinErrorKind::UnknownCommand | BinErrorKind::TooLarge | BinErrorKind::SaslTooLong
+        )
     }
 }
 
@@ -117,6 +124,7 @@ impl fmt::Display for BinErrorKind {
             BinErrorKind::InvalidArguments => "lengths invalid for the opcode",
             BinErrorKind::UnknownCommand => "unknown opcode",
             BinErrorKind::TooLarge => "value too large",
+            BinErrorKind::SaslTooLong => "SASL mechanism or data too long",
         };
         f.write_str(what)?;
         if self.closes() {

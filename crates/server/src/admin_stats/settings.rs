@@ -57,7 +57,7 @@ pub(super) fn rows(server: &ServerState) -> Vec<(String, String)> {
         ("cas_enabled", "yes".into()),
         ("tcp_backlog", st.listen.backlog.to_string()),
         ("binding_protocol", "auto-negotiate".into()),
-        ("auth_enabled_sasl", "no".into()),
+        ("auth_enabled_sasl", yes_no(st.listen.sasl_pwdb.is_some())),
         ("auth_enabled_ascii", yes_no(st.listen.auth_file.is_some())),
         ("item_size_max", st.limits.max_item_size.to_string()),
         ("maxconns_fast", "yes".into()),

@@ -236,3 +236,46 @@ fn flash_flags_and_memcached_ext_options_agree() {
         .files
         .is_empty());
 }
+
+#[test]
+fn sasl_needs_a_password_database_and_excludes_ascii_auth_and_udp() {
+    let sasl = ServerArgs {
+        enable_sasl: true,
+        ..ServerArgs::default()
+    };
+    let err = Settings::resolve(&sasl).unwrap_err();
+    assert!(
+        format!("{err:#}").contains("MEMCACHED_SASL_PWDB"),
+        "{err:#}"
+    );
+    let with_db = ServerArgs {
+        sasl_pwdb: Some("/etc/memfleet/sasl.pwdb".into()),
+        ..sasl
+    };
+    let s = Settings::resolve(&with_db).unwrap();
+    assert_eq!(
+        s.listen.sasl_pwdb.as_deref(),
+        Some(std::path::Path::new("/etc/memfleet/sasl.pwdb"))
+    );
+    // A database given without -S turns nothing on.
+    let db_only = ServerArgs {
+        enable_sasl: false,
+        ..with_db.clone()
+    };
+    assert_eq!(Settings::resolve(&db_only).unwrap().listen.sasl_pwdb, None);
+    let ascii = ServerArgs {
+        auth_file: Some("/etc/memfleet/auth".into()),
+        ..with_db.clone()
+    };
+    let err = Settings::resolve(&ascii).unwrap_err();
+    assert!(format!("{err:#}").contains("--auth-file"), "{err:#}");
+    let udp = ServerArgs {
+        udp_port: Some(11211),
+        ..with_db
+    };
+    let err = Settings::resolve(&udp).unwrap_err();
+    assert!(
+        format!("{err:#}").contains("Cannot enable UDP while using binary SASL"),
+        "{err:#}"
+    );
+}
