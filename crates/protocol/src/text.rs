@@ -131,6 +131,10 @@ fn admin<'a>(line: &Line<'a>, t: &Tokenized<'a>) -> Option<Parsed<'a>> {
         // `debugtime` is in memcached's debug build only; a server answers `ERROR` unless it
         // offers it (memfleet: `--debug-time`).
         b"shutdown" | b"slabs" | b"lru_crawler" | b"refresh_certs" | b"debugtime" => other,
+        // Not memcached's (it answers `ERROR`): AWS ElastiCache's auto discovery, `config get
+        // cluster`, answered by a router pool with `auto_discovery` (and `memfleet server
+        // --cluster-config`); anything else answers it `ERROR` as memcached does.
+        b"config" => other,
         b"cache_memlimit" if t.n == 2 || t.n == 3 => other,
         b"lru" | b"extstore" if t.n >= 2 => other,
         b"cache_memlimit" | b"lru" | b"extstore" => error,

@@ -121,7 +121,7 @@ fn keys_go_where_the_ring_says_and_multigets_reassemble() {
     c.check(
         "incr n 1\r\nset n 0 0 1\r\n5\r\nincr n 2\r\ndelete key1\r\nget key1\r\nversion\r\n",
         &format!(
-            "NOT_FOUND\r\nSTORED\r\n7\r\nDELETED\r\nEND\r\nVERSION memfleet-router-{}\r\n",
+            "NOT_FOUND\r\nSTORED\r\n7\r\nDELETED\r\nEND\r\nVERSION 1.6.45-memfleet-router-{}\r\n",
             env!("CARGO_PKG_VERSION")
         ),
     );
@@ -364,4 +364,83 @@ fn a_random_pool_spreads_one_key_over_every_server() {
         let first = direct.line();
         assert!(first.starts_with("VALUE same 0 2"), "on {p}: {first}");
     }
+}
+
+/// Reads one `config get cluster` answer: (version, entries), checking ElastiCache's framing
+/// (`CONFIG cluster 0 <len>`, `<len>` bytes of two `\n`-ended lines, `\r\n`, `END`).
+fn cluster_config(c: &mut Client) -> (u64, String) {
+    c.send(b"config get cluster\r\n");
+    let head = c.line();
+    let len: usize = head
+        .strip_prefix("CONFIG cluster 0 ")
+        .and_then(|l| l.strip_suffix("\r\n"))
+        .unwrap_or_else(|| panic!("{head:?}"))
+        .parse()
+        .unwrap();
+    let mut data = vec![0; len + 2];
+    std::io::Read::read_exact(&mut c.0, &mut data).unwrap();
+    assert!(data.ends_with(b"\n\r\n"), "{data:?}");
+    assert_eq!(c.line(), "END\r\n");
+    let text = String::from_utf8(data[..len].to_vec()).unwrap();
+    let (version, entries) = text.trim_end_matches('\n').split_once('\n').unwrap();
+    (version.parse().unwrap(), entries.to_string())
+}
+
+#[test]
+fn auto_discovery_answers_elasticache_s_config_get_cluster_and_follows_a_reload() {
+    let (_servers, ports) = backends(2);
+    let listen = free_port();
+    let entry = |p: u16| format!("127.0.0.1|127.0.0.1|{p}");
+    let one = from_toml(&pool_toml(listen, &ports[..1], "auto_discovery = true")).unwrap();
+    let router = RunningRouter::start(one, 2, None).unwrap();
+    let mut c = Client::connect(router.addrs[0]);
+    let (v1, entries) = cluster_config(&mut c);
+    assert_eq!(entries, entry(ports[0]));
+    assert!(v1 > 1_700_000_000, "a version from the clock: {v1}");
+    // Asked again without a change: the same version.
+    assert_eq!(cluster_config(&mut c), (v1, entry(ports[0])));
+    // Other `config` forms are memcached's answer to an unknown command.
+    c.check("config get nodes\r\n", "ERROR\r\n");
+    c.check("config\r\n", "ERROR\r\n");
+    // A reload adds the second server: the version grows, both are listed in ring order.
+    let two = from_toml(&pool_toml(listen, &ports, "auto_discovery = true")).unwrap();
+    router.reload(two);
+    let want = format!("{} {}", entry(ports[0]), entry(ports[1]));
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let v2 = loop {
+        let (v, e) = cluster_config(&mut c);
+        if e == want {
+            break v;
+        }
+        assert!(Instant::now() < deadline, "the reload never showed: {e}");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(v2 > v1, "{v2} after {v1}");
+    // Back to one server: a newer version still, never an older one.
+    let one = from_toml(&pool_toml(listen, &ports[..1], "auto_discovery = true")).unwrap();
+    router.reload(one);
+    let v3 = loop {
+        let (v, e) = cluster_config(&mut c);
+        if e == entry(ports[0]) {
+            break v;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(v3 > v2, "{v3} after {v2}");
+}
+
+#[test]
+fn without_auto_discovery_config_is_an_unknown_command() {
+    let (_servers, ports) = backends(1);
+    let config = from_toml(&pool_toml(free_port(), &ports, "")).unwrap();
+    let router = RunningRouter::start(config, 1, None).unwrap();
+    let mut c = Client::connect(router.addrs[0]);
+    c.check("config get cluster\r\n", "ERROR\r\n");
+    c.check(
+        "version\r\n",
+        &format!(
+            "VERSION 1.6.45-memfleet-router-{}\r\n",
+            env!("CARGO_PKG_VERSION")
+        ),
+    );
 }

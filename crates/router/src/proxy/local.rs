@@ -16,9 +16,15 @@ use std::sync::Arc;
 pub(super) fn answer_locally(request: &Request<'_>) -> QueuedReply {
     match request {
         Request::MetaNoop => local(b"MN\r\n".to_vec()),
-        Request::Version => {
-            local(format!("VERSION memfleet-router-{}\r\n", env!("CARGO_PKG_VERSION")).into_bytes())
-        }
+        // The memcached release memfleet follows first, as the server's: clients that parse
+        // the version as numbers (spymemcached, meta-memcache) read 1.6.45.
+        Request::Version => local(
+            format!(
+                "VERSION 1.6.45-memfleet-router-{}\r\n",
+                env!("CARGO_PKG_VERSION")
+            )
+            .into_bytes(),
+        ),
         Request::Verbosity { noreply, .. } => local(if *noreply {
             Vec::new()
         } else {

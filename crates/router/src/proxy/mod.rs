@@ -25,6 +25,7 @@
 //! | `rewrite.rs` | requests rewritten for forwarding (`noreply` and `q` stripped, meta lines split) |
 //! | `queued.rs` | [`QueuedReply`], what the writer waits for; a forwarded request's reply |
 
+mod cluster_config;
 mod local;
 mod pool;
 mod queued;

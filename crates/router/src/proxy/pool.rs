@@ -63,6 +63,12 @@ pub(super) fn route(
             let key = key.bytes().to_vec();
             forward(&key, raw.to_vec(), ReplyKind::Meta, false, None)
         }
+        Request::Other {
+            command: b"config",
+            args,
+        } if pool.config().listener.auto_discovery => {
+            local(super::cluster_config::answer(pool, args.as_bytes()))
+        }
         _ => answer_locally(request),
     }
 }

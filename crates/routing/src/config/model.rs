@@ -135,6 +135,11 @@ pub struct ListenOptions {
     pub client_connections: u32,
     /// The router workers that serve this listener's clients (`workers = [0, 1]`).
     pub workers: ListenerWorkers,
+    /// Answer AWS ElastiCache's auto discovery (`config get cluster`) with the pool's
+    /// servers, so ElastiCache cluster clients find them with the router as their
+    /// configuration endpoint (`auto_discovery = true`; default off: `ERROR`, as
+    /// memcached).
+    pub auto_discovery: bool,
 }
 
 impl Default for ListenOptions {
@@ -145,6 +150,7 @@ impl Default for ListenOptions {
             tcp_keepalive: false,
             client_connections: 0,
             workers: ListenerWorkers::ALL,
+            auto_discovery: false,
         }
     }
 }

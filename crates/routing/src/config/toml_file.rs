@@ -35,6 +35,7 @@ struct TomlPool {
     tcpkeepalive: Option<bool>,
     client_connections: Option<u32>,
     workers: Option<Vec<u64>>,
+    auto_discovery: Option<bool>,
     rates: Option<BTreeMap<String, u64>>,
     max_outstanding: Option<u64>,
     max_outstanding_queue: Option<u64>,
@@ -358,6 +359,13 @@ fn toml_pool(name: String, p: TomlPool) -> Result<PoolConfig, ConfigError> {
         ));
     }
     let auth = toml_auth(&name, &p)?;
+    let auto_discovery = p.auto_discovery.unwrap_or(false);
+    if auto_discovery && p.listen.is_none() {
+        return Err(pool_error(
+            &name,
+            "auto_discovery answers on the pool's own listener: it needs listen",
+        ));
+    }
     let max_outstanding = toml_max_outstanding(&name, p.max_outstanding, p.max_outstanding_queue)?;
     let shared = SharedKeys {
         hash: parse_hash(&name, p.hash, KeyHash::Md5)?,
@@ -388,6 +396,7 @@ fn toml_pool(name: String, p: TomlPool) -> Result<PoolConfig, ConfigError> {
         max_down_fraction: Fraction(fraction),
         listener: ListenOptions {
             workers,
+            auto_discovery,
             ..pool.listener
         },
         ..pool

@@ -122,6 +122,7 @@ fn toml_item_size_and_listener_keys() {
             tcp_keepalive: true,
             client_connections: 9,
             workers: crate::ListenerWorkers::ALL,
+            auto_discovery: false,
         }
     );
     let plain = from_toml(&pool("")).unwrap();
