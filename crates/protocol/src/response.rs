@@ -405,3 +405,27 @@ pub fn meta_debug(out: &mut Vec<u8>, key: &[u8], binary: bool, d: &MetaDebug) {
     push_u64(out, d.size);
     out.extend_from_slice(CRLF);
 }
+
+/// AWS ElastiCache's answer to `config get cluster` (auto discovery): `CONFIG cluster 0
+/// <len>`, then `<len>` bytes (the version and the `host|ip|port` entries, space-separated,
+/// each line ended by a bare `\n`), then `\r\nEND\r\n`. The AWS cluster client reads `<len>`
+/// bytes, then the `\r\n`.
+pub fn cluster_config(out: &mut Vec<u8>, version: u64, entries: &[u8]) {
+    let mut v = itoa::Buffer::new();
+    let version = v.format(version).as_bytes();
+    let len = version.len() + 1 + entries.len() + 1;
+    let mut n = itoa::Buffer::new();
+    out.extend_from_slice(b"CONFIG cluster 0 ");
+    out.extend_from_slice(n.format(len).as_bytes());
+    out.extend_from_slice(b"\r\n");
+    out.extend_from_slice(version);
+    out.push(b'\n');
+    out.extend_from_slice(entries);
+    out.extend_from_slice(b"\n\r\nEND\r\n");
+}
+
+/// Whether `args` (after `config`) ask for the cluster's configuration: `get cluster`.
+pub fn is_config_get_cluster(args: &[u8]) -> bool {
+    let mut words = args.split(|&b| b == b' ').filter(|w| !w.is_empty());
+    (words.next(), words.next(), words.next()) == (Some(&b"get"[..]), Some(&b"cluster"[..]), None)
+}

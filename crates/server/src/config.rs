@@ -111,6 +111,13 @@ pub struct ServerArgs {
     #[arg(long = "sasl-pwdb", env = "MEMCACHED_SASL_PWDB")]
     pub sasl_pwdb: Option<PathBuf>,
 
+    /// Answer AWS ElastiCache's auto discovery (`config get cluster`) with the nodes in
+    /// FILE (`host|ip|port` entries), read again when it changes, its version the file's
+    /// modification time: ElastiCache cluster clients poll every node for it [default: off,
+    /// `config` is `ERROR` as in memcached].
+    #[arg(long = "cluster-config", env = "MEMFLEET_CLUSTER_CONFIG")]
+    pub cluster_config: Option<PathBuf>,
+
     /// Serve TLS on the TCP port with this certificate chain (PEM, leaf first; memcached's
     /// `-o ssl_chain_cert`). Needs --tls-key. SIGHUP reloads the certificate, key and CA
     /// files without a restart. UDP, when on, stays plain [default: off].
@@ -227,6 +234,7 @@ struct FileSettings {
     auth_file: Option<PathBuf>,
     enable_sasl: Option<bool>,
     sasl_pwdb: Option<PathBuf>,
+    cluster_config: Option<PathBuf>,
     tls_cert: Option<PathBuf>,
     tls_key: Option<PathBuf>,
     tls_ca: Option<PathBuf>,
@@ -306,6 +314,8 @@ pub struct Listen {
     pub auth_file: Option<PathBuf>,
     /// Binary SASL's password database, when SASL is on (`-S`); `None`: no SASL.
     pub sasl_pwdb: Option<PathBuf>,
+    /// The nodes `config get cluster` answers (`--cluster-config`); `None`: `ERROR`.
+    pub cluster_config: Option<PathBuf>,
     /// TLS on the TCP port; `None`: plain TCP.
     pub tls: Option<ServerTlsFiles>,
 }
@@ -345,6 +355,7 @@ impl Default for Listen {
             admin_port: None,
             auth_file: None,
             sasl_pwdb: None,
+            cluster_config: None,
             tls: None,
         }
     }
@@ -482,6 +493,7 @@ impl Settings {
             }
             s.listen.sasl_pwdb = Some(pwdb);
         }
+        s.listen.cluster_config = args.cluster_config.clone().or(file.cluster_config);
         s.listen.tls = tls;
         s.flash = flash;
         if !s.flash.files.is_empty() && s.listen.udp_port.is_some() {

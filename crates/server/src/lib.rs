@@ -36,6 +36,7 @@
 mod admin;
 mod admin_stats;
 pub mod auth;
+pub mod cluster_config;
 pub mod config;
 pub(crate) mod conn_stats;
 pub mod connection;
@@ -138,6 +139,12 @@ impl Server {
             .as_deref()
             .map(auth::load)
             .transpose()?;
+        let cluster_config = settings
+            .listen
+            .cluster_config
+            .as_deref()
+            .map(cluster_config::ClusterConfig::load)
+            .transpose()?;
         let sasl = settings
             .listen
             .sasl_pwdb
@@ -216,6 +223,7 @@ impl Server {
             shutdown: rx,
             auth,
             sasl,
+            cluster_config,
             tls,
             crawler: Default::default(),
             debug_clock,

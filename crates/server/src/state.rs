@@ -40,6 +40,8 @@ pub struct ServerState {
     pub auth: Option<Credentials>,
     /// Binary SASL's password database, when SASL is on (`-S`).
     pub sasl: Option<crate::sasl::SaslDb>,
+    /// The nodes `config get cluster` answers (`--cluster-config`).
+    pub cluster_config: Option<crate::cluster_config::ClusterConfig>,
     /// TLS on the TCP port, when on (`--tls-cert`): the certificate in service and its
     /// counters.
     pub tls: Option<Arc<memfleet_tls::ServerTls>>,

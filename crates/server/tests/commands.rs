@@ -462,3 +462,47 @@ fn short_ttls_are_not_cut_short() {
         std::thread::sleep(Duration::from_millis(330));
     }
 }
+
+/// AWS ElastiCache's auto discovery with `--cluster-config FILE`: `config get cluster` in
+/// ElastiCache's framing, the version growing when the file changes; other `config` forms,
+/// and any `config` without the flag, are memcached's `ERROR`.
+#[test]
+fn config_get_cluster_answers_the_nodes_file_and_follows_it() {
+    let plain = TestServer::start();
+    plain.connect().check("config get cluster\r\n", "ERROR\r\n");
+    let path = std::env::temp_dir().join(format!("memfleet-nodes-{}", std::process::id()));
+    std::fs::write(&path, "a.example|10.0.0.1|11211\n").unwrap();
+    let file = path.clone();
+    let s = TestServer::with(move |settings| settings.listen.cluster_config = Some(file));
+    let mut c = s.connect();
+    let ask = |c: &mut common::Client| {
+        c.send("config get cluster\r\n");
+        let reply = String::from_utf8(c.read_until(b"END\r\n")).unwrap();
+        let (head, rest) = reply.split_once("\r\n").unwrap();
+        let len: usize = head
+            .strip_prefix("CONFIG cluster 0 ")
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert_eq!(&rest[len..], "\r\nEND\r\n", "{reply:?}");
+        let (version, nodes) = rest[..len].trim_end_matches('\n').split_once('\n').unwrap();
+        (version.parse::<u64>().unwrap(), nodes.to_string())
+    };
+    let (v1, nodes) = ask(&mut c);
+    assert_eq!(nodes, "a.example|10.0.0.1|11211");
+    assert_eq!(ask(&mut c).0, v1, "no change, same version");
+    c.check("config get foo\r\n", "ERROR\r\n");
+    // A second node (a longer file, so the change shows within one clock tick).
+    std::fs::write(
+        &path,
+        "a.example|10.0.0.1|11211\nb.example|10.0.0.2|11211\n",
+    )
+    .unwrap();
+    let (v2, nodes) = ask(&mut c);
+    assert_eq!(nodes, "a.example|10.0.0.1|11211 b.example|10.0.0.2|11211");
+    assert!(v2 > v1, "{v2} after {v1}");
+    // A file that stops parsing keeps the last good list.
+    std::fs::write(&path, "not an entry at all\n").unwrap();
+    assert_eq!(ask(&mut c), (v2, nodes));
+    std::fs::remove_file(&path).unwrap();
+}

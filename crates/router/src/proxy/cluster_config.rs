@@ -21,13 +21,17 @@
 //! configuration endpoint of a fleet whose servers the clients can reach.
 
 use memfleet_client::Pool;
+use memfleet_protocol::response;
 use std::collections::HashMap;
 use std::sync::{Mutex, OnceLock};
 
-/// Each pool's last membership and its version, for the router's life (reloads and DNS
-/// changes build new `Pool`s; the version must outlive them).
-fn versions() -> &'static Mutex<HashMap<String, (Vec<u8>, u64)>> {
-    static VERSIONS: OnceLock<Mutex<HashMap<String, (Vec<u8>, u64)>>> = OnceLock::new();
+/// Each pool's last membership (its entries) and their version.
+type Versions = HashMap<String, (Vec<u8>, u64)>;
+
+/// The pools' versions, for the router's life (reloads and DNS changes build new `Pool`s;
+/// the version must outlive them).
+fn versions() -> &'static Mutex<Versions> {
+    static VERSIONS: OnceLock<Mutex<Versions>> = OnceLock::new();
     VERSIONS.get_or_init(Default::default)
 }
 
@@ -77,22 +81,14 @@ fn version_of(pool: &str, members: &[u8]) -> u64 {
 /// The answer to `config <args>` on `pool`'s listener: the cluster's configuration for
 /// `get cluster`, `ERROR` for anything else (memcached's answer to `config`).
 pub(super) fn answer(pool: &Pool, args: &[u8]) -> Vec<u8> {
-    let mut words = args.split(|&b| b == b' ').filter(|w| !w.is_empty());
-    if (words.next(), words.next(), words.next())
-        != (Some(&b"get"[..]), Some(&b"cluster"[..]), None)
-    {
+    if !response::is_config_get_cluster(args) {
         return b"ERROR\r\n".to_vec();
     }
     let members = entries(pool);
     if members.is_empty() {
         return b"END\r\n".to_vec();
     }
-    let version = version_of(pool.name(), &members);
-    let mut data = format!("{version}\n").into_bytes();
-    data.extend_from_slice(&members);
-    data.push(b'\n');
-    let mut out = format!("CONFIG cluster 0 {}\r\n", data.len()).into_bytes();
-    out.extend_from_slice(&data);
-    out.extend_from_slice(b"\r\nEND\r\n");
+    let mut out = Vec::new();
+    response::cluster_config(&mut out, version_of(pool.name(), &members), &members);
     out
 }

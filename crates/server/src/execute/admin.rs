@@ -39,6 +39,10 @@ impl Executor<'_> {
                 Some(clock) => clock.command(args.next()),
                 None => Status::Error.as_bytes(),
             }),
+            b"config" => match &self.server.cluster_config {
+                Some(cluster) => cluster.answer(args.as_bytes(), out),
+                None => response::status(out, Status::Error),
+            },
             _ => response::status(out, Status::Error),
         }
     }
