@@ -5,7 +5,7 @@ import java.util.logging.Logger;
 
 /**
  * Entry point: {@code java memfleet.interop.Main CLIENT HOST:PORT} with CLIENT one of
- * spymemcached-text, spymemcached-binary, xmemcached-text, xmemcached-binary, spymemcached-sasl. Exit status 0 when
+ * spymemcached-text, spymemcached-binary, xmemcached-text, xmemcached-binary, spymemcached-sasl, spymemcached-cas, xmemcached-cas. Exit status 0 when
  * every check passed.
  */
 public final class Main {
@@ -25,6 +25,8 @@ public final class Main {
             case "xmemcached-text" -> XmemSuite.run(args[1], false);
             case "xmemcached-binary" -> XmemSuite.run(args[1], true);
             case "spymemcached-sasl" -> SpySaslSuite.run(args[1]);
+            case "spymemcached-cas" -> CasRangeSuite.runSpy(args[1]);
+            case "xmemcached-cas" -> CasRangeSuite.runXmem(args[1]);
             default -> {
                 System.err.println("unknown client " + args[0]);
                 yield false;
