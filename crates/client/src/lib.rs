@@ -44,6 +44,7 @@ pub mod discovery;
 pub mod lanes;
 pub mod metrics_http;
 pub mod outstanding;
+pub mod remote_markers;
 pub mod route;
 pub mod spool;
 mod topology;

@@ -444,3 +444,55 @@ fn without_auto_discovery_config_is_an_unknown_command() {
         ),
     );
 }
+
+/// Remote markers through the router (`remote_markers = true`) are the client library's: a
+/// write the Rust client marks is marked for an application behind the router, and the
+/// other way round (the scheme is `memfleet_client::remote_markers`, written once).
+#[test]
+fn remote_markers_through_the_router_are_the_client_library_s() {
+    let (_servers, ports) = backends(1);
+    let config = from_toml(&pool_toml(free_port(), &ports, "remote_markers = true")).unwrap();
+    let router = RunningRouter::start(config, 1, None).unwrap();
+    let mut c = Client::connect(router.addrs[0]);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let server = format!("127.0.0.1:{}", ports[0]);
+    let lib = rt.block_on(async { memfleet_client::Client::with_servers(&[&server]).unwrap() });
+    let marked = |c: &mut Client, key: &str| {
+        c.send(format!("get __memfleet__.remote_marked({key})\r\n").as_bytes());
+        let head = c.line();
+        let value = c.line();
+        assert_eq!(c.line(), "END\r\n", "{head}");
+        value.trim_end().to_string()
+    };
+    // Marked by the library, seen through the router.
+    let marker = rt.block_on(lib.mark_remote_write("user:1", 30)).unwrap();
+    assert_eq!(marked(&mut c, "user:1"), "1");
+    rt.block_on(lib.delete(&marker)).unwrap();
+    assert_eq!(marked(&mut c, "user:1"), "0");
+    // Marked through the router: the answer is the marker's key, which the library sees.
+    c.send(b"get __memfleet__.mark_remote(user:2,30)\r\n");
+    let head = c.line();
+    assert!(
+        head.starts_with("VALUE __memfleet__.mark_remote(user:2,30) 0 "),
+        "{head}"
+    );
+    let marker = c.line().trim_end().to_string();
+    assert_eq!(c.line(), "END\r\n");
+    assert!(marker.starts_with("remote-marker:user:2:"), "{marker}");
+    assert_eq!(marker.len(), "remote-marker:user:2:".len() + 16);
+    let got = rt.block_on(lib.get(&marker)).unwrap();
+    assert!(got.is_some(), "the library finds the router's marker");
+    // Without the setting, the admin keys are plain keys: a miss.
+    let (_plain_servers, plain_ports) = backends(1);
+    let plain = RunningRouter::start(
+        from_toml(&pool_toml(free_port(), &plain_ports, "")).unwrap(),
+        1,
+        None,
+    )
+    .unwrap();
+    let mut p = Client::connect(plain.addrs[0]);
+    p.check("get __memfleet__.remote_marked(user:2)\r\n", "END\r\n");
+}

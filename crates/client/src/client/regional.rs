@@ -1,23 +1,9 @@
-//! Remote markers for replica regions (paper §5). A web server in a replica region that
-//! writes to the master database (1) sets the key's remote marker in its region, (2) writes,
-//! invalidating both the key and the marker in the same transaction, (3) deletes the key in
-//! its local cluster. A later miss on the key finds the marker while the region's database
-//! has not replayed the write yet (the invalidation, decoded from that database, has not
-//! deleted the marker), and reads the master instead of the stale replica.
-//!
-//! **One marker per write, not per key.** The paper's marker is a flag per key: a key
-//! written twice within the replication lag loses its marker to the first write's
-//! invalidation while the second is still on its way, and so does a late or repeated
-//! delivery of an old invalidation (an invalidator restarting delivers again what it had not
-//! confirmed). Here each write gets its own marker, `<prefix><key>:<token>`, which its
-//! transaction invalidates, and the key's marker *index*, `<prefix><key>`, lists the tokens
-//! of the key's marked writes (`add`, else `append`: concurrent writers from several web
-//! servers all get listed), each with the time its marker expires. A miss reads the index,
-//! then the markers of its unexpired tokens: the key is marked while any is there. An old
-//! write's invalidation, however late or repeated, clears only its own marker.
+//! Remote markers for replica regions (paper §5) from the client library: the scheme is
+//! `crate::remote_markers`' (shared with the router), over this client's commands.
 
 use super::values::Error;
 use super::Client;
+use crate::remote_markers::{self, MarkError, MarkerStore};
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -41,30 +27,24 @@ pub struct RegionalStats {
     pub replica_reads: u64,
 }
 
-fn unix_now() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
-}
-
-/// Distinguishes the writes of one process (with the time and the process id: of all).
-static WRITES: AtomicU64 = AtomicU64::new(0);
-
-/// A token no other write of any web server is likely to have: 64 bits of time, process
-/// and sequence, mixed.
-fn write_token() -> String {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as u64);
-    let mut x = nanos
-        ^ (u64::from(std::process::id()) << 40)
-        ^ WRITES
-            .fetch_add(1, Ordering::Relaxed)
-            .wrapping_mul(0x9E37_79B9_7F4A_7C15);
-    // splitmix64's finaliser.
-    x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    format!("{:016x}", x ^ (x >> 31))
+/// The client as a marker store.
+impl MarkerStore for Client {
+    type Error = Error;
+    async fn set(&self, key: &str, value: &[u8], ttl: u32) -> Result<(), Error> {
+        Client::set(self, key, value, ttl).await
+    }
+    async fn add(&self, key: &str, value: &[u8], ttl: u32) -> Result<bool, Error> {
+        Client::add(self, key, value, ttl).await
+    }
+    async fn append(&self, key: &str, value: &[u8]) -> Result<bool, Error> {
+        Client::append(self, key, value).await
+    }
+    async fn touch(&self, key: &str, ttl: u32) -> Result<bool, Error> {
+        Client::touch(self, key, ttl).await
+    }
+    async fn get(&self, key: &str) -> Result<Option<Vec<u8>>, Error> {
+        Ok(Client::get(self, key).await?.map(|v| v.data))
+    }
 }
 
 impl Client {
@@ -82,32 +62,14 @@ impl Client {
     /// has the write. Then delete `key` in the local cluster. The marker's key is 17 bytes
     /// longer than the index's: it must stay within memcached's 250.
     pub async fn mark_remote_write(&self, key: &str, ttl: u32) -> Result<String, Error> {
-        let index = self.marker_key(key);
-        let token = write_token();
-        let marker = format!("{index}:{token}");
-        // The marker before the index: a reader that finds a token finds its marker.
-        self.set(&marker, b"1", ttl).await?;
-        let expires = unix_now() + u64::from(ttl);
-        let entry = format!("{token}@{expires}");
-        let mut listed = false;
-        for _ in 0..4 {
-            if self.add(&index, entry.as_bytes(), ttl).await? {
-                listed = true;
-                break;
-            }
-            if self.append(&index, format!(" {entry}").as_bytes()).await? {
-                // The index lives as long as its newest marker.
-                self.touch(&index, ttl).await?;
-                listed = true;
-                break;
-            }
-            // It expired between the two: add it again.
-        }
-        if !listed {
-            return Err(Error::Protocol(format!(
-                "the remote marker index {index} could be neither added nor appended to"
-            )));
-        }
+        let marker = remote_markers::mark_remote_write(self, &self.marker_key(key), ttl)
+            .await
+            .map_err(|e| match e {
+                MarkError::Store(e) => e,
+                MarkError::IndexBusy(index) => Error::Protocol(format!(
+                    "the remote marker index {index} could be neither added nor appended to"
+                )),
+            })?;
         self.regional.markers_set.fetch_add(1, Ordering::Relaxed);
         Ok(marker)
     }
@@ -115,23 +77,7 @@ impl Client {
     /// Whether a marked write of `key` has not reached this region's replica yet (its
     /// marker is still there). A cache error counts as marked: the master is always right.
     async fn marked(&self, key: &str) -> bool {
-        let index = self.marker_key(key);
-        let listed = match self.get(&index).await {
-            Ok(None) => return false,
-            Ok(Some(v)) => String::from_utf8_lossy(&v.data).into_owned(),
-            Err(_) => return true,
-        };
-        let now = unix_now();
-        let markers: Vec<String> = listed
-            .split_ascii_whitespace()
-            .filter_map(|entry| {
-                let (token, expires) = entry.split_once('@')?;
-                // An expired token's marker has expired too: nothing to ask.
-                (expires.parse::<u64>().ok()? >= now).then(|| format!("{index}:{token}"))
-            })
-            .collect();
-        let found = futures_util::future::join_all(markers.iter().map(|m| self.get(m))).await;
-        found.iter().any(|f| !matches!(f, Ok(None)))
+        remote_markers::marked(self, &self.marker_key(key)).await
     }
 
     /// Look-aside for a replica region: on a miss, a present remote marker (of the key's

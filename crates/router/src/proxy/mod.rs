@@ -29,6 +29,7 @@ mod cluster_config;
 mod local;
 mod pool;
 mod queued;
+mod remote_markers;
 mod rewrite;
 mod tree;
 

@@ -147,6 +147,11 @@ fn get(
         if !key.starts_with(ADMIN_PREFIX) {
             return one_server(pool, pool.pick(key), lane, raw, true);
         }
+        if g.kind == GetKind::Get && pool.config().listener.remote_markers {
+            if let Some(reply) = super::remote_markers::answer(pool, lane, key) {
+                return reply;
+            }
+        }
     }
     let keys: Vec<Vec<u8>> = g.keys.map(<[u8]>::to_vec).collect();
     if g.kind == GetKind::Get {

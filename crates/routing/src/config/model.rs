@@ -140,6 +140,10 @@ pub struct ListenOptions {
     /// configuration endpoint (`auto_discovery = true`; default off: `ERROR`, as
     /// memcached).
     pub auto_discovery: bool,
+    /// Serve remote markers for replica regions (Facebook §5) through the admin keys
+    /// `__memfleet__.mark_remote(KEY,TTL)` and `__memfleet__.remote_marked(KEY)`, with the
+    /// client library's scheme, stored in this pool (`remote_markers = true`; default off).
+    pub remote_markers: bool,
 }
 
 impl Default for ListenOptions {
@@ -151,6 +155,7 @@ impl Default for ListenOptions {
             client_connections: 0,
             workers: ListenerWorkers::ALL,
             auto_discovery: false,
+            remote_markers: false,
         }
     }
 }

@@ -36,6 +36,7 @@ struct TomlPool {
     client_connections: Option<u32>,
     workers: Option<Vec<u64>>,
     auto_discovery: Option<bool>,
+    remote_markers: Option<bool>,
     rates: Option<BTreeMap<String, u64>>,
     max_outstanding: Option<u64>,
     max_outstanding_queue: Option<u64>,
@@ -360,11 +361,17 @@ fn toml_pool(name: String, p: TomlPool) -> Result<PoolConfig, ConfigError> {
     }
     let auth = toml_auth(&name, &p)?;
     let auto_discovery = p.auto_discovery.unwrap_or(false);
-    if auto_discovery && p.listen.is_none() {
-        return Err(pool_error(
-            &name,
-            "auto_discovery answers on the pool's own listener: it needs listen",
-        ));
+    let remote_markers = p.remote_markers.unwrap_or(false);
+    for (on, what) in [
+        (auto_discovery, "auto_discovery"),
+        (remote_markers, "remote_markers"),
+    ] {
+        if on && p.listen.is_none() {
+            return Err(pool_error(
+                &name,
+                format!("{what} answers on the pool's own listener: it needs listen"),
+            ));
+        }
     }
     let max_outstanding = toml_max_outstanding(&name, p.max_outstanding, p.max_outstanding_queue)?;
     let shared = SharedKeys {
@@ -397,6 +404,7 @@ fn toml_pool(name: String, p: TomlPool) -> Result<PoolConfig, ConfigError> {
         listener: ListenOptions {
             workers,
             auto_discovery,
+            remote_markers,
             ..pool.listener
         },
         ..pool

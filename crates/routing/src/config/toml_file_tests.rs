@@ -123,6 +123,7 @@ fn toml_item_size_and_listener_keys() {
             client_connections: 9,
             workers: crate::ListenerWorkers::ALL,
             auto_discovery: false,
+            remote_markers: false,
         }
     );
     let plain = from_toml(&pool("")).unwrap();
