@@ -137,6 +137,11 @@ struct Fleet {
 
 impl Fleet {
     fn start(kind: Kind, n: u8) -> Fleet {
+        Fleet::start_with(kind, n, "")
+    }
+
+    /// [`Fleet::start`] with `extra` in the pool's TOML.
+    fn start_with(kind: Kind, n: u8, extra: &str) -> Fleet {
         let port = shared_port();
         let dns = DnsServer::start();
         let zone: Zone = (0..n).map(|i| (format!("mc-{i}"), FIRST + i)).collect();
@@ -146,7 +151,7 @@ impl Fleet {
             Kind::Srv => format!("dnssrv+{SRV_NAME}"),
             Kind::Addresses => format!("dns+{A_NAME}:{port}"),
         };
-        let router = router(&entry, dns.addr(), "");
+        let router = router(&entry, dns.addr(), extra);
         let fleet = Fleet {
             kind,
             port,
@@ -538,4 +543,46 @@ fn a_name_that_does_not_resolve_holds_no_other_pool_back() {
     pending.check("set k 0 0 1\r\nw\r\n", "STORED\r\n");
     assert_eq!(pending.get("k").as_deref(), Some("w"));
     assert_eq!(written.get("k").as_deref(), Some("v"));
+}
+
+/// `config get cluster` on a pool with `auto_discovery`: (version, entries).
+fn cluster_config(client: &mut Client) -> (u64, String) {
+    client.send("config get cluster\r\n");
+    let head = client.read_line();
+    let len: usize = head
+        .strip_prefix("CONFIG cluster 0 ")
+        .and_then(|l| l.strip_suffix("\r\n"))
+        .unwrap_or_else(|| panic!("{head:?}"))
+        .parse()
+        .unwrap();
+    let version = client.read_line();
+    let entries = client.read_line();
+    assert_eq!(
+        version.len() + entries.len(),
+        len,
+        "{version:?} {entries:?}"
+    );
+    assert_eq!(client.read_line(), "\r\n");
+    assert_eq!(client.read_line(), "END\r\n");
+    (
+        version.trim_end().parse().unwrap(),
+        entries.trim_end().to_string(),
+    )
+}
+
+#[test]
+fn auto_discovery_lists_the_dns_members_and_a_new_version_when_they_change() {
+    let mut fleet = Fleet::start_with(Kind::Srv, 2, "auto_discovery = true");
+    let port = fleet.port;
+    let entry = |i: u8| format!("mc-{i}.mc.test|{}|{port}", ip(FIRST + i));
+    let mut client = fleet.client();
+    let (v1, entries) = cluster_config(&mut client);
+    assert_eq!(entries, format!("{} {}", entry(0), entry(1)));
+    fleet.change(|zone| {
+        zone.insert("mc-2".into(), FIRST + 2);
+    });
+    fleet.followed();
+    let (v2, entries) = cluster_config(&mut client);
+    assert_eq!(entries, format!("{} {} {}", entry(0), entry(1), entry(2)));
+    assert!(v2 > v1, "{v2} after {v1}");
 }
