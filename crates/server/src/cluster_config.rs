@@ -1,6 +1,6 @@
 //! AWS ElastiCache's auto discovery on a server (`--cluster-config FILE`): `config get
 //! cluster` answers the cluster's nodes from a file the operator keeps (`host|ip|port`
-//! entries, separated by spaces or lines), as every ElastiCache node answers it. The AWS
+//! entries, separated by spaces or lines, `#` comments), as every ElastiCache node answers it. The AWS
 //! cluster client polls the nodes themselves, so a fleet behind a configuration endpoint
 //! (`memfleet router` with `auto_discovery`) gives each server the same file.
 //!
@@ -42,7 +42,11 @@ fn seconds(t: SystemTime) -> u64 {
 /// joined by single spaces.
 fn parse(text: &str) -> anyhow::Result<Vec<u8>> {
     let mut out = Vec::new();
-    for entry in text.split_whitespace() {
+    // `#` starts a comment that runs to the end of its line.
+    let entries = text
+        .lines()
+        .flat_map(|l| l.split('#').next().unwrap_or("").split_whitespace());
+    for entry in entries {
         let parts: Vec<&str> = entry.split('|').collect();
         let ok = parts.len() == 3 && !parts[0].is_empty() && parts[2].parse::<u16>().is_ok();
         if !ok {

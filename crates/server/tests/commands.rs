@@ -471,7 +471,7 @@ fn config_get_cluster_answers_the_nodes_file_and_follows_it() {
     let plain = TestServer::start();
     plain.connect().check("config get cluster\r\n", "ERROR\r\n");
     let path = std::env::temp_dir().join(format!("memfleet-nodes-{}", std::process::id()));
-    std::fs::write(&path, "a.example|10.0.0.1|11211\n").unwrap();
+    std::fs::write(&path, "# the fleet\na.example|10.0.0.1|11211 # first\n").unwrap();
     let file = path.clone();
     let s = TestServer::with(move |settings| settings.listen.cluster_config = Some(file));
     let mut c = s.connect();
