@@ -85,7 +85,7 @@ pub enum BinErrorKind {
     /// swallowed, the connection stays open.
     TooLarge,
     /// A SASL mechanism name over 32 bytes, or SASL data over
-    /// [`super::sasl::MAX_SASL_DATA`] (with SASL on): "Invalid arguments", the body
+    /// `sasl::MAX_SASL_DATA` (with SASL on): "Invalid arguments", the body
     /// swallowed, the connection stays open.
     SaslTooLong,
 }

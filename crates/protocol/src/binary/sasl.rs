@@ -15,7 +15,7 @@
 //!   reads it into an item), is "Invalid arguments" and the body is skipped.
 //!
 //! Header problems that memcached checks first (bad magic, a key or extras longer than the
-//! body, a huge body) are left to [`super::parse`], which answers them as without SASL.
+//! body, a huge body) are left to the ordinary parser (`binary::parse`), which answers them as without SASL.
 
 use super::error::{BinErrorKind, BinRejection};
 use super::response::{self, ReplyTo, Status};
@@ -59,7 +59,7 @@ pub enum SaslRequest<'a> {
 /// What a connection with SASL on does with the request at the start of its buffer.
 #[derive(Debug, PartialEq, Eq)]
 pub enum SaslGate<'a> {
-    /// Not a SASL request, and allowed: parse and run it as usual ([`super::parse`], which
+    /// Not a SASL request, and allowed: parse and run it as usual (`binary::parse`, which
     /// also answers malformed headers).
     Pass,
     /// More bytes are needed.
