@@ -10,6 +10,7 @@
 //! the router's (the second it saw the change). A file that stops parsing keeps the last good
 //! list (logged); without the flag, `config` is `ERROR`, as memcached answers it.
 
+use crate::file_stamp::{stamp, FileStamp};
 use anyhow::{bail, Context};
 use memfleet_protocol::response;
 use std::path::{Path, PathBuf};
@@ -23,14 +24,9 @@ pub struct ClusterConfig {
 }
 
 struct Read {
-    stamp: Option<(SystemTime, u64)>,
+    stamp: FileStamp,
     entries: Vec<u8>,
     version: u64,
-}
-
-fn stamp(path: &Path) -> Option<(SystemTime, u64)> {
-    let m = std::fs::metadata(path).ok()?;
-    Some((m.modified().ok()?, m.len()))
 }
 
 fn seconds(t: SystemTime) -> u64 {

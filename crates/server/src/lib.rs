@@ -43,6 +43,7 @@ pub mod connection;
 mod debug_clock;
 pub mod dump;
 pub mod execute;
+mod file_stamp;
 pub mod flash;
 mod limits;
 pub mod sasl;

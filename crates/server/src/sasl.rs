@@ -9,13 +9,13 @@
 //! last attempt (one `stat` per attempt), and an unreadable or empty file refuses everyone
 //! until it is fixed (logged once per change), as memcached's failed `fopen` does.
 
+use crate::file_stamp::{stamp, FileStamp};
 use anyhow::Context;
 use memfleet_authfile::Credentials;
 use memfleet_protocol::binary::sasl::{self, SaslRequest};
 use memfleet_protocol::binary::ReplyTo;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
-use std::time::SystemTime;
 
 /// The password database and what was last read of it.
 pub struct SaslDb {
@@ -25,7 +25,7 @@ pub struct SaslDb {
 
 struct Loaded {
     /// Modification time and size when read.
-    stamp: Option<(SystemTime, u64)>,
+    stamp: FileStamp,
     credentials: Option<Credentials>,
 }
 
@@ -38,11 +38,6 @@ pub enum Outcome {
     Accepted,
     /// Refused (an auth error was counted).
     Refused,
-}
-
-fn stamp(path: &Path) -> Option<(SystemTime, u64)> {
-    let m = std::fs::metadata(path).ok()?;
-    Some((m.modified().ok()?, m.len()))
 }
 
 fn read(path: &Path) -> anyhow::Result<Credentials> {
