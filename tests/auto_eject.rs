@@ -249,11 +249,12 @@ fn scratch(test: &str) -> PathBuf {
 /// connections; a port taken meanwhile (the proxy exits) gives the pools fresh ones.
 fn start(proxy: &Proxy, pools: &mut [Pool], ports: &[u16], dir: &Path) -> Killed {
     let conf = dir.join(proxy.file);
+    let log = dir.join(format!("{}.log", proxy.file));
     for _attempt in 0..5 {
         std::fs::write(&conf, (proxy.write)(pools, ports)).unwrap();
         let mut child = Killed(
             (proxy.command)(&conf)
-                .stderr(Stdio::null())
+                .stderr(std::fs::File::create(&log).unwrap())
                 .spawn()
                 .unwrap(),
         );
@@ -274,7 +275,11 @@ fn start(proxy: &Proxy, pools: &mut [Pool], ports: &[u16], dir: &Path) -> Killed
             p.listen = free_port();
         }
     }
-    panic!("{} could not bind its ports in 5 attempts", proxy.name);
+    panic!(
+        "{} could not bind its ports in 5 attempts; it said:\n{}",
+        proxy.name,
+        std::fs::read_to_string(&log).unwrap_or_default()
+    );
 }
 
 /// What one proxy did with one pool.

@@ -140,11 +140,7 @@ async fn concurrent_appends_share_flushes_and_keep_every_delete() {
     let dir = scratch("spool-group");
     let spooler = Spooler::new(&dir).unwrap();
     // Nothing listens there: every delete stays queued.
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = memfleet_testkit::free_port();
     let backend = Backend::new(
         ([127, 0, 0, 1], port).into(),
         format!("127.0.0.1:{port}"),

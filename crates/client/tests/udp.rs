@@ -77,11 +77,7 @@ fn relay(listen: UdpSocket, server: SocketAddr, fault: Fault) {
 /// `fault` (the relay listens on UDP at the server's TCP port number, where the client
 /// sends, as to a memcached started with -U equal to -p).
 fn setup(fault: Fault) -> (Server, Client, u16) {
-    let udp_port = UdpSocket::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let udp_port = memfleet_testkit::free_port();
     let server = Server::start({
         let mut settings = Settings::single_worker(0, 16 << 20);
         settings.listen.udp_port = Some(udp_port);

@@ -200,11 +200,7 @@ fn deletes_for_a_dead_server_are_spooled_and_replayed_in_order_across_a_restart(
     let spool = std::env::temp_dir().join(format!("memfleet-spool-test-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&spool);
     // A port with nothing on it yet (the server comes later).
-    let port = TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = memfleet_testkit::free_port();
     let config = || {
         from_toml(&format!(
             "[router]\nspool_dir = \"{}\"\n\

@@ -14,7 +14,6 @@
 //! package and runs `scripts/postgres16`).
 
 use anyhow::{ensure, Context};
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -239,7 +238,7 @@ impl Postgres {
 
     /// Starts the cluster in `dir/data` on a free port.
     fn launch(bin: PathBuf, dir: PathBuf, settings: &[&str]) -> anyhow::Result<Postgres> {
-        let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+        let port = crate::ports::try_free_port()?;
         let mut options = format!(
             "-p {port} -k {} -c listen_addresses=127.0.0.1 -c wal_level=logical \
              -c max_replication_slots=8 -c max_wal_senders=8 -c fsync=off",

@@ -141,9 +141,7 @@ struct Setup {
 }
 
 fn free_port() -> Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port())
+    Ok(memfleet_testkit::try_free_port()?)
 }
 
 fn wait_for(addr: SocketAddr) -> Result<()> {
