@@ -39,6 +39,7 @@
 //! A connection is binary if its first byte is [`REQUEST_MAGIC`] (memcached's `-B auto`),
 //! and stays binary: a later packet with another magic closes it.
 
+pub mod bridge;
 mod error;
 mod parse;
 mod request;

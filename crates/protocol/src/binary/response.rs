@@ -43,6 +43,9 @@ pub enum Status {
     UnknownCommand = 0x0081,
     /// `0x0082` "Out of memory"
     OutOfMemory = 0x0082,
+    /// `0x0086` "Temporary failure": memcached never sends it; a proxy does, for a server
+    /// that did not answer (the body then says which and why).
+    TemporaryFailure = 0x0086,
 }
 
 impl Status {
@@ -64,6 +67,7 @@ impl Status {
             Status::AuthError => b"Auth failure.",
             Status::UnknownCommand => b"Unknown command",
             Status::OutOfMemory => b"Out of memory",
+            Status::TemporaryFailure => b"Temporary failure",
         }
     }
 }

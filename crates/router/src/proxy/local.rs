@@ -18,13 +18,7 @@ pub(super) fn answer_locally(request: &Request<'_>) -> QueuedReply {
         Request::MetaNoop => local(b"MN\r\n".to_vec()),
         // The memcached release memfleet follows first, as the server's: clients that parse
         // the version as numbers (spymemcached, meta-memcache) read 1.6.45.
-        Request::Version => local(
-            format!(
-                "VERSION 1.6.45-memfleet-router-{}\r\n",
-                env!("CARGO_PKG_VERSION")
-            )
-            .into_bytes(),
-        ),
+        Request::Version => local(format!("VERSION {}\r\n", version()).into_bytes()),
         Request::Verbosity { noreply, .. } => local(if *noreply {
             Vec::new()
         } else {
@@ -33,6 +27,11 @@ pub(super) fn answer_locally(request: &Request<'_>) -> QueuedReply {
         Request::Quit => QueuedReply::Close,
         _ => local(b"ERROR\r\n".to_vec()),
     }
+}
+
+/// The version the router answers, to text and binary clients alike.
+pub(super) fn version() -> String {
+    format!("1.6.45-memfleet-router-{}", env!("CARGO_PKG_VERSION"))
 }
 
 /// `stats ARGS`: `stats` itself, `stats detailed` (commands and latencies, `detailed.rs`),

@@ -25,6 +25,7 @@
 //! | `rewrite.rs` | requests rewritten for forwarding (`noreply` and `q` stripped, meta lines split) |
 //! | `queued.rs` | [`QueuedReply`], what the writer waits for; a forwarded request's reply |
 
+mod binary;
 mod cluster_config;
 mod local;
 mod pool;
@@ -111,66 +112,98 @@ async fn serve_halves(
     served: ServedTopology,
     auth: ClientAuth,
     mut rd: impl tokio::io::AsyncRead + Unpin + Send + 'static,
-    mut wr: impl tokio::io::AsyncWrite + Unpin + Send + 'static,
+    wr: impl tokio::io::AsyncWrite + Unpin + Send + 'static,
     ctx: RouteContext,
 ) {
     // Each reply with when its request was read (the clock read once per read).
-    let (tx, mut rx) = mpsc::channel::<(QueuedReply, Stamp)>(IN_FLIGHT);
+    let (tx, rx) = mpsc::channel::<(QueuedReply, Stamp)>(IN_FLIGHT);
     // The name of the route this listener serves, for its latencies (looked up per flush).
     let route_name = {
         let (slot, served) = (slot.clone(), served.clone());
         move || served.load().name_of(&slot.load_full())
     };
-    let writer = tokio::spawn(async move {
-        let mut out = Vec::new();
-        // When each reply's request was read, and how many replies (a ready run's).
-        let mut read_at: Vec<(Stamp, u32)> = Vec::new();
-        let mut latency = route_latency::Local::new();
-        let written = |read_at: &mut Vec<(Stamp, u32)>, latency: &mut route_latency::Local| {
-            // The clock read once per write, however many replies it carries.
-            let now = Stamp::now();
-            for (read, n) in read_at.drain(..) {
-                latency.record(read, now, n);
+    let writer = tokio::spawn(write_replies(rx, wr, route_name));
+    let mut buf: Vec<u8> = Vec::with_capacity(16 * 1024);
+    // The first byte picks the protocol, as memcached's `-B auto` does.
+    if matches!(rd.read_buf(&mut buf).await, Ok(n) if n > 0) {
+        if memfleet_protocol::binary::is_binary(buf[0]) {
+            binary::read_requests(&slot, &served, &auth, rd, buf, &tx, ctx).await;
+        } else {
+            read_text(&slot, &served, &auth, rd, buf, &tx, ctx).await;
+        }
+    }
+    drop(tx);
+    let _ = writer.await;
+}
+
+/// Writes the replies queued on `rx` in order, each once it is ready; records latencies.
+async fn write_replies(
+    mut rx: mpsc::Receiver<(QueuedReply, Stamp)>,
+    mut wr: impl tokio::io::AsyncWrite + Unpin + Send + 'static,
+    route_name: impl Fn() -> Option<String> + Send + 'static,
+) {
+    let mut out = Vec::new();
+    // When each reply's request was read, and how many replies (a ready run's).
+    let mut read_at: Vec<(Stamp, u32)> = Vec::new();
+    let mut latency = route_latency::Local::new();
+    let written = |read_at: &mut Vec<(Stamp, u32)>, latency: &mut route_latency::Local| {
+        // The clock read once per write, however many replies it carries.
+        let now = Stamp::now();
+        for (read, n) in read_at.drain(..) {
+            latency.record(read, now, n);
+        }
+        if latency.due(now) {
+            latency.flush(route_name(), now);
+        }
+    };
+    while let Some((next, read)) = rx.recv().await {
+        match next {
+            QueuedReply::Reply(reply) => {
+                out.extend_from_slice(&reply.await);
+                read_at.push((read, 1));
             }
-            if latency.due(now) {
-                latency.flush(route_name(), now);
+            QueuedReply::Ready { bytes, replies } => {
+                out.extend_from_slice(&bytes);
+                read_at.push((read, replies));
             }
-        };
-        while let Some((next, read)) = rx.recv().await {
-            match next {
-                QueuedReply::Reply(reply) => {
-                    out.extend_from_slice(&reply.await);
-                    read_at.push((read, 1));
-                }
-                QueuedReply::Ready { bytes, replies } => {
-                    out.extend_from_slice(&bytes);
-                    read_at.push((read, replies));
-                }
-                QueuedReply::Close => break,
+            QueuedReply::Close => break,
+        }
+        // Write once nothing else is next (replies to a pipelined batch go out
+        // together).
+        if rx.is_empty() {
+            if wr.write_all(&out).await.is_err() {
+                return;
             }
-            // Write once nothing else is next (replies to a pipelined batch go out
-            // together).
-            if rx.is_empty() {
-                if wr.write_all(&out).await.is_err() {
-                    return;
-                }
-                written(&mut read_at, &mut latency);
-                out.clear();
-                if out.capacity() > KEEP_CAPACITY {
-                    out = Vec::new();
-                }
+            written(&mut read_at, &mut latency);
+            out.clear();
+            if out.capacity() > KEEP_CAPACITY {
+                out = Vec::new();
             }
         }
-        let _ = wr.write_all(&out).await;
-        written(&mut read_at, &mut latency);
-        latency.flush(route_name(), Stamp::now());
-    });
+    }
+    let _ = wr.write_all(&out).await;
+    written(&mut read_at, &mut latency);
+    latency.flush(route_name(), Stamp::now());
+}
+
+/// Reads, parses and dispatches a text-protocol client's requests (`buf` holds what was
+/// read first) until it closes or must be closed.
+async fn read_text(
+    slot: &RouteSlot,
+    served: &ServedTopology,
+    auth: &ClientAuth,
+    mut rd: impl tokio::io::AsyncRead + Unpin + Send + 'static,
+    mut buf: Vec<u8>,
+    tx: &mpsc::Sender<(QueuedReply, Stamp)>,
+    ctx: RouteContext,
+) {
     // Items as large as the route's largest `item_size_max` parse (each pool refuses what
     // is over its own); recomputed only when a reload swaps the route.
     let mut parsed_for = slot.load_full();
     let mut cfg = ParserConfig::with_max_item_size(parsed_for.item_size_max());
-    let mut buf: Vec<u8> = Vec::with_capacity(16 * 1024);
     let mut swallow = 0usize;
+    // What the first read brought is parsed before reading more.
+    let mut unread = true;
     // Nothing to pass when the router does not require authentication.
     let mut authenticated = auth.load().is_none();
     let mut ready = ReadyRun::default();
@@ -192,10 +225,12 @@ async fn serve_halves(
                 break;
             }
         }
-        buf.reserve(16 * 1024);
-        match rd.read_buf(&mut buf).await {
-            Ok(0) | Err(_) => break,
-            Ok(_) => {}
+        if !std::mem::take(&mut unread) {
+            buf.reserve(16 * 1024);
+            match rd.read_buf(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(_) => {}
+            }
         }
         let read = Stamp::now();
         let mut at = 0;
@@ -233,46 +268,14 @@ async fn serve_halves(
                         continue;
                     }
                     let raw = &buf[at..at + used];
-                    let next = match &*root {
-                        // A spooling pool's deletes take the route path, which spools; so does
-                        // everything while a server replays spooled deletes (reads wait).
-                        // A pool with rates counts a one-key request here; a multi-key
-                        // get's keys are counted one by one down the route's pool leaf.
-                        Route::Pool(pool)
-                            if !pool.replaying()
-                                && (!pool.spools_deletes()
-                                    || !matches!(
-                                        request,
-                                        Request::Delete { .. } | Request::MetaDelete(_)
-                                    )) =>
-                        {
-                            match pool.rates().map(|r| pool::admission(r, &request, read)) {
-                                None | Some(pool::Admission::Admitted) => {
-                                    pool::route(pool, &served, ctx.lane, &request, raw)
-                                }
-                                // Refused: joins the run of ready replies (a sampled one is
-                                // logged as any reply).
-                                Some(pool::Admission::Refused(line)) => {
-                                    if crate::request_log::sampled().is_none() {
-                                        ready.push(line.as_deref(), read);
-                                        at += used;
-                                        continue;
-                                    }
-                                    local(line.map_or(Vec::new(), |l| l.to_vec()))
-                                }
-                                Some(pool::Admission::PerKey) => {
-                                    tree::tree(&root, &served, ctx, &request, raw)
-                                }
-                            }
+                    let next = match route_request(&root, served, ctx, &request, raw, read) {
+                        Routed::Queued(next) => next,
+                        // Refused: joins the run of ready replies.
+                        Routed::Refused(line) => {
+                            ready.push(line.as_deref(), read);
+                            at += used;
+                            continue;
                         }
-                        _ => tree::tree(&root, &served, ctx, &request, raw),
-                    };
-                    // `--log-requests`: one load of a static when it is off.
-                    let next = match (crate::request_log::sampled(), next) {
-                        (Some(log), QueuedReply::Reply(r)) => {
-                            QueuedReply::Reply(log.wrap(r, raw, &root, &served, ctx))
-                        }
-                        (_, next) => next,
                     };
                     at += used;
                     let stop = matches!(next, QueuedReply::Close);
@@ -327,8 +330,59 @@ async fn serve_halves(
     if let Some(run) = ready.take() {
         let _ = tx.send(run).await;
     }
-    drop(tx);
-    let _ = writer.await;
+}
+
+/// Where a request goes.
+pub(super) enum Routed {
+    /// Its reply, on its way.
+    Queued(QueuedReply),
+    /// Refused by the pool's rate limit, not logged: the line to answer (`None`:
+    /// `noreply`), known at once.
+    Refused(Option<Arc<[u8]>>),
+}
+
+/// Routes one parsed `request` (its bytes `raw`, read at `read`) down `root`.
+pub(super) fn route_request(
+    root: &Arc<Route>,
+    served: &ServedTopology,
+    ctx: RouteContext,
+    request: &Request<'_>,
+    raw: &[u8],
+    read: Stamp,
+) -> Routed {
+    let next = match &**root {
+        // A spooling pool's deletes take the route path, which spools; so does
+        // everything while a server replays spooled deletes (reads wait).
+        // A pool with rates counts a one-key request here; a multi-key
+        // get's keys are counted one by one down the route's pool leaf.
+        Route::Pool(pool)
+            if !pool.replaying()
+                && (!pool.spools_deletes()
+                    || !matches!(request, Request::Delete { .. } | Request::MetaDelete(_))) =>
+        {
+            match pool.rates().map(|r| pool::admission(r, request, read)) {
+                None | Some(pool::Admission::Admitted) => {
+                    pool::route(pool, served, ctx.lane, request, raw)
+                }
+                // Refused: a sampled one is logged as any reply.
+                Some(pool::Admission::Refused(line)) => {
+                    if crate::request_log::sampled().is_none() {
+                        return Routed::Refused(line);
+                    }
+                    local(line.map_or(Vec::new(), |l| l.to_vec()))
+                }
+                Some(pool::Admission::PerKey) => tree::tree(root, served, ctx, request, raw),
+            }
+        }
+        _ => tree::tree(root, served, ctx, request, raw),
+    };
+    // `--log-requests`: one load of a static when it is off.
+    Routed::Queued(match (crate::request_log::sampled(), next) {
+        (Some(log), QueuedReply::Reply(r)) => {
+            QueuedReply::Reply(log.wrap(r, raw, root, served, ctx))
+        }
+        (_, next) => next,
+    })
 }
 
 /// A reload swapped the route to `root`: the parser's item size limit follows it. True when
