@@ -342,7 +342,10 @@ fn a_binary_client_gets_through_the_router_what_the_server_answers_it() {
     assert_eq!(want[4].extras, 7u32.to_be_bytes());
     assert_eq!(want[21].key, b"a b\x01\xff");
     assert_eq!(want[22].key, b"x1", "the quiet batch's one hit");
-    assert_eq!(want[23].opaque, 34, "a quiet delete's miss is still answered");
+    assert_eq!(
+        want[23].opaque, 34,
+        "a quiet delete's miss is still answered"
+    );
     assert_eq!(want[24].opaque, 35, "then the noop");
 
     // The binary version and a stat through the router: the router's own.

@@ -19,13 +19,40 @@ const POOL_SETTINGS: &str =
 /// Failures in a row that mark a server down (`server_failure_limit`).
 pub const FAILURE_LIMIT: usize = 3;
 
-/// Sends `signal` to a child of this test.
+/// Sends `signal` to a child of this test. For SIGSTOP and SIGCONT, returns once the child
+/// is stopped (or running again): the signal is delivered asynchronously, and a child busy
+/// on another CPU could otherwise answer a request sent right after SIGSTOP.
 pub fn signal(child: &Killed, signal: i32) {
     let pid = i32::try_from(child.0.id()).expect("a pid fits an i32");
     // SAFETY: kill(2) with the pid of our own child (not yet reaped: `Killed` reaps it only
     // when dropped) and a standard signal number; it touches no memory of ours.
     let sent = unsafe { libc::kill(pid, signal) };
     assert_eq!(sent, 0, "kill({pid}, {signal})");
+    let want_stopped = match signal {
+        libc::SIGSTOP => true,
+        libc::SIGCONT => false,
+        _ => return,
+    };
+    // Every thread's state (`T`: stopped), from /proc/PID/task/*/stat.
+    let stopped = || -> Option<bool> {
+        let mut all = true;
+        for task in std::fs::read_dir(format!("/proc/{pid}/task")).ok()? {
+            let stat = std::fs::read_to_string(task.ok()?.path().join("stat")).ok()?;
+            // The state follows the command name's closing parenthesis.
+            let state = stat.rsplit_once(')')?.1.trim_start().chars().next()?;
+            all &= state == 'T';
+        }
+        Some(all)
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while stopped() != Some(want_stopped) {
+        assert!(
+            Instant::now() < deadline,
+            "pid {pid} not {} after signal {signal}",
+            if want_stopped { "stopped" } else { "running" }
+        );
+        std::thread::sleep(Duration::from_millis(2));
+    }
 }
 
 /// `memfleet server` on 127.0.0.1:`port` (16 MiB, one worker), answering when this returns.

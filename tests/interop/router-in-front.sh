@@ -3,24 +3,32 @@
 # one-server pool), for the interop suites' "through the router" runs:
 #   scripts/interop --server-cmd "tests/interop/router-in-front.sh target/debug/memfleet {port}"
 # OPTION... are pool settings set to true in the router's TOML (e.g. remote_markers); without
-# any the pool is a twemproxy YAML pool. The router runs in the foreground; scripts/interop
+# any the pool is a twemproxy YAML pool. An OPTION starting with -- (e.g.
+# --auth-file=PATH) is the router's own, passed on as it is. The router runs in the foreground; scripts/interop
 # stops both (one process group).
 set -euo pipefail
 bin="$1" port="$2"
 shift 2
+router_args=() pool_options=()
+for option in "$@"; do
+    case "$option" in
+        --*) router_args+=("$option") ;;
+        *) pool_options+=("$option") ;;
+    esac
+done
 server_port="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
 dir="$(mktemp -d)"
 trap 'rm -rf "$dir"' EXIT
 "$bin" server -l 127.0.0.1 -p "$server_port" &
 for _ in $(seq 100); do (exec 3<>"/dev/tcp/127.0.0.1/$server_port") 2>/dev/null && break; sleep 0.05; done
-if [ $# -gt 0 ]; then
+if [ "${#pool_options[@]}" -gt 0 ]; then
     {
         printf '[pools.one]\nlisten = "127.0.0.1:%s"\nservers = ["127.0.0.1:%s"]\n' "$port" "$server_port"
-        for option in "$@"; do printf '%s = true\n' "$option"; done
+        for option in "${pool_options[@]}"; do printf '%s = true\n' "$option"; done
     } >"$dir/router.toml"
-    "$bin" router --config "$dir/router.toml" -t 1
+    "$bin" router --config "$dir/router.toml" -t 1 "${router_args[@]}"
 else
     printf 'one:\n  listen: 127.0.0.1:%s\n  hash: fnv1a_64\n  distribution: ketama\n  servers:\n    - 127.0.0.1:%s:1\n' \
         "$port" "$server_port" >"$dir/router.yml"
-    "$bin" router --twemproxy "$dir/router.yml" -t 1
+    "$bin" router --twemproxy "$dir/router.yml" -t 1 "${router_args[@]}"
 fi
