@@ -425,3 +425,131 @@ fn a_server_that_does_not_answer_is_a_temporary_failure_naming_it() {
     let message = String::from_utf8_lossy(&p.value);
     assert!(message.contains(&format!("127.0.0.1:{dead}")), "{message}");
 }
+
+/// Text and meta requests, each with the reply's kind (for framing).
+const TEXT_EXCHANGE: &[&str] = &[
+    "get a\r\n",
+    "set a 5 0 5\r\nhello\r\n",
+    "add a 0 0 1\r\nx\r\n",
+    "replace b 0 0 1\r\nx\r\n",
+    "append a 0 0 1\r\n!\r\n",
+    "prepend b 0 0 1\r\n!\r\n",
+    "gets a\r\n",
+    "cas a 0 0 1 1\r\nz\r\n",
+    "set n 0 0 2\r\n10\r\n",
+    "incr n 5\r\n",
+    "decr n 100\r\n",
+    "incr missing 1\r\n",
+    "incr a 1\r\n",
+    "touch a 100\r\n",
+    "touch missing 100\r\n",
+    "gat 100 a n missing\r\n",
+    "get a n missing a\r\n",
+    "mg a v f c k s O9\r\n",
+    "mg missing v O9 k\r\n",
+    "ms m 3 F7 T0 c\r\nabc\r\n",
+    "ms m 1 MA\r\nd\r\n",
+    "ms m 1 ME\r\nx\r\n",
+    "ms m 1 C1\r\nx\r\n",
+    "mg m v f\r\n",
+    "ma n D3 v\r\n",
+    "ma fresh N0 J7 v\r\n",
+    "ma missing\r\n",
+    "md m\r\n",
+    "md m\r\n",
+    "delete a\r\n",
+    "delete a\r\n",
+    "mn\r\n",
+    "mg a v N30\r\n",
+    "flush_all\r\n",
+    "get n\r\n",
+];
+
+/// Sends each request of [`TEXT_EXCHANGE`] to `port` and reads its whole reply.
+fn text_exchange(port: u16) -> Vec<String> {
+    use memfleet_protocol::reply::{frame, Frame, ReplyKind};
+    let mut s = support::connect(port, TIMEOUT);
+    TEXT_EXCHANGE
+        .iter()
+        .map(|request| {
+            let kind = match request.split(' ').next().unwrap().trim_end() {
+                "get" | "gets" | "gat" => ReplyKind::Retrieval,
+                "mg" | "ms" | "md" | "ma" | "mn" => ReplyKind::Meta,
+                _ => ReplyKind::Line,
+            };
+            s.write_all(request.as_bytes()).unwrap();
+            let mut got = Vec::new();
+            loop {
+                if let Ok(Frame::Complete(n)) = frame(&got, kind, 1 << 20) {
+                    assert_eq!(n, got.len(), "{request:?}: one reply");
+                    break;
+                }
+                let mut chunk = [0u8; 4096];
+                let n = s.read(&mut chunk).unwrap();
+                assert!(n > 0, "{request:?}: closed");
+                got.extend_from_slice(&chunk[..n]);
+            }
+            String::from_utf8_lossy(&got).into_owned()
+        })
+        .collect()
+}
+
+#[test]
+fn a_pool_with_sasl_logs_in_to_its_servers_and_carries_text_as_binary() {
+    let dir = std::env::temp_dir().join(format!(
+        "memfleet-router-binary-{}-carried",
+        std::process::id()
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    let pwdb = dir.join("pwdb");
+    std::fs::write(&pwdb, "router:secret\n").unwrap();
+    let (_sasl, sasl_server) = server(&["-S", "--sasl-pwdb", pwdb.to_str().unwrap()]);
+    let (_direct, direct) = server(&[]);
+    let port = free_port();
+    let config = dir.join("router.toml");
+    let pool = |listen: u16, password: &str| {
+        format!(
+            "[pools.p{listen}]\nlisten = \"127.0.0.1:{listen}\"\nservers = [\"127.0.0.1:{sasl_server}\"]\n\
+             timeout_ms = 5000\nserver_retry_timeout_ms = 100\nauth_user = \"router\"\n\
+             auth_password = \"{password}\"\nauth_mechanism = \"sasl\"\n"
+        )
+    };
+    let refused = free_port();
+    std::fs::write(&config, pool(port, "secret") + &pool(refused, "wrong")).unwrap();
+    let log = dir.join("router.log");
+    let _router = Killed(
+        std::process::Command::new(env!("CARGO_BIN_EXE_memfleet"))
+            .args(["router", "-t", "1", "--config"])
+            .arg(&config)
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .expect("memfleet router starts"),
+    );
+    drop(support::connect(port, TIMEOUT));
+    let want = text_exchange(direct);
+    let got = text_exchange(port);
+    for ((request, g), w) in TEXT_EXCHANGE.iter().zip(&got).zip(&want) {
+        // What binary cannot carry is refused; everything else is the server's own reply.
+        if request.starts_with("mg a v N30") {
+            assert_eq!(
+                g,
+                "CLIENT_ERROR not carried over the binary protocol: mg flag N\r\n"
+            );
+            continue;
+        }
+        assert_eq!(g, w, "{request:?}");
+    }
+    // A wrong password: the server refuses the login, the client hears it, the log says so.
+    let mut c = support::connect(refused, TIMEOUT);
+    c.write_all(b"set k 0 0 1\r\nx\r\n").unwrap();
+    let mut reply = [0u8; 256];
+    let n = c.read(&mut reply).unwrap();
+    let reply = String::from_utf8_lossy(&reply[..n]).into_owned();
+    assert!(
+        reply.starts_with("SERVER_ERROR ") && reply.contains("Auth failure"),
+        "{reply}"
+    );
+    let logged = std::fs::read_to_string(&log).unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(logged.contains("authentication failed"), "{logged}");
+}

@@ -40,6 +40,7 @@
 //! and stays binary: a later packet with another magic closes it.
 
 pub mod bridge;
+pub mod carry;
 mod error;
 mod parse;
 mod request;

@@ -50,6 +50,7 @@ pub fn run(args: &RouterArgs) -> anyhow::Result<()> {
     if args.checks_only() {
         return validate::run(args);
     }
+    proxy::note_start();
     let config = load_config(args)?;
     let tls = args
         .tls_files()?

@@ -83,3 +83,60 @@ fn stats_has_one_value_per_line_and_no_name_twice() {
         );
     }
 }
+
+#[test]
+fn plain_stats_sum_the_servers_figures_under_the_router_s_own_process_lines() {
+    let (a_server, a) = backend();
+    let (_b, b) = backend();
+    let p = free_port();
+    let toml = format!(
+        "[pools.one]\nlisten = \"127.0.0.1:{p}\"\nservers = [\"127.0.0.1:{a}\", \"127.0.0.1:{b}\"]\n"
+    );
+    let _router = RunningRouter::start(from_toml(&toml).unwrap(), 1, None).unwrap();
+    let mut c = Client::direct(p);
+    for i in 0..30 {
+        c.check(&format!("set k{i} 0 0 1\r\nx\r\n"), "STORED\r\n");
+    }
+    // What each server holds, asked directly.
+    let held = |port: u16| -> u64 {
+        let rows = stats(&mut Client::direct(port));
+        let n = rows.iter().find(|(n, _)| n == "curr_items").unwrap();
+        n.1.parse().unwrap()
+    };
+    let (on_a, on_b) = (held(a), held(b));
+    assert_eq!(on_a + on_b, 30);
+    assert!(
+        on_a > 0 && on_b > 0,
+        "both servers hold keys: {on_a} and {on_b}"
+    );
+    let get = |rows: &[(String, String)], name: &str| -> Option<String> {
+        rows.iter().find(|(n, _)| n == name).map(|(_, v)| v.clone())
+    };
+    let rows = stats(&mut c);
+    assert_eq!(get(&rows, "curr_items").as_deref(), Some("30"), "{rows:?}");
+    assert_eq!(get(&rows, "servers").as_deref(), Some("2"));
+    assert_eq!(get(&rows, "servers_answering").as_deref(), Some("2"));
+    assert_eq!(get(&rows, "pid"), Some(std::process::id().to_string()));
+    assert!(get(&rows, "version").unwrap().contains("memfleet-router"));
+    assert_eq!(get(&rows, "cmd_set").as_deref(), Some("30"));
+    // The router's own counters follow, and asking did not count as requests to the servers.
+    assert_eq!(get(&rows, "pool:one:servers").as_deref(), Some("2"));
+    let requests = |rows: &[(String, String)]| -> u64 {
+        [a, b]
+            .iter()
+            .map(|port| {
+                get(rows, &format!("pool:one:server:127.0.0.1:{port}:requests"))
+                    .unwrap()
+                    .parse::<u64>()
+                    .unwrap()
+            })
+            .sum()
+    };
+    assert_eq!(requests(&rows), 30);
+    // A server gone: the sum is the one that answered.
+    drop(a_server);
+    let rows = stats(&mut c);
+    assert_eq!(get(&rows, "servers_answering").as_deref(), Some("1"));
+    assert_eq!(get(&rows, "curr_items"), Some(on_b.to_string()));
+    assert_eq!(requests(&rows), 30);
+}

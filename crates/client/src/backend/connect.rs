@@ -40,10 +40,13 @@ pub struct BackendOptions {
 pub struct BackendAuth {
     user: String,
     login: Arc<[u8]>,
+    /// Binary SASL PLAIN (`login` is its packet), and every request carried in the binary
+    /// protocol after it.
+    sasl: bool,
 }
 
 impl BackendAuth {
-    /// Authenticates as `user` with `password`.
+    /// Authenticates as `user` with `password` (memcached's ASCII auth).
     pub fn new(
         user: &str,
         password: &[u8],
@@ -52,7 +55,37 @@ impl BackendAuth {
         Ok(BackendAuth {
             user: user.to_string(),
             login: login.into(),
+            sasl: false,
         })
+    }
+
+    /// Authenticates as `user` with `password` by binary SASL PLAIN (memcached's `-S`); the
+    /// connection then carries every request in the binary protocol.
+    pub fn sasl(user: &str, password: &[u8]) -> BackendAuth {
+        let mut data = vec![0];
+        data.extend_from_slice(user.as_bytes());
+        data.push(0);
+        data.extend_from_slice(password);
+        let mut login = Vec::new();
+        memfleet_protocol::binary::Header {
+            magic: memfleet_protocol::binary::REQUEST_MAGIC,
+            opcode: memfleet_protocol::binary::sasl::AUTH,
+            key_len: 5,
+            extras_len: 0,
+            data_type: 0,
+            vbucket_or_status: 0,
+            body_len: (5 + data.len()) as u32,
+            opaque: 0,
+            cas: 0,
+        }
+        .write(&mut login);
+        login.extend_from_slice(b"PLAIN");
+        login.extend_from_slice(&data);
+        BackendAuth {
+            user: user.to_string(),
+            login: login.into(),
+            sasl: true,
+        }
     }
 
     /// The user name.
@@ -178,11 +211,19 @@ pub(super) async fn connect(
             }
         };
         if let Some(auth) = auth {
-            login(&mut rd, &mut wr, auth).await.inspect_err(|e| {
+            let logged_in = if auth.sasl {
+                sasl_login(&mut rd, &mut wr, auth).await
+            } else {
+                login(&mut rd, &mut wr, auth).await
+            };
+            logged_in.inspect_err(|e| {
                 if let ConnectError::Refused(reply) = e {
                     tracing::warn!(server = %addr, user = %auth.user, %reply, "authentication failed");
                 }
             })?;
+            if auth.sasl {
+                return Ok(super::binary_carrier::carried(rd, wr));
+            }
         }
         Ok((rd, wr))
     })
@@ -216,5 +257,38 @@ pub(super) async fn login(
     } else {
         let reply = String::from_utf8_lossy(&line[..line.len() - 2]).into_owned();
         Err(ConnectError::Refused(reply))
+    }
+}
+
+/// Binary SASL PLAIN on a fresh connection: the Auth packet, then its one response, which
+/// must be a success ("Authenticated").
+async fn sasl_login(
+    rd: &mut (dyn AsyncRead + Unpin + Send),
+    wr: &mut (dyn AsyncWrite + Unpin + Send),
+    auth: &BackendAuth,
+) -> Result<(), ConnectError> {
+    wr.write_all(&auth.login)
+        .await
+        .map_err(|_| ConnectError::Unreachable)?;
+    wr.flush().await.map_err(|_| ConnectError::Unreachable)?;
+    let mut head = [0u8; memfleet_protocol::binary::HEADER_LEN];
+    rd.read_exact(&mut head)
+        .await
+        .map_err(|_| ConnectError::Unreachable)?;
+    let h = memfleet_protocol::binary::Header::read(&head).ok_or(ConnectError::Unreachable)?;
+    // "Authenticated" or "Auth failure.": a short body (a long one is not a SASL reply).
+    if h.magic != memfleet_protocol::binary::RESPONSE_MAGIC || h.body_len > 1024 {
+        return Err(ConnectError::Unreachable);
+    }
+    let mut body = vec![0u8; h.body_len as usize];
+    rd.read_exact(&mut body)
+        .await
+        .map_err(|_| ConnectError::Unreachable)?;
+    if h.vbucket_or_status == 0 {
+        Ok(())
+    } else {
+        Err(ConnectError::Refused(
+            String::from_utf8_lossy(&body).into_owned(),
+        ))
     }
 }

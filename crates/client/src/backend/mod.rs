@@ -25,6 +25,7 @@
 //! connection with [`BackendError::Auth`] (logged, and counted towards marking the server
 //! down like any failure).
 
+mod binary_carrier;
 mod connect;
 
 use crate::conn_stats::{command_of, ConnStats, Measured, Stamp};
@@ -443,6 +444,51 @@ impl Backend {
             tracing::info!(server = %self.name, "server back up");
         }
         true
+    }
+}
+
+impl Backend {
+    /// Asks the server `request` on a connection of its own (with the pool's TLS and login),
+    /// within the pool's timeout or `at_most` if shorter, and returns its whole reply (framed
+    /// as `kind`); `None` when the server is marked down, unreachable or slow. Outside the request path: not counted
+    /// in the server's requests, errors or `max_outstanding`, and never marks it down. For
+    /// what an operator asks of every server now and then (the router's fleet `stats`).
+    pub async fn ask_aside(
+        &self,
+        request: &[u8],
+        kind: ReplyKind,
+        at_most: Duration,
+    ) -> Option<Vec<u8>> {
+        if self.health.down.load(Ordering::Acquire) || !self.reachable {
+            return None;
+        }
+        let options = &self.options;
+        let timeout = options.timeout.min(at_most);
+        tokio::time::timeout(timeout, async {
+            let (mut rd, mut wr) = connect(
+                self.addr,
+                options.tls.as_ref(),
+                options.auth.as_ref(),
+                timeout,
+            )
+            .await
+            .ok()?;
+            wr.write_all(request).await.ok()?;
+            wr.flush().await.ok()?;
+            let mut reply = Vec::with_capacity(4096);
+            loop {
+                if let Ok(Frame::Complete(n)) = frame(&reply, kind, MAX_VALUE) {
+                    reply.truncate(n);
+                    return Some(reply);
+                }
+                if reply.len() > 16 << 20 || rd.read_buf(&mut reply).await.ok()? == 0 {
+                    return None;
+                }
+            }
+        })
+        .await
+        .ok()
+        .flatten()
     }
 }
 

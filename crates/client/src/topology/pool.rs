@@ -448,6 +448,9 @@ fn login(auth: &PoolAuth) -> anyhow::Result<BackendAuth> {
             text
         }
     };
+    if auth.sasl {
+        return Ok(BackendAuth::sasl(&auth.user, &password));
+    }
     Ok(BackendAuth::new(&auth.user, &password)?)
 }
 

@@ -29,6 +29,114 @@ pub(super) fn answer_locally(request: &Request<'_>) -> QueuedReply {
     }
 }
 
+/// When the router started: its `uptime` in `stats`.
+static STARTED: std::sync::LazyLock<std::time::Instant> =
+    std::sync::LazyLock::new(std::time::Instant::now);
+
+/// Notes the router's start (for `uptime`).
+pub(crate) fn note_start() {
+    std::sync::LazyLock::force(&STARTED);
+}
+
+/// The statistics a server reports of itself that are not summed over the fleet: the
+/// router reports its own (or none).
+const NOT_SUMMED: &[&[u8]] = &[
+    b"pid",
+    b"uptime",
+    b"time",
+    b"version",
+    b"libevent",
+    b"pointer_size",
+    b"parent_pid",
+];
+
+/// How long the fleet's `stats` waits for a server (or the pool's timeout if shorter): a
+/// healthy server answers in a millisecond; a stalled one must not hold up monitoring.
+const FLEET_STATS_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// `stats` without arguments: memcached's general statistics for the fleet behind
+/// `pools`, so that a client or tool asking a memcached for them (curr_items, bytes,
+/// get_hits, ...) gets the fleet's: the router's own `pid`, `uptime`, `time`, `version` and
+/// `pointer_size`; how many servers there are and how many answered; every other numeric
+/// statistic the servers report, summed over those that answered, in the first one's
+/// order; then the router's own counters (`stats`). The servers are asked in parallel, each
+/// on a connection of its own within [`FLEET_STATS_WAIT`] (`Backend::ask_aside`: not counted
+/// as requests, and a down server is not asked), so a stalled server delays the reply by
+/// that at most and shows as not answering.
+pub(super) fn general_stats(pools: &[Arc<Pool>], served: &ServedTopology) -> QueuedReply {
+    let backends: Vec<_> = pools
+        .iter()
+        .flat_map(|p| p.backends().iter().cloned())
+        .collect();
+    let own = stats(pools, served);
+    QueuedReply::Reply(Box::pin(async move {
+        let servers = backends.len();
+        let mut asked = tokio::task::JoinSet::new();
+        for (i, b) in backends.into_iter().enumerate() {
+            asked.spawn(async move {
+                let reply = b.ask_aside(b"stats\r\n", ReplyKind::Stats, FLEET_STATS_WAIT);
+                (i, reply.await)
+            });
+        }
+        let mut replies = vec![None; servers];
+        while let Some(Ok((i, reply))) = asked.join_next().await {
+            replies[i] = reply;
+        }
+        let mut answering = 0;
+        let mut sums: Vec<(Vec<u8>, u64)> = Vec::new();
+        for reply in replies {
+            let Some(reply) = reply else { continue };
+            if !reply.starts_with(b"STAT ") {
+                continue;
+            }
+            answering += 1;
+            for line in reply.split(|&b| b == b'\n') {
+                let Some(stat) = line.trim_ascii_end().strip_prefix(b"STAT ") else {
+                    continue;
+                };
+                let Some(space) = stat.iter().position(|&b| b == b' ') else {
+                    continue;
+                };
+                let (name, value) = (&stat[..space], &stat[space + 1..]);
+                let Some(value) = std::str::from_utf8(value)
+                    .ok()
+                    .and_then(|v| v.parse::<u64>().ok())
+                else {
+                    continue;
+                };
+                if NOT_SUMMED.contains(&name) {
+                    continue;
+                }
+                match sums.iter_mut().find(|(n, _)| n == name) {
+                    Some((_, sum)) => *sum = sum.saturating_add(value),
+                    None => sums.push((name.to_vec(), value)),
+                }
+            }
+        }
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        let mut out = format!(
+            "STAT pid {}\r\nSTAT uptime {}\r\nSTAT time {now}\r\nSTAT version {}\r\n\
+             STAT pointer_size {}\r\nSTAT servers {servers}\r\nSTAT servers_answering {answering}\r\n",
+            std::process::id(),
+            STARTED.elapsed().as_secs(),
+            version(),
+            usize::BITS,
+        )
+        .into_bytes();
+        for (name, sum) in sums {
+            out.extend_from_slice(b"STAT ");
+            out.extend_from_slice(&name);
+            out.push(b' ');
+            out.extend_from_slice(sum.to_string().as_bytes());
+            out.extend_from_slice(b"\r\n");
+        }
+        out.extend_from_slice(&own);
+        out
+    }))
+}
+
 /// The version the router answers, to text and binary clients alike.
 pub(super) fn version() -> String {
     format!("1.6.45-memfleet-router-{}", env!("CARGO_PKG_VERSION"))

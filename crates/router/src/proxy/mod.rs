@@ -34,6 +34,7 @@ mod remote_markers;
 mod rewrite;
 mod tree;
 
+pub(crate) use self::local::note_start;
 pub(crate) use self::queued::QueuedReply;
 use self::queued::{local, ReadyRun};
 use crate::reloadable::{ClientAuth, RouteSlot, ServedTopology};

@@ -2,7 +2,9 @@
 //! (less `noreply` and `q`); a multi-key get is split per server, sent in parallel and
 //! reassembled in the client's key order, a failed server's keys being misses.
 
-use super::local::{admin_lookup, answer_locally, flush_all, stats_for, ADMIN_PREFIX};
+use super::local::{
+    admin_lookup, answer_locally, flush_all, general_stats, stats_for, ADMIN_PREFIX,
+};
 use super::queued::{error_reply, forwarded, local, QueuedReply, Quiet};
 use super::rewrite::{get_head, replying, without_quiet, QUIET_MA, QUIET_MG, QUIET_MS_MD};
 use crate::reloadable::ServedTopology;
@@ -50,6 +52,9 @@ pub(super) fn route(
             let key = m.key.bytes().to_vec();
             let quiet = m.flags.quiet().then_some(QUIET_MA);
             forward(&key, without_quiet(raw), ReplyKind::Meta, false, quiet)
+        }
+        Request::Stats { args } if args.is_empty() => {
+            general_stats(std::slice::from_ref(pool), served)
         }
         Request::Stats { args } => local(stats_for(
             std::slice::from_ref(pool),

@@ -1,7 +1,9 @@
 //! A route tree listener: each key's request becomes a `RouteRequest` down the tree; a
 //! multi-key get becomes one per key, reassembled in the client's order.
 
-use super::local::{admin_lookup, answer_locally, flush_all, stats, stats_for, ADMIN_PREFIX};
+use super::local::{
+    admin_lookup, answer_locally, flush_all, general_stats, stats, stats_for, ADMIN_PREFIX,
+};
 use super::queued::{error_reply, forwarded, local, QueuedReply, Quiet};
 use super::rewrite::{get_head, split_meta, without_quiet, QUIET_MA, QUIET_MG, QUIET_MS_MD};
 use crate::reloadable::ServedTopology;
@@ -169,6 +171,7 @@ pub(super) fn tree(
             root.pools(&mut pools);
             match request {
                 Request::FlushAll { noreply, .. } => flush_all(&pools, ctx.lane, raw, *noreply),
+                Request::Stats { args } if args.is_empty() => general_stats(&pools, served),
                 Request::Stats { args } => local(stats_for(&pools, served, args.as_bytes())),
                 _ => local(stats(&pools, served)),
             }

@@ -161,14 +161,18 @@ impl Default for ListenOptions {
 }
 
 /// How a pool's connections authenticate to its servers (`auth_user` and one of
-/// `auth_password_file` or `auth_password` in a TOML pool): memcached's ASCII auth, a
-/// `set` carrying `<user> <password>` right after connecting (after the TLS handshake).
+/// `auth_password_file` or `auth_password` in a TOML pool): memcached's ASCII auth (`-Y`), a
+/// `set` carrying `<user> <password>` right after connecting (after the TLS handshake), or
+/// with `auth_mechanism = "sasl"` binary SASL PLAIN (`-S`), every request then carried in
+/// the binary protocol (`memfleet_protocol::binary::carry`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PoolAuth {
     /// The user name (no spaces: memcached splits at the first one).
     pub user: String,
     /// Where the password comes from.
     pub password: PasswordSource,
+    /// Binary SASL (`auth_mechanism = "sasl"`) rather than ASCII auth.
+    pub sasl: bool,
 }
 
 /// Where a pool's authentication password comes from.

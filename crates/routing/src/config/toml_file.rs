@@ -51,6 +51,7 @@ struct TomlPool {
     auth_user: Option<String>,
     auth_password_file: Option<String>,
     auth_password: Option<String>,
+    auth_mechanism: Option<String>,
 }
 
 /// A TOML pool's authentication keys, checked: `auth_user` needs exactly one of
@@ -67,6 +68,19 @@ fn toml_auth(pool: &str, p: &TomlPool) -> Result<Option<PoolAuth>, ConfigError> 
         (None, Some(inline)) => Some(PasswordSource::Inline(inline.clone())),
         (None, None) => None,
     };
+    let sasl = match p.auth_mechanism.as_deref() {
+        None | Some("ascii") => false,
+        Some("sasl") => true,
+        Some(other) => {
+            return Err(pool_error(
+                pool,
+                format!("auth_mechanism is \"ascii\" (memcached -Y) or \"sasl\" (memcached -S), not {other:?}"),
+            ))
+        }
+    };
+    if p.auth_mechanism.is_some() && p.auth_user.is_none() {
+        return Err(pool_error(pool, "auth_mechanism needs auth_user"));
+    }
     match (&p.auth_user, password) {
         (None, None) => Ok(None),
         (None, Some(_)) => Err(pool_error(pool, "auth_password* keys need auth_user")),
@@ -84,6 +98,7 @@ fn toml_auth(pool: &str, p: &TomlPool) -> Result<Option<PoolAuth>, ConfigError> 
         (Some(user), Some(password)) => Ok(Some(PoolAuth {
             user: user.clone(),
             password,
+            sasl,
         })),
     }
 }

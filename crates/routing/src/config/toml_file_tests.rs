@@ -231,8 +231,14 @@ fn toml_pool_auth() {
         Some(PoolAuth {
             user: "app".into(),
             password: PasswordSource::File("/pw".into()),
+            sasl: false,
         })
     );
+    let sasl = from_toml(&pool(
+        "auth_user = \"app\"\nauth_password = \"x\"\nauth_mechanism = \"sasl\"\n",
+    ))
+    .unwrap();
+    assert!(sasl.pools[0].auth.as_ref().unwrap().sasl);
     let inline = from_toml(&pool("auth_user = \"app\"\nauth_password = \"hush\"\n")).unwrap();
     assert_eq!(
         inline.pools[0].auth.as_ref().unwrap().password,
@@ -259,6 +265,14 @@ fn toml_pool_auth() {
         (
             "auth_user = \"a\"\nauth_password = \"x\\ny\"\n",
             "line break",
+        ),
+        (
+            "auth_user = \"a\"\nauth_password = \"x\"\nauth_mechanism = \"md5\"\n",
+            "\"ascii\" (memcached -Y) or \"sasl\"",
+        ),
+        (
+            "auth_mechanism = \"sasl\"\n",
+            "auth_mechanism needs auth_user",
         ),
     ] {
         let err = from_toml(&pool(refused)).unwrap_err().to_string();
