@@ -1,5 +1,6 @@
 use super::*;
 use crate::binary::{parse as parse_binary, response as write, ReplyTo};
+use crate::binary::{Opcode, Status};
 use crate::{parse, ParserConfig};
 
 /// The binary requests `text` is carried as.
