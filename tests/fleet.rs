@@ -37,16 +37,7 @@ const OFFSETS: [u16; 18] = [
 
 /// A base port whose fleet ports are all free now.
 fn free_base() -> u16 {
-    for attempt in 0..200u16 {
-        let base = 20000 + (std::process::id() as u16 % 50) * 300 + attempt * 7 % 300;
-        if OFFSETS
-            .iter()
-            .all(|o| TcpListener::bind(("127.0.0.1", base + o)).is_ok())
-        {
-            return base;
-        }
-    }
-    panic!("no free port range for a fleet");
+    memfleet_testkit::free_ports_at(&OFFSETS)
 }
 
 fn pid_of(dir: &Path, name: &str) -> i32 {

@@ -77,6 +77,18 @@ struct Member {
     args: Vec<String>,
 }
 
+/// The kernel's ephemeral port range (`net.ipv4.ip_local_port_range`; Linux's default when
+/// it cannot be read).
+fn ephemeral_ports() -> (u16, u16) {
+    std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|s| {
+            let mut it = s.split_whitespace().map(|n| n.parse::<u16>().ok());
+            Some((it.next()??, it.next()??))
+        })
+        .unwrap_or((32768, 60999))
+}
+
 /// The fleet's layout: servers, then routers; and the routers' configuration files (name,
 /// text).
 fn layout(up: &UpArgs) -> (Vec<Member>, Vec<(String, String)>) {
@@ -236,6 +248,27 @@ fn up(up: &UpArgs) -> anyhow::Result<()> {
     if up.servers > 10 {
         bail!("--servers is at most 10 (the clusters' port ranges would overlap)");
     }
+    // The fleet's ports run from the base to base + 350 (the replica region's metrics): none may lie
+    // in the kernel's ephemeral range, where a listener can lose its port to an outgoing
+    // connection's source port before it binds.
+    let (low, high) = ephemeral_ports();
+    let top = u32::from(up.base_port) + 350;
+    if u32::from(up.base_port) <= u32::from(high) && top >= u32::from(low) {
+        bail!(
+            "--base-port {} puts the fleet's ports ({}..={top}) in the kernel's ephemeral \
+             range ({low}-{high}, net.ipv4.ip_local_port_range), where an outgoing connection \
+             can take a port before its listener binds it: pick one below {}",
+            up.base_port,
+            up.base_port,
+            u32::from(low).saturating_sub(350)
+        );
+    }
+    if top > u32::from(u16::MAX) {
+        bail!(
+            "--base-port {} leaves no room for the fleet's ports (up to base + 350)",
+            up.base_port
+        );
+    }
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     let (mut members, configs) = layout(up);
     for (name, text) in configs {
@@ -345,8 +378,9 @@ fn up(up: &UpArgs) -> anyhow::Result<()> {
         );
     }
     println!(
-        "\nClients talk to a cluster's router, e.g.\n  \
-         printf 'set k 0 0 2\\r\\nhi\\r\\nget k\\r\\n' | nc -q1 127.0.0.1 {}\n\
+        "\nClients talk to a cluster's router, e.g. (bash alone, no nc needed)\n  \
+         exec 3<>/dev/tcp/127.0.0.1/{}; printf 'set k 0 0 2\\r\\nhi\\r\\nget k\\r\\n' >&3; \
+         timeout 1 cat <&3; exec 3<&-\n\
          Keys under /regional/ live in the regional pool; other keys' deletes reach both \
          clusters.\n\
          Routes: {}/router-c1.toml. Stop with: memfleet fleet down --dir {}",

@@ -22,7 +22,7 @@ pub mod router;
 pub mod router_config;
 
 pub use dns::DnsServer;
-pub use ports::{connect, free_port, try_free_port};
+pub use ports::{connect, free_port, free_ports_at, try_free_port, try_free_ports_at};
 pub use postgres::{Detached, Postgres};
 pub use process::{memcached, memfleet_server, Killed, Spawned};
 pub use router::Router;

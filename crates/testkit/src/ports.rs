@@ -45,25 +45,14 @@ pub fn try_free_port() -> std::io::Result<u16> {
 /// claimed and free for TCP and UDP, claimed for the rest of the process's life.
 fn claim_port(low: u16, high: u16, start: u16) -> std::io::Result<u16> {
     let span = u32::from(high - low);
-    let dir = std::env::temp_dir().join("memfleet-ports");
-    std::fs::create_dir_all(&dir)?;
+    let dir = claims_dir()?;
     for i in 0..span {
         let port = low + ((u32::from(start - low) + i) % span) as u16;
         if RESERVED.contains(&port) {
             continue;
         }
-        let Some(lock) = claim(dir.join(port.to_string()))? else {
-            continue;
-        };
-        let free = TcpListener::bind(("127.0.0.1", port)).is_ok()
-            && UdpSocket::bind(("127.0.0.1", port)).is_ok();
-        // A port bound by something that takes no part in the claims stays claimed too, so
-        // that no one here tries it again.
-        CLAIMED
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push((port, lock));
-        if free {
+        if let Some(lock) = claim_free(&dir, port)? {
+            keep(port, lock);
             return Ok(port);
         }
     }
@@ -71,6 +60,89 @@ fn claim_port(low: u16, high: u16, start: u16) -> std::io::Result<u16> {
         std::io::ErrorKind::AddrInUse,
         format!("every port in {low}..{high} is claimed or bound"),
     ))
+}
+
+fn claims_dir() -> std::io::Result<PathBuf> {
+    let dir = std::env::temp_dir().join("memfleet-ports");
+    std::fs::create_dir_all(&dir)?;
+    Ok(dir)
+}
+
+/// Claims `port` if no one has and it is free for TCP and UDP: its lock, or `None`. A port
+/// bound by something that takes no part in the claims stays claimed (kept), so that no one
+/// here tries it again.
+fn claim_free(dir: &std::path::Path, port: u16) -> std::io::Result<Option<File>> {
+    let Some(lock) = claim(dir.join(port.to_string()))? else {
+        return Ok(None);
+    };
+    let free = TcpListener::bind(("127.0.0.1", port)).is_ok()
+        && UdpSocket::bind(("127.0.0.1", port)).is_ok();
+    if free {
+        Ok(Some(lock))
+    } else {
+        keep(port, lock);
+        Ok(None)
+    }
+}
+
+/// Holds `port`'s claim until the process exits.
+fn keep(port: u16, lock: File) {
+    CLAIMED
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .push((port, lock));
+}
+
+/// A base port such that `base + offset` is free and claimed (as [`try_free_port`]'s
+/// ports) for every offset: for something that takes its ports at fixed offsets from one
+/// base (`memfleet fleet up --base-port`).
+pub fn try_free_ports_at(offsets: &[u16]) -> std::io::Result<u16> {
+    let (low, high) = handed_out_range();
+    let widest = offsets.iter().copied().max().unwrap_or(0);
+    if u32::from(low) + u32::from(widest) >= u32::from(high) {
+        return Err(std::io::Error::other(
+            "offsets wider than the ports handed out",
+        ));
+    }
+    let bases = high - low - widest;
+    let dir = claims_dir()?;
+    let mut next = NEXT.lock().unwrap_or_else(|e| e.into_inner());
+    let start = next.unwrap_or_else(|| low + (start_offset() % u32::from(bases)) as u16);
+    let start = if start >= low + bases { low } else { start };
+    'base: for i in 0..u32::from(bases) {
+        let base = low + ((u32::from(start - low) + i) % u32::from(bases)) as u16;
+        let mut locks = Vec::new();
+        for &o in offsets {
+            let port = base + o;
+            if RESERVED.contains(&port) {
+                continue 'base;
+            }
+            match claim_free(&dir, port)? {
+                Some(lock) => locks.push((port, lock)),
+                // What this attempt claimed is let go (dropping the locks).
+                None => continue 'base,
+            }
+        }
+        for (port, lock) in locks {
+            keep(port, lock);
+        }
+        let after = u32::from(base) + u32::from(widest) + 1;
+        *next = Some(if after >= u32::from(high) {
+            low
+        } else {
+            after as u16
+        });
+        return Ok(base);
+    }
+    Err(std::io::Error::new(
+        std::io::ErrorKind::AddrInUse,
+        format!("no base in {low}..{high} with every offset free"),
+    ))
+}
+
+/// [`try_free_ports_at`] for tests: panics when no base can be had.
+pub fn free_ports_at(offsets: &[u16]) -> u16 {
+    try_free_ports_at(offsets).expect("free ports at the offsets on 127.0.0.1")
 }
 
 /// [`try_free_port`] for tests: panics when no port can be had.
@@ -149,7 +221,9 @@ mod tests {
     #[test]
     fn no_port_is_handed_out_twice_and_none_is_ephemeral_or_reserved() {
         let (low, high) = handed_out_range();
-        let ports: Vec<u16> = (0..500).map(|_| free_port()).collect();
+        let mut ports: Vec<u16> = (0..500).map(|_| free_port()).collect();
+        let base = free_ports_at(&[0, 1, 100, 350]);
+        ports.extend([base, base + 1, base + 100, base + 350]);
         let distinct: std::collections::HashSet<u16> = ports.iter().copied().collect();
         assert_eq!(distinct.len(), ports.len());
         for p in &ports {
