@@ -37,6 +37,7 @@ const PRODUCT: &[&str] = &[
     "memfleet-client",
     "memfleet-http",
     "memfleet-invalidator",
+    "memfleet-number",
     "memfleet-protocol",
     "memfleet-router",
     "memfleet-routing",

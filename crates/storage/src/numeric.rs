@@ -7,35 +7,10 @@
 //! its old length, unless a reader still holds the item (then the number is a new item of
 //! its own length); memfleet reproduces both, because clients can see them.
 
-/// Parses a stored value the way memcached's `safe_strtoull` does.
+/// Parses a stored value the way memcached's `safe_strtoull` does (`memfleet-number`'s, the
+/// protocol's parser too).
 pub fn parse_u64(value: &[u8]) -> Option<u64> {
-    let is_space = |b: u8| matches!(b, b' ' | b'\t' | b'\n' | b'\x0b' | b'\x0c' | b'\r');
-    let mut i = 0;
-    while i < value.len() && is_space(value[i]) {
-        i += 1;
-    }
-    let mut negative = false;
-    if i < value.len() && (value[i] == b'+' || value[i] == b'-') {
-        negative = value[i] == b'-';
-        i += 1;
-    }
-    let digits_start = i;
-    let mut n: u64 = 0;
-    while i < value.len() && value[i].is_ascii_digit() {
-        n = n.checked_mul(10)?.checked_add(u64::from(value[i] - b'0'))?;
-        i += 1;
-    }
-    if i == digits_start {
-        return None;
-    }
-    if i < value.len() && !is_space(value[i]) {
-        return None;
-    }
-    let n = if negative { n.wrapping_neg() } else { n };
-    if (n as i64) < 0 && negative {
-        return None;
-    }
-    Some(n)
+    memfleet_number::safe_strtoull(value)
 }
 
 /// Applies a delta like memcached: incr wraps at 2^64, decr stops at 0.
