@@ -12,7 +12,7 @@ use memfleet_protocol::binary::{
 use memfleet_protocol::ArithOp;
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 use support::{free_port, memfleet_server, Killed};
 
@@ -45,23 +45,10 @@ impl Bin {
         self.0.write_all(&out).unwrap();
     }
 
-    /// Sends a raw SASL packet (opcode, key = mechanism, value = data).
+    /// Sends a SASL packet (opcode, key = mechanism, value = data).
     fn send_sasl(&mut self, opcode: u8, mech: &[u8], data: &[u8]) {
         let mut out = Vec::new();
-        Header {
-            magic: 0x80,
-            opcode,
-            key_len: mech.len() as u16,
-            extras_len: 0,
-            data_type: 0,
-            vbucket_or_status: 0,
-            body_len: (mech.len() + data.len()) as u32,
-            opaque: 99,
-            cas: 0,
-        }
-        .write(&mut out);
-        out.extend_from_slice(mech);
-        out.extend_from_slice(data);
+        memfleet_protocol::binary::sasl::request(&mut out, opcode, mech, data, 99);
         self.0.write_all(&out).unwrap();
     }
 
@@ -277,37 +264,47 @@ fn exchange(port: u16) -> Vec<Packet> {
     got
 }
 
-/// `memfleet router` with one pool over `servers`, `extra` arguments, listening when this
-/// returns.
-fn router(servers: &[u16], extra: &[&str], tag: &str) -> (Killed, u16, PathBuf) {
-    let port = free_port();
+/// A scratch directory for one test (the caller removes it).
+fn scratch(tag: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!(
         "memfleet-router-binary-{}-{tag}",
         std::process::id()
     ));
     std::fs::create_dir_all(&dir).unwrap();
-    let servers: Vec<String> = servers
-        .iter()
-        .map(|p| format!("\"127.0.0.1:{p}\""))
-        .collect();
+    dir
+}
+
+/// `memfleet router` on the configuration `toml` (written into `dir`, its log beside it)
+/// with `extra` arguments, accepting connections on `listen` when this returns.
+fn start_router(dir: &Path, toml: &str, listen: u16, extra: &[&str]) -> Killed {
     let config = dir.join("router.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "[pools.main]\nlisten = \"127.0.0.1:{port}\"\nservers = [{}]\ntimeout_ms = 5000\n",
-            servers.join(", ")
-        ),
-    )
-    .unwrap();
+    std::fs::write(&config, toml).unwrap();
     let child = std::process::Command::new(env!("CARGO_BIN_EXE_memfleet"))
         .args(["router", "-t", "1", "--config"])
         .arg(&config)
         .args(extra)
-        .stderr(std::process::Stdio::null())
+        .stderr(std::fs::File::create(dir.join("router.log")).unwrap())
         .spawn()
         .expect("memfleet router starts");
     let router = Killed(child);
-    drop(support::connect(port, TIMEOUT));
+    drop(support::connect(listen, TIMEOUT));
+    router
+}
+
+/// `memfleet router` with one pool over `servers`, `extra` arguments, listening when this
+/// returns.
+fn router(servers: &[u16], extra: &[&str], tag: &str) -> (Killed, u16, PathBuf) {
+    let port = free_port();
+    let dir = scratch(tag);
+    let servers: Vec<String> = servers
+        .iter()
+        .map(|p| format!("\"127.0.0.1:{p}\""))
+        .collect();
+    let toml = format!(
+        "[pools.main]\nlisten = \"127.0.0.1:{port}\"\nservers = [{}]\ntimeout_ms = 5000\n",
+        servers.join(", ")
+    );
+    let router = start_router(&dir, &toml, port, extra);
     (router, port, dir)
 }
 
@@ -366,11 +363,7 @@ fn a_binary_client_gets_through_the_router_what_the_server_answers_it() {
 
 #[test]
 fn with_an_auth_file_binary_clients_log_in_with_sasl_as_to_memcached_s() {
-    let dir = std::env::temp_dir().join(format!(
-        "memfleet-router-binary-{}-pwdb",
-        std::process::id()
-    ));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = scratch("pwdb");
     let pwdb = dir.join("pwdb");
     std::fs::write(&pwdb, "user:secret\n").unwrap();
     let pwdb = pwdb.to_str().unwrap();
@@ -496,17 +489,12 @@ fn text_exchange(port: u16) -> Vec<String> {
 
 #[test]
 fn a_pool_with_sasl_logs_in_to_its_servers_and_carries_text_as_binary() {
-    let dir = std::env::temp_dir().join(format!(
-        "memfleet-router-binary-{}-carried",
-        std::process::id()
-    ));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = scratch("carried");
     let pwdb = dir.join("pwdb");
     std::fs::write(&pwdb, "router:secret\n").unwrap();
     let (_sasl, sasl_server) = server(&["-S", "--sasl-pwdb", pwdb.to_str().unwrap()]);
     let (_direct, direct) = server(&[]);
     let port = free_port();
-    let config = dir.join("router.toml");
     let pool = |listen: u16, password: &str| {
         format!(
             "[pools.p{listen}]\nlisten = \"127.0.0.1:{listen}\"\nservers = [\"127.0.0.1:{sasl_server}\"]\n\
@@ -515,17 +503,8 @@ fn a_pool_with_sasl_logs_in_to_its_servers_and_carries_text_as_binary() {
         )
     };
     let refused = free_port();
-    std::fs::write(&config, pool(port, "secret") + &pool(refused, "wrong")).unwrap();
-    let log = dir.join("router.log");
-    let _router = Killed(
-        std::process::Command::new(env!("CARGO_BIN_EXE_memfleet"))
-            .args(["router", "-t", "1", "--config"])
-            .arg(&config)
-            .stderr(std::fs::File::create(&log).unwrap())
-            .spawn()
-            .expect("memfleet router starts"),
-    );
-    drop(support::connect(port, TIMEOUT));
+    let toml = pool(port, "secret") + &pool(refused, "wrong");
+    let _router = start_router(&dir, &toml, port, &[]);
     let want = text_exchange(direct);
     let got = text_exchange(port);
     for ((request, g), w) in TEXT_EXCHANGE.iter().zip(&got).zip(&want) {
@@ -549,7 +528,7 @@ fn a_pool_with_sasl_logs_in_to_its_servers_and_carries_text_as_binary() {
         reply.starts_with("SERVER_ERROR ") && reply.contains("Auth failure"),
         "{reply}"
     );
-    let logged = std::fs::read_to_string(&log).unwrap();
+    let logged = std::fs::read_to_string(dir.join("router.log")).unwrap();
     let _ = std::fs::remove_dir_all(&dir);
     assert!(logged.contains("authentication failed"), "{logged}");
 }

@@ -62,25 +62,8 @@ impl BackendAuth {
     /// Authenticates as `user` with `password` by binary SASL PLAIN (memcached's `-S`); the
     /// connection then carries every request in the binary protocol.
     pub fn sasl(user: &str, password: &[u8]) -> BackendAuth {
-        let mut data = vec![0];
-        data.extend_from_slice(user.as_bytes());
-        data.push(0);
-        data.extend_from_slice(password);
         let mut login = Vec::new();
-        memfleet_protocol::binary::Header {
-            magic: memfleet_protocol::binary::REQUEST_MAGIC,
-            opcode: memfleet_protocol::binary::sasl::AUTH,
-            key_len: 5,
-            extras_len: 0,
-            data_type: 0,
-            vbucket_or_status: 0,
-            body_len: (5 + data.len()) as u32,
-            opaque: 0,
-            cas: 0,
-        }
-        .write(&mut login);
-        login.extend_from_slice(b"PLAIN");
-        login.extend_from_slice(&data);
+        memfleet_protocol::binary::sasl::plain_auth(&mut login, user.as_bytes(), password);
         BackendAuth {
             user: user.to_string(),
             login: login.into(),
@@ -238,10 +221,7 @@ pub(super) async fn login(
     wr: &mut (dyn AsyncWrite + Unpin + Send),
     auth: &BackendAuth,
 ) -> Result<(), ConnectError> {
-    wr.write_all(&auth.login)
-        .await
-        .map_err(|_| ConnectError::Unreachable)?;
-    wr.flush().await.map_err(|_| ConnectError::Unreachable)?;
+    send_login(wr, auth).await?;
     let mut line = Vec::with_capacity(64);
     let mut byte = [0u8; 1];
     // Byte by byte: the reply is one short line, read once per connection, and nothing
@@ -267,10 +247,7 @@ async fn sasl_login(
     wr: &mut (dyn AsyncWrite + Unpin + Send),
     auth: &BackendAuth,
 ) -> Result<(), ConnectError> {
-    wr.write_all(&auth.login)
-        .await
-        .map_err(|_| ConnectError::Unreachable)?;
-    wr.flush().await.map_err(|_| ConnectError::Unreachable)?;
+    send_login(wr, auth).await?;
     let mut head = [0u8; memfleet_protocol::binary::HEADER_LEN];
     rd.read_exact(&mut head)
         .await
@@ -291,4 +268,15 @@ async fn sasl_login(
             String::from_utf8_lossy(&body).into_owned(),
         ))
     }
+}
+
+/// Writes the login request, whichever it is.
+async fn send_login(
+    wr: &mut (dyn AsyncWrite + Unpin + Send),
+    auth: &BackendAuth,
+) -> Result<(), ConnectError> {
+    wr.write_all(&auth.login)
+        .await
+        .map_err(|_| ConnectError::Unreachable)?;
+    wr.flush().await.map_err(|_| ConnectError::Unreachable)
 }

@@ -145,6 +145,37 @@ pub fn plain_credentials(data: &[u8]) -> Option<(&[u8], &[u8])> {
     (!user.is_empty()).then_some((user, password))
 }
 
+/// Appends a SASL request packet (a client's, or a proxy logging in): `opcode` one of
+/// [`LIST_MECHS`], [`AUTH`], [`STEP`], the mechanism as the key, `data` as the value.
+pub fn request(out: &mut Vec<u8>, opcode: u8, mech: &[u8], data: &[u8], opaque: u32) {
+    let key_len = u16::try_from(mech.len()).expect("a mechanism name under 64 KiB");
+    Header {
+        magic: REQUEST_MAGIC,
+        opcode,
+        key_len,
+        extras_len: 0,
+        data_type: 0,
+        vbucket_or_status: 0,
+        body_len: u32::try_from(mech.len() + data.len()).expect("SASL data under 4 GiB"),
+        opaque,
+        cas: 0,
+    }
+    .write(out);
+    out.extend_from_slice(mech);
+    out.extend_from_slice(data);
+}
+
+/// Appends PLAIN's Auth request for `user` and `password` (`NUL user NUL password`: no
+/// authorization identity), as [`plain_credentials`] reads it.
+pub fn plain_auth(out: &mut Vec<u8>, user: &[u8], password: &[u8]) {
+    let mut data = Vec::with_capacity(2 + user.len() + password.len());
+    data.push(0);
+    data.extend_from_slice(user);
+    data.push(0);
+    data.extend_from_slice(password);
+    request(out, AUTH, b"PLAIN", &data, 0);
+}
+
 /// List Mechs' reply.
 pub fn mechanisms(out: &mut Vec<u8>, to: ReplyTo) {
     response::header(out, to, Status::Success, 0, 0, MECHANISMS.len() as u32, 0);
@@ -169,20 +200,7 @@ mod tests {
 
     fn packet(opcode: u8, key: &[u8], data: &[u8]) -> Vec<u8> {
         let mut out = Vec::new();
-        Header {
-            magic: REQUEST_MAGIC,
-            opcode,
-            key_len: key.len() as u16,
-            extras_len: 0,
-            data_type: 0,
-            vbucket_or_status: 0,
-            body_len: (key.len() + data.len()) as u32,
-            opaque: 7,
-            cas: 0,
-        }
-        .write(&mut out);
-        out.extend_from_slice(key);
-        out.extend_from_slice(data);
+        request(&mut out, opcode, key, data, 7);
         out
     }
 
@@ -232,6 +250,29 @@ mod tests {
             close(gate(&long_data[..HEADER_LEN], false)),
             (BinErrorKind::SaslTooLong, false, long_data.len())
         );
+    }
+
+    #[test]
+    fn a_plain_auth_request_reads_back_as_its_user_and_password() {
+        let mut out = Vec::new();
+        plain_auth(&mut out, b"alice", b"s3cret");
+        match gate(&out, false) {
+            SaslGate::Sasl(
+                SaslRequest::Auth {
+                    mech: b"PLAIN",
+                    data,
+                },
+                _,
+                n,
+            ) => {
+                assert_eq!(n, out.len());
+                assert_eq!(
+                    plain_credentials(data),
+                    Some((&b"alice"[..], &b"s3cret"[..]))
+                );
+            }
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]

@@ -11,7 +11,7 @@
 //! `--auth-file`, the SASL requests are unknown commands, as to a memcached without `-S`.
 
 use super::queued::{local, QueuedReply};
-use super::{route_request, Routed, KEEP_CAPACITY, PENDING_INPUT_SLACK};
+use super::{keep_unparsed, read_more, route_request, skip, swallowed, Routed};
 use crate::reloadable::{ClientAuth, RouteSlot, ServedTopology};
 use memfleet_authfile::Credentials;
 use memfleet_client::conn_stats::Stamp;
@@ -21,7 +21,6 @@ use memfleet_protocol::binary::sasl::{self, SaslGate, SaslRequest};
 use memfleet_protocol::binary::{self as bin, response, BinError, BinRejection, ReplyTo};
 use memfleet_protocol::ParserConfig;
 use std::sync::Arc;
-use tokio::io::AsyncReadExt;
 use tokio::sync::mpsc;
 
 /// What one request of a binary client leads to.
@@ -50,20 +49,11 @@ pub(super) async fn read_requests(
     let mut authenticated = auth.load().is_none();
     let mut unread = true;
     'read: loop {
-        if !std::mem::take(&mut unread) {
-            buf.reserve(16 * 1024);
-            match rd.read_buf(&mut buf).await {
-                Ok(0) | Err(_) => break,
-                Ok(_) => {}
-            }
+        if !read_more(&mut rd, &mut buf, &mut unread).await {
+            break;
         }
         let read = Stamp::now();
-        let mut at = 0;
-        if swallow > 0 {
-            let n = swallow.min(buf.len());
-            at += n;
-            swallow -= n;
-        }
+        let mut at = swallowed(&buf, &mut swallow);
         while at < buf.len() {
             let input = &buf[at..];
             // Judged by the auth file as loaded now (a reload applies to the next attempt).
@@ -128,11 +118,7 @@ pub(super) async fn read_requests(
                 }
             }
         }
-        buf.drain(..at.min(buf.len()));
-        if buf.capacity() > KEEP_CAPACITY && buf.len() < buf.capacity() / 4 {
-            buf.shrink_to(buf.len().max(16 * 1024));
-        }
-        if buf.len() > cfg.max_item_size + PENDING_INPUT_SLACK {
+        if !keep_unparsed(&mut buf, at, &cfg) {
             let _ = tx.send((QueuedReply::Close, read)).await;
             break;
         }
@@ -152,8 +138,8 @@ fn rejected(
     if rejection.close() {
         return (!out.is_empty()).then_some((Next::Close(out), 0));
     }
-    *swallow = rejection.skip.saturating_sub(available);
-    Some((Next::Reply(local(out)), rejection.skip.min(available)))
+    let skipped = skip(rejection.skip, available, swallow);
+    Some((Next::Reply(local(out)), skipped))
 }
 
 /// Answers one SASL request against `users`; true when it authenticated the connection.

@@ -226,20 +226,11 @@ async fn read_text(
                 break;
             }
         }
-        if !std::mem::take(&mut unread) {
-            buf.reserve(16 * 1024);
-            match rd.read_buf(&mut buf).await {
-                Ok(0) | Err(_) => break,
-                Ok(_) => {}
-            }
+        if !read_more(&mut rd, &mut buf, &mut unread).await {
+            break;
         }
         let read = Stamp::now();
-        let mut at = 0;
-        if swallow > 0 {
-            let n = swallow.min(buf.len());
-            at += n;
-            swallow -= n;
-        }
+        let mut at = swallowed(&buf, &mut swallow);
         while at < buf.len() {
             match parse(&buf[at..], &cfg) {
                 Ok((request, used)) if !authenticated && !matches!(request, Request::Quit) => {
@@ -308,22 +299,11 @@ async fn read_text(
                         let _ = queue!(QueuedReply::Close, read);
                         break 'read;
                     }
-                    let skip = rejection.skip;
-                    let available = buf.len() - at;
-                    if skip > available {
-                        swallow = skip - available;
-                        at = buf.len();
-                    } else {
-                        at += skip;
-                    }
+                    at += skip(rejection.skip, buf.len() - at, &mut swallow);
                 }
             }
         }
-        buf.drain(..at);
-        if buf.capacity() > KEEP_CAPACITY && buf.len() < buf.capacity() / 4 {
-            buf.shrink_to(buf.len().max(16 * 1024));
-        }
-        if buf.len() > cfg.max_item_size + PENDING_INPUT_SLACK {
+        if !keep_unparsed(&mut buf, at, &cfg) {
             let _ = queue!(QueuedReply::Close, read);
             break;
         }
@@ -331,6 +311,46 @@ async fn read_text(
     if let Some(run) = ready.take() {
         let _ = tx.send(run).await;
     }
+}
+
+/// Reads more of a client's input into `buf`, unless what the first read brought is still
+/// to be parsed (`unread`, cleared here). False at the end of the connection.
+async fn read_more(
+    rd: &mut (impl tokio::io::AsyncRead + Unpin),
+    buf: &mut Vec<u8>,
+    unread: &mut bool,
+) -> bool {
+    if std::mem::take(unread) {
+        return true;
+    }
+    buf.reserve(16 * 1024);
+    matches!(rd.read_buf(buf).await, Ok(n) if n > 0)
+}
+
+/// Where parsing starts in `buf`: after what is left of a refused data block being
+/// swallowed (`swallow`, counted down).
+fn swallowed(buf: &[u8], swallow: &mut usize) -> usize {
+    let n = (*swallow).min(buf.len());
+    *swallow -= n;
+    n
+}
+
+/// The bytes a refusal skips of the `available` ones buffered; the rest of `skip` is
+/// swallowed as it arrives.
+fn skip(skip: usize, available: usize, swallow: &mut usize) -> usize {
+    *swallow = skip.saturating_sub(available);
+    skip.min(available)
+}
+
+/// Drops the `at` bytes parsed from `buf` and shrinks it back after a large request. False
+/// when what is left is more than one request can be (`cfg`'s largest item and a command
+/// line): the client is closed.
+fn keep_unparsed(buf: &mut Vec<u8>, at: usize, cfg: &ParserConfig) -> bool {
+    buf.drain(..at.min(buf.len()));
+    if buf.capacity() > KEEP_CAPACITY && buf.len() < buf.capacity() / 4 {
+        buf.shrink_to(buf.len().max(16 * 1024));
+    }
+    buf.len() <= cfg.max_item_size + PENDING_INPUT_SLACK
 }
 
 /// Where a request goes.
