@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """How many items of a given size fit in memcached with -m 64, for comparison with the
-Segcache engine's memory accounting (crates/storage/tests/memory.rs).
+Segcache engine's memory accounting (crates/storage/tests/it/memory.rs).
 
 Starts Debian's memcached on a loopback port, sets keys "key:00000001".. with 50-byte values
 until it starts evicting, and prints curr_items, bytes, and the per-item overhead memcached

@@ -68,6 +68,11 @@ pub struct UpArgs {
     /// an invalidator per region (needs scripts/postgres16 or MEMFLEET_POSTGRES_BIN).
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u8).range(1..=2))]
     pub regions: u8,
+    /// With --regions 2: how far the standby's replay stays behind the primary, in
+    /// milliseconds (PostgreSQL's recovery_min_apply_delay), to watch the replica region
+    /// read old rows for that long after a commit, and its invalidator's deletes follow.
+    #[arg(long, default_value_t = 0, value_name = "MS")]
+    pub standby_delay: u64,
 }
 
 /// One process of the fleet.
@@ -248,6 +253,9 @@ fn up(up: &UpArgs) -> anyhow::Result<()> {
     if up.servers > 10 {
         bail!("--servers is at most 10 (the clusters' port ranges would overlap)");
     }
+    if up.standby_delay > 0 && up.regions != 2 {
+        bail!("--standby-delay holds back the replica region's standby: it needs --regions 2");
+    }
     // The fleet's ports run from the base to base + 350 (the replica region's metrics): none may lie
     // in the kernel's ephemeral range, where a listener can lose its port to an outgoing
     // connection's source port before it binds.
@@ -277,7 +285,7 @@ fn up(up: &UpArgs) -> anyhow::Result<()> {
     if up.regions == 2 {
         // The databases first: the invalidators, started last, need them. Stopped again if
         // anything after fails before the processes are started.
-        let dbs = regions::start_databases(dir)?;
+        let dbs = regions::start_databases(dir, up.standby_delay)?;
         let written = regions_configs(up, dir, &dbs);
         if let Err(e) = written {
             let _ = regions::stop_databases(dir);

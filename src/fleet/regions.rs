@@ -5,8 +5,11 @@
 //! *standby*, so that its deletes reach the region only after its data did.
 //!
 //! The databases are started with the test kit's scratch PostgreSQL (PostgreSQL 16 or
-//! later: `scripts/postgres16`, or `MEMFLEET_POSTGRES_BIN`), left running, and listed in
-//! `<dir>/postgres` so that `fleet down` stops them after the processes.
+//! later: `scripts/postgres16`, or `MEMFLEET_POSTGRES_BIN`) in `<dir>/databases`, left
+//! running, and listed in `<dir>/postgres` so that `fleet down` stops them (and removes
+//! their files) after the processes. `--standby-delay` holds the standby's replay back
+//! (`recovery_min_apply_delay`), to watch the §5 race the replica region's invalidator
+//! closes: a read in that region sees the old row for that long after the commit.
 
 use anyhow::Context;
 use memfleet_testkit::{Detached, Postgres, RouterConfig};
@@ -22,13 +25,23 @@ pub(super) struct Databases {
     pub(super) standby: Detached,
 }
 
-/// Starts the primary and its standby and records them in `dir/postgres`.
-pub(super) fn start_databases(dir: &Path) -> anyhow::Result<Databases> {
-    let primary = Postgres::start_at_least(16, &[]).context(
-        "--regions 2 needs PostgreSQL 16 or later (logical decoding on a standby): run \
-         scripts/postgres16, or name a bin directory in MEMFLEET_POSTGRES_BIN",
-    )?;
-    let standby = primary.standby(&[]).context("making the standby")?;
+/// Starts the primary and its standby (its replay `standby_delay_ms` behind, 0: as soon as
+/// it can) under `dir/databases` and records them in `dir/postgres`.
+pub(super) fn start_databases(dir: &Path, standby_delay_ms: u64) -> anyhow::Result<Databases> {
+    let data = dir.join("databases");
+    std::fs::create_dir_all(&data).with_context(|| format!("creating {}", data.display()))?;
+    let primary = Postgres::start_in(&data, 16, &[]).with_context(|| {
+        format!(
+            "--regions 2 needs PostgreSQL 16 or later (logical decoding on a standby): run \
+             scripts/postgres16, or name a bin directory in MEMFLEET_POSTGRES_BIN; as root, \
+             PostgreSQL runs as nobody, who must be able to reach {}",
+            data.display()
+        )
+    })?;
+    let delay = format!("recovery_min_apply_delay={standby_delay_ms}ms");
+    let standby = primary
+        .standby_in(&data, &[&delay])
+        .context("making the standby")?;
     let (primary, standby) = (primary.detach(), standby.detach());
     std::fs::write(
         dir.join(DATABASES),

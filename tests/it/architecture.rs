@@ -8,6 +8,9 @@
 //! - the test kit (`memfleet-testkit`: scratch PostgreSQL, child processes) is no product
 //!   crate's normal dependency, only a dev-dependency (the tools that start real servers,
 //!   bench and the `memfleet` binary, may link it);
+//! - the product binary (`memfleet` without the `lab` feature, as the package and the image
+//!   build it) links no lab crate (bench, sim, floor, load generator, results, test kit),
+//!   directly or through another crate (`cargo tree`);
 //! - every file path and every type-like name (`CamelCase`) that `docs/ARCHITECTURE.md`
 //!   puts in backquotes exists in the repository.
 //!
@@ -44,6 +47,16 @@ const PRODUCT: &[&str] = &[
     "memfleet-server",
     "memfleet-storage",
     "memfleet-tls",
+];
+
+/// The lab: experiments, the simulator, yardsticks and the test kit. Never in the product.
+const LAB: &[&str] = &[
+    "memfleet-bench",
+    "memfleet-floor",
+    "memfleet-loadgen",
+    "memfleet-results",
+    "memfleet-sim",
+    "memfleet-testkit",
 ];
 
 fn root() -> PathBuf {
@@ -327,6 +340,57 @@ fn the_test_kit_is_no_product_crates_dependency() {
         "product crates with memfleet-testkit as a normal dependency (make it a \
          dev-dependency): {problems:?}"
     );
+}
+
+/// The packages `memfleet` links with FEATURES (`cargo tree`'s flags), by name.
+fn binary_packages(features: &[&str]) -> BTreeSet<String> {
+    let out = std::process::Command::new(env!("CARGO"))
+        .args([
+            "tree",
+            "--locked",
+            "--offline",
+            "-p",
+            "memfleet",
+            "-e",
+            "normal",
+        ])
+        .args(["--prefix", "none", "--format", "{p}"])
+        .args(features)
+        .current_dir(root())
+        .output()
+        .expect("cargo tree");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .filter_map(|l| l.split_whitespace().next().map(str::to_string))
+        .collect()
+}
+
+#[test]
+fn the_product_binary_links_no_lab_crate() {
+    let product = binary_packages(&["--no-default-features"]);
+    for part in ["memfleet-server", "memfleet-router", "memfleet-invalidator"] {
+        assert!(product.contains(part), "{part} missing from {product:?}");
+    }
+    let lab: Vec<&&str> = LAB.iter().filter(|c| product.contains(**c)).collect();
+    assert!(
+        lab.is_empty(),
+        "the product binary (--no-default-features) links lab crates {lab:?}: make them \
+         optional dependencies of the `lab` feature, or dev-dependencies"
+    );
+    // The check sees the lab where it is: the default (developer's) build links all of it.
+    let everything = binary_packages(&[]);
+    for crate_name in LAB {
+        assert!(
+            everything.contains(*crate_name),
+            "{crate_name} not in the lab build"
+        );
+    }
 }
 
 fn repository_files(dir: &Path, out: &mut Vec<String>) {

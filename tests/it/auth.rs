@@ -4,7 +4,7 @@
 //! nothing; afterwards the connection works as any other. And what memfleet adds: binary
 //! connections are closed (no SASL), and UDP cannot be combined with authentication.
 
-mod support;
+use crate::support;
 
 use memfleet_protocol::reply::{frame, Frame, ReplyKind};
 use std::io::{Read, Write};

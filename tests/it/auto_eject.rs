@@ -8,7 +8,7 @@
 //! in memfleet's TOML with `auto_eject_hosts = true` does the same; without it, a TOML pool
 //! keeps the dead server's keys on it and fails them fast until it is back.
 
-mod support;
+use crate::support;
 
 use memfleet_routing::{from_toml, from_twemproxy_yaml};
 use std::io::{BufRead, BufReader, Read, Write};
@@ -53,7 +53,15 @@ fn server(port: u16) -> Killed {
 /// A text-protocol connection.
 struct Conn(BufReader<TcpStream>);
 
-impl Conn {
+/// What this module asks of a text connection beyond `support::Conn`'s own.
+trait ConnExt {
+    fn open(port: u16) -> Conn;
+    fn send(&mut self, text: &str);
+    fn line(&mut self) -> String;
+    fn value(&mut self) -> Result<String, String>;
+}
+
+impl ConnExt for Conn {
     fn open(port: u16) -> Conn {
         Conn(BufReader::new(support::connect(
             port,

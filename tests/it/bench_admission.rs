@@ -3,7 +3,7 @@
 //! the router's `rates` or its marking servers down broke. The performance goals (±5% of
 //! the rate, the other pool's p99 within 10%) are the benchmark's to print, not this test's.
 
-mod support;
+use crate::support;
 
 use std::path::PathBuf;
 use std::process::Command;

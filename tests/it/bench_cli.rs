@@ -3,7 +3,7 @@
 //! each experiment is a subcommand with only its own flags, and the older spellings
 //! (`--scenario X`, `--herd-*` and the like) still run.
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeSet;
 use std::process::{Command, Output};

@@ -1,7 +1,7 @@
 //! The experiments of `memfleet bench`, end to end in their short form: each starts
 //! what it needs on loopback from this build and must show its paper's direction.
 
-mod support;
+use crate::support;
 
 use std::process::Command;
 use support::results::{assert_figure, assert_results, out_dir};

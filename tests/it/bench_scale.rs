@@ -4,7 +4,7 @@
 //! the table has its three sections and the JSON holds sane, nonzero numbers for every
 //! cell. Bad flags are refused before anything starts.
 
-mod support;
+use crate::support;
 
 use std::process::{Command, Output};
 use support::results::{assert_figure, assert_results, out_dir};

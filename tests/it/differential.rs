@@ -10,11 +10,11 @@
 //! fails at the end with the count.
 //!
 //! ```sh
-//! cargo test --test differential -- --nocapture           # memcached vs memfleet
-//! MEMFLEET_DIFF_SELF=1 cargo test --test differential -- --include-ignored
+//! cargo test --test it differential:: -- --nocapture           # memcached vs memfleet
+//! MEMFLEET_DIFF_SELF=1 cargo test --test it differential:: -- --include-ignored
 //!                                  # memcached vs memcached: checks the harness and corpus
-//! MEMFLEET_DIFF_FILTER=meta/ cargo test --test differential  # only cases whose name matches
-//! MEMFLEET_DIFF_BIN=target/release/memfleet cargo test --test differential  # other binary
+//! MEMFLEET_DIFF_FILTER=meta/ cargo test --test it differential::  # only cases whose name matches
+//! MEMFLEET_DIFF_BIN=target/release/memfleet cargo test --test it differential::  # other binary
 //! ```
 //!
 //! Without `/usr/bin/memcached` (`apt-get install memcached`) the tests say so loudly and
@@ -29,16 +29,13 @@
 //! supported" reply (and, for key dumps, their argument checks), and anything that waits for memory pressure (eviction order differs by
 //! design: Segcache is not memcached's LRU).
 
-mod differential {
-    pub mod binary_cases;
-    pub mod harness;
-    pub mod meta_cases;
-    pub mod newer_cases;
-    pub mod normalize;
-    pub mod text_cases;
-}
+pub mod binary_cases;
+pub mod harness;
+pub mod meta_cases;
+pub mod newer_cases;
+pub mod normalize;
+pub mod text_cases;
 
-use differential::{binary_cases, harness, meta_cases, newer_cases, normalize, text_cases};
 use harness::{Case, Server};
 use std::path::Path;
 
@@ -91,7 +88,7 @@ pub const EXCEPTIONS: &[(&str, &str, &str)] = &[
          not starting with `segcache_`, `lease_`, `holdoff_` or `udp_`, and the two \
          memcached 1.6.45 names 1.6.18 lacks (`slab_reassign_busy_nomem`, \
          `slab_reassign_last_busy_status`)",
-        "memfleet prints every name memcached 1.6.45 prints (crates/server/tests/stats_names.rs), \
+        "memfleet prints every name memcached 1.6.45 prints (crates/server/tests/it/stats_names.rs), \
          which the reference 1.6.18 partly lacks, and adds its engine's `segcache_*` figures \
          and its lease, hold-off and UDP counters. Every name both have is still compared, in \
          order",
@@ -101,7 +98,7 @@ pub const EXCEPTIONS: &[(&str, &str, &str)] = &[
         "no case sends `delete <key> <n>` with n > 0",
         "memcached 1.6.45 ignores what follows the key (1.6.18 refused a time with a usage \
          error); memfleet takes a number there as a delete hold-off (Facebook §4.3), tested \
-         in crates/server/tests/leases.rs",
+         in crates/server/tests/it/leases.rs",
     ),
     (
         "stale-after-delete",

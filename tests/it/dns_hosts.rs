@@ -13,18 +13,11 @@
 //!
 //! Needs root and `ip` (network namespaces); skips, saying why, without them.
 
-mod support;
+use crate::support;
 
-#[allow(dead_code)]
-mod faults {
-    pub mod fleet;
-    pub mod netns;
-    pub mod traffic;
-}
-
-use faults::fleet::{answers, server_with, Router};
-use faults::netns::Namespace;
-use faults::traffic::Traffic;
+use crate::faults::fleet::{answers, server_with, Router};
+use crate::faults::netns::Namespace;
+use crate::faults::traffic::Traffic;
 use memfleet_routing::{Distribution, KetamaDialect, KeyHash, Node, Ring};
 use memfleet_testkit::dns::DnsServer;
 use std::net::{IpAddr, SocketAddr};

@@ -10,24 +10,22 @@
 //! | a broken configuration reloaded (SIGHUP) | refused and logged, the old one keeps serving; a good one then applies |
 //!
 //! Every request is timed (`faults/traffic.rs`); the tests assert error counts, the slowest
-//! request and the recovery time, and print them (`cargo test --test faults -- --nocapture`).
+//! request and the recovery time, and print them (`cargo test --test it faults:: -- --nocapture`).
 //! The router's settings (`faults/fleet.rs`): 300 ms timeout, three failures mark a server
 //! down, probes from 200 ms. The tests run one at a time (their timing is the point).
 
-mod support;
+use crate::support;
 
-mod faults {
-    pub mod fleet;
-    pub mod netns;
-    pub mod traffic;
-}
+pub mod fleet;
+pub mod netns;
+pub mod traffic;
 
-use faults::fleet::{
+use self::fleet::{
     answers, ask, eventually, placement, router_toml, server, server_with, signal, stat,
     three_servers, Router, FAILURE_LIMIT, TIMEOUT,
 };
-use faults::netns::Namespace;
-use faults::traffic::{Samples, Tally, Traffic};
+use self::netns::Namespace;
+use self::traffic::{Samples, Tally, Traffic};
 use std::net::SocketAddr;
 use std::sync::Mutex;
 use std::time::Duration;

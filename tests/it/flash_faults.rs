@@ -12,7 +12,7 @@
 //! Linux 6.6; before, the flash runs buffered here, `flash_direct_io 0`, with the same write
 //! path and errors.)
 
-mod support;
+use crate::support;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};

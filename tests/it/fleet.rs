@@ -2,7 +2,7 @@
 //! paper's behaviours through its routers — deletes reach the other cluster, a dead server's
 //! keys are covered by the gutter with no client-visible error — and `fleet down`.
 
-mod support;
+use crate::support;
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::{TcpListener, TcpStream};
@@ -52,8 +52,16 @@ fn pid_of(dir: &Path, name: &str) -> i32 {
 
 struct Conn(BufReader<TcpStream>);
 
-impl Conn {
-    fn new(port: u16) -> Conn {
+/// What this module asks of a text connection beyond `support::Conn`'s own.
+trait ConnExt {
+    fn new(port: u16) -> Self;
+    fn lines(&mut self, request: &str, n: usize) -> Vec<String>;
+    fn get(&mut self, key: &str) -> Option<String>;
+    fn stat(&mut self, name: &str) -> Option<String>;
+}
+
+impl ConnExt for Conn {
+    fn new(port: u16) -> Self {
         Conn(BufReader::new(support::connect(
             port,
             Duration::from_secs(10),
@@ -340,11 +348,22 @@ fn fleet_up_fails_loudly_and_stops_everything_when_a_process_cannot_listen() {
 
 /// `fleet up --regions 2`: a delete committed on the primary reaches the master region at
 /// once and the replica region only once its standby replayed the transaction (held back a
-/// second here), each through its own invalidator; `fleet down` stops the databases too.
+/// second here by `--standby-delay`), each through its own invalidator; the databases live
+/// in the fleet's directory, and `fleet down` stops them too.
 #[test]
 fn two_regions_are_invalidated_each_from_its_own_database() {
     let _one = one_fleet();
-    let (fleet, up) = fleet_up("regions", &["--servers", "1", "--regions", "2"]);
+    let (fleet, up) = fleet_up(
+        "regions",
+        &[
+            "--servers",
+            "1",
+            "--regions",
+            "2",
+            "--standby-delay",
+            "1000",
+        ],
+    );
     assert!(
         up.status.success(),
         "fleet up: {}\n{}",
@@ -358,6 +377,13 @@ fn two_regions_are_invalidated_each_from_its_own_database() {
         .map(|l| l.split_whitespace().next().unwrap().parse().unwrap())
         .collect();
     let (standby, primary) = (ports[0], ports[1]);
+    for line in listed.lines() {
+        let dir = line.split_whitespace().nth(1).unwrap();
+        assert!(
+            Path::new(dir).starts_with(fleet.dir.join("databases")),
+            "a database outside the fleet's directory: {line}"
+        );
+    }
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -377,16 +403,6 @@ fn two_regions_are_invalidated_each_from_its_own_database() {
         })
     };
     let (primary, standby) = (connect(primary), connect(standby));
-    rt.block_on(async {
-        standby
-            .batch_execute("ALTER SYSTEM SET recovery_min_apply_delay = '1s'")
-            .await
-            .unwrap();
-        standby
-            .batch_execute("SELECT pg_reload_conf()")
-            .await
-            .unwrap();
-    });
     let mut master_region = Conn::new(fleet.base + 100);
     let mut replica_region = Conn::new(fleet.base + 300);
     for conn in [&mut master_region, &mut replica_region] {
@@ -449,6 +465,10 @@ fn two_regions_are_invalidated_each_from_its_own_database() {
         "{said}"
     );
     assert!(!fleet.dir.join("postgres").exists());
+    let left: Vec<_> = std::fs::read_dir(fleet.dir.join("databases"))
+        .unwrap()
+        .collect();
+    assert!(left.is_empty(), "database files left behind: {left:?}");
     for port in ports {
         assert!(
             TcpStream::connect(("127.0.0.1", port)).is_err(),

@@ -2,7 +2,7 @@
 //! value the bench stores under it, and with `--backend` the floor proxy carries requests
 //! to a real `memfleet server` and its replies back.
 
-mod support;
+use crate::support;
 
 use std::io::{Read, Write};
 use std::process::{Command, Stdio};

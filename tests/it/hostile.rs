@@ -3,10 +3,10 @@
 //! pipelined after valid commands, slow-drip writers, a client that never reads. Each input
 //! goes on its own connection and must get an error reply or a closed connection — never a
 //! crash — while items stored before stay intact and the server's memory stays bounded.
-//! (The exact words are compared with memcached's by `tests/differential.rs`; this test is
+//! (The exact words are compared with memcached's by `tests/it/differential.rs`; this test is
 //! about survival.)
 
-mod support;
+use crate::support;
 
 use std::io::{Read, Write};
 use std::net::TcpStream;

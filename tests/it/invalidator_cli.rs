@@ -3,7 +3,7 @@
 //! key (what it had not acknowledged is read again from the slot); and setup mistakes (a
 //! missing publication or slot) stop it with an error that says what to run.
 
-mod support;
+use crate::support;
 
 use memfleet_server::{Server, Settings};
 use std::io::{Read, Write};

@@ -12,20 +12,14 @@
 //! | the same with `spool_deletes = false` | every such delete answers `SERVER_ERROR`, never a success-looking reply |
 //! | a replica hangs under a replicated route | sets `STORED` (policy `any`), deletes `DELETED`; its deletes reach it before it serves reads |
 //!
-//! Numbers are printed (`cargo test --test lost_deletes -- --nocapture`).
+//! Numbers are printed (`cargo test --test it lost_deletes:: -- --nocapture`).
 
-mod support;
+use crate::support;
 
-#[allow(dead_code)]
-mod faults {
-    pub mod fleet;
-    pub mod netns;
-}
-
-use faults::fleet::{
+use crate::faults::fleet::{
     ask, placement, router_toml, server, server_with, signal, stat, three_servers, Router,
 };
-use faults::netns::Namespace;
+use crate::faults::netns::Namespace;
 use std::net::SocketAddr;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};

@@ -7,7 +7,7 @@
 //! binary `MEMFLEET_MEMCACHED_BIN` names (e.g. a memcached 1.6.45 build). The test skips,
 //! saying why, only when the exporter cannot be built (no Go toolchain or no module proxy).
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeSet;
 use std::io::{Read, Write};

@@ -17,10 +17,10 @@
 //!
 //! With `MEMFLEET_COMPARE_MEMCACHED=1` the same workloads also run against Debian's
 //! memcached `-m 64`, and both servers' numbers are printed side by side (not asserted:
-//! memcached's bound is its own business). `cargo test --test memory_bound -- --nocapture`
+//! memcached's bound is its own business). `cargo test --test it memory_bound:: -- --nocapture`
 //! shows the table.
 
-mod support;
+use crate::support;
 
 use std::io::{Read, Write};
 use std::net::TcpStream;

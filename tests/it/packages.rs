@@ -4,7 +4,7 @@
 //! Containerfile builds exactly the image `scripts/build-image` builds. (The engines
 //! themselves — systemd-analyze, dpkg-deb, lintian, podman — run in scripts/check-packages.)
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeSet;
 use std::io::{Read, Write};

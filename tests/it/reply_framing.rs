@@ -2,7 +2,7 @@
 //! request goes to Debian's memcached and to memfleet, and framing the bytes that come back,
 //! reply by reply with the shape each request expects, must consume them exactly.
 
-mod support;
+use crate::support;
 
 use memfleet_protocol::reply::{frame, Frame, ReplyKind};
 use memfleet_protocol::{parse, ParserConfig};

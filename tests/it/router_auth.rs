@@ -5,7 +5,7 @@
 //! `--auth-file` refusing unauthenticated clients with memcached's replies (reloaded on
 //! SIGHUP).
 
-mod support;
+use crate::support;
 
 use memfleet_protocol::reply::{frame, Frame, ReplyKind};
 use std::io::{Read, Write};
@@ -97,7 +97,15 @@ fn listening(started: (Killed, u16)) -> (Killed, u16) {
 /// A plain TCP connection that sends requests and reads whole replies.
 struct Conn(std::net::TcpStream);
 
-impl Conn {
+/// What this module asks of a text connection beyond `support::Conn`'s own.
+trait ConnExt {
+    fn open(port: u16) -> Conn;
+    fn ask(&mut self, request: &str, kind: ReplyKind) -> String;
+    fn line(&mut self, request: &str) -> String;
+    fn login(port: u16, user: &str, password: &str) -> Conn;
+}
+
+impl ConnExt for Conn {
     fn open(port: u16) -> Conn {
         Conn(support::connect(port, TIMEOUT))
     }
@@ -316,7 +324,7 @@ fn tls_and_authentication_together() {
     );
 }
 
-/// (request, reply shape) before and after authenticating, as in `tests/auth.rs`.
+/// (request, reply shape) before and after authenticating, as in `tests/it/auth.rs`.
 const CLIENT_EXCHANGE: &[(&str, ReplyKind)] = &[
     ("get foo\r\n", ReplyKind::Retrieval),
     ("version\r\n", ReplyKind::Line),

@@ -3,12 +3,19 @@
 //! back byte for byte; a lost chunk is a miss; an overwrite or a delete leaves no old chunk
 //! readable.
 
-mod support;
+use crate::support;
 
 use std::io::Read;
 use support::{free_port, memfleet_server, until_serving, Conn};
 
-impl Conn {
+/// What this module asks of a text connection beyond `support::Conn`'s own.
+trait ConnExt {
+    fn store(&mut self, command: &str, key: &str, flags: u32, value: &[u8]) -> String;
+    fn fetch(&mut self, command: &str, key: &str) -> Option<(String, Vec<u8>)>;
+    fn keys(&mut self) -> Vec<String>;
+}
+
+impl ConnExt for Conn {
     fn store(&mut self, command: &str, key: &str, flags: u32, value: &[u8]) -> String {
         let mut req = format!("{command} {key} {flags} 0 {}\r\n", value.len()).into_bytes();
         req.extend_from_slice(value);

@@ -4,7 +4,7 @@
 //! clients for SASL PLAIN as `memfleet server -S` does, side by side; a server that does
 //! not answer is a "Temporary failure" naming it.
 
-mod support;
+use crate::support;
 
 use memfleet_protocol::binary::{
     BinCommand, BinRequest, ConcatOp, Header, SetOp, HEADER_LEN, NO_AUTO_CREATE,

@@ -2,7 +2,7 @@
 //! SIGHUP, a broken file refused while the old configuration keeps serving; and README.md's
 //! routes example, read from the README itself, in front of real servers.
 
-mod support;
+use crate::support;
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpStream;
@@ -95,7 +95,7 @@ fn the_router_reloads_its_file_and_refuses_a_broken_one() {
 
 /// The TOML block of README.md's "Routes" section, as written.
 fn readme_routes_example() -> String {
-    let readme = include_str!("../README.md");
+    let readme = include_str!("../../README.md");
     let section = readme
         .split_once("### Routes: several pools as one deployment")
         .expect("README.md has its Routes section")

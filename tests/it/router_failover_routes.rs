@@ -3,14 +3,21 @@
 //! on): `null`, `error`, `ttl` (`max_ttl`, `set_ttl`), `failover` (connection errors, `miss
 //! = true`), `all-fastest`, `all-initial`, `migrate`.
 
-mod support;
+use crate::support;
 
 use std::io::{BufRead, Read, Write};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 use support::{free_port, memfleet_server, until_serving, Conn, Killed};
 
-impl Conn {
+/// What this module asks of a text connection beyond `support::Conn`'s own.
+trait ConnExt {
+    fn get(&mut self, key: &str) -> Option<String>;
+    fn ttl(&mut self, key: &str) -> i64;
+    fn stat(&mut self, name: &str) -> Option<String>;
+}
+
+impl ConnExt for Conn {
     /// Sends `request`, reads one line.
     /// A get's value, if any.
     fn get(&mut self, key: &str) -> Option<String> {

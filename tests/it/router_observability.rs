@@ -3,7 +3,7 @@
 //! (`/metrics`, Prometheus conventions, and `stats detailed`), which trace a stalled server
 //! by name; and the sampled request log (`--log-requests`, `--log-keys`, `--request-log`).
 
-mod support;
+use crate::support;
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -11,7 +11,13 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 use support::{free_port, memfleet_server, until_serving, Conn, Killed};
 
-impl Conn {
+/// What this module asks of a text connection beyond `support::Conn`'s own.
+trait ConnExt {
+    fn stats(&mut self, args: &str) -> Vec<(String, String)>;
+    fn get(&mut self, key: &str) -> Option<String>;
+}
+
+impl ConnExt for Conn {
     /// A `stats ARGS` reply as (name, value) pairs.
     fn stats(&mut self, args: &str) -> Vec<(String, String)> {
         self.send(format!("stats {args}\r\n"));

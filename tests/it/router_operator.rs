@@ -3,7 +3,7 @@
 //! to servers running `-I 4m`), twemproxy 0.5's listener keys (`client_connections`,
 //! `reuseport`, `tcpkeepalive`, `backlog`, `preconnect`) with their meaning.
 
-mod support;
+use crate::support;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
@@ -57,8 +57,17 @@ fn config_file(name: &str, text: &str) -> std::path::PathBuf {
 
 struct Conn(BufReader<TcpStream>);
 
-impl Conn {
-    fn new(port: u16) -> Conn {
+/// What this module asks of a text connection beyond `support::Conn`'s own.
+trait ConnExt {
+    fn new(port: u16) -> Self;
+    fn line(&mut self, request: &[u8]) -> String;
+    fn set(&mut self, command: &str, key: &str, value: &[u8]) -> String;
+    fn ms(&mut self, key: &str, value: &[u8]) -> String;
+    fn get(&mut self, key: &str) -> Option<Vec<u8>>;
+}
+
+impl ConnExt for Conn {
+    fn new(port: u16) -> Self {
         let s = TcpStream::connect(("127.0.0.1", port)).unwrap();
         s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
         Conn(BufReader::new(s))

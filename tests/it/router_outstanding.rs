@@ -4,7 +4,7 @@
 //! counted in `stats` and `/metrics`; and the example configuration passing
 //! `--validate-config`.
 
-mod support;
+use crate::support;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -12,7 +12,12 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 use support::{free_port, memfleet_server, until_serving, Conn, Killed};
 
-impl Conn {
+/// What this module asks of a text connection beyond `support::Conn`'s own.
+trait ConnExt {
+    fn stat(&mut self, name: &str) -> Option<u64>;
+}
+
+impl ConnExt for Conn {
     fn stat(&mut self, name: &str) -> Option<u64> {
         self.stat_text(name).map(|v| v.parse().unwrap())
     }

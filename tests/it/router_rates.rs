@@ -4,14 +4,20 @@
 //! `/metrics`; a pool without rates is untouched), and `[router] max_client_connections`
 //! (refused as memcached refuses over its `-c`).
 
-mod support;
+use crate::support;
 
 use std::io::{BufRead, Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 use support::{free_port, memfleet_server, until_serving, Conn};
 
-impl Conn {
+/// What this module asks of a text connection beyond `support::Conn`'s own.
+trait ConnExt {
+    fn stat(&mut self, name: &str) -> Option<u64>;
+    fn gets(&mut self, n: usize) -> (usize, Vec<String>);
+}
+
+impl ConnExt for Conn {
     fn stat(&mut self, name: &str) -> Option<u64> {
         self.stat_text(name).map(|v| v.parse().unwrap())
     }

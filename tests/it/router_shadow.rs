@@ -3,14 +3,20 @@
 //! shadow; gets are compared and mismatches counted in `stats` and `/metrics`; a full
 //! queue drops copies (counted) and never slows main down.
 
-mod support;
+use crate::support;
 
 use std::io::{BufRead, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 use support::{free_port, memfleet_server, until_serving, Conn};
 
-impl Conn {
+/// What this module asks of a text connection beyond `support::Conn`'s own.
+trait ConnExt {
+    fn get(&mut self, key: &str) -> Option<String>;
+    fn stat(&mut self, name: &str) -> u64;
+}
+
+impl ConnExt for Conn {
     fn get(&mut self, key: &str) -> Option<String> {
         let first = self.line(&format!("get {key}\r\n"));
         if first == "END\r\n" {

@@ -2,7 +2,7 @@
 //! SIGHUP), TLS from the router to memfleet servers and to Debian's memcached built with
 //! TLS (`-Z`), and a server whose certificate the pool does not trust.
 
-mod support;
+use crate::support;
 
 use std::path::Path;
 use std::process::{Command, Stdio};

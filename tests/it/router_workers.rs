@@ -4,14 +4,19 @@
 //! end, a reload moves new clients and leaves connected ones where they are, and a worker
 //! the router does not run is refused at start, on reload and by `--validate-config -t N`.
 
-mod support;
+use crate::support;
 
 use std::io::Write;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 use support::{free_port, memfleet_server, until_serving, Conn, Killed};
 
-impl Conn {
+/// What this module asks of a text connection beyond `support::Conn`'s own.
+trait ConnExt {
+    fn worker(&mut self) -> usize;
+}
+
+impl ConnExt for Conn {
     /// The worker serving this connection (`get __memfleet__.worker`).
     fn worker(&mut self) -> usize {
         let head = self.line("get __memfleet__.worker\r\n");

@@ -12,11 +12,11 @@
 //! - file descriptors left open after every client has gone (back to the count before the
 //!   load, within 10 s).
 //!
-//! `cargo test --test soak` is the short form CI runs (20 s, 1000 connections);
+//! `cargo test --test it soak::` is the short form CI runs (20 s, 1000 connections);
 //! `scripts/soak --duration 10m --conns 2000` runs the same test longer (the settings come
 //! from `MEMFLEET_SOAK_SECS`, `MEMFLEET_SOAK_CONNS`, `MEMFLEET_SOAK_INTERVAL`).
 
-mod support;
+use crate::support;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;

@@ -5,7 +5,7 @@
 //! on when the standby is promoted: its slot survives the promotion, and the transactions
 //! committed on the new primary are invalidated too.
 
-mod support;
+use crate::support;
 
 use memfleet_testkit::{Postgres, Spawned};
 use std::io::{Read, Write};

@@ -6,7 +6,7 @@
 //! `Type=notify-reload` around SIGHUP (`RELOADING=1` + `MONOTONIC_USEC`, then `READY=1` once
 //! the new configuration serves).
 
-mod support;
+use crate::support;
 
 use memfleet_server::{Server, Settings};
 use memfleet_testkit::{free_port, Postgres, RouterConfig};

@@ -2,7 +2,7 @@
 //! protocols over TLS (rustls and `openssl s_client` as clients), a plaintext client on the
 //! TLS port, client-certificate verification, and certificate reload on SIGHUP.
 
-mod support;
+use crate::support;
 
 use std::io::{Read, Write};
 use std::time::{Duration, Instant};

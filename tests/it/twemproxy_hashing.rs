@@ -5,7 +5,7 @@
 //! YAML file* (`memfleet_routing::from_twemproxy_yaml`). This is what lets a twemproxy user
 //! move a live pool to memfleet without moving a key.
 
-mod support;
+use crate::support;
 
 use memfleet_routing::{from_twemproxy_yaml, KeyHash, Node};
 use std::io::{BufRead, BufReader, Read, Write};

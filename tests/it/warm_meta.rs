@@ -4,7 +4,7 @@
 //! garbage, empty and unreadable snapshots, a memory file of the wrong size, another `-m`, a
 //! save killed before its rename, and SIGKILL at every moment of a graceful stop.
 
-mod support;
+use crate::support;
 
 use std::io::{Read, Write};
 use std::net::TcpStream;

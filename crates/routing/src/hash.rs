@@ -371,7 +371,7 @@ mod tests {
         // The standard "123456789" check values of each CRC.
         assert_eq!(KeyHash::Crc32a.hash(b"123456789"), 0xCBF4_3926);
         // For a one-byte key twemproxy's CRC-16 is plain CRC-16/XMODEM; longer keys carry
-        // high bits (checked against nutcracker in tests/twemproxy_hashing.rs).
+        // high bits (checked against nutcracker in tests/it/twemproxy_hashing.rs).
         assert_eq!(KeyHash::Crc16.hash(b"A"), 0x58E5);
         assert_eq!(KeyHash::Crc16.hash(b"123456789") & 0xffff, 0x31C3);
         // FNV reference values.

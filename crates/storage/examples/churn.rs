@@ -15,7 +15,7 @@
 //! room not yet written. `memfleet sim` runs the same kind of stream against pelikan's engine
 //! and an exact LRU.
 
-#[path = "../tests/support/churn_workload.rs"]
+#[path = "../tests/it/support/churn_workload.rs"]
 mod workload;
 
 use memfleet_storage::{Cache, Clock, Config};

@@ -395,7 +395,7 @@ fn merge(engine: &EngineState, bucket: usize, run: &[u32]) {
 /// so the segment is not passed over again unless read again: CLOCK's second chance, per
 /// segment). Without it a merge window of segments full of items that are read, say an
 /// earlier merge's output, had to give up all but one segment of them while segments of
-/// items never read waited elsewhere in the chain (`tests/eviction_smoke.rs`).
+/// items never read waited elsewhere in the chain (`tests/it/eviction_smoke.rs`).
 fn second_chance(h: &crate::segment::SegmentHeader) -> bool {
     let reads = h.reads.load(Ordering::Relaxed);
     let hot = reads >= (h.live_items.load(Ordering::Relaxed) / 2).max(1);

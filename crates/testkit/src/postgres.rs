@@ -128,10 +128,10 @@ fn run_as_pg(program: &Path, args: &[&str]) -> anyhow::Result<std::process::Outp
     output.with_context(|| format!("running {}", program.display()))
 }
 
-/// A fresh directory for one cluster (owned by `nobody` when running as root).
-fn scratch_dir() -> anyhow::Result<PathBuf> {
+/// A fresh directory for one cluster under `parent` (owned by `nobody` when running as root).
+fn scratch_dir(parent: &Path) -> anyhow::Result<PathBuf> {
     static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
-    let dir = std::env::temp_dir().join(format!(
+    let dir = parent.join(format!(
         "memfleet-pg-{}-{}-{}",
         std::process::id(),
         NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
@@ -167,8 +167,14 @@ impl Postgres {
     /// initdb and start PostgreSQL `version` or later (16: logical decoding on a standby),
     /// with extra `name=value` settings.
     pub fn start_at_least(version: u32, settings: &[&str]) -> anyhow::Result<Postgres> {
+        Postgres::start_in(&std::env::temp_dir(), version, settings)
+    }
+
+    /// [`Postgres::start_at_least`] with the cluster's directory under `parent` (which must
+    /// exist; as root, the user `nobody` must be able to reach it) rather than `$TMPDIR`.
+    pub fn start_in(parent: &Path, version: u32, settings: &[&str]) -> anyhow::Result<Postgres> {
         let bin = find_bin(version)?;
-        let dir = scratch_dir()?;
+        let dir = scratch_dir(parent)?;
         let data = dir.join("data");
         let out = run_as_pg(
             &bin.join("initdb"),
@@ -197,7 +203,12 @@ impl Postgres {
     /// logical slot can be made on it, PostgreSQL 16 and later) and the extra settings
     /// (`recovery_min_apply_delay=500ms` holds its replay back).
     pub fn standby(&self, settings: &[&str]) -> anyhow::Result<Postgres> {
-        let dir = scratch_dir()?;
+        self.standby_in(&std::env::temp_dir(), settings)
+    }
+
+    /// [`Postgres::standby`] with its directory under `parent` (as [`Postgres::start_in`]).
+    pub fn standby_in(&self, parent: &Path, settings: &[&str]) -> anyhow::Result<Postgres> {
+        let dir = scratch_dir(parent)?;
         let data = dir.join("data");
         static STANDBYS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
         let slot = format!(

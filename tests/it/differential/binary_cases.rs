@@ -1,7 +1,7 @@
 //! A small binary-protocol corpus: each request carries its own opaque so that replies can
 //! be told apart; CAS values from earlier replies come in through the step builders.
 
-use crate::harness::{bin_request, binary, Case, Group, Step};
+use crate::differential::harness::{bin_request, binary, Case, Group, Step};
 
 const GET: u8 = 0x00;
 const SET: u8 = 0x01;

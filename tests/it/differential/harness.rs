@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::normalize;
+use crate::differential::normalize;
 
 /// Builds a step's bytes from the CAS values this server has shown so far in the case
 /// (in order of first appearance; see rule `cas-*` in the exceptions table).
@@ -656,7 +656,7 @@ pub fn compare(
                 case.name, r.setup_error, s.setup_error
             ));
         }
-        if let Some((_, why)) = crate::DEFERRED
+        if let Some((_, why)) = crate::differential::DEFERRED
             .iter()
             .find(|(name, _)| case.name.contains(name))
         {

@@ -1,7 +1,7 @@
-//! Meta protocol cases: parsing and errors (after `crates/protocol/tests/replies_meta.rs`),
+//! Meta protocol cases: parsing and errors (after `crates/protocol/tests/it/replies_meta.rs`),
 //! then semantics of mg, ms, md, ma, mn and me on stored items.
 
-use crate::harness::{cat, text, text_at_send, Case, Group};
+use crate::differential::harness::{cat, text, text_at_send, Case, Group};
 
 fn errors() -> Vec<Case> {
     let k250 = vec![b'k'; 250];

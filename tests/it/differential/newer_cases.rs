@@ -6,7 +6,7 @@
 //!
 //! Compared only against a 1.6.45 reference (the whole group is in `NEWER_IN_1_6_45`).
 
-use crate::harness::{cat, text, Case, Group};
+use crate::differential::harness::{cat, text, Case, Group};
 
 /// The cases, all under `text/newer-1.6.45/`.
 pub fn cases() -> Vec<Case> {

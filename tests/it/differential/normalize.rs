@@ -149,12 +149,16 @@ pub fn binary(raw: &[u8], cas: &mut Vec<u64>, normalize: bool) -> Vec<u8> {
             h[0],
             h[5],
             extras,
-            crate::harness::escape(key)
+            crate::differential::harness::escape(key)
         );
         if version {
             out.push_str("value=*\n");
         } else {
-            let _ = writeln!(out, "value=\"{}\"", crate::harness::escape(value));
+            let _ = writeln!(
+                out,
+                "value=\"{}\"",
+                crate::differential::harness::escape(value)
+            );
         }
         pos += 24 + body;
     }
@@ -162,7 +166,7 @@ pub fn binary(raw: &[u8], cas: &mut Vec<u64>, normalize: bool) -> Vec<u8> {
         let _ = writeln!(
             out,
             "<unframed: \"{}\">",
-            crate::harness::escape(&raw[pos..])
+            crate::differential::harness::escape(&raw[pos..])
         );
     }
     out.into_bytes()

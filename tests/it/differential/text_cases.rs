@@ -1,9 +1,9 @@
 //! Classic text protocol cases: framing and errors (after
-//! `crates/protocol/tests/replies_text.rs`), then cache semantics.
+//! `crates/protocol/tests/it/replies_text.rs`), then cache semantics.
 
 use std::time::Duration;
 
-use crate::harness::{cat, text, text_at_send, Case, Group};
+use crate::differential::harness::{cat, text, text_at_send, Case, Group};
 
 /// Framing, parsing and error replies; most keys miss.
 fn errors() -> Vec<Case> {
@@ -198,7 +198,7 @@ fn errors() -> Vec<Case> {
     g.c("lru\r\n");
     g.c("slabs\r\n");
     g.c("lru_crawler\r\n");
-    // Key dumps' argument checks (the dumps themselves are in crates/server/tests/dumps.rs:
+    // Key dumps' argument checks (the dumps themselves are in crates/server/tests/it/dumps.rs:
     // their order, CAS and sizes differ by design, and this memcached has no mgdump).
     for line in [
         "stats cachedump 1",

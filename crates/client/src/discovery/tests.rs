@@ -1,5 +1,5 @@
 //! Discovery's rules over a scripted lookup (the end-to-end tests, through a DNS server and
-//! a router, are in `crates/router/tests/dns_discovery.rs`).
+//! a router, are in `crates/router/tests/it/dns_discovery.rs`).
 
 use super::*;
 use std::sync::Mutex;

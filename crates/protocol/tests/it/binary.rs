@@ -7,7 +7,7 @@
 //! driver that answers valid requests as memcached does on an empty cache. `live_memcached`
 //! re-checks the table against a running server; set `MEMFLEET_RECORD=1` to print the
 //! server's replies in the table's format:
-//! `MEMFLEET_MEMCACHED=127.0.0.1:11211 cargo test -p memfleet-protocol --test binary -- --ignored`.
+//! `MEMFLEET_MEMCACHED=127.0.0.1:11211 cargo test -p memfleet-protocol --test it binary:: -- --ignored`.
 //! CAS values depend on the server's history, so any non-zero CAS in a reply is compared
 //! as [`CAS_ANY`].
 

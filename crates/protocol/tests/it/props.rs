@@ -3,7 +3,7 @@
 //!
 //! Not here: exact reply bytes (`memcached_replies.rs`).
 
-mod common;
+use crate::common;
 
 use memfleet_protocol::*;
 use proptest::prelude::*;

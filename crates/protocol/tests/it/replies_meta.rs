@@ -11,7 +11,7 @@
 //!
 //! Not a test of cache semantics: every key misses (see `common/mod.rs`).
 
-mod common;
+use crate::common;
 
 use common::{c, cat, Case, BCLF, ERR};
 

@@ -12,7 +12,7 @@
 //!
 //! Not a test of cache semantics: every key misses (see `common/mod.rs`).
 
-mod common;
+use crate::common;
 
 use common::{c, cat, closes, differs, Case, BCLF, ERR};
 

@@ -14,7 +14,7 @@
 //!
 //! The intervals are short (300 ms) so the cases take seconds.
 
-mod support;
+use crate::support;
 
 use memfleet_router::RunningRouter;
 use memfleet_server::{Server, Settings};

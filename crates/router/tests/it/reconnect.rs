@@ -4,7 +4,7 @@
 //! at `server_failure_limit: 1`, would also mark the server down again). With a
 //! connection per worker, a restart leaves one idle connection per worker behind.
 
-mod support;
+use crate::support;
 
 use memfleet_router::RunningRouter;
 use memfleet_routing::from_toml;

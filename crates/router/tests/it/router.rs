@@ -3,9 +3,9 @@
 //! server, and a dead or hung server costs its own keys only (fast errors after the
 //! knockout, one timeout while hung), then comes back.
 
+use crate::support;
 use memfleet_router::RunningRouter;
 use memfleet_routing::from_toml;
-mod support;
 
 use memfleet_server::Server;
 use memfleet_testkit::free_port;

@@ -3,9 +3,9 @@
 //! gutter, delete broadcast, the delete spool across an outage and a router restart, and
 //! cold-cluster warm-up with the paper's delete race.
 
+use crate::support;
 use memfleet_router::RunningRouter;
 use memfleet_routing::from_toml;
-mod support;
 
 use memfleet_server::Server;
 use std::io::{BufRead, BufReader, Write};

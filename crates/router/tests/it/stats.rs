@@ -2,9 +2,9 @@
 //! as pymemcache keep only a line's first value), no name twice, and
 //! each server's counters under `pool:<pool>:server:<server>:<counter>`.
 
+use crate::support;
 use memfleet_router::RunningRouter;
 use memfleet_routing::from_toml;
-mod support;
 
 use memfleet_testkit::free_port;
 use std::collections::HashMap;

@@ -2,9 +2,9 @@
 //! may send (issue: deletes as `md` must hold off fills like text deletes; `mg` and
 //! `lease-get` readers must be warmed too, with leases still deciding who fills).
 
+use crate::support;
 use memfleet_router::RunningRouter;
 use memfleet_routing::from_toml;
-mod support;
 
 use memfleet_server::Server;
 use support::{backend, list, Client};

@@ -4,7 +4,7 @@
 //! router from scaling past one worker (`memfleet bench scale`, docs/BENCHMARKS.md). A
 //! one-worker router keeps exactly `server_connections`.
 
-mod support;
+use crate::support;
 
 use memfleet_router::RunningRouter;
 use memfleet_routing::from_toml;

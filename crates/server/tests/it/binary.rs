@@ -1,7 +1,7 @@
 //! The binary protocol through a real socket (the differential test compares the same
 //! exchanges with memcached byte for byte; these check the outcomes without it).
 
-mod common;
+use crate::common;
 
 use common::{Client, TestServer};
 use memfleet_protocol::binary::{BinCommand, BinRequest, Header, SetOp, Status, NO_AUTO_CREATE};

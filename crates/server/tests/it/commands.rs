@@ -1,6 +1,6 @@
 //! Every text-protocol command through a real socket, with memcached 1.6's exact replies.
 
-mod common;
+use crate::common;
 
 use common::TestServer;
 use std::time::Duration;
@@ -153,7 +153,7 @@ fn delete() {
     c.check("delete k 0\r\n", "NOT_FOUND\r\n");
     // memcached 1.6.45 ignores what follows the key.
     c.check("delete k x y z\r\n", "NOT_FOUND\r\n");
-    // memcached ignores a time; memfleet takes it as a hold-off (tests/leases.rs).
+    // memcached ignores a time; memfleet takes it as a hold-off (tests/it/leases.rs).
     c.check("delete k 5\r\n", "NOT_FOUND\r\n");
 }
 

@@ -1,7 +1,7 @@
 //! Connection-level behaviour: the connection limit, idle timeout, shutdown, the metrics
 //! endpoint, and the memory an idle connection costs.
 
-mod common;
+use crate::common;
 
 use common::{Client, TestServer};
 use std::io::{Read, Write};

@@ -3,7 +3,7 @@
 //! times, CAS values and `size`, which is memfleet's own item size, differ), their bounds,
 //! the other `lru_crawler` subcommands, and a large dump streamed while writes go on.
 
-mod common;
+use crate::common;
 
 use common::{Client, TestServer};
 use std::collections::HashMap;

@@ -2,7 +2,7 @@
 //! byte for byte for every command, pipelined replies stay in order, deletes and
 //! overwrites drop the flash copy, and `stats` shows memcached's extstore names.
 
-mod common;
+use crate::common;
 
 use common::{Client, TestServer};
 use memfleet_server::config::FlashIo;

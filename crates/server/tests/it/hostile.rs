@@ -11,7 +11,7 @@
 //! RSS; they take [`HEAVY`] exclusively so that the other tests that move megabytes around
 //! do not run meanwhile.
 
-mod common;
+use crate::common;
 
 use common::{esc, Client, TestServer};
 use std::io::{BufReader, ErrorKind, Read, Write};

@@ -3,7 +3,7 @@
 //! `N`, `R`, `I` with the `W`, `Z`, `X` reply flags. Meta exchanges whose bytes memcached
 //! 1.6.18 also produces were checked against it (CAS values aside, which differ by design).
 
-mod common;
+use crate::common;
 
 use common::{Client, TestServer};
 use std::thread::sleep;

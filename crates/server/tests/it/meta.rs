@@ -1,7 +1,7 @@
 //! The meta protocol through a real socket. Expected bytes were checked against memcached
 //! 1.6.18 for the same exchange (except `me`'s size, which is memfleet's own item size).
 
-mod common;
+use crate::common;
 
 use common::TestServer;
 

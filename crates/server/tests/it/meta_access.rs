@@ -3,7 +3,7 @@
 //! the flags `ms` answers whatever happened (`s`, `c0`). Expected bytes were checked against
 //! memcached 1.6.45 for the same exchange (CAS values aside: memfleet's are not a counter).
 
-mod common;
+use crate::common;
 
 use common::{Client, TestServer};
 use std::time::Duration;

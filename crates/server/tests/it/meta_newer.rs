@@ -3,7 +3,7 @@
 //! (`md x`) and append with autovivify (`ms MA N`). Expected bytes were checked against
 //! memcached 1.6.45 for the same exchange.
 
-mod common;
+use crate::common;
 
 use common::TestServer;
 

@@ -3,7 +3,7 @@
 //! and a password database changed while the server runs. memcached 1.6.45's behaviour
 //! (proto_bin.c) is what each check states.
 
-mod common;
+use crate::common;
 
 use common::{Client, TestServer};
 use memfleet_protocol::binary::{BinCommand, BinRequest, Header, SetOp};

@@ -9,7 +9,7 @@
 //! with a class or file-descriptor number replaced by `N` (`1:chunk_size` → `N:chunk_size`,
 //! `items:1:age` → `items:N:age`, `27:addr` → `N:addr`).
 
-mod common;
+use crate::common;
 
 use common::TestServer;
 use std::collections::{HashMap, HashSet};

@@ -4,7 +4,7 @@
 //! against memcached 1.6.45 for the same exchanges (CI has only Debian's 1.6.18, where the
 //! differential test skips these cases).
 
-mod common;
+use crate::common;
 
 use common::{esc, Client, TestServer};
 use std::io::Read;

@@ -2,7 +2,7 @@
 //! what reads-only UDP refuses, every command (text and binary) with `--udp-writes`, and
 //! that UDP is off unless asked for.
 
-mod common;
+use crate::common;
 
 use common::TestServer;
 use std::net::UdpSocket;

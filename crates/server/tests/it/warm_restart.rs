@@ -2,7 +2,7 @@
 //! to the memory file, the next start with the same file serves the same items — values,
 //! flags, CAS and TTLs — and a start that cannot trust the file starts empty.
 
-mod common;
+use crate::common;
 
 use common::{Client, TestServer};
 use memfleet_server::warm::{meta_path, Start};

@@ -13,8 +13,7 @@
 //!   same items and miss the same (within 3%). Each handle once had its own active segments,
 //!   and 8 handles held 40% fewer items.
 
-#[path = "support/churn_workload.rs"]
-mod workload;
+use crate::support::churn_workload as workload;
 
 use memfleet_storage::{Cache, Clock, Config, Expiry};
 use workload::{Shape, Stream, MIX_SCALED};

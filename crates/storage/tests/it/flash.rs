@@ -8,8 +8,7 @@ use memfleet_storage::{
 use std::collections::HashMap;
 use std::sync::Arc;
 
-#[path = "support/flash_sink.rs"]
-mod flash_sink;
+use crate::support::flash_sink;
 use flash_sink::{bring_back, cache, fill, value_of, MemSink, SEGMENT};
 
 #[test]

@@ -3,8 +3,7 @@
 //! in RAM or on flash, with its flags, length and CAS; deleted, overwritten and flushed
 //! flash items are left out.
 
-#[path = "support/flash_sink.rs"]
-mod flash_sink;
+use crate::support::flash_sink;
 use flash_sink::{cache, fill, value_of, MemSink};
 use memfleet_storage::{Clock, DumpCursor, DumpItem, Expiry, FlashFetch, Handle};
 use std::collections::HashMap;

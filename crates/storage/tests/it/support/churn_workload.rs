@@ -1,5 +1,5 @@
 //! A look-aside request stream with overwrites and a TTL mix, generated deterministically:
-//! shared by `tests/churn.rs` and `examples/churn.rs`.
+//! shared by `tests/it/churn.rs` and `examples/churn.rs`.
 
 use memfleet_storage::{Cache, Expiry, Handle};
 

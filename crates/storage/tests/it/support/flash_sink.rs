@@ -1,5 +1,5 @@
-//! The in-memory flash sink and helpers shared by the flash tests (`tests/flash.rs`,
-//! `tests/flash_dump.rs`).
+//! The in-memory flash sink and helpers shared by the flash tests (`tests/it/flash.rs`,
+//! `tests/it/flash_dump.rs`).
 
 #![allow(dead_code)] // each test file uses its own part
 
