@@ -1,6 +1,6 @@
 //! `memfleet router` as an operator runs it: a TOML file, reloaded when it changes and on
-//! SIGHUP, a broken file refused while the old configuration keeps serving; and README.md's
-//! routes example, read from the README itself, in front of real servers.
+//! SIGHUP, a broken file refused while the old configuration keeps serving; and the book's
+//! routes example, read from docs/routes.md itself, in front of real servers.
 
 use crate::support;
 
@@ -93,12 +93,12 @@ fn the_router_reloads_its_file_and_refuses_a_broken_one() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// The TOML block of README.md's "Routes" section, as written.
-fn readme_routes_example() -> String {
-    let readme = include_str!("../../README.md");
-    let section = readme
-        .split_once("### Routes: several pools as one deployment")
-        .expect("README.md has its Routes section")
+/// The TOML block of the book's "Routes" section (docs/routes.md), as written.
+fn book_routes_example() -> String {
+    let chapter = include_str!("../../docs/routes.md");
+    let section = chapter
+        .split_once("## Routes: several pools as one deployment")
+        .expect("docs/routes.md has its Routes section")
         .1;
     let block = section
         .split_once("```toml\n")
@@ -129,7 +129,7 @@ fn ask(port: u16, request: &str) -> String {
 }
 
 #[test]
-fn the_readme_routes_example_sends_session_keys_deletes_included_to_the_session_pools() {
+fn the_book_routes_example_sends_session_keys_deletes_included_to_the_session_pools() {
     let memfleet = env!("CARGO_BIN_EXE_memfleet");
     // The example's pools, each a real server.
     let names = [
@@ -152,7 +152,7 @@ fn the_readme_routes_example_sends_session_keys_deletes_included_to_the_session_
     std::fs::create_dir_all(&dir).unwrap();
     // The example as written, but for where it listens and spools (and the pools, which
     // it leaves to the reader).
-    let example = readme_routes_example();
+    let example = book_routes_example();
     let listen = free_port();
     let mut config = example.clone();
     for (from, to) in [

@@ -17,7 +17,7 @@
 //! - Every name memcached 1.6.45 prints in `stats`, `stats settings`, `stats slabs`, `stats
 //!   items` and `stats conns` is printed (memcached_exporter refuses a reply missing one);
 //!   names for machinery Segcache does not have (slab reassignment, the segmented LRU, log
-//!   watchers, response objects) are 0. README.md's stats table gives each name's meaning.
+//!   watchers, response objects) are 0. the stats table in docs/server.md gives each name's meaning.
 
 mod classes;
 mod flash;

@@ -62,7 +62,7 @@ pub struct ServerArgs {
     pub memory_file: Option<PathBuf>,
 
     /// Serve gets (get, gets, mg) over UDP on this port, memcached's framing (memcached's
-    /// -U); 0 or absent: no UDP. Read the amplification warning in the README first: only
+    /// -U); 0 or absent: no UDP. Read the amplification warning in docs/server.md (UDP) first: only
     /// on a network where source addresses cannot be spoofed [default: off].
     #[arg(short = 'U', long = "udp-port", env = "MEMFLEET_UDP_PORT")]
     pub udp_port: Option<u16>,

@@ -2,7 +2,7 @@
 //! and route by route, every server on 127.0.0.1, in the order it is built (so a file a
 //! person reads keeps the order its author chose). Values are TOML: [`RouterConfig::set`]
 //! takes them as written (numbers, booleans, inline tables), `set_str` and `set_strs` quote.
-//! Not here: what the keys mean (`memfleet_routing::config`, README's router section).
+//! Not here: what the keys mean (`memfleet_routing::config`, the book's router chapter, docs/router.md).
 
 use std::fmt::{Display, Write as _};
 

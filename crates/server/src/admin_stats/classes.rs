@@ -2,7 +2,7 @@
 //! pseudo class `1` that holds every item, whose pages and chunks are segments (an item is
 //! packed into a segment byte by byte, not into a chunk of its own). Every name memcached
 //! 1.6.45 prints is there; with one class, the per-class command counters are the server's
-//! own. README.md's stats table gives each name's meaning here.
+//! own. the stats table in docs/server.md gives each name's meaning here.
 
 use crate::stats::CounterValues;
 use memfleet_storage::Stats;

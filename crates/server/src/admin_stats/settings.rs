@@ -1,6 +1,6 @@
 //! `stats settings`: every name memcached 1.6.45 prints, with memfleet's value. Where
 //! memcached's setting has no counterpart in Segcache (slab classes, the segmented LRU,
-//! extstore, log watchers) the value says "off": `no`, or 0. README.md's stats table gives
+//! extstore, log watchers) the value says "off": `no`, or 0. the stats table in docs/server.md gives
 //! each name's meaning here.
 
 use crate::limits::BATCHES_BEFORE_YIELD;
