@@ -13,7 +13,7 @@
 //! | `conn_stats` | what a server connection measures: commands sent and latencies, per connection (one worker's) |
 //! | `outstanding` | a server's cap on requests in flight (`max_outstanding`), shared out over its connections |
 //! | `lanes` | which runtime a server connection's task runs on: its router worker's, so requests do not cross threads |
-//! | `route` | running routes (configured in `memfleet_routing::route_config`): one key's request down a tree of pools, prefix, operation, replicated, gutter, broadcast, warm-up nodes |
+//! | `route` | running routes (configured in `memfleet_routing::routes`): one key's request down a tree of pools, prefix, operation, replicated, gutter, broadcast, warm-up nodes |
 //! | `spool` | deletes that could not be delivered, on disk until they are (`queue.rs` one server's queue and replay, `files.rs` the on-disk layout) |
 //! | `topology` | a configuration built: every pool and route, reusing what a reload keeps; following pools' DNS entries |
 //! | `discovery` | pools' DNS entries (`dns+`, `dnssrv+`) looked up and followed: members, last good answers, counters |

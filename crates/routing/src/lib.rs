@@ -15,8 +15,8 @@
 //! | `hash` | twemproxy's key hashes (md5, crc16, crc32, crc32a, fnv1*, hsieh, murmur, jenkins, one_at_a_time) and murmur3 |
 //! | `ring` | ketama (libmemcached and spymemcached dialects), modula, rendezvous, jump; hash tags |
 //! | `config` | pools and router settings from memfleet's TOML or twemproxy's YAML, read the way twemproxy reads it |
-//! | `route_config` | the route tree's configuration (prefix, operation, replicated, gutter, broadcast, warm-up), checked: names exist, no loops |
-//! | `route_types` | the settings of null, error, ttl, failover, all-fastest, all-initial, shadow, migrate and bigvalue routes |
+//! | `routes` | the route tree's configuration, a file per route type (prefix, operation, replicated, gutter, broadcast, warmup, null, error, ttl, failover, all-fastest, all-initial, shadow, migrate, bigvalue), checked: names exist, no loops |
+//! | `toml_table` | one TOML table read as a type, its errors naming the key |
 //! | `listener_workers` | a listener's `workers`: the router workers that serve its clients, and each client's lane |
 //!
 //! ```
@@ -33,8 +33,8 @@ pub mod config;
 pub mod hash;
 mod listener_workers;
 pub mod ring;
-pub mod route_config;
-pub mod route_types;
+pub mod routes;
+mod toml_table;
 
 pub use config::{
     check_toml, check_twemproxy_yaml, from_toml, from_twemproxy_yaml, ConfigError, ConfigOrigin,
@@ -44,8 +44,8 @@ pub use config::{
 pub use hash::KeyHash;
 pub use listener_workers::ListenerWorkers;
 pub use ring::{twemproxy_order, Distribution, KetamaDialect, Node, Ring, RingError};
-pub use route_config::{BroadcastMode, RouteConfig, RouteKind, WritePolicy};
-pub use route_types::{
-    BigValue, Failover, FailoverErrors, FailoverLimit, FailoverOrder, Migrate, Shadow, ShadowKeys,
-    TtlRewrite,
+pub use routes::{
+    BigValue, Broadcast, BroadcastMode, ErrorAnswer, Failover, FailoverErrors, FailoverLimit,
+    FailoverOrder, Fanout, Gutter, Migrate, Null, Operation, Prefix, Replicated, RouteConfig,
+    RouteKind, Shadow, ShadowKeys, TtlRewrite, WarmUp, WritePolicy,
 };

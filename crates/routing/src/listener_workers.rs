@@ -1,6 +1,6 @@
 //! A listener's `workers`: which of the router's workers serve its clients, and on which
 //! lane (server connections) each client sends. Shared by pools (`config`) and routes
-//! (`route_config`).
+//! (`routes`).
 
 /// The router workers (`memfleet router -t k`, numbered 0 to k-1) that serve a listener's
 /// clients: all of them by default, or those of a `workers = [...]` list, so that a

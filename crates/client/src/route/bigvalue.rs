@@ -13,9 +13,10 @@
 //! a value that would need chunks.
 
 use super::request::{ReplyFuture, RequestClass, RequestForm, RouteContext, RouteRequest};
-use super::Route;
+use super::{Build, Route, RouteNode, Step};
 use memfleet_protocol::reply::{self, ReplyKind, ServerReply};
 use memfleet_protocol::{response, StoreCommand};
+use memfleet_routing::BigValue;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -23,13 +24,13 @@ use std::sync::Arc;
 const MAGIC: &[u8] = b"\x00memfleet-bigvalue-1 ";
 
 /// A `bigvalue` route, ready to run.
-pub struct BigValueRoute {
+pub(super) struct BigValueRoute {
     /// Where index items and chunks go.
-    pub child: Arc<Route>,
+    child: Arc<Route>,
     /// Values above this are chunked, in chunks of this size.
-    pub threshold: usize,
+    threshold: usize,
     /// The largest value taken.
-    pub item_size_max: usize,
+    item_size_max: usize,
 }
 
 /// What an index item says.
@@ -97,42 +98,11 @@ fn refuse(message: &str) -> ReplyFuture {
 }
 
 impl BigValueRoute {
-    pub(super) fn call(&self, op: RouteRequest, ctx: RouteContext) -> ReplyFuture {
-        match &op.form {
-            RequestForm::Store {
-                command,
-                flags,
-                exptime,
-                cas,
-                data,
-            } => {
-                if matches!(command, StoreCommand::Append | StoreCommand::Prepend) {
-                    return refuse("append and prepend are not supported through a bigvalue route");
-                }
-                if data.len() > self.item_size_max {
-                    return Box::pin(std::future::ready(Ok(response::TOO_LARGE.to_vec())));
-                }
-                if data.len() <= self.threshold && !data.starts_with(MAGIC) {
-                    return self.child.call(op, ctx);
-                }
-                self.store_chunked(&op, *command, *flags, *exptime, *cas, data.clone(), ctx)
-            }
-            RequestForm::Raw { head, tail, .. } if head.as_slice() == b"ms " => {
-                let large = op
-                    .stored_item()
-                    .is_some_and(|(_, len)| len > self.threshold);
-                let data_at = tail
-                    .windows(2)
-                    .position(|w| w == b"\r\n")
-                    .map_or(0, |i| i + 2);
-                if large || tail[data_at..].starts_with(MAGIC) {
-                    return refuse("ms of a value above the bigvalue threshold is not supported");
-                }
-                self.child.call(op, ctx)
-            }
-            RequestForm::Get { .. } => self.get(op, ctx),
-            RequestForm::Raw { head, .. } if head.as_slice() == b"mg " => self.get(op, ctx),
-            _ => self.child.call(op, ctx),
+    pub(super) fn build(s: &BigValue, b: &mut Build<'_, '_>) -> BigValueRoute {
+        BigValueRoute {
+            child: b.route(&s.child),
+            threshold: s.threshold,
+            item_size_max: s.item_size_max,
         }
     }
 
@@ -287,6 +257,62 @@ fn meta_value(out: &mut Vec<u8>, index_reply: &[u8], value: &[u8]) {
     out.extend_from_slice(b"\r\n");
     out.extend_from_slice(value);
     out.extend_from_slice(b"\r\n");
+}
+
+impl RouteNode for BigValueRoute {
+    fn call(&self, op: RouteRequest, ctx: RouteContext) -> ReplyFuture {
+        match &op.form {
+            RequestForm::Store {
+                command,
+                flags,
+                exptime,
+                cas,
+                data,
+            } => {
+                if matches!(command, StoreCommand::Append | StoreCommand::Prepend) {
+                    return refuse("append and prepend are not supported through a bigvalue route");
+                }
+                if data.len() > self.item_size_max {
+                    return Box::pin(std::future::ready(Ok(response::TOO_LARGE.to_vec())));
+                }
+                if data.len() <= self.threshold && !data.starts_with(MAGIC) {
+                    return self.child.call(op, ctx);
+                }
+                self.store_chunked(&op, *command, *flags, *exptime, *cas, data.clone(), ctx)
+            }
+            RequestForm::Raw { head, tail, .. } if head.as_slice() == b"ms " => {
+                let large = op
+                    .stored_item()
+                    .is_some_and(|(_, len)| len > self.threshold);
+                let data_at = tail
+                    .windows(2)
+                    .position(|w| w == b"\r\n")
+                    .map_or(0, |i| i + 2);
+                if large || tail[data_at..].starts_with(MAGIC) {
+                    return refuse("ms of a value above the bigvalue threshold is not supported");
+                }
+                self.child.call(op, ctx)
+            }
+            RequestForm::Get { .. } => self.get(op, ctx),
+            RequestForm::Raw { head, .. } if head.as_slice() == b"mg " => self.get(op, ctx),
+            _ => self.child.call(op, ctx),
+        }
+    }
+
+    fn children(&self) -> Vec<&Arc<Route>> {
+        vec![&self.child]
+    }
+
+    // The index's server (chunks have keys of their own, on any server). A get needs its
+    // chunks: no get target.
+    fn walk<'r, 'k>(&'r self, _: RequestClass, key: &'k [u8], _: RouteContext) -> Step<'r, 'k> {
+        let line = format!("bigvalue|threshold={} (the index)", self.threshold);
+        Step::new(line).then(&self.child, key)
+    }
+
+    fn item_size_max(&self) -> usize {
+        self.item_size_max
+    }
 }
 
 #[cfg(test)]

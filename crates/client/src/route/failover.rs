@@ -1,28 +1,25 @@
-//! The failover family: `failover` (mcrouter's `FailoverRoute`, the memcached proxy's
-//! `failover{miss=true}`), `all-fastest` (`AllFastestRoute`) and `all-initial`
-//! (`AllInitialRoute`).
+//! `failover` (mcrouter's `FailoverRoute`, the memcached proxy's `failover{miss=true}`):
+//! children in order, the next tried while a reply fails over, within the failover limit.
 
-use super::combine::badness;
 use super::counters::RouteCounters;
 use super::request::{ReplyFuture, RequestClass, RouteContext, RouteReply, RouteRequest};
-use super::Route;
+use super::{Build, Route, RouteNode, Step};
 use crate::backend::BackendError;
-use futures_util::stream::{FuturesUnordered, StreamExt};
-use memfleet_routing::{FailoverErrors, FailoverLimit, FailoverOrder};
+use memfleet_routing::{Failover, FailoverErrors, FailoverLimit, FailoverOrder};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 /// mcrouter's failover limit as a token bucket in one atomic word (an `f64`'s bits): each
 /// request adds `rate`, up to `burst`; each failover takes 1.
 #[derive(Debug)]
-pub struct FailoverBucket {
+pub(super) struct FailoverBucket {
     limit: FailoverLimit,
     tokens: AtomicU64,
 }
 
 impl FailoverBucket {
     /// A full bucket.
-    pub fn new(limit: FailoverLimit) -> FailoverBucket {
+    fn new(limit: FailoverLimit) -> FailoverBucket {
         FailoverBucket {
             limit,
             tokens: AtomicU64::new(limit.burst.to_bits()),
@@ -50,20 +47,20 @@ impl FailoverBucket {
     }
 }
 
-/// A `failover` route's settings, ready to run.
-pub struct FailoverRoute {
+/// A `failover` route, ready to run.
+pub(super) struct FailoverRoute {
     /// The children.
-    pub children: Vec<Arc<Route>>,
+    children: Vec<Arc<Route>>,
     /// What fails over.
-    pub errors: FailoverErrors,
+    errors: FailoverErrors,
     /// A get's miss fails over too.
-    pub miss: bool,
+    miss: bool,
     /// The order children are tried in.
-    pub order: FailoverOrder,
+    order: FailoverOrder,
     /// The failover limit.
-    pub limit: Option<Arc<FailoverBucket>>,
+    limit: Option<Arc<FailoverBucket>>,
     /// `failovers`, `failovers_limited`.
-    pub counters: Arc<RouteCounters>,
+    counters: Arc<RouteCounters>,
 }
 
 /// Whether `reply` to `class` moves on to the next child.
@@ -84,8 +81,19 @@ fn fails_over(reply: &RouteReply, class: RequestClass, errors: FailoverErrors, m
 }
 
 impl FailoverRoute {
+    pub(super) fn build(s: &Failover, b: &mut Build<'_, '_>) -> FailoverRoute {
+        FailoverRoute {
+            children: s.children.iter().map(|c| b.route(c)).collect(),
+            errors: s.errors,
+            miss: s.miss,
+            order: s.order,
+            limit: s.limit.map(|l| Arc::new(FailoverBucket::new(l))),
+            counters: b.counters(&["failovers", "failovers_limited"]),
+        }
+    }
+
     /// The children's order for `key`: as written, or by rendezvous hash of the key.
-    pub(super) fn order_for(&self, key: &[u8]) -> Vec<usize> {
+    fn order_for(&self, key: &[u8]) -> Vec<usize> {
         let mut order: Vec<usize> = (0..self.children.len()).collect();
         if self.order == FailoverOrder::Rendezvous {
             order.sort_by_key(|&i| {
@@ -94,9 +102,11 @@ impl FailoverRoute {
         }
         order
     }
+}
 
+impl RouteNode for FailoverRoute {
     /// Sends `op` to the first child now; the next ones follow while replies fail over.
-    pub(super) fn call(&self, op: RouteRequest, ctx: RouteContext) -> ReplyFuture {
+    fn call(&self, op: RouteRequest, ctx: RouteContext) -> ReplyFuture {
         let order = self.order_for(&op.key);
         let first = self.children[order[0]].call(op.clone(), ctx);
         if let Some(limit) = &self.limit {
@@ -124,49 +134,17 @@ impl FailoverRoute {
             reply
         })
     }
-}
 
-/// `all-fastest`: every child gets `op`; the first reply that is not an error answers
-/// (else the last). The others finish in the background, so a delete's spooling is never
-/// cut short.
-pub(super) fn all_fastest(
-    children: &[Arc<Route>],
-    op: RouteRequest,
-    ctx: RouteContext,
-) -> ReplyFuture {
-    let mut calls: FuturesUnordered<ReplyFuture> =
-        children.iter().map(|c| c.call(op.clone(), ctx)).collect();
-    Box::pin(async move {
-        let mut last = None;
-        while let Some(reply) = calls.next().await {
-            if badness(&reply) < 3 {
-                if !calls.is_empty() {
-                    tokio::spawn(async move { while calls.next().await.is_some() {} });
-                }
-                return reply;
-            }
-            last = Some(reply);
-        }
-        last.expect("a route has at least one child")
-    })
-}
-
-/// `all-initial`: every child gets `op`; the first child's reply answers, the others
-/// finish in the background.
-pub(super) fn all_initial(
-    children: &[Arc<Route>],
-    op: RouteRequest,
-    ctx: RouteContext,
-) -> ReplyFuture {
-    let first = children[0].call(op.clone(), ctx);
-    let rest: Vec<ReplyFuture> = children[1..]
-        .iter()
-        .map(|c| c.call(op.clone(), ctx))
-        .collect();
-    if !rest.is_empty() {
-        tokio::spawn(futures_util::future::join_all(rest));
+    fn children(&self) -> Vec<&Arc<Route>> {
+        self.children.iter().collect()
     }
-    first
+
+    // Failover needs TCP replies to decide: no get target.
+    fn walk<'r, 'k>(&'r self, _: RequestClass, key: &'k [u8], _: RouteContext) -> Step<'r, 'k> {
+        let miss = if self.miss { "|miss" } else { "" };
+        let order = self.order_for(key).into_iter().map(|i| &self.children[i]);
+        Step::new(format!("failover{miss} (in the order tried)")).then_all(order, key)
+    }
 }
 
 #[cfg(test)]

@@ -5,24 +5,25 @@
 
 use super::combine::all_deleted;
 use super::request::{ReplyFuture, RequestClass, RouteContext, RouteReply, RouteRequest};
-use super::Route;
+use super::{Build, Route, RouteNode, Step};
+use memfleet_routing::Migrate;
 use std::sync::Arc;
 
 /// A `migrate` route, ready to run.
-pub struct MigrateRoute {
+pub(super) struct MigrateRoute {
     /// Where keys are before the move.
-    pub from: Arc<Route>,
+    from: Arc<Route>,
     /// Where they go.
-    pub to: Arc<Route>,
+    to: Arc<Route>,
     /// When the move starts, Unix seconds.
-    pub start_time: u64,
+    start_time: u64,
     /// How long it lasts, seconds.
-    pub interval: u64,
+    interval: u64,
 }
 
 /// Where a migration stands.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Phase {
+enum Phase {
     /// Not started: `from` serves.
     Before,
     /// Moving: deletes to both, gets from `to` then `from`, the rest to `to`.
@@ -40,8 +41,17 @@ fn is_miss(reply: &RouteReply) -> bool {
 }
 
 impl MigrateRoute {
+    pub(super) fn build(s: &Migrate, b: &mut Build<'_, '_>) -> MigrateRoute {
+        MigrateRoute {
+            from: b.route(&s.from),
+            to: b.route(&s.to),
+            start_time: s.start_time,
+            interval: s.interval,
+        }
+    }
+
     /// The phase at `now` (Unix seconds).
-    pub fn phase_at(&self, now: u64) -> Phase {
+    fn phase_at(&self, now: u64) -> Phase {
         if now < self.start_time {
             Phase::Before
         } else if now < self.start_time.saturating_add(self.interval) {
@@ -52,14 +62,16 @@ impl MigrateRoute {
     }
 
     /// The phase now.
-    pub fn phase(&self) -> Phase {
+    fn phase(&self) -> Phase {
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_secs());
         self.phase_at(now)
     }
+}
 
-    pub(super) fn call(&self, op: RouteRequest, ctx: RouteContext) -> ReplyFuture {
+impl RouteNode for MigrateRoute {
+    fn call(&self, op: RouteRequest, ctx: RouteContext) -> ReplyFuture {
         match self.phase() {
             Phase::Before => self.from.call(op, ctx),
             Phase::After => self.to.call(op, ctx),
@@ -86,6 +98,33 @@ impl MigrateRoute {
             },
         }
     }
+
+    fn children(&self) -> Vec<&Arc<Route>> {
+        vec![&self.from, &self.to]
+    }
+
+    fn walk<'r, 'k>(&'r self, class: RequestClass, key: &'k [u8], _: RouteContext) -> Step<'r, 'k> {
+        let (to, from) = (&self.to, &self.from);
+        match (self.phase(), class) {
+            (Phase::Before, _) => Step::new("migrate|before (from)").then(from, key),
+            (Phase::After, _) => Step::new("migrate|after (to)").then(to, key),
+            (Phase::During, RequestClass::Delete) => {
+                Step::new("migrate|moving: deletes to both").then_all([to, from], key)
+            }
+            (Phase::During, RequestClass::Get) => {
+                Step::new("migrate|moving: to, then from on a miss").then_all([to, from], key)
+            }
+            (Phase::During, _) => Step::new("migrate|moving: to").then(to, key),
+        }
+    }
+
+    fn get_target(&self, key: &[u8], ctx: RouteContext) -> Option<std::net::SocketAddr> {
+        match self.phase() {
+            Phase::Before => self.from.get_target(key, ctx),
+            Phase::After => self.to.get_target(key, ctx),
+            Phase::During => None, // a miss falls back: TCP decides
+        }
+    }
 }
 
 #[cfg(test)]
@@ -95,8 +134,8 @@ mod tests {
     #[test]
     fn the_phase_follows_the_clock() {
         let m = MigrateRoute {
-            from: Arc::new(Route::Null),
-            to: Arc::new(Route::Null),
+            from: Arc::new(Route::node(crate::route::answer::NullRoute)),
+            to: Arc::new(Route::node(crate::route::answer::NullRoute)),
             start_time: 100,
             interval: 10,
         };

@@ -7,26 +7,26 @@
 
 use super::counters::RouteCounters;
 use super::request::{ReplyFuture, RequestClass, RouteContext, RouteRequest};
-use super::Route;
+use super::{Build, Route, RouteNode, Step};
 use memfleet_protocol::reply::{self, ReplyKind, ServerReply};
-use memfleet_routing::ShadowKeys;
+use memfleet_routing::{Shadow, ShadowKeys};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 /// A `shadow` route, ready to run.
-pub struct ShadowRoute {
+pub(super) struct ShadowRoute {
     /// Answers the client.
-    pub main: Arc<Route>,
+    main: Arc<Route>,
     /// Gets a copy of the chosen keys' requests.
-    pub shadow: Arc<Route>,
+    shadow: Arc<Route>,
     /// The chosen keys.
-    pub keys: ShadowKeys,
+    keys: ShadowKeys,
     /// Shadow requests in flight at most.
-    pub max_pending: usize,
+    max_pending: usize,
     /// Shadow requests in flight now.
-    pub pending: Arc<AtomicUsize>,
+    pending: Arc<AtomicUsize>,
     /// `shadow_requests`, `shadow_dropped`, `shadow_compared`, `shadow_mismatches`.
-    pub counters: Arc<RouteCounters>,
+    counters: Arc<RouteCounters>,
 }
 
 /// Frees a place in the shadow queue when dropped.
@@ -39,8 +39,24 @@ impl Drop for Place {
 }
 
 impl ShadowRoute {
+    pub(super) fn build(s: &Shadow, b: &mut Build<'_, '_>) -> ShadowRoute {
+        ShadowRoute {
+            main: b.route(&s.main),
+            shadow: b.route(&s.shadow),
+            keys: s.keys,
+            max_pending: s.max_pending,
+            pending: Default::default(),
+            counters: b.counters(&[
+                "shadow_requests",
+                "shadow_dropped",
+                "shadow_compared",
+                "shadow_mismatches",
+            ]),
+        }
+    }
+
     /// Whether `key` is one of the shadowed keys.
-    pub fn shadows(&self, key: &[u8]) -> bool {
+    fn shadows(&self, key: &[u8]) -> bool {
         match self.keys {
             ShadowKeys::All => true,
             ShadowKeys::KeyFraction(from, to) => {
@@ -60,11 +76,13 @@ impl ShadowRoute {
         let place = Place(self.pending.clone());
         (before < self.max_pending).then_some(place)
     }
+}
 
+impl RouteNode for ShadowRoute {
     /// Main's reply; the shadow's request, when the key is chosen and there is room, is
     /// queued now too (so each server sees a client's requests in order) and awaited in the
     /// background.
-    pub(super) fn call(&self, op: RouteRequest, ctx: RouteContext) -> ReplyFuture {
+    fn call(&self, op: RouteRequest, ctx: RouteContext) -> ReplyFuture {
         if !self.shadows(&op.key) {
             return self.main.call(op, ctx);
         }
@@ -115,6 +133,26 @@ impl ShadowRoute {
             }
             reply
         })
+    }
+
+    fn children(&self) -> Vec<&Arc<Route>> {
+        vec![&self.main, &self.shadow]
+    }
+
+    fn walk<'r, 'k>(&'r self, _: RequestClass, key: &'k [u8], _: RouteContext) -> Step<'r, 'k> {
+        if self.shadows(key) {
+            let both = [&self.main, &self.shadow];
+            return Step::new("shadow|main then shadow (copied)").then_all(both, key);
+        }
+        Step::new("shadow|main (key not shadowed)").then(&self.main, key)
+    }
+
+    fn get_target(&self, key: &[u8], ctx: RouteContext) -> Option<std::net::SocketAddr> {
+        // A shadowed get must go through the route to be copied and compared.
+        if self.shadows(key) {
+            return None;
+        }
+        self.main.get_target(key, ctx)
     }
 }
 

@@ -1,15 +1,78 @@
 //! Cold-cluster warm-up (paper §4.3): a cold cluster's misses filled from a warm one.
 
 use super::request::{ReplyFuture, RequestClass, RequestForm, RouteContext, RouteRequest};
-use super::{Route, RouteCounters};
+use super::{Build, Route, RouteCounters, RouteNode, Step};
 use memfleet_protocol::reply::{self, is_hit, MetaCode, MetaReply, ReplyKind, ServerReply};
 use memfleet_protocol::StoreCommand;
+use memfleet_routing::WarmUp;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
+/// A `warmup` route, ready to run.
+pub(super) struct WarmUpRoute {
+    /// Asked first.
+    cold: Arc<Route>,
+    /// Fills cold's misses.
+    warm: Arc<Route>,
+    /// Hold-off of deletes sent to cold, seconds.
+    holdoff: u32,
+    /// Off: plain cold.
+    enabled: bool,
+    /// Cold hits and misses, fills.
+    counters: Arc<RouteCounters>,
+}
+
+impl WarmUpRoute {
+    pub(super) fn build(s: &WarmUp, b: &mut Build<'_, '_>) -> WarmUpRoute {
+        WarmUpRoute {
+            cold: b.route(&s.cold),
+            warm: b.route(&s.warm),
+            holdoff: s.holdoff,
+            enabled: s.enabled,
+            counters: b.counters(&["cold_hits", "cold_misses", "warm_fills", "fills_refused"]),
+        }
+    }
+}
+
+impl RouteNode for WarmUpRoute {
+    fn call(&self, op: RouteRequest, ctx: RouteContext) -> ReplyFuture {
+        if !self.enabled {
+            return self.cold.call(op, ctx);
+        }
+        warm_call(
+            &self.cold,
+            &self.warm,
+            self.holdoff,
+            &self.counters,
+            op,
+            ctx,
+        )
+    }
+
+    fn children(&self) -> Vec<&Arc<Route>> {
+        vec![&self.cold, &self.warm]
+    }
+
+    fn walk<'r, 'k>(&'r self, _: RequestClass, key: &'k [u8], _: RouteContext) -> Step<'r, 'k> {
+        if !self.enabled {
+            return Step::new("warmup|disabled").then(&self.cold, key);
+        }
+        let line = format!("warmup|holdoff={}", self.holdoff);
+        Step::new(line).then_all([&self.cold, &self.warm], key)
+    }
+
+    fn get_target(&self, key: &[u8], ctx: RouteContext) -> Option<std::net::SocketAddr> {
+        // Enabled, a get may be filled: TCP and the route decide.
+        if self.enabled {
+            return None;
+        }
+        self.cold.get_target(key, ctx)
+    }
+}
+
 /// A request through an enabled warm-up route: deletes reach cold with the hold-off,
 /// reads that miss in cold are filled from warm, the rest goes to cold.
-pub(super) fn warm_call(
+fn warm_call(
     cold: &Arc<Route>,
     warm: &Arc<Route>,
     holdoff: u32,

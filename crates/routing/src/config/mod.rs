@@ -29,7 +29,7 @@
 //! default) through the system's nameservers or `[router] nameservers`: see [`discovery`].
 //!
 //! Routes across pools (prefix routing, replication, gutter, broadcast, warm-up) are
-//! `[routes.NAME]` tables beside the pools: see [`crate::route_config`]. A `[router]` table holds
+//! `[routes.NAME]` tables beside the pools: see [`crate::routes`]. A `[router]` table holds
 //! what is not a pool's: `spool_dir`, where deletes that could not be delivered wait, and the DNS
 //! settings `resolve_interval` and `nameservers`.
 //!

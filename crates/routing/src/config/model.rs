@@ -4,7 +4,7 @@
 use super::discovery::{DiscoverySettings, DnsEntry};
 use crate::listener_workers::ListenerWorkers;
 use crate::ring::{Ring, RingError};
-use crate::route_config::RouteConfig;
+use crate::routes::RouteConfig;
 use crate::{Distribution, KeyHash, Node};
 
 /// One pool, resolved.

@@ -1,5 +1,5 @@
 //! memfleet's TOML: `[pools.NAME]` tables, `[routes.NAME]` tables (read by
-//! `crate::route_config`) and the `[router]` table.
+//! `crate::routes`) and the `[router]` table.
 
 use super::discovery::{parse_interval, parse_nameserver, DiscoverySettings};
 use super::model::{
@@ -10,7 +10,8 @@ use super::pool_keys::{parse_hash, parse_hash_tag, pool, pool_error, servers, Sh
 use crate::hash::KeyHash;
 use crate::listener_workers::listener_workers;
 use crate::ring::{Distribution, KetamaDialect};
-use crate::route_config::{self, TomlRoute};
+use crate::routes;
+use crate::toml_table::table_as;
 use serde::Deserialize;
 use std::collections::BTreeMap;
 
@@ -209,18 +210,15 @@ pub fn check_toml(text: &str) -> Result<RouterConfig, Vec<ConfigError>> {
             route: name.clone(),
             problem,
         };
-        match table_as::<TomlRoute>(value) {
-            Ok(t) => match route_config::parse(&name, t) {
-                Ok(route) => routes.push(route),
-                Err(problem) => errors.push(route_error(problem)),
-            },
-            Err(e) => errors.push(route_error(e)),
+        match routes::parse(&name, value) {
+            Ok(route) => routes.push(route),
+            Err(problem) => errors.push(route_error(problem)),
         }
     }
     let names: Vec<&str> = pool_names.iter().map(String::as_str).collect();
     if errors.is_empty() {
         // Names and loops, once every route could be read.
-        if let Err(e) = route_config::check(&routes, &names) {
+        if let Err(e) = routes::check(&routes, &names) {
             errors.push(ConfigError::Routes(e));
         }
     }
@@ -240,24 +238,6 @@ pub fn check_toml(text: &str) -> Result<RouterConfig, Vec<ConfigError>> {
     } else {
         Err(errors)
     }
-}
-
-/// One table read as `T`; the error names the key it is about (`item_size_max: invalid
-/// value: integer \`-1\`, expected u64`), as the table is read on its own.
-fn table_as<T: serde::de::DeserializeOwned>(value: toml::Value) -> Result<T, String> {
-    let text = toml::to_string(&value).unwrap_or_default();
-    toml::from_str::<T>(&text).map_err(|e| {
-        let message = e.message().trim_end().to_string();
-        let key = e.span().and_then(|span| {
-            let start = text.get(..span.start)?.rfind('\n').map_or(0, |i| i + 1);
-            let (key, _) = text.get(start..)?.split_once(" = ")?;
-            Some(key.trim().to_string())
-        });
-        match key {
-            Some(key) if !message.contains(&key) => format!("{key}: {message}"),
-            _ => message,
-        }
-    })
 }
 
 /// The named tables under `[what]` (`[pools.NAME]`, `[routes.NAME]`).

@@ -1,7 +1,7 @@
 //! `toml_file`'s tests: pools, routes, the `[router]` table and every problem of a file.
 
 use super::*;
-use crate::route_config::RouteKind;
+use crate::routes::{Gutter, Prefix, RouteKind};
 
 #[test]
 fn toml_pools() {
@@ -298,20 +298,20 @@ fn toml_routes() {
     // Longest prefix first.
     assert_eq!(
         web.kind,
-        RouteKind::Prefix {
+        RouteKind::Prefix(Prefix {
             prefixes: vec![("u:x:".into(), "a".into()), ("u:".into(), "both".into())],
             default: "safe".into(),
             strip: false,
-        }
+        })
     );
     let safe = config.routes.iter().find(|r| r.name == "safe").unwrap();
     assert_eq!(
         safe.kind,
-        RouteKind::Gutter {
+        RouteKind::Gutter(Gutter {
             main: "a".into(),
             gutter: "b".into(),
             ttl: 10
-        }
+        })
     );
     let err = |routes: &str| {
         from_toml(&format!("{pools}{routes}"))

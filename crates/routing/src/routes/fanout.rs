@@ -1,0 +1,35 @@
+//! `all-fastest`: every child gets the request; the first success answers (else the last
+//! reply; mcrouter's `AllFastestRoute`). `all-initial`: every child gets the request; the
+//! first child's reply answers, the others' are not waited for (`AllInitialRoute`).
+
+use super::{need_list, RouteType};
+use serde::Deserialize;
+
+/// An `all-fastest` or `all-initial` route's settings.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Fanout {
+    /// The children.
+    pub children: Vec<String>,
+}
+
+/// An `all-fastest` or `all-initial` route's table.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct FanoutTable {
+    #[serde(default)]
+    children: Vec<String>,
+}
+
+impl RouteType for Fanout {
+    type Table = FanoutTable;
+
+    fn read(kind: &str, t: FanoutTable) -> Result<Fanout, String> {
+        Ok(Fanout {
+            children: need_list(t.children, kind, "children")?,
+        })
+    }
+
+    fn children(&self) -> Vec<&str> {
+        self.children.iter().map(String::as_str).collect()
+    }
+}
