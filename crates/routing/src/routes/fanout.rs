@@ -6,24 +6,18 @@ use super::{need_list, RouteType};
 use serde::Deserialize;
 
 /// An `all-fastest` or `all-initial` route's settings.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Fanout {
     /// The children.
+    #[serde(default)]
     pub children: Vec<String>,
 }
 
-/// An `all-fastest` or `all-initial` route's table.
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct FanoutTable {
-    #[serde(default)]
-    children: Vec<String>,
-}
-
 impl RouteType for Fanout {
-    type Table = FanoutTable;
+    type Table = Fanout;
 
-    fn read(kind: &str, t: FanoutTable) -> Result<Fanout, String> {
+    fn read(kind: &str, t: Fanout) -> Result<Fanout, String> {
         Ok(Fanout {
             children: need_list(t.children, kind, "children")?,
         })

@@ -5,33 +5,29 @@ use super::RouteType;
 use serde::Deserialize;
 
 /// A `gutter` route's settings.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Gutter {
     /// Where requests go while it answers.
     pub main: String,
     /// Where they go when it does not.
     pub gutter: String,
-    /// Longest TTL a set into the gutter gets, seconds.
+    /// Longest TTL a set into the gutter gets, seconds (`gutter_ttl`, at least 1).
+    #[serde(rename = "gutter_ttl", default = "ten_seconds")]
     pub ttl: u32,
 }
 
-/// A `gutter` route's table.
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct GutterTable {
-    main: String,
-    gutter: String,
-    gutter_ttl: Option<u32>,
+fn ten_seconds() -> u32 {
+    10
 }
 
 impl RouteType for Gutter {
-    type Table = GutterTable;
+    type Table = Gutter;
 
-    fn read(_: &str, t: GutterTable) -> Result<Gutter, String> {
+    fn read(_: &str, t: Gutter) -> Result<Gutter, String> {
         Ok(Gutter {
-            main: t.main,
-            gutter: t.gutter,
-            ttl: t.gutter_ttl.unwrap_or(10).max(1),
+            ttl: t.ttl.max(1),
+            ..t
         })
     }
 

@@ -8,14 +8,17 @@ use super::{need_list, one_of, RouteType};
 use serde::Deserialize;
 
 /// A `replicated` route's settings.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Replicated {
     /// The replicas, in failover order from the chosen one.
+    #[serde(default)]
     pub replicas: Vec<String>,
     /// Choose the read replica by this id instead of the client's address (a router
     /// running beside one application host).
     pub client_id: Option<String>,
     /// What a write needs to answer success.
+    #[serde(default, deserialize_with = "write_policy")]
     pub write: WritePolicy,
 }
 
@@ -49,24 +52,19 @@ const WRITE_POLICIES: [(&str, WritePolicy); 3] = [
     ("all", WritePolicy::All),
 ];
 
-/// A `replicated` route's table.
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct ReplicatedTable {
-    #[serde(default)]
-    replicas: Vec<String>,
-    client_id: Option<String>,
-    write: Option<String>,
+/// Reads `write` (one of [`WRITE_POLICIES`]).
+fn write_policy<'de, D: serde::Deserializer<'de>>(d: D) -> Result<WritePolicy, D::Error> {
+    let name = String::deserialize(d)?;
+    one_of(Some(name), "write policy", &WRITE_POLICIES).map_err(serde::de::Error::custom)
 }
 
 impl RouteType for Replicated {
-    type Table = ReplicatedTable;
+    type Table = Replicated;
 
-    fn read(kind: &str, t: ReplicatedTable) -> Result<Replicated, String> {
+    fn read(kind: &str, t: Replicated) -> Result<Replicated, String> {
         Ok(Replicated {
             replicas: need_list(t.replicas, kind, "replicas")?,
-            client_id: t.client_id,
-            write: one_of(t.write, "write policy", &WRITE_POLICIES)?,
+            ..t
         })
     }
 
