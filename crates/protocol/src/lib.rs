@@ -10,6 +10,10 @@
 //!   [`ParseError::Invalid`] carries a [`Rejection`] with memcached's exact reply, whether
 //!   `noreply` silences it, how many bytes to discard (a refused data block is swallowed) and
 //!   whether memcached would close the connection.
+//! - [`Request::answerer`], [`Request::class`], [`Request::keys`] and [`Request::noreply`]
+//!   say what each command is, once (`command.rs`): who answers it (the key's server, the
+//!   receiver, every server), its [`RequestClass`] and its keys. The server, the router and
+//!   the client library read requests through them.
 //! - [`reply`] finds where a server's reply ends, for the router and clients.
 //! - [`auth`] is memcached's ASCII authentication (`-Y`): which requests are attempts,
 //!   memcached's replies, and the request a client sends. The auth file's format is
@@ -43,6 +47,7 @@
 pub mod auth;
 pub mod base64;
 pub mod binary;
+mod command;
 mod encode;
 mod error;
 mod flags;
@@ -56,6 +61,7 @@ mod text;
 mod tokens;
 pub mod udp;
 
+pub use command::{Answerer, Keys, RequestClass};
 pub use error::{ErrorKind, ParseError, Rejection};
 pub use flags::{MetaFlag, MetaFlagIter, MetaFlags};
 pub use meta::MAX_OPAQUE_TOKEN;

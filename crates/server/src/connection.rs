@@ -296,33 +296,16 @@ fn prefetch(handle: &memfleet_storage::Handle, batch: &[Option<(Request<'_>, usi
     let mut hashes = [KeyHash::default(); LOOKAHEAD * 4];
     let mut n = 0;
     for (request, _) in batch.iter().flatten() {
-        for_each_key(request, |key| {
-            let hash = KeyHash::of(key);
+        // At most four keys a request, so that `hashes` cannot overflow.
+        for key in request.keys().take(4) {
+            let hash = KeyHash::of(&key);
             handle.prefetch_bucket(hash);
             hashes[n] = hash;
             n += 1;
-        });
+        }
     }
     for &hash in &hashes[..n] {
         handle.prefetch_item(hash);
-    }
-}
-
-/// Calls `f` with the keys a request will look up first: its key, or a multi-get's first
-/// four (at most four per request, so [`prefetch`]'s table of hashes cannot overflow).
-#[inline]
-fn for_each_key(request: &Request<'_>, mut f: impl FnMut(&[u8])) {
-    match request {
-        Request::Get(get) => get.keys.take(4).for_each(f),
-        Request::Store(s) => f(s.key),
-        Request::Delete { key, .. } | Request::Arith { key, .. } | Request::Touch { key, .. } => {
-            f(key)
-        }
-        // Base64 keys would need decoding twice; plain meta keys are used as they are.
-        Request::MetaGet(m) | Request::MetaDelete(m) if !m.key.is_base64() => f(m.key.raw()),
-        Request::MetaSet(m) if !m.key.is_base64() => f(m.key.raw()),
-        Request::MetaArithmetic(m) if !m.key.is_base64() => f(m.key.raw()),
-        _ => {}
     }
 }
 
@@ -337,23 +320,8 @@ fn flash_prefetch(
         return;
     }
     let handle = &*exec.handle;
-    for_each_flash_key(request, |key| {
-        crate::flash::prefetch_key(handle, key, reads)
-    });
-}
-
-/// Calls `f` with every key of `request` whose flash copy it may need (meta keys decoded).
-fn for_each_flash_key(request: &Request<'_>, mut f: impl FnMut(&[u8])) {
-    match request {
-        Request::Get(get) => get.keys.for_each(f),
-        Request::Store(s) => f(s.key),
-        Request::Delete { key, .. } | Request::Arith { key, .. } | Request::Touch { key, .. } => {
-            f(key)
-        }
-        Request::MetaGet(m) | Request::MetaDelete(m) => f(&m.key.bytes()),
-        Request::MetaSet(m) => f(&m.key.bytes()),
-        Request::MetaArithmetic(m) => f(&m.key.bytes()),
-        _ => {}
+    for key in request.keys() {
+        crate::flash::prefetch_key(handle, &key, reads);
     }
 }
 
@@ -373,9 +341,9 @@ fn flash_gate(
         matches!(request, Request::Get(g) if matches!(g.kind, GetKind::Get | GetKind::Gets));
     let mut served = plain_get.then_some(&mut exec.flash_items);
     let handle = &mut *exec.handle;
-    for_each_flash_key(request, |key| {
-        crate::flash::gate_key(handle, key, reads, served.as_deref_mut())
-    });
+    for key in request.keys() {
+        crate::flash::gate_key(handle, &key, reads, served.as_deref_mut());
+    }
     reads.finish()
 }
 

@@ -3,6 +3,7 @@
 
 use crate::backend::BackendError;
 use memfleet_protocol::reply::ReplyKind;
+pub use memfleet_protocol::RequestClass;
 use memfleet_protocol::{Request, Store, StoreCommand};
 use std::future::Future;
 use std::pin::Pin;
@@ -12,19 +13,6 @@ use std::sync::Arc;
 pub type RouteReply = Result<Vec<u8>, BackendError>;
 /// A reply on its way.
 pub type ReplyFuture = Pin<Box<dyn Future<Output = RouteReply> + Send>>;
-
-/// What an operation does, for routes that treat kinds differently.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum RequestClass {
-    /// get, gets, gat, gats, lease-get, mg.
-    Get,
-    /// Storage, arithmetic, touch, ms, ma.
-    Set,
-    /// delete, md.
-    Delete,
-    /// Anything else with a key (me).
-    Other,
-}
 
 /// One key's request as routes see it: enough structure to change its key (prefix
 /// stripping), its TTL (gutter) or its hold-off (warm-up), and to encode it.

@@ -10,7 +10,7 @@ use super::rewrite::{get_head, replying, without_quiet, QUIET_MA, QUIET_MG, QUIE
 use crate::reloadable::ServedTopology;
 use memfleet_client::conn_stats::Stamp;
 use memfleet_client::route::pool_handle;
-use memfleet_client::{BackendError, Pool, RateLimits, RequestClass};
+use memfleet_client::{BackendError, Pool, RateLimits};
 use memfleet_protocol::reply::ReplyKind;
 use memfleet_protocol::{response, GetKind, Request};
 use std::sync::Arc;
@@ -26,11 +26,17 @@ pub(super) fn route(
     let forward = |key: &[u8], bytes, kind, noreply, quiet| {
         forward(pool, lane, key, bytes, kind, noreply, quiet)
     };
-    if let Some((key, bytes, noreply)) = replying(request) {
-        return forward(key, bytes, ReplyKind::Line, noreply, None);
-    }
     match request {
         Request::Get(g) => get(pool, served, lane, g, raw),
+        Request::Store(_)
+        | Request::Delete { .. }
+        | Request::Arith { .. }
+        | Request::Touch { .. } => {
+            // Sent without `noreply`, so that a failure can be told apart (and dropped
+            // here when the client asked for no reply).
+            let (key, bytes, noreply) = replying(request).expect("a one-line-reply request");
+            forward(key, bytes, ReplyKind::Line, noreply, None)
+        }
         Request::MetaGet(m) | Request::MetaDelete(m) => {
             let key = m.key.bytes().to_vec();
             let quiet = m
@@ -74,7 +80,11 @@ pub(super) fn route(
         } if pool.config().listener.auto_discovery => {
             local(super::cluster_config::answer(pool, args.as_bytes()))
         }
-        _ => answer_locally(request),
+        Request::Other { .. }
+        | Request::Version
+        | Request::Verbosity { .. }
+        | Request::Quit
+        | Request::MetaNoop => answer_locally(request),
     }
 }
 
@@ -92,26 +102,19 @@ pub(super) enum Admission {
 /// Checks a one-key request, read at `now`, against the pool's `rates` in place, so that a
 /// storm's refusals cost a parse and an atomic word (no route request, future or copy).
 pub(super) fn admission(rates: &RateLimits, request: &Request<'_>, now: Stamp) -> Admission {
-    let (class, noreply) = match request {
-        Request::Get(g) => {
-            let mut keys = g.keys;
-            match (keys.next(), keys.next()) {
-                (Some(key), None) if !key.starts_with(ADMIN_PREFIX) => (RequestClass::Get, false),
-                (None, _) => return Admission::Admitted,
-                _ => return Admission::PerKey,
-            }
-        }
-        Request::Store(s) => (RequestClass::Set, s.noreply),
-        Request::Delete { noreply, .. } => (RequestClass::Delete, *noreply),
-        Request::Arith { noreply, .. } | Request::Touch { noreply, .. } => {
-            (RequestClass::Set, *noreply)
-        }
-        // A quiet meta request's refusal is an error, which quiet mode does not drop.
-        Request::MetaGet(_) => (RequestClass::Get, false),
-        Request::MetaDelete(_) => (RequestClass::Delete, false),
-        Request::MetaSet(_) | Request::MetaArithmetic(_) => (RequestClass::Set, false),
-        _ => return Admission::Admitted,
+    let Some(class) = request.class() else {
+        return Admission::Admitted;
     };
+    if let Request::Get(g) = request {
+        let mut keys = g.keys;
+        match (keys.next(), keys.next()) {
+            (Some(key), None) if !key.starts_with(ADMIN_PREFIX) => {}
+            (None, _) => return Admission::Admitted,
+            _ => return Admission::PerKey,
+        }
+    }
+    // A quiet meta request's refusal is an error, which quiet mode does not drop.
+    let noreply = request.noreply();
     match rates.refused_line(class, now) {
         None => Admission::Admitted,
         Some(_) if noreply => Admission::Refused(None),

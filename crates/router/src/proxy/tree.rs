@@ -176,6 +176,10 @@ pub(super) fn tree(
                 _ => local(stats(&pools, served)),
             }
         }
-        _ => answer_locally(request),
+        Request::Other { .. }
+        | Request::Version
+        | Request::Verbosity { .. }
+        | Request::Quit
+        | Request::MetaNoop => answer_locally(request),
     }
 }
