@@ -237,22 +237,26 @@ pub struct MetaKey<'a> {
 
 impl<'a> MetaKey<'a> {
     /// A key as given on the command line.
+    #[inline]
     pub fn new(raw: &'a [u8], base64: bool) -> Self {
         MetaKey { raw, base64 }
     }
 
     /// The token as sent (base64 text when [`MetaKey::is_base64`]).
+    #[inline]
     pub fn raw(&self) -> &'a [u8] {
         self.raw
     }
 
     /// Whether the key was sent base64-encoded (the `b` flag).
+    #[inline]
     pub fn is_base64(&self) -> bool {
         self.base64
     }
 
     /// The key's bytes: borrowed, or decoded onto the stack for a base64 key. The parser has
     /// already checked that a base64 key decodes.
+    #[inline]
     pub fn bytes(&self) -> KeyBytes<'a> {
         if self.base64 {
             if let Some(k) = decode_key(self.raw) {
@@ -274,6 +278,7 @@ pub enum KeyBytes<'a> {
 
 impl Deref for KeyBytes<'_> {
     type Target = [u8];
+    #[inline]
     fn deref(&self) -> &[u8] {
         match self {
             KeyBytes::Borrowed(b) => b,

@@ -297,12 +297,12 @@ fn prefetch(handle: &memfleet_storage::Handle, batch: &[Option<(Request<'_>, usi
     let mut n = 0;
     for (request, _) in batch.iter().flatten() {
         // At most four keys a request, so that `hashes` cannot overflow.
-        for key in request.keys().take(4) {
-            let hash = KeyHash::of(&key);
+        request.keys().take(4).for_each(|key| {
+            let hash = KeyHash::of(&key.bytes());
             handle.prefetch_bucket(hash);
             hashes[n] = hash;
             n += 1;
-        }
+        });
     }
     for &hash in &hashes[..n] {
         handle.prefetch_item(hash);
@@ -321,7 +321,7 @@ fn flash_prefetch(
     }
     let handle = &*exec.handle;
     for key in request.keys() {
-        crate::flash::prefetch_key(handle, &key, reads);
+        crate::flash::prefetch_key(handle, &key.bytes(), reads);
     }
 }
 
@@ -342,7 +342,7 @@ fn flash_gate(
     let mut served = plain_get.then_some(&mut exec.flash_items);
     let handle = &mut *exec.handle;
     for key in request.keys() {
-        crate::flash::gate_key(handle, &key, reads, served.as_deref_mut());
+        crate::flash::gate_key(handle, &key.bytes(), reads, served.as_deref_mut());
     }
     reads.finish()
 }
