@@ -1,19 +1,23 @@
 //! The server's settings: command-line flags (memcached's letters where memcached has one),
 //! environment variables (`MEMFLEET_*`), an optional TOML file, and the defaults, in that
-//! order of precedence. [`ServerArgs`] is what clap parses; [`Settings`] is the resolved,
-//! validated result the rest of the server reads.
+//! order of precedence. Each setting is declared once, in [`ServerArgs`]: clap reads it from
+//! the command line and the environment, serde from the file (the same names, `_` for `-`),
+//! and [`Settings::resolve`] checks the merged result into [`Settings`], what the rest of
+//! the server reads.
 
 use anyhow::{bail, Context};
 use clap::Args;
 use memfleet_tls::ServerTlsFiles;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use std::net::IpAddr;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
 /// Flags of `memfleet server`. Every flag can also come from the environment (shown in
-/// `--help`) or from the `--config` TOML file (same names, with `_` for `-`).
-#[derive(Args, Clone, Debug, Default)]
+/// `--help`) or from the `--config` TOML file (same names, with `_` for `-`; all but `-o` and
+/// `--config`).
+#[derive(Args, Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
 pub struct ServerArgs {
     /// TCP port to listen on (memcached's -p) [default: 11211].
     #[arg(short = 'p', long, env = "MEMFLEET_PORT")]
@@ -46,6 +50,7 @@ pub struct ServerArgs {
     /// Largest item (key, value and memcached's per-item overhead), like memcached's -I:
     /// bytes, or with a k/m suffix. Between 1k and 1024m [default: 1m].
     #[arg(short = 'I', long = "max-item-size", env = "MEMFLEET_MAX_ITEM_SIZE")]
+    #[serde(deserialize_with = "size_text")]
     pub max_item_size: Option<String>,
 
     /// Close connections idle for this many seconds; 0 never does (memcached's
@@ -148,6 +153,7 @@ pub struct ServerArgs {
     /// (`ext_path=PATH:SIZE` as --flash, `ext_threads=N` as --flash-threads; its other
     /// `ext_*` tunings are accepted and have no effect here).
     #[arg(short = 'o', value_name = "OPTIONS")]
+    #[serde(skip)]
     pub extended: Vec<String>,
 
     /// Refuse `flush_all` (memcached's -F): `CLIENT_ERROR flush_all not allowed`, so that no
@@ -173,6 +179,7 @@ pub struct ServerArgs {
 
     /// Listen backlog (memcached's -b) [default: 1024].
     #[arg(short = 'b', long = "listen-backlog", env = "MEMFLEET_LISTEN_BACKLOG")]
+    #[serde(rename = "listen_backlog")]
     pub backlog: Option<u32>,
 
     /// A flash tier (memcached's `-o ext_path=PATH:SIZE`): items eviction would drop go to
@@ -189,11 +196,13 @@ pub struct ServerArgs {
     /// flash's index, gets one 8-byte slot per flash-size / this items. Smaller items fill
     /// flash past that and displace each other (`flash_index_drops`) [default: 512].
     #[arg(long = "flash-item-size", env = "MEMFLEET_FLASH_ITEM_SIZE")]
+    #[serde(deserialize_with = "size_text")]
     pub flash_item_size: Option<String>,
 
     /// Most bytes per second written to flash (k/m/g suffixes), to keep within a drive's
     /// writes per day; what is over it is evicted as without flash [default: no limit].
     #[arg(long = "flash-write-budget", env = "MEMFLEET_FLASH_WRITE_BUDGET")]
+    #[serde(deserialize_with = "size_text")]
     pub flash_write_budget: Option<String>,
 
     /// How workers read flash: `uring` (an io_uring per worker, submitted and completed on
@@ -210,40 +219,55 @@ pub struct ServerArgs {
     /// Read a TOML file of settings (keys as the long flags, `_` for `-`); flags and
     /// environment variables override it.
     #[arg(long, env = "MEMFLEET_CONFIG")]
+    #[serde(skip)]
     pub config: Option<PathBuf>,
 }
 
-/// The TOML file's contents: the same settings, all optional.
-#[derive(Deserialize, Default, Debug)]
-#[serde(deny_unknown_fields)]
-struct FileSettings {
-    port: Option<u16>,
-    listen: Option<IpAddr>,
-    memory_limit: Option<usize>,
-    max_connections: Option<usize>,
-    threads: Option<usize>,
-    max_item_size: Option<toml::Value>,
-    idle_timeout: Option<u64>,
-    memory_file: Option<PathBuf>,
-    udp_port: Option<u16>,
-    udp_writes: Option<bool>,
-    lease_interval: Option<u32>,
-    stale_after_delete: Option<u32>,
-    admin_port: Option<u16>,
-    listen_backlog: Option<u32>,
-    auth_file: Option<PathBuf>,
-    enable_sasl: Option<bool>,
-    sasl_pwdb: Option<PathBuf>,
-    cluster_config: Option<PathBuf>,
-    tls_cert: Option<PathBuf>,
-    tls_key: Option<PathBuf>,
-    tls_ca: Option<PathBuf>,
-    tls_verify_client: Option<bool>,
-    flash: Option<Vec<String>>,
-    flash_threads: Option<usize>,
-    flash_write_budget: Option<toml::Value>,
-    flash_item_size: Option<toml::Value>,
-    flash_io: Option<String>,
+/// A size in the file: a string with memcached's suffixes (`"2m"`) or a number of bytes.
+fn size_text<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Size {
+        Text(String),
+        Bytes(u64),
+    }
+    Ok(Some(match Size::deserialize(d)? {
+        Size::Text(text) => text,
+        Size::Bytes(n) => n.to_string(),
+    }))
+}
+
+impl ServerArgs {
+    /// These flags over the `--config` file's settings (the file's where a flag is not
+    /// given: an option left out, a switch left off, a list left empty).
+    fn over_file(&self) -> anyhow::Result<ServerArgs> {
+        let Some(path) = &self.config else {
+            return Ok(self.clone());
+        };
+        let text =
+            std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+        let mut table: toml::Table =
+            toml::from_str(&text).with_context(|| format!("parsing {}", path.display()))?;
+        // `-o ext_path=` is a flash file given on the command line: the file's stand aside.
+        let ext_paths = self.extended.iter().flat_map(|o| o.split(','));
+        if ext_paths.clone().any(|o| o.trim().starts_with("ext_path=")) {
+            table.remove("flash");
+        }
+        let given = toml::Table::try_from(self).context("the flags as settings")?;
+        for (name, value) in given {
+            let left_off = matches!(&value, toml::Value::Boolean(false))
+                || matches!(&value, toml::Value::Array(a) if a.is_empty());
+            if !left_off {
+                table.insert(name, value);
+            }
+        }
+        let mut merged: ServerArgs = table
+            .try_into()
+            .with_context(|| format!("parsing {}", path.display()))?;
+        merged.extended = self.extended.clone();
+        merged.config = self.config.clone();
+        Ok(merged)
+    }
 }
 
 /// Resolved settings, grouped by concern: how clients reach the server, what it may use,
@@ -397,20 +421,17 @@ impl Settings {
     /// Resolves flags (already merged with the environment by clap) over the config file
     /// over the defaults, and checks the result.
     pub fn resolve(args: &ServerArgs) -> anyhow::Result<Settings> {
-        let file = match &args.config {
-            Some(path) => read_file(path)?,
-            None => FileSettings::default(),
-        };
-        let tls = resolve_tls(args, &file)?;
-        let flash = resolve_flash(args, &file)?;
+        let args = &args.over_file()?;
+        let tls = resolve_tls(args)?;
+        let flash = resolve_flash(args)?;
         let mut s = Settings::default();
-        if let Some(v) = args.listen.or(file.listen) {
+        if let Some(v) = args.listen {
             s.listen.address = v;
         }
-        if let Some(v) = args.port.or(file.port) {
+        if let Some(v) = args.port {
             s.listen.port = v;
         }
-        if let Some(mib) = args.memory_limit.or(file.memory_limit) {
+        if let Some(mib) = args.memory_limit {
             if mib == 0 {
                 bail!("--memory-limit must be at least 1 MiB");
             }
@@ -418,64 +439,56 @@ impl Settings {
                 .checked_mul(1 << 20)
                 .context("--memory-limit too large")?;
         }
-        if let Some(v) = args.max_connections.or(file.max_connections) {
+        if let Some(v) = args.max_connections {
             if v == 0 {
                 bail!("--max-connections must be at least 1");
             }
             s.limits.max_connections = v;
         }
-        if let Some(v) = args.threads.or(file.threads) {
+        if let Some(v) = args.threads {
             if v == 0 || v > 1024 {
                 bail!("--threads must be between 1 and 1024, got {v}");
             }
             s.limits.threads = v;
         }
-        let item_size = match (&args.max_item_size, &file.max_item_size) {
-            (Some(text), _) => Some(parse_size(text)?),
-            (None, Some(toml::Value::String(text))) => Some(parse_size(text)?),
-            (None, Some(toml::Value::Integer(n))) => {
-                Some(usize::try_from(*n).context("max_item_size must be positive")?)
-            }
-            (None, Some(other)) => bail!("max_item_size: expected a size, got {other}"),
-            (None, None) => None,
-        };
+        let item_size = args.max_item_size.as_deref().map(parse_size).transpose()?;
         if let Some(v) = item_size {
             if !(1024..=1 << 30).contains(&v) {
                 bail!("--max-item-size must be between 1k and 1024m, got {v} bytes");
             }
             s.limits.max_item_size = v;
         }
-        if let Some(secs) = args.idle_timeout.or(file.idle_timeout) {
+        if let Some(secs) = args.idle_timeout {
             s.limits.idle_timeout = (secs > 0).then(|| Duration::from_secs(secs));
         }
-        s.memory_file = args.memory_file.clone().or(file.memory_file);
+        s.memory_file = args.memory_file.clone();
         // memcached's -U 0 means off; tests ask for a free port by setting Some(0) directly.
-        s.listen.udp_port = args.udp_port.or(file.udp_port).filter(|p| *p != 0);
-        s.listen.udp_writes = args.udp_writes || file.udp_writes.unwrap_or(false);
+        s.listen.udp_port = args.udp_port.filter(|p| *p != 0);
+        s.listen.udp_writes = args.udp_writes;
         if s.listen.udp_writes && s.listen.udp_port.is_none() {
             bail!("--udp-writes needs --udp-port: it opens writes on the UDP listener");
         }
-        if let Some(v) = args.lease_interval.or(file.lease_interval) {
+        if let Some(v) = args.lease_interval {
             if v == 0 {
                 bail!("--lease-interval must be at least 1 second");
             }
             s.leases.interval = v;
         }
-        if let Some(v) = args.stale_after_delete.or(file.stale_after_delete) {
+        if let Some(v) = args.stale_after_delete {
             s.leases.stale_after_delete = v;
         }
-        s.listen.admin_port = args.admin_port.or(file.admin_port);
-        if let Some(v) = args.backlog.or(file.listen_backlog) {
+        s.listen.admin_port = args.admin_port;
+        if let Some(v) = args.backlog {
             s.listen.backlog = v;
         }
-        s.listen.auth_file = args.auth_file.clone().or(file.auth_file);
+        s.listen.auth_file = args.auth_file.clone();
         if s.listen.auth_file.is_some() && s.listen.udp_port.is_some() {
             bail!(
                 "--auth-file and --udp-port cannot be combined: a UDP request cannot authenticate"
             );
         }
-        if args.enable_sasl || file.enable_sasl.unwrap_or(false) {
-            let Some(pwdb) = args.sasl_pwdb.clone().or(file.sasl_pwdb) else {
+        if args.enable_sasl {
+            let Some(pwdb) = args.sasl_pwdb.clone() else {
                 bail!(
                     "--enable-sasl needs a password database: --sasl-pwdb FILE or \
                      MEMCACHED_SASL_PWDB (user:password lines)"
@@ -493,7 +506,7 @@ impl Settings {
             }
             s.listen.sasl_pwdb = Some(pwdb);
         }
-        s.listen.cluster_config = args.cluster_config.clone().or(file.cluster_config);
+        s.listen.cluster_config = args.cluster_config.clone();
         s.listen.tls = tls;
         s.flash = flash;
         if !s.flash.files.is_empty() && s.listen.udp_port.is_some() {
@@ -528,128 +541,6 @@ impl Settings {
     }
 }
 
-/// The flash settings: `--flash` and memcached's `-o ext_path=...,ext_threads=...` over the
-/// file's.
-fn resolve_flash(args: &ServerArgs, file: &FileSettings) -> anyhow::Result<Flash> {
-    let mut paths: Vec<String> = args.flash.clone();
-    let mut threads = args.flash_threads;
-    for option in args.extended.iter().flat_map(|o| o.split(',')) {
-        let (name, value) = option.split_once('=').unwrap_or((option, ""));
-        match name.trim() {
-            "ext_path" => paths.push(value.to_string()),
-            "ext_threads" => {
-                threads =
-                    Some(value.trim().parse().with_context(|| {
-                        format!("-o ext_threads: expected a number, got {value:?}")
-                    })?)
-            }
-            ext if ext.starts_with("ext_") => {
-                tracing::info!(
-                    option = ext,
-                    "extstore tuning has no effect on memfleet's flash tier"
-                );
-            }
-            _ => {}
-        }
-    }
-    if paths.is_empty() {
-        paths = file.flash.clone().unwrap_or_default();
-    }
-    let files = paths
-        .iter()
-        .map(|p| memfleet_flash::FlashSpec::parse(p).with_context(|| format!("--flash {p}")))
-        .collect::<anyhow::Result<Vec<_>>>()?;
-    let threads = threads.or(file.flash_threads).unwrap_or(4);
-    if !(1..=256).contains(&threads) {
-        bail!("--flash-threads must be between 1 and 256, got {threads}");
-    }
-    let write_budget = match (&args.flash_write_budget, &file.flash_write_budget) {
-        (Some(text), _) | (None, Some(toml::Value::String(text))) => Some(parse_size(text)? as u64),
-        (None, Some(toml::Value::Integer(n))) => {
-            Some(u64::try_from(*n).context("flash_write_budget must be positive")?)
-        }
-        (None, Some(other)) => bail!("flash_write_budget: expected a size, got {other}"),
-        (None, None) => None,
-    };
-    let item_size = match (&args.flash_item_size, &file.flash_item_size) {
-        (Some(text), _) | (None, Some(toml::Value::String(text))) => parse_size(text)?,
-        (None, Some(toml::Value::Integer(n))) => {
-            usize::try_from(*n).context("flash_item_size must be positive")?
-        }
-        (None, Some(other)) => bail!("flash_item_size: expected a size, got {other}"),
-        (None, None) => 512,
-    };
-    if !(64..=1 << 20).contains(&item_size) {
-        bail!("--flash-item-size must be between 64 and 1m, got {item_size}");
-    }
-    if write_budget == Some(0) {
-        bail!("--flash-write-budget must be above 0 (leave it out for no limit)");
-    }
-    let io = match args.flash_io.as_deref().or(file.flash_io.as_deref()) {
-        None | Some("uring") => FlashIo::Uring,
-        Some("threads") => FlashIo::Threads,
-        Some(other) => bail!("flash_io: expected uring or threads, got {other:?}"),
-    };
-    Ok(Flash {
-        files,
-        threads,
-        write_budget,
-        item_size,
-        test_delay: args.flash_test_delay_ms.map(Duration::from_millis),
-        io,
-    })
-}
-
-/// The TLS settings from the flags (long ones, or memcached's `-Z -o ssl_*`) over the file.
-fn resolve_tls(args: &ServerArgs, file: &FileSettings) -> anyhow::Result<Option<ServerTlsFiles>> {
-    let mut cert = args.tls_cert.clone();
-    let mut key = args.tls_key.clone();
-    let mut ca = args.tls_ca.clone();
-    let mut verify_client = args.tls_verify_client.then_some(true);
-    for option in args.extended.iter().flat_map(|o| o.split(',')) {
-        let (name, value) = option.split_once('=').unwrap_or((option, ""));
-        match name.trim() {
-            "ssl_chain_cert" => cert = Some(value.into()),
-            "ssl_key" => key = Some(value.into()),
-            "ssl_ca_cert" => ca = Some(value.into()),
-            "ssl_verify_mode" => {
-                verify_client = Some(match value.trim() {
-                    // 0 checks nothing, 1 checks a certificate if one is offered.
-                    "0" => {
-                        ca = None;
-                        false
-                    }
-                    "1" => false,
-                    // 3 ("once") is memcached's 2 without renegotiation, which TLS 1.3 lacks.
-                    "2" | "3" => true,
-                    other => bail!("-o ssl_verify_mode: expected 0 to 3, got {other:?}"),
-                })
-            }
-            "" => {}
-            // extstore's options: `resolve_flash`.
-            ext if ext.starts_with("ext_") => {}
-            other => bail!(
-                "-o {other}: only memcached's TLS and extstore options (ssl_chain_cert, ssl_key, ssl_ca_cert, \
-                 ssl_verify_mode) are understood here; see --help for the others' flags"
-            ),
-        }
-    }
-    let cert = cert.or_else(|| file.tls_cert.clone());
-    let key = key.or_else(|| file.tls_key.clone());
-    let ca = ca.or_else(|| file.tls_ca.clone());
-    let verify_client = verify_client.or(file.tls_verify_client).unwrap_or(false);
-    if args.enable_ssl && (cert.is_none() || key.is_none()) {
-        bail!("-Z needs a certificate and key: --tls-cert and --tls-key (or -o ssl_chain_cert=...,ssl_key=...)");
-    }
-    ServerTlsFiles::from_options(cert, key, ca, verify_client)
-}
-
-fn read_file(path: &Path) -> anyhow::Result<FileSettings> {
-    let text =
-        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-    toml::from_str(&text).with_context(|| format!("parsing {}", path.display()))
-}
-
 /// Parses memcached's `-I` syntax: a byte count with an optional `k`/`m` suffix (any case).
 pub fn parse_size(text: &str) -> anyhow::Result<usize> {
     let t = text.trim();
@@ -664,6 +555,10 @@ pub fn parse_size(text: &str) -> anyhow::Result<usize> {
     n.checked_mul(unit)
         .with_context(|| format!("size too large: {text}"))
 }
+
+mod memcached_options;
+
+use memcached_options::{resolve_flash, resolve_tls};
 
 #[cfg(test)]
 mod tests;

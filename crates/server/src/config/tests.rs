@@ -279,3 +279,54 @@ fn sasl_needs_a_password_database_and_excludes_ascii_auth_and_udp() {
         "{err:#}"
     );
 }
+
+#[test]
+fn every_flag_reads_from_the_file_under_its_own_name() {
+    let dir = std::env::temp_dir().join(format!("memfleet-every-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("server.toml");
+    std::fs::write(
+        &path,
+        "max_item_size = 2097152\nlisten_backlog = 64\ndisable_flush_all = true\n\
+         flash = [\"/nonexistent/a:1g\"]\nflash_item_size = \"1k\"\nflash_write_budget = 1048576\n",
+    )
+    .unwrap();
+    let args = ServerArgs {
+        config: Some(path.clone()),
+        ..ServerArgs::default()
+    };
+    let s = Settings::resolve(&args).unwrap();
+    assert_eq!(s.limits.max_item_size, 2 << 20);
+    assert_eq!(s.listen.backlog, 64);
+    assert!(s.flush_disabled);
+    assert_eq!(s.flash.files.len(), 1);
+    assert_eq!(
+        (s.flash.item_size, s.flash.write_budget),
+        (1024, Some(1 << 20))
+    );
+    // A flag beats the file; memcached's `-o ext_path` replaces the file's flash files.
+    let cli = ServerArgs {
+        max_item_size: Some("4m".into()),
+        extended: vec!["ext_path=/nonexistent/b:2g,ext_path=/nonexistent/c:2g".into()],
+        ..args.clone()
+    };
+    let s = Settings::resolve(&cli).unwrap();
+    assert_eq!(s.limits.max_item_size, 4 << 20);
+    assert_eq!(s.flash.files.len(), 2);
+    // What only the command line says is no file setting.
+    for line in [
+        "config = \"/etc/x.toml\"\n",
+        "extended = [\"ssl_key=k\"]\n",
+        "backlog = 5\n",
+    ] {
+        std::fs::write(&path, line).unwrap();
+        let err = Settings::resolve(&args).unwrap_err();
+        assert!(
+            format!("{err:#}").contains("unknown field"),
+            "{line}: {err:#}"
+        );
+    }
+    std::fs::write(&path, "max_item_size = true\n").unwrap();
+    assert!(Settings::resolve(&args).is_err());
+    std::fs::remove_dir_all(&dir).unwrap();
+}
