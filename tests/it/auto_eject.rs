@@ -11,12 +11,12 @@
 use crate::support;
 
 use memfleet_routing::{from_toml, from_twemproxy_yaml};
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::Read;
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-use support::{free_port, Killed};
+use support::{free_port, Conn, Killed};
 
 /// Keys per pool.
 const KEYS: usize = 100;
@@ -44,51 +44,28 @@ fn server(port: u16) -> Killed {
         .spawn()
         .expect("memfleet server starts");
     let server = Killed(child);
-    let mut c = Conn::open(port);
+    let mut c = Conn::new(port);
     c.send("version\r\n");
-    assert!(c.line().starts_with("VERSION "));
+    assert!(c.read_line().starts_with("VERSION "));
     server
 }
 
-/// A text-protocol connection.
-struct Conn(BufReader<TcpStream>);
-
 /// What this module asks of a text connection beyond `support::Conn`'s own.
 trait ConnExt {
-    fn open(port: u16) -> Conn;
-    fn send(&mut self, text: &str);
-    fn line(&mut self) -> String;
     fn value(&mut self) -> Result<String, String>;
 }
 
 impl ConnExt for Conn {
-    fn open(port: u16) -> Conn {
-        Conn(BufReader::new(support::connect(
-            port,
-            Duration::from_secs(10),
-        )))
-    }
-
-    fn send(&mut self, text: &str) {
-        self.0.get_mut().write_all(text.as_bytes()).unwrap();
-    }
-
-    fn line(&mut self) -> String {
-        let mut line = String::new();
-        self.0.read_line(&mut line).unwrap();
-        line
-    }
-
     /// One `get`'s reply: the value, or `Err` with the line that was not a value.
     fn value(&mut self) -> Result<String, String> {
-        let line = self.line();
+        let line = self.read_line();
         let words: Vec<&str> = line.split_whitespace().collect();
         let ["VALUE", _, _, len] = words.as_slice() else {
             return Err(line);
         };
         let mut data = vec![0; len.parse::<usize>().unwrap() + 2];
         self.0.read_exact(&mut data).unwrap();
-        assert_eq!(self.line(), "END\r\n");
+        assert_eq!(self.read_line(), "END\r\n");
         data.truncate(data.len() - 2);
         Ok(String::from_utf8(data).unwrap())
     }
@@ -96,18 +73,20 @@ impl ConnExt for Conn {
 
 /// Sets every key to `value` through `port`, pipelined: how many were `STORED`.
 fn set_all(port: u16, keys: &[String], value: &str) -> usize {
-    let mut c = Conn::open(port);
+    let mut c = Conn::new(port);
     let batch: String = keys
         .iter()
         .map(|k| format!("set {k} 0 0 {}\r\n{value}\r\n", value.len()))
         .collect();
     c.send(&batch);
-    keys.iter().filter(|_| c.line() == "STORED\r\n").count()
+    keys.iter()
+        .filter(|_| c.read_line() == "STORED\r\n")
+        .count()
 }
 
 /// Gets every key through `port`, one `get` each, pipelined: how many answered `value`.
 fn served(port: u16, keys: &[String], value: &str) -> usize {
-    let mut c = Conn::open(port);
+    let mut c = Conn::new(port);
     let batch: String = keys.iter().map(|k| format!("get {k}\r\n")).collect();
     c.send(&batch);
     keys.iter()
@@ -124,10 +103,10 @@ fn holders(ports: &[u16], skip: Option<usize>, keys: &[String], value: &str) -> 
         if Some(s) == skip {
             continue;
         }
-        let mut c = Conn::open(*port);
-        c.send(&format!("get {}\r\n", keys.join(" ")));
+        let mut c = Conn::new(*port);
+        c.send(format!("get {}\r\n", keys.join(" ")));
         loop {
-            let line = c.line();
+            let line = c.read_line();
             let words: Vec<&str> = line.split_whitespace().collect();
             match words.as_slice() {
                 ["END"] => break,
@@ -149,9 +128,9 @@ fn holders(ports: &[u16], skip: Option<usize>, keys: &[String], value: &str) -> 
 
 fn flush(ports: &[u16]) {
     for port in ports {
-        let mut c = Conn::open(*port);
+        let mut c = Conn::new(*port);
         c.send("flush_all\r\n");
-        assert_eq!(c.line(), "OK\r\n");
+        assert_eq!(c.read_line(), "OK\r\n");
     }
 }
 
@@ -532,9 +511,9 @@ fn a_toml_pool_without_auto_eject_keeps_a_dead_server_s_keys_and_fails_them_fast
     // Marked down after one failure.
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
-        let mut c = Conn::open(pool.listen);
-        c.send(&format!("set {victim} 0 0 1\r\nv\r\n"));
-        let reply = c.line();
+        let mut c = Conn::new(pool.listen);
+        c.send(format!("set {victim} 0 0 1\r\nv\r\n"));
+        let reply = c.read_line();
         assert_ne!(reply, "STORED\r\n", "a dead server's key stored elsewhere");
         if reply.contains("is marked down") {
             break;

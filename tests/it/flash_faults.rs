@@ -146,13 +146,6 @@ fn get_exact(c: &mut Conn, tag: &str, i: usize) -> Option<()> {
     Some(())
 }
 
-fn stat(c: &mut Conn, name: &str) -> u64 {
-    c.stat_text(name)
-        .unwrap_or_else(|| panic!("no {name} in stats"))
-        .parse()
-        .unwrap()
-}
-
 /// Keys per round: about 11 MiB of values through an 8 MiB heap and an 8 MiB flash.
 const ROUND: usize = 16_000;
 
@@ -188,13 +181,16 @@ fn no_space_while_running_costs_flash_writes_not_ram_or_service() {
 
     // 1. The flash works: items go there and come back.
     set_all(&mut c, "a", 0..ROUND);
-    assert!(stat(&mut c, "extstore_bytes_written") > 2 << 20);
-    assert_eq!(stat(&mut c, "flash_write_errors"), 0);
+    assert!(c.stat("extstore_bytes_written").unwrap() > 2 << 20);
+    assert_eq!(c.stat("flash_write_errors").unwrap(), 0);
     let from_flash = (0..ROUND / 2)
         .step_by(50)
         .filter(|&i| get_exact(&mut c, "a", i).is_some())
         .count();
-    assert!(stat(&mut c, "get_extstore") > 0, "{from_flash} read back");
+    assert!(
+        c.stat("get_extstore").unwrap() > 0,
+        "{from_flash} read back"
+    );
 
     // 2. The filesystem fills up and the flash file's blocks are given back to it (a hole
     // punched), then taken by another file: every flash write now fails with ENOSPC.
@@ -205,12 +201,12 @@ fn no_space_while_running_costs_flash_writes_not_ram_or_service() {
          fallocate --punch-hole --offset 0 --length 8MiB \"$0/flash\" && \
          { dd if=/dev/zero of=\"$0/filler2\" bs=64k 2>/dev/null; true; }",
     );
-    let written_before = stat(&mut c, "extstore_bytes_written");
+    let written_before = c.stat("extstore_bytes_written").unwrap();
     set_all(&mut c, "b", 0..ROUND);
-    let errors = stat(&mut c, "flash_write_errors");
+    let errors = c.stat("flash_write_errors").unwrap();
     assert!(errors > 0, "the failed writes are counted");
     assert!(
-        stat(&mut c, "extstore_bytes_written") <= written_before + (2 << 20),
+        c.stat("extstore_bytes_written").unwrap() <= written_before + (2 << 20),
         "little or nothing was written"
     );
     assert_eq!(c.line("version\r\n").split(' ').next(), Some("VERSION"));
@@ -235,10 +231,10 @@ fn no_space_while_running_costs_flash_writes_not_ram_or_service() {
 
     // 3. Space again: flash writes resume.
     inside(pid, &dir, "rm -f \"$0/filler\" \"$0/filler2\"");
-    let written_before = stat(&mut c, "extstore_bytes_written");
+    let written_before = c.stat("extstore_bytes_written").unwrap();
     set_all(&mut c, "c", 0..ROUND);
     assert!(
-        stat(&mut c, "extstore_bytes_written") > written_before + (2 << 20),
+        c.stat("extstore_bytes_written").unwrap() > written_before + (2 << 20),
         "writes resumed"
     );
     let served = (0..ROUND / 2)

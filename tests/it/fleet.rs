@@ -2,9 +2,9 @@
 //! paper's behaviours through its routers — deletes reach the other cluster, a dead server's
 //! keys are covered by the gutter with no client-visible error — and `fleet down`.
 
-use crate::support;
+use crate::support::Conn;
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -48,68 +48,6 @@ fn pid_of(dir: &Path, name: &str) -> i32 {
             (w[1] == name).then(|| w[0].parse().unwrap())
         })
         .unwrap_or_else(|| panic!("{name} not in pids:\n{pids}"))
-}
-
-struct Conn(BufReader<TcpStream>);
-
-/// What this module asks of a text connection beyond `support::Conn`'s own.
-trait ConnExt {
-    fn new(port: u16) -> Self;
-    fn lines(&mut self, request: &str, n: usize) -> Vec<String>;
-    fn get(&mut self, key: &str) -> Option<String>;
-    fn stat(&mut self, name: &str) -> Option<String>;
-}
-
-impl ConnExt for Conn {
-    fn new(port: u16) -> Self {
-        Conn(BufReader::new(support::connect(
-            port,
-            Duration::from_secs(10),
-        )))
-    }
-
-    fn lines(&mut self, request: &str, n: usize) -> Vec<String> {
-        self.0.get_mut().write_all(request.as_bytes()).unwrap();
-        (0..n)
-            .map(|_| {
-                let mut l = String::new();
-                self.0.read_line(&mut l).unwrap();
-                l.trim_end().to_string()
-            })
-            .collect()
-    }
-
-    /// A one-key get: Some(value) or None; panics on anything but a value or a miss.
-    fn get(&mut self, key: &str) -> Option<String> {
-        let first = self.lines(&format!("get {key}\r\n"), 1).remove(0);
-        if first == "END" {
-            return None;
-        }
-        assert!(first.starts_with("VALUE "), "get {key}: {first}");
-        let mut rest = Vec::new();
-        for _ in 0..2 {
-            let mut l = String::new();
-            self.0.read_line(&mut l).unwrap();
-            rest.push(l.trim_end().to_string());
-        }
-        assert_eq!(rest[1], "END");
-        Some(rest[0].clone())
-    }
-
-    fn stat(&mut self, name: &str) -> Option<String> {
-        self.0.get_mut().write_all(b"stats\r\n").unwrap();
-        let mut found = None;
-        loop {
-            let mut l = String::new();
-            self.0.read_line(&mut l).unwrap();
-            if l.starts_with("END") || l.is_empty() {
-                return found;
-            }
-            if let Some(v) = l.strip_prefix(&format!("STAT {name} ")) {
-                found = Some(v.trim_end().to_string());
-            }
-        }
-    }
 }
 
 /// Held by each test while it runs a fleet: the tests of this file run one at a time, so
@@ -197,7 +135,7 @@ fn a_local_fleet_routes_invalidates_and_covers_a_dead_server() {
     for &i in &missing {
         assert_eq!(r1.get(&format!("k{i}")).as_deref(), Some("g"), "k{i}");
     }
-    let hits: usize = r1.stat("route:cache:gutter_hits").unwrap().parse().unwrap();
+    let hits: usize = r1.stat("route:cache:gutter_hits").unwrap() as usize;
     assert_eq!(hits, missing.len());
 
     let status = Command::new(EXE)
@@ -443,7 +381,7 @@ fn two_regions_are_invalidated_each_from_its_own_database() {
         "the replica region's delete came {replica_after:?} after the commit, before the 1 s replay delay"
     );
     // The replica region's invalidator knows it reads a standby.
-    let mut metrics = support::connect(fleet.base + 350, Duration::from_secs(5));
+    let mut metrics = memfleet_testkit::connect(fleet.base + 350, Duration::from_secs(5));
     metrics
         .write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
         .unwrap();

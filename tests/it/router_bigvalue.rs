@@ -26,7 +26,7 @@ impl ConnExt for Conn {
 
     /// A one-key retrieval (`get`, `gets`, ...): (the VALUE line, the data), or `None`.
     fn fetch(&mut self, command: &str, key: &str) -> Option<(String, Vec<u8>)> {
-        let first = self.line(&format!("{command} {key}\r\n"));
+        let first = self.line(format!("{command} {key}\r\n"));
         if first == "END\r\n" {
             return None;
         }
@@ -114,7 +114,7 @@ fn a_big_value_is_chunked_reassembled_and_never_read_wrong() {
 
     // A lost chunk: a miss, not a shorter or patched value.
     let lost = all.iter().find(|k| !first_chunks.contains(k)).unwrap();
-    assert_eq!(direct.line(&format!("delete {lost}\r\n")), "DELETED\r\n");
+    assert_eq!(direct.line(format!("delete {lost}\r\n")), "DELETED\r\n");
     assert_eq!(c.fetch("get", "k"), None);
     assert_eq!(c.line("mg k v\r\n"), "EN\r\n");
 

@@ -12,47 +12,18 @@ use support::{free_port, memfleet_server, until_serving, Conn, Killed};
 
 /// What this module asks of a text connection beyond `support::Conn`'s own.
 trait ConnExt {
-    fn get(&mut self, key: &str) -> Option<String>;
     fn ttl(&mut self, key: &str) -> i64;
-    fn stat(&mut self, name: &str) -> Option<String>;
 }
 
 impl ConnExt for Conn {
-    /// Sends `request`, reads one line.
-    /// A get's value, if any.
-    fn get(&mut self, key: &str) -> Option<String> {
-        let first = self.line(&format!("get {key}\r\n"));
-        if first == "END\r\n" {
-            return None;
-        }
-        let len: usize = first
-            .trim_end()
-            .rsplit(' ')
-            .next()
-            .unwrap()
-            .parse()
-            .unwrap();
-        let mut data = vec![0; len + 2];
-        self.0.read_exact(&mut data).unwrap();
-        let mut end = String::new();
-        self.0.read_line(&mut end).unwrap();
-        assert_eq!(end, "END\r\n");
-        Some(String::from_utf8_lossy(&data[..len]).into_owned())
-    }
-
     /// The remaining TTL the server gives `key` (meta `t`): -1 for none.
     fn ttl(&mut self, key: &str) -> i64 {
-        let l = self.line(&format!("mg {key} t\r\n"));
+        let l = self.line(format!("mg {key} t\r\n"));
         l.trim_end()
             .strip_prefix("HD t")
             .unwrap_or_else(|| panic!("mg {key} t: {l:?}"))
             .parse()
             .unwrap()
-    }
-
-    /// `STAT name value`'s value in `stats`.
-    fn stat(&mut self, name: &str) -> Option<String> {
-        self.stat_text(name)
     }
 }
 
@@ -203,7 +174,7 @@ fn failover_tries_the_next_child_on_errors_and_misses_and_all_routes_fan_out() {
     assert_eq!(c.line("set k 0 0 1\r\nA\r\n"), "STORED\r\n");
     assert_eq!(on_a.get("k").as_deref(), Some("A"));
     assert_eq!(c.get("k").as_deref(), Some("A"));
-    assert_eq!(c.stat("route:reads:failovers").as_deref(), Some("2"));
+    assert_eq!(c.stat("route:reads:failovers"), Some(2));
     // The refusing server is a suspect (failing, not yet down: its limit is 100); a is not.
     c.0.get_mut()
         .write_all(b"stats suspect_servers\r\n")
@@ -368,6 +339,6 @@ fn replicated_reads_go_to_the_routers_zone_first() {
     // The zone's replica cannot answer: the read fails over to the other zone.
     assert_eq!(Conn::new(gone).get("k").as_deref(), Some("A"));
     let mut c = Conn::new(gone);
-    assert_eq!(c.stat("route:gone:replica_failovers").as_deref(), Some("1"));
+    assert_eq!(c.stat("route:gone:replica_failovers"), Some(1));
     let _ = std::fs::remove_file(file);
 }

@@ -11,42 +11,6 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 use support::{free_port, memfleet_server, until_serving, Conn, Killed};
 
-/// What this module asks of a text connection beyond `support::Conn`'s own.
-trait ConnExt {
-    fn stats(&mut self, args: &str) -> Vec<(String, String)>;
-    fn get(&mut self, key: &str) -> Option<String>;
-}
-
-impl ConnExt for Conn {
-    /// A `stats ARGS` reply as (name, value) pairs.
-    fn stats(&mut self, args: &str) -> Vec<(String, String)> {
-        self.send(format!("stats {args}\r\n"));
-        let mut out = Vec::new();
-        loop {
-            let l = self.read_line();
-            if l == "END\r\n" || l.is_empty() {
-                return out;
-            }
-            let mut words = l.trim_end().splitn(3, ' ').skip(1);
-            out.push((
-                words.next().unwrap().to_string(),
-                words.next().unwrap_or("").to_string(),
-            ));
-        }
-    }
-
-    /// `get KEY` of a one-line value (or a miss: `None`).
-    fn get(&mut self, key: &str) -> Option<String> {
-        let first = self.line(&format!("get {key}\r\n"));
-        if first == "END\r\n" {
-            return None;
-        }
-        let value = self.read_line();
-        assert_eq!(self.read_line(), "END\r\n");
-        Some(value.trim_end().to_string())
-    }
-}
-
 fn stat(stats: &[(String, String)], name: &str) -> String {
     stats
         .iter()
@@ -116,7 +80,7 @@ fn latency_histograms_and_command_counts_trace_a_stalled_server() {
     let mut c = Conn::new(port);
     for i in 0..20 {
         assert_eq!(
-            c.line(&format!("set k{i} 0 0 1\r\n{}\r\n", i % 10)),
+            c.line(format!("set k{i} 0 0 1\r\n{}\r\n", i % 10)),
             "STORED\r\n"
         );
     }
@@ -125,7 +89,7 @@ fn latency_histograms_and_command_counts_trace_a_stalled_server() {
     }
     let mut t = Conn::new(tree);
     for i in 0..5 {
-        assert_eq!(t.line(&format!("delete k{i}\r\n")), "DELETED\r\n");
+        assert_eq!(t.line(format!("delete k{i}\r\n")), "DELETED\r\n");
     }
     assert_eq!(t.line("incr k10 1\r\n"), "1\r\n");
     let detailed = c.stats("detailed");
@@ -155,7 +119,7 @@ fn latency_histograms_and_command_counts_trace_a_stalled_server() {
     let key = (0..100)
         .map(|i| format!("s{i}"))
         .find(|k| {
-            c.line(&format!("get __memfleet__.route({k})\r\n"));
+            c.line(format!("get __memfleet__.route({k})\r\n"));
             let server = c.read_line();
             c.read_line();
             server.trim_end() == format!("127.0.0.1:{slow}")

@@ -9,7 +9,7 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-use support::{free_port, memfleet_server, Killed};
+use support::{free_port, memfleet_server, Conn, Killed};
 
 /// `memfleet router ARGS FILE` (stderr kept in the test's output on failure through the
 /// assertion messages), once `port` answers `version`.
@@ -55,31 +55,14 @@ fn config_file(name: &str, text: &str) -> std::path::PathBuf {
     path
 }
 
-struct Conn(BufReader<TcpStream>);
-
 /// What this module asks of a text connection beyond `support::Conn`'s own.
 trait ConnExt {
-    fn new(port: u16) -> Self;
-    fn line(&mut self, request: &[u8]) -> String;
     fn set(&mut self, command: &str, key: &str, value: &[u8]) -> String;
     fn ms(&mut self, key: &str, value: &[u8]) -> String;
-    fn get(&mut self, key: &str) -> Option<Vec<u8>>;
+    fn get_bytes(&mut self, key: &str) -> Option<Vec<u8>>;
 }
 
 impl ConnExt for Conn {
-    fn new(port: u16) -> Self {
-        let s = TcpStream::connect(("127.0.0.1", port)).unwrap();
-        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-        Conn(BufReader::new(s))
-    }
-
-    fn line(&mut self, request: &[u8]) -> String {
-        self.0.get_mut().write_all(request).unwrap();
-        let mut l = String::new();
-        self.0.read_line(&mut l).unwrap();
-        l
-    }
-
     /// `set KEY 0 0 <len>` of `value`: the reply line.
     fn set(&mut self, command: &str, key: &str, value: &[u8]) -> String {
         let mut req = format!("{command} {key} 0 0 {}\r\n", value.len()).into_bytes();
@@ -96,8 +79,8 @@ impl ConnExt for Conn {
         self.line(&req)
     }
 
-    /// A get's value, if any.
-    fn get(&mut self, key: &str) -> Option<Vec<u8>> {
+    /// A get's value, if any, byte for byte.
+    fn get_bytes(&mut self, key: &str) -> Option<Vec<u8>> {
         let first = self.line(format!("get {key}\r\n").as_bytes());
         if first == "END\r\n" {
             return None;
@@ -147,7 +130,7 @@ fn each_pool_lets_items_through_up_to_its_item_size_max() {
     // The pool's own listener: 2,000,000 bytes pass to a server running -I 4m, and back.
     let mut c = Conn::new(big);
     assert_eq!(c.set("set", "k", &two_mb), "STORED\r\n");
-    assert_eq!(c.get("k").as_deref(), Some(&two_mb[..]));
+    assert_eq!(c.get_bytes("k").as_deref(), Some(&two_mb[..]));
     // The largest item 4 MiB holds for this key passes; one byte more is refused as
     // memcached -I 4m refuses it, and the data block is swallowed (the connection goes on).
     let largest = vec![b'x'; (4 << 20) - OVERHEAD - 1];
@@ -155,7 +138,7 @@ fn each_pool_lets_items_through_up_to_its_item_size_max() {
     let over = vec![b'x'; (4 << 20) - OVERHEAD];
     assert_eq!(c.set("set", "k", &over), TOO_LARGE);
     assert_eq!(c.ms("k", &over), TOO_LARGE);
-    assert_eq!(c.get("k").map(|v| v.len()), Some(largest.len()));
+    assert_eq!(c.get_bytes("k").map(|v| v.len()), Some(largest.len()));
 
     // A pool without item_size_max keeps memcached's 1 MiB, whatever its servers take.
     let mut c = Conn::new(small);
@@ -170,12 +153,12 @@ fn each_pool_lets_items_through_up_to_its_item_size_max() {
     assert_eq!(c.line(&cas), TOO_LARGE);
     assert_eq!(c.ms("k", &two_mb), TOO_LARGE);
     assert_eq!(c.set("set", "k", b"fits"), "STORED\r\n");
-    assert_eq!(c.get("k").as_deref(), Some(&b"fits"[..]));
+    assert_eq!(c.get_bytes("k").as_deref(), Some(&b"fits"[..]));
 
     // Through a route tree, each key's pool decides.
     let mut c = Conn::new(tree);
     assert_eq!(c.set("set", "b:k", &two_mb), "STORED\r\n");
-    assert_eq!(c.get("b:k").as_deref(), Some(&two_mb[..]));
+    assert_eq!(c.get_bytes("b:k").as_deref(), Some(&two_mb[..]));
     assert_eq!(c.ms("b:m", &two_mb), "HD\r\n");
     for command in ["set", "add", "replace", "append", "prepend"] {
         assert_eq!(c.set(command, "s:k", &two_mb), TOO_LARGE, "{command}");
@@ -184,7 +167,7 @@ fn each_pool_lets_items_through_up_to_its_item_size_max() {
     assert_eq!(c.set("set", "s:k", b"small"), "STORED\r\n");
     // Over every pool's limit: refused as it arrives, the connection goes on.
     assert_eq!(c.set("set", "b:k", &over), TOO_LARGE);
-    assert_eq!(c.get("s:k").as_deref(), Some(&b"small"[..]));
+    assert_eq!(c.get_bytes("s:k").as_deref(), Some(&b"small"[..]));
     let _ = std::fs::remove_file(file);
 }
 
@@ -444,7 +427,7 @@ fn admin_keys_name_the_running_configuration_and_the_route_an_operation_walks() 
     let _router = router(&["-t", "1", "--config"], &file, web);
     let mut c = Conn::new(web);
     let value = |c: &mut Conn, key: &str| {
-        String::from_utf8(c.get(key).unwrap_or_else(|| panic!("{key}: a miss"))).unwrap()
+        String::from_utf8(c.get_bytes(key).unwrap_or_else(|| panic!("{key}: a miss"))).unwrap()
     };
     assert_eq!(
         value(&mut c, "__memfleet__.config_file"),

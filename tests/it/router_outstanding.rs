@@ -12,17 +12,6 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 use support::{free_port, memfleet_server, until_serving, Conn, Killed};
 
-/// What this module asks of a text connection beyond `support::Conn`'s own.
-trait ConnExt {
-    fn stat(&mut self, name: &str) -> Option<u64>;
-}
-
-impl ConnExt for Conn {
-    fn stat(&mut self, name: &str) -> Option<u64> {
-        self.stat_text(name).map(|v| v.parse().unwrap())
-    }
-}
-
 fn router(file: &std::path::Path, admin: u16) -> Killed {
     support::router(file, Some(admin))
 }

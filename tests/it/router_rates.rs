@@ -13,15 +13,10 @@ use support::{free_port, memfleet_server, until_serving, Conn};
 
 /// What this module asks of a text connection beyond `support::Conn`'s own.
 trait ConnExt {
-    fn stat(&mut self, name: &str) -> Option<u64>;
     fn gets(&mut self, n: usize) -> (usize, Vec<String>);
 }
 
 impl ConnExt for Conn {
-    fn stat(&mut self, name: &str) -> Option<u64> {
-        self.stat_text(name).map(|v| v.parse().unwrap())
-    }
-
     /// `n` one-key gets of a missing key, pipelined: (answered END, refused lines).
     fn gets(&mut self, n: usize) -> (usize, Vec<String>) {
         self.0
@@ -335,7 +330,7 @@ fn max_down_fraction_keeps_most_of_a_pool_from_being_marked_down() {
     // Keys on every server, each failing one a few times.
     for round in 0..3 {
         for i in 0..200 {
-            c.line(&format!("set k{i} 0 0 1\r\n{round}\r\n"));
+            c.line(format!("set k{i} 0 0 1\r\n{round}\r\n"));
         }
     }
     let downs: Vec<u64> = dead
@@ -362,7 +357,7 @@ fn max_down_fraction_keeps_most_of_a_pool_from_being_marked_down() {
     };
     let before = errors(&mut c);
     for i in 0..200 {
-        c.line(&format!("mg k{i}\r\n")); // one line: HD, or an error
+        c.line(format!("mg k{i}\r\n")); // one line: HD, or an error
     }
     assert!(errors(&mut c) > before);
     let _ = std::fs::remove_file(file);

@@ -5,44 +5,10 @@
 
 use crate::support;
 
-use std::io::{BufRead, Read, Write};
+use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 use support::{free_port, memfleet_server, until_serving, Conn};
-
-/// What this module asks of a text connection beyond `support::Conn`'s own.
-trait ConnExt {
-    fn get(&mut self, key: &str) -> Option<String>;
-    fn stat(&mut self, name: &str) -> u64;
-}
-
-impl ConnExt for Conn {
-    fn get(&mut self, key: &str) -> Option<String> {
-        let first = self.line(&format!("get {key}\r\n"));
-        if first == "END\r\n" {
-            return None;
-        }
-        let len: usize = first
-            .trim_end()
-            .rsplit(' ')
-            .next()
-            .unwrap()
-            .parse()
-            .unwrap();
-        let mut data = vec![0; len + 2];
-        self.0.read_exact(&mut data).unwrap();
-        let mut end = String::new();
-        self.0.read_line(&mut end).unwrap();
-        Some(String::from_utf8_lossy(&data[..len]).into_owned())
-    }
-
-    fn stat(&mut self, name: &str) -> u64 {
-        self.stat_text(name)
-            .unwrap_or_else(|| panic!("no STAT {name}"))
-            .parse()
-            .unwrap()
-    }
-}
 
 fn eventually(what: &str, mut ok: impl FnMut() -> bool) {
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -83,7 +49,7 @@ fn a_shadow_gets_the_same_keys_main_answers_and_mismatches_are_counted() {
     // Half the key space is shadowed: those keys, and only those, reach the new cluster.
     let keys: Vec<String> = (0..200).map(|i| format!("user:{i}")).collect();
     for k in &keys {
-        assert_eq!(c.line(&format!("set {k} 0 0 1\r\nv\r\n")), "STORED\r\n");
+        assert_eq!(c.line(format!("set {k} 0 0 1\r\nv\r\n")), "STORED\r\n");
     }
     let shadowed = |on_new: &mut Conn| -> Vec<String> {
         keys.iter()
@@ -92,7 +58,7 @@ fn a_shadow_gets_the_same_keys_main_answers_and_mismatches_are_counted() {
             .collect()
     };
     eventually("the copies", || {
-        shadowed(&mut on_new).len() as u64 == c.stat("route:try_new:shadow_requests")
+        shadowed(&mut on_new).len() as u64 == c.stat("route:try_new:shadow_requests").unwrap()
     });
     let first = shadowed(&mut on_new);
     assert!(
@@ -100,18 +66,21 @@ fn a_shadow_gets_the_same_keys_main_answers_and_mismatches_are_counted() {
         "{} of 200 shadowed",
         first.len()
     );
-    assert_eq!(c.stat("route:try_new:shadow_requests"), first.len() as u64);
+    assert_eq!(
+        c.stat("route:try_new:shadow_requests").unwrap(),
+        first.len() as u64
+    );
     for k in &keys {
         assert_eq!(on_old.get(k).as_deref(), Some("v"), "main has every key");
     }
     // The same keys every time (the key's hash decides): deleted through the route, set
     // again, the new cluster holds the same ones.
     for k in &keys {
-        assert_eq!(c.line(&format!("delete {k}\r\n")), "DELETED\r\n");
+        assert_eq!(c.line(format!("delete {k}\r\n")), "DELETED\r\n");
     }
     eventually("the deletes", || shadowed(&mut on_new).is_empty());
     for k in &keys {
-        assert_eq!(c.line(&format!("set {k} 0 0 1\r\nw\r\n")), "STORED\r\n");
+        assert_eq!(c.line(format!("set {k} 0 0 1\r\nw\r\n")), "STORED\r\n");
     }
     eventually("the same keys", || shadowed(&mut on_new) == first);
 
@@ -119,11 +88,11 @@ fn a_shadow_gets_the_same_keys_main_answers_and_mismatches_are_counted() {
     let (hit, miss) = (&first[0], keys.iter().find(|k| !first.contains(k)).unwrap());
     assert_eq!(c.get(hit).as_deref(), Some("w"));
     eventually("a comparison", || {
-        c.stat("route:try_new:shadow_compared") == 1
+        c.stat("route:try_new:shadow_compared").unwrap() == 1
     });
-    assert_eq!(c.stat("route:try_new:shadow_mismatches"), 0);
+    assert_eq!(c.stat("route:try_new:shadow_mismatches").unwrap(), 0);
     assert_eq!(
-        on_new.line(&format!("set {hit} 0 0 5\r\nstale\r\n")),
+        on_new.line(format!("set {hit} 0 0 5\r\nstale\r\n")),
         "STORED\r\n"
     );
     assert_eq!(
@@ -132,11 +101,11 @@ fn a_shadow_gets_the_same_keys_main_answers_and_mismatches_are_counted() {
         "the client sees main's value"
     );
     eventually("a mismatch", || {
-        c.stat("route:try_new:shadow_mismatches") == 1
+        c.stat("route:try_new:shadow_mismatches").unwrap() == 1
     });
     assert_eq!(c.get(miss).as_deref(), Some("w"));
     assert_eq!(
-        c.stat("route:try_new:shadow_compared"),
+        c.stat("route:try_new:shadow_compared").unwrap(),
         2,
         "an unshadowed key"
     );
@@ -154,15 +123,15 @@ fn a_shadow_gets_the_same_keys_main_answers_and_mismatches_are_counted() {
     let mut f = Conn::new(full);
     let started = Instant::now();
     for i in 0..10 {
-        assert_eq!(f.line(&format!("set h{i} 0 0 1\r\nv\r\n")), "STORED\r\n");
+        assert_eq!(f.line(format!("set h{i} 0 0 1\r\nv\r\n")), "STORED\r\n");
     }
     assert_eq!(f.get("h9").as_deref(), Some("v"));
     assert!(
         started.elapsed() < Duration::from_secs(2),
         "main waited for the shadow"
     );
-    assert_eq!(f.stat("route:full:shadow_requests"), 2);
-    assert_eq!(f.stat("route:full:shadow_dropped"), 9);
+    assert_eq!(f.stat("route:full:shadow_requests").unwrap(), 2);
+    assert_eq!(f.stat("route:full:shadow_dropped").unwrap(), 9);
     drop(hung);
     let _ = std::fs::remove_file(file);
 }
@@ -193,7 +162,7 @@ fn index_range_shadows_the_keys_of_main_servers_by_index() {
     let mut c = Conn::new(port);
     let keys: Vec<String> = (0..100).map(|i| format!("k{i}")).collect();
     for k in &keys {
-        assert_eq!(c.line(&format!("set {k} 0 0 1\r\nv\r\n")), "STORED\r\n");
+        assert_eq!(c.line(format!("set {k} 0 0 1\r\nv\r\n")), "STORED\r\n");
     }
     let on = |port: u16| -> Vec<String> {
         let mut s = Conn::new(port);
@@ -208,7 +177,7 @@ fn index_range_shadows_the_keys_of_main_servers_by_index() {
         "both servers hold keys"
     );
     eventually("the copies", || {
-        c.stat("route:r:shadow_requests") as usize == on(new).len()
+        c.stat("route:r:shadow_requests").unwrap() as usize == on(new).len()
     });
     let copied = on(new);
     assert!(

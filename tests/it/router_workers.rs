@@ -75,7 +75,7 @@ fn a_listeners_workers_serve_its_clients_and_a_reload_moves_only_new_ones() {
         let set = format!("set k{i} 0 0 2\r\nv{i}\r\n");
         assert_eq!(client.line(&set), "STORED\r\n");
         assert_eq!(
-            client.line(&format!("get k{i}\r\n")),
+            client.line(format!("get k{i}\r\n")),
             format!("VALUE k{i} 0 2\r\n")
         );
         assert_eq!(client.read_line(), format!("v{i}\r\n"));

@@ -1,8 +1,8 @@
 //! A blocking text-protocol connection for socket-level tests: send, read a line, a request
-//! and its one-line reply, `stats`. A test file adds what only it needs in an `impl Conn`
-//! of its own (the type is this test binary's).
+//! and its one-line reply, a one-key get, `stats`. A test module adds what only it needs in
+//! a trait of its own.
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::time::Duration;
 
@@ -10,10 +10,12 @@ use std::time::Duration;
 pub struct Conn(pub BufReader<TcpStream>);
 
 impl Conn {
+    /// Connects, waiting up to 10 s for something to listen on `port`.
     pub fn new(port: u16) -> Conn {
-        let s = TcpStream::connect(("127.0.0.1", port)).unwrap();
-        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-        Conn(BufReader::new(s))
+        Conn(BufReader::new(memfleet_testkit::connect(
+            port,
+            Duration::from_secs(10),
+        )))
     }
 
     pub fn send(&mut self, bytes: impl AsRef<[u8]>) {
@@ -28,7 +30,7 @@ impl Conn {
     }
 
     /// Sends `request`, reads one line.
-    pub fn line(&mut self, request: &str) -> String {
+    pub fn line(&mut self, request: impl AsRef<[u8]>) -> String {
         self.send(request);
         self.read_line()
     }
@@ -46,6 +48,56 @@ impl Conn {
             if let Some(v) = l.strip_prefix(&prefix) {
                 found = Some(v.trim_end().to_string());
             }
+        }
+    }
+
+    /// Sends `request`, reads `n` lines (without their `\r\n`).
+    pub fn lines(&mut self, request: &str, n: usize) -> Vec<String> {
+        self.send(request);
+        (0..n)
+            .map(|_| self.read_line().trim_end().to_string())
+            .collect()
+    }
+
+    /// `get KEY`: its value, or `None` for a miss; panics on any other reply.
+    pub fn get(&mut self, key: &str) -> Option<String> {
+        let first = self.line(format!("get {key}\r\n"));
+        if first == "END\r\n" {
+            return None;
+        }
+        assert!(first.starts_with("VALUE "), "get {key}: {first:?}");
+        let len: usize = first
+            .trim_end()
+            .rsplit(' ')
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap();
+        let mut data = vec![0; len + 2];
+        self.0.read_exact(&mut data).unwrap();
+        assert_eq!(self.read_line(), "END\r\n", "get {key}");
+        Some(String::from_utf8_lossy(&data[..len]).into_owned())
+    }
+
+    /// `STAT name value`'s value in `stats`, as a number.
+    pub fn stat(&mut self, name: &str) -> Option<u64> {
+        self.stat_text(name).map(|v| v.parse().unwrap())
+    }
+
+    /// A `stats ARGS` reply as (name, value) pairs.
+    pub fn stats(&mut self, args: &str) -> Vec<(String, String)> {
+        self.send(format!("stats {args}\r\n"));
+        let mut out = Vec::new();
+        loop {
+            let l = self.read_line();
+            if l == "END\r\n" || l.is_empty() {
+                return out;
+            }
+            let mut words = l.trim_end().splitn(3, ' ').skip(1);
+            out.push((
+                words.next().unwrap().to_string(),
+                words.next().unwrap_or("").to_string(),
+            ));
         }
     }
 }
