@@ -52,12 +52,12 @@ fn server(port: u16) -> Killed {
 
 /// What this module asks of a text connection beyond `support::Conn`'s own.
 trait ConnExt {
-    fn value(&mut self) -> Result<String, String>;
+    fn value_or_line(&mut self) -> Result<String, String>;
 }
 
 impl ConnExt for Conn {
     /// One `get`'s reply: the value, or `Err` with the line that was not a value.
-    fn value(&mut self) -> Result<String, String> {
+    fn value_or_line(&mut self) -> Result<String, String> {
         let line = self.read_line();
         let words: Vec<&str> = line.split_whitespace().collect();
         let ["VALUE", _, _, len] = words.as_slice() else {
@@ -90,7 +90,7 @@ fn served(port: u16, keys: &[String], value: &str) -> usize {
     let batch: String = keys.iter().map(|k| format!("get {k}\r\n")).collect();
     c.send(&batch);
     keys.iter()
-        .filter(|_| c.value().as_deref() == Ok(value))
+        .filter(|_| c.value_or_line().as_deref() == Ok(value))
         .count()
 }
 

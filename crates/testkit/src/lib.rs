@@ -10,6 +10,7 @@
 //! | `process` | child processes stopped when dropped: [`Killed`] (tests), [`Spawned`] (waited for until it accepts), `memfleet server` and memcached on free ports |
 //! | `router` | a `memfleet router` on a configuration file of its own ([`Router`]) |
 //! | `router_config` | [`RouterConfig`]: a router's TOML, pool by pool and route by route |
+//! | `text_conn` | [`TextConn`]: a blocking text-protocol connection (a line, a get, `stats`) |
 //! | `postgres` | [`Postgres`]: a throwaway PostgreSQL (initdb in a temp dir) |
 //!
 //! Not here: the load (`memfleet-bench`), the assertions (each test's own).
@@ -20,6 +21,7 @@ pub mod postgres;
 pub mod process;
 pub mod router;
 pub mod router_config;
+pub mod text_conn;
 
 pub use dns::DnsServer;
 pub use ports::{connect, free_port, free_ports_at, try_free_port, try_free_ports_at};
@@ -27,3 +29,4 @@ pub use postgres::{Detached, Postgres};
 pub use process::{memcached, memfleet_server, Killed, Spawned};
 pub use router::Router;
 pub use router_config::RouterConfig;
+pub use text_conn::TextConn;

@@ -94,7 +94,7 @@ fn replicated_reads_stay_on_one_replica_and_survive_its_death() {
         assert_eq!(c.get("k").as_deref(), Some(survivor));
     }
     assert!(
-        c.stat("route:r:replica_failovers")
+        c.stat_text("route:r:replica_failovers")
             .unwrap()
             .parse::<u64>()
             .unwrap()
@@ -149,7 +149,7 @@ fn a_dead_server_is_covered_by_the_gutter_with_short_ttls() {
     }
     for &i in &on_dead {
         assert_eq!(c.get(&format!("k{i}")).as_deref(), Some("g"));
-        let ttl = Client::direct(pg).line(&format!("mg k{i} t\r\n"));
+        let ttl = Client::direct(pg).line(format!("mg k{i} t\r\n"));
         let t: i64 = ttl
             .trim_end()
             .strip_prefix("HD t")
@@ -164,7 +164,11 @@ fn a_dead_server_is_covered_by_the_gutter_with_short_ttls() {
             assert_eq!(Client::direct(p).get(&format!("k{i}")), None);
         }
     }
-    let hits: u64 = c.stat("route:cache:gutter_hits").unwrap().parse().unwrap();
+    let hits: u64 = c
+        .stat_text("route:cache:gutter_hits")
+        .unwrap()
+        .parse()
+        .unwrap();
     assert_eq!(hits, on_dead.len() as u64);
 }
 
@@ -218,7 +222,8 @@ fn deletes_for_a_dead_server_are_spooled_and_replayed_in_order_across_a_restart(
         c.check(&format!("delete key{i}\r\n"), "NOT_FOUND\r\n");
     }
     assert_eq!(
-        c.stat(&format!("spool:main--127.0.0.1-{port}")).as_deref(),
+        c.stat_text(&format!("spool:main--127.0.0.1-{port}"))
+            .as_deref(),
         Some("30")
     );
     // The router goes away with the deletes on disk; a new one finds them.
@@ -280,15 +285,22 @@ fn a_cold_cluster_warms_from_the_warm_one_and_a_racing_delete_wins() {
     // A set through the router is not refused by the hold-off (only adds are).
     c.check("set b 0 0 3\r\nnew\r\n", "STORED\r\n");
     c.check("get b\r\n", "VALUE b 0 3\r\nnew\r\nEND\r\n");
-    assert_eq!(c.stat("route:front:fills_refused").as_deref(), Some("1"));
-    assert_eq!(c.stat("route:front:warm_fills").as_deref(), Some("1"));
+    assert_eq!(
+        c.stat_text("route:front:fills_refused").as_deref(),
+        Some("1")
+    );
+    assert_eq!(c.stat_text("route:front:warm_fills").as_deref(), Some("1"));
     // The cold cluster's hit rate rises from the fills: a first pass over keys only warm
     // has misses in cold (filled), a second pass hits.
     for i in 0..20 {
         warm.check(&format!("set w{i} 0 0 1\r\nx\r\n"), "STORED\r\n");
     }
-    let hits =
-        |c: &mut Client| -> u64 { c.stat("route:front:cold_hits").unwrap().parse().unwrap() };
+    let hits = |c: &mut Client| -> u64 {
+        c.stat_text("route:front:cold_hits")
+            .unwrap()
+            .parse()
+            .unwrap()
+    };
     let before = hits(&mut c);
     for i in 0..20 {
         assert_eq!(c.get(&format!("w{i}")).as_deref(), Some("x"));
@@ -298,7 +310,7 @@ fn a_cold_cluster_warms_from_the_warm_one_and_a_racing_delete_wins() {
         assert_eq!(c.get(&format!("w{i}")).as_deref(), Some("x"));
     }
     assert_eq!(hits(&mut c), before + 20);
-    assert_eq!(c.stat("route:front:warm_fills").as_deref(), Some("21"));
+    assert_eq!(c.stat_text("route:front:warm_fills").as_deref(), Some("21"));
     // Once cold has recovered, a reload turns warm-up off: misses stay misses.
     router.reload(from_toml(&toml(false)).unwrap());
     let mut n = 0;

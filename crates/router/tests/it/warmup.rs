@@ -102,7 +102,7 @@ fn mg_and_lease_get_readers_are_warmed_and_leases_decide_the_fill() {
     c.check("lease-get e\r\n", "LVALUE e 1 0 0\r\n\r\nEND\r\n");
     assert_eq!(cold.get("e"), None);
     assert_eq!(
-        c.stat("route:front:warm_fills").as_deref(),
+        c.stat_text("route:front:warm_fills").as_deref(),
         Some("3"),
         "a, b and c were filled"
     );

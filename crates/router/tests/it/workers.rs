@@ -15,7 +15,8 @@ use support::{backend, eventually, list, Client};
 fn server_connections_used(threads: usize, server_connections: usize) -> usize {
     let (_server, port) = backend();
     let mut direct = Client::direct(port);
-    let count = |c: &mut Client| -> usize { c.stat("curr_connections").unwrap().parse().unwrap() };
+    let count =
+        |c: &mut Client| -> usize { c.stat_text("curr_connections").unwrap().parse().unwrap() };
     let before = count(&mut direct);
     let toml = format!(
         "[pools.main]\nlisten = \"127.0.0.1:0\"\nservers = [{}]\nserver_connections = {server_connections}\n",
