@@ -8,6 +8,7 @@
 //! | `dns` | [`DnsServer`]: an authoritative DNS server in-process, its zone changed while it runs |
 //! | `ports` | a free port on 127.0.0.1; connecting while a listener comes up |
 //! | `process` | child processes stopped when dropped: [`Killed`] (tests), [`Spawned`] (waited for until it accepts), `memfleet server` and memcached on free ports |
+//! | `server_spec` | [`ServerSpec`]: a server to start (memfleet or memcached, memory, threads, flags, CPU), its command line written once |
 //! | `router` | a `memfleet router` on a configuration file of its own ([`Router`]) |
 //! | `router_config` | [`RouterConfig`]: a router's TOML, pool by pool and route by route |
 //! | `text_conn` | [`TextConn`]: a blocking text-protocol connection (a line, a get, `stats`) |
@@ -21,6 +22,7 @@ pub mod postgres;
 pub mod process;
 pub mod router;
 pub mod router_config;
+pub mod server_spec;
 pub mod text_conn;
 
 pub use dns::DnsServer;
@@ -29,4 +31,5 @@ pub use postgres::{Detached, Postgres};
 pub use process::{memcached, memfleet_server, Killed, Spawned};
 pub use router::Router;
 pub use router_config::RouterConfig;
+pub use server_spec::ServerSpec;
 pub use text_conn::TextConn;

@@ -72,19 +72,12 @@ pub struct Spawned {
 }
 
 impl Spawned {
-    /// `BIN server -p PORT -m MEMORY_MIB -t 1` on a free 127.0.0.1 port, serving when it
-    /// returns: the small server an experiment starts several of.
+    /// `BIN server -m MEMORY_MIB -t 1` on a free 127.0.0.1 port, serving when it returns:
+    /// the small server an experiment starts several of.
     pub fn memfleet_server(bin: &str, memory_mib: u64) -> Result<(Spawned, u16)> {
-        let port = crate::ports::try_free_port()?;
-        let argv: Vec<String> = [bin, "server", "-p", &port.to_string()]
-            .into_iter()
-            .map(String::from)
-            .chain(["-m".into(), memory_mib.to_string(), "-t".into(), "1".into()])
-            .collect();
-        Ok((
-            Spawned::start(&argv, ([127, 0, 0, 1], port).into(), None)?,
-            port,
-        ))
+        let server = crate::ServerSpec::memfleet(bin, memory_mib).start()?;
+        let port = server.addr.port();
+        Ok((server, port))
     }
 
     /// Starts `argv` (under `taskset -c CPU` when `cpu` is given) and waits until `addr`

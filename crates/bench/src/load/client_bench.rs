@@ -6,6 +6,7 @@
 //! generator's thread runs the client library), the router and the server. With `--out
 //! DIR`: `client.json` (the medians, with latency CDFs) and `client-latency-cdf.png`.
 
+use memfleet_testkit::ServerSpec;
 use std::net::SocketAddr;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
@@ -25,7 +26,7 @@ use super::target::free_port;
 use super::workload::Workload;
 use super::{client, load_average, report, runtime};
 use memfleet_results::plot::Series;
-use memfleet_testkit::{Router, RouterConfig, Spawned};
+use memfleet_testkit::{Router, RouterConfig};
 
 /// `memfleet bench client`'s flags.
 #[derive(Debug, Clone, clap::Args)]
@@ -96,22 +97,12 @@ pub fn bench(args: &ClientArgs) -> Result<()> {
     let bin = &args.memfleet.memfleet_bin;
     let port = free_port()?;
     let server_addr: SocketAddr = ([127, 0, 0, 1], port).into();
-    let argv: Vec<String> = [
-        bin.as_str(),
-        "server",
-        "-p",
-        &port.to_string(),
-        "-U",
-        &port.to_string(),
-        "-t",
-        "1",
-        "-m",
-        "1024",
-    ]
-    .map(String::from)
-    .to_vec();
     let (client_cpu, server_cpu) = args.pinning.pins();
-    let server = Spawned::start(&argv, server_addr, server_cpu)?;
+    let server = ServerSpec::memfleet(bin, 1024)
+        .args(["-U", &port.to_string()])
+        .cpu(server_cpu)
+        .port(port)
+        .start()?;
     let router_port = free_port()?;
     let router_addr: SocketAddr = ([127, 0, 0, 1], router_port).into();
     let config = RouterConfig::new()

@@ -16,6 +16,7 @@
 //! With `--out DIR`: `gutter.json` (both runs' per-second timelines and totals) and the
 //! timelines `gutter-failures.png`, `gutter-db-per-100-gets.png` and `gutter-hit-rate.png`.
 
+use memfleet_testkit::ServerSpec;
 use std::cell::RefCell;
 use std::net::SocketAddr;
 use std::rc::Rc;
@@ -258,21 +259,7 @@ fn router_config(listen: u16, servers: &[u16], gutter: Option<u16>, ttl: u32) ->
 
 async fn run(args: &GutterArgs, workload: &Rc<Workload>, with_gutter: bool) -> Result<GutterRun> {
     let bin = &args.look_aside.memfleet.memfleet_bin;
-    let server = |port: u16| -> Result<Spawned> {
-        let argv: Vec<String> = [
-            bin.as_str(),
-            "server",
-            "-p",
-            &port.to_string(),
-            "-m",
-            "256",
-            "-t",
-            "1",
-        ]
-        .map(String::from)
-        .to_vec();
-        Spawned::start(&argv, ([127, 0, 0, 1], port).into(), None)
-    };
+    let server = |port: u16| ServerSpec::memfleet(bin, 256).port(port).start();
     let ports: Vec<u16> = (0..SERVERS).map(|_| free_port()).collect::<Result<_>>()?;
     let mut servers: Vec<Option<Spawned>> = ports
         .iter()

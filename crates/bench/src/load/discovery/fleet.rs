@@ -10,6 +10,7 @@
 //! `__memfleet__.pools`, polled every 10 ms). Everything here blocks: it runs on a thread of
 //! its own beside the clients. Not here: the clients, the keys' placement (`placement`).
 
+use memfleet_testkit::ServerSpec;
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
@@ -340,19 +341,7 @@ fn publish_srv(dns: &DnsServer, port: u16, members: &BTreeMap<String, Spawned>) 
 
 /// `bin server -l IP -p PORT -m 16 -t 1`, once it accepts connections.
 fn server(bin: &str, ip: IpAddr, port: u16) -> Result<Spawned> {
-    let argv: Vec<String> = [
-        bin,
-        "server",
-        "-l",
-        &ip.to_string(),
-        "-p",
-        &port.to_string(),
-    ]
-    .into_iter()
-    .chain(["-m", "16", "-t", "1"])
-    .map(String::from)
-    .collect();
-    Spawned::start(&argv, SocketAddr::new(ip, port), None)
+    ServerSpec::memfleet(bin, 16).on(ip).port(port).start()
 }
 
 /// Stops a member with SIGTERM (what Kubernetes sends) and waits for it to exit.

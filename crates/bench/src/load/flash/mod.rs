@@ -28,6 +28,7 @@
 mod client;
 mod fio;
 
+use memfleet_testkit::ServerSpec;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -322,26 +323,16 @@ pub fn bench(args: &FlashArgs) -> Result<()> {
     let memfleet_file = FlashFile(args.dir.join(format!("memfleet-bench-flash-{pid}")));
     {
         let port = free_port()?;
-        let command: Vec<String> = [
-            bin.as_str(),
-            "server",
-            "-p",
-            &port.to_string(),
-            "-t",
-            "2",
-            "-m",
-            &memory_mib.to_string(),
-            "--flash",
-            &format!("{}:{flash_size}", memfleet_file.0.display()),
-            "--flash-threads",
-            &args.flash_threads.to_string(),
-            "--flash-io",
-            &args.flash_io,
-            "--flash-item-size",
-            &record.to_string(),
-        ]
-        .map(String::from)
-        .into();
+        let command = ServerSpec::memfleet(&bin, memory_mib)
+            .threads(2)
+            .args([
+                "--flash",
+                &format!("{}:{flash_size}", memfleet_file.0.display()),
+            ])
+            .args(["--flash-threads", &args.flash_threads.to_string()])
+            .args(["--flash-io", &args.flash_io])
+            .args(["--flash-item-size", &record.to_string()])
+            .argv(port);
         let run = run_server(
             "memfleet",
             command,
@@ -360,30 +351,16 @@ pub fn bench(args: &FlashArgs) -> Result<()> {
         // is evicted for want of RAM: what its resident memory grows by is their cost.
         let mc_memory = memory_mib.max((items * 200) >> 20);
         let port = free_port()?;
-        let command: Vec<String> = [
-            mc.as_str(),
-            "-u",
-            "nobody",
-            "-l",
-            "127.0.0.1",
-            "-U",
-            "0",
-            "-p",
-            &port.to_string(),
-            "-t",
-            "2",
-            "-m",
-            &mc_memory.to_string(),
-            "-o",
-            &format!(
-                "ext_path={}:{}m,ext_item_age=0,ext_threads={}",
-                file.0.display(),
-                flash_size >> 20,
-                args.flash_threads
-            ),
-        ]
-        .map(String::from)
-        .into();
+        let ext = format!(
+            "ext_path={}:{}m,ext_item_age=0,ext_threads={}",
+            file.0.display(),
+            flash_size >> 20,
+            args.flash_threads
+        );
+        let command = ServerSpec::memcached(mc, mc_memory)
+            .threads(2)
+            .args(["-o", &ext])
+            .argv(port);
         let run = run_server("memcached", command, port, &file.0, 0, &s, args)?;
         print_run(&run);
         runs.push(run);

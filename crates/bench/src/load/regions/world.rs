@@ -5,6 +5,7 @@
 //! own region's database: the master's the primary, the replica's the standby (or, with
 //! `--replica-invalidator primary`, the primary: the mistake the paper's design avoids).
 
+use memfleet_testkit::ServerSpec;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -71,21 +72,9 @@ impl World {
         let mut servers = Vec::new();
         let mut ports = Vec::new();
         for _ in 0..2 {
-            let port = free_port()?;
-            let argv: Vec<String> = [
-                bin,
-                "server",
-                "-p",
-                &port.to_string(),
-                "-t",
-                "1",
-                "-m",
-                "64",
-            ]
-            .map(String::from)
-            .to_vec();
-            servers.push(Spawned::start(&argv, ([127, 0, 0, 1], port).into(), None)?);
-            ports.push(port);
+            let server = ServerSpec::memfleet(bin, 64).start()?;
+            ports.push(server.addr.port());
+            servers.push(server);
         }
         let (router, router_port) =
             Router::in_front_of(bin, name, &ports, &self.dir.join(format!("router-{name}")))?;

@@ -6,6 +6,7 @@
 //! Proxies run on the first k CPUs, the load generator on the CPUs between. Not here:
 //! the load (`drive`), the table (`report`).
 
+use memfleet_testkit::ServerSpec;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -194,22 +195,9 @@ pub fn run(s: &Settings, notes: &mut Vec<String>) -> Result<Vec<NetCell>> {
     let spec = drive::workload_spec(s.keys, s.key_size, s.value_size)?;
     let backend_port = free_port()?;
     let backend: SocketAddr = ([127, 0, 0, 1], backend_port).into();
-    let argv = [
-        s.memfleet_bin.as_str(),
-        "server",
-        "-l",
-        "127.0.0.1",
-        "-p",
-        &backend_port.to_string(),
-        "-U",
-        "0",
-        "-t",
-        &b.to_string(),
-        "-m",
-        &s.memory_mib.to_string(),
-    ]
-    .map(String::from)
-    .to_vec();
+    let argv = ServerSpec::memfleet(&s.memfleet_bin, s.memory_mib)
+        .threads(b)
+        .argv(backend_port);
     let mut server = Spawned::start(&pinned(&backend_cpus, argv), backend, None)?;
     let fill = drive::prefill(backend, &spec).context("filling the backend")?;
     println!(

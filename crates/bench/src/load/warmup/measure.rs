@@ -11,7 +11,8 @@ use crate::load::target::free_port;
 use crate::load::workload::{conn_rng, Workload, WorkloadOp};
 use anyhow::{Context, Result};
 use hdrhistogram::Histogram;
-use memfleet_testkit::{Router, RouterConfig, Spawned};
+use memfleet_testkit::ServerSpec;
+use memfleet_testkit::{Router, RouterConfig};
 use rand::rngs::SmallRng;
 use std::cell::RefCell;
 use std::net::SocketAddr;
@@ -172,22 +173,11 @@ pub(super) async fn run(
     warm_up: bool,
 ) -> Result<WarmupRun> {
     let label = label(warm_up);
-    let start_server = |port: u16| -> Result<Spawned> {
-        let argv: Vec<String> = [
-            args.look_aside.memfleet.memfleet_bin.as_str(),
-            "server",
-            "-l",
-            "127.0.0.1",
-            "-p",
-            &port.to_string(),
-            "-m",
-            &args.server_memory.to_string(),
-            "-t",
-            "1",
-        ]
-        .map(String::from)
-        .to_vec();
-        Spawned::start(&argv, ([127, 0, 0, 1], port).into(), None)
+    let bin = &args.look_aside.memfleet.memfleet_bin;
+    let start_server = |port: u16| {
+        ServerSpec::memfleet(bin, args.server_memory)
+            .port(port)
+            .start()
     };
     let ports = |n: usize| (0..n).map(|_| free_port()).collect::<Result<Vec<u16>>>();
     let (cold_ports, warm_ports) = (ports(SERVERS_PER_CLUSTER)?, ports(SERVERS_PER_CLUSTER)?);
