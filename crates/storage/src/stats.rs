@@ -110,6 +110,49 @@ pub struct Contention {
     pub growth_stalls: u64,
 }
 
+impl Contention {
+    /// The counters' names (their `stats memfleet` names without `segcache_`), in the order
+    /// of [`Contention::values`].
+    pub const NAMES: [&'static str; 6] = [
+        "reserve_retries",
+        "open_lock_waits",
+        "chain_lock_waits",
+        "chain_lock_spins",
+        "evict_lock_waits",
+        "growth_stalls",
+    ];
+
+    /// The counters, in the order of [`Contention::NAMES`].
+    pub fn values(&self) -> [u64; 6] {
+        [
+            self.reserve_retries,
+            self.open_lock_waits,
+            self.chain_lock_waits,
+            self.chain_lock_spins,
+            self.evict_lock_waits,
+            self.growth_stalls,
+        ]
+    }
+
+    /// The counters from their values, in the order of [`Contention::NAMES`].
+    pub fn from_values(v: [u64; 6]) -> Contention {
+        Contention {
+            reserve_retries: v[0],
+            open_lock_waits: v[1],
+            chain_lock_waits: v[2],
+            chain_lock_spins: v[3],
+            evict_lock_waits: v[4],
+            growth_stalls: v[5],
+        }
+    }
+
+    /// Counter by counter, what `self` (a later reading) gained over `before`.
+    pub fn since(&self, before: &Contention) -> Contention {
+        let (now, then) = (self.values(), before.values());
+        Contention::from_values(std::array::from_fn(|i| now[i].saturating_sub(then[i])))
+    }
+}
+
 pub(crate) fn collect(engine: &EngineState) -> Stats {
     let mut items = 0u64;
     let mut bytes = 0u64;

@@ -164,6 +164,12 @@ pub struct Keys {
 }
 
 impl Keys {
+    /// ` (Zipf S)` or ` (uniform)`: how keys are drawn, after their count.
+    pub fn distribution(&self) -> String {
+        self.zipf
+            .map_or(String::from(" (uniform)"), |z| format!(" (Zipf {z})"))
+    }
+
     /// `--value-size` of an experiment that takes one fixed size (`what` names it).
     pub fn fixed_value_size(&self, what: &str) -> Result<usize> {
         self.value_size.fixed(what).map_err(anyhow::Error::msg)
@@ -253,6 +259,20 @@ pub struct LookAside {
     /// How long a simulated database query takes.
     #[arg(long, alias = "herd-db-latency", value_parser = parse_duration, default_value = "10ms")]
     pub db_latency: Duration,
+}
+
+impl LookAside {
+    /// The workload in words, for an experiment's first line: `N look-aside clients, K keys
+    /// (Zipf S), database queries take D`.
+    pub fn describe(&self) -> String {
+        format!(
+            "{} look-aside clients, {} keys{}, database queries take {:?}",
+            self.clients.conns,
+            self.keys.keys,
+            self.keys.distribution(),
+            self.db_latency
+        )
+    }
 }
 
 /// `memfleet bench load`: the request mix at each pipeline depth.

@@ -115,16 +115,10 @@ pub fn bench(args: &GutterArgs) -> Result<()> {
             .gets_workload("gutter", args.look_aside.keys.zipf)?,
     );
     println!(
-        "memfleet bench gutter: {} servers behind a router, {} look-aside clients, \
-         {} keys{}, database queries take {:?}; one server killed at {:?} of {:?}",
+        "memfleet bench gutter: {} servers behind a router, {}; one server killed at {:?} of \
+         {:?}",
         SERVERS,
-        args.look_aside.clients.conns,
-        args.look_aside.keys.keys,
-        args.look_aside
-            .keys
-            .zipf
-            .map_or(String::from(" (uniform)"), |z| format!(" (Zipf {z})")),
-        args.look_aside.db_latency,
+        args.look_aside.describe(),
         fail_at,
         args.look_aside.clients.duration
     );

@@ -218,18 +218,11 @@ pub fn bench(args: &DiscoveryArgs) -> Result<()> {
     );
     println!(
         "memfleet bench discovery: {} members found through DNS (SRV, resolve_interval {:?}) \
-         behind a router's gutter route, {} look-aside clients, {} keys{}, database queries \
-         take {:?}; {} members replaced from {:?}, every {:?}, of {:?}: in place, then with \
-         new names",
+         behind a router's gutter route, {}; {} members replaced from {:?}, every {:?}, of \
+         {:?}: in place, then with new names",
         args.members,
         args.resolve_interval,
-        args.look_aside.clients.conns,
-        args.look_aside.keys.keys,
-        args.look_aside
-            .keys
-            .zipf
-            .map_or(String::from(" (uniform)"), |z| format!(" (Zipf {z})")),
-        args.look_aside.db_latency,
+        args.look_aside.describe(),
         args.replaced(),
         args.replace_at,
         args.step_gap(),

@@ -199,9 +199,7 @@ pub fn bench(args: &MigrationArgs) -> Result<()> {
          of {} written keys, {} writes/s; phases {}",
         settings.conns,
         settings.keys,
-        args.keys
-            .zipf
-            .map_or(String::from(" (uniform)"), |z| format!(" (Zipf {z})")),
+        args.keys.distribution(),
         settings.ttl,
         args.db_latency,
         args.written_reads * 100.0,

@@ -17,7 +17,7 @@ use rand::{RngExt, SeedableRng};
 
 use memfleet_loadgen::cpu;
 use memfleet_sim::zipf::Zipf;
-use memfleet_storage::{Cache, Config, Expiry, Stats};
+use memfleet_storage::{Cache, Config, Expiry};
 
 /// Bytes of every key: `k` and 15 decimal digits.
 pub const KEY_SIZE: usize = 16;
@@ -106,53 +106,31 @@ pub struct EngineSettings {
     pub cpus: Vec<usize>,
 }
 
-/// The engine's contention counters over one cell's measured time.
-#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize)]
-pub struct ContentionDelta {
-    /// Failed compare-and-swaps reserving room in a shared active segment.
-    pub reserve_retries: u64,
-    /// Writers that waited for another to open an active segment of the same TTL bucket.
-    pub open_lock_waits: u64,
-    /// Chain locks found held by another thread.
-    pub chain_lock_waits: u64,
-    /// Turns spent spinning (then yielding) for chain locks.
-    pub chain_lock_spins: u64,
-    /// Evictions that waited for another thread's eviction to finish.
-    pub evict_lock_waits: u64,
-    /// Operations that found their hash chain moved by a table growth and waited for it.
-    pub growth_stalls: u64,
+/// The engine's contention counters over one cell's measured time (storage's own, as the
+/// difference of two readings).
+pub type ContentionDelta = memfleet_storage::Contention;
+
+/// A contention reading as a JSON object, the counters by their names.
+pub fn contention_json<S: serde::Serializer>(
+    c: &ContentionDelta,
+    serializer: S,
+) -> Result<S::Ok, S::Error> {
+    use serde::ser::SerializeMap;
+    let mut map = serializer.serialize_map(Some(ContentionDelta::NAMES.len()))?;
+    for (name, value) in ContentionDelta::NAMES.iter().zip(c.values()) {
+        map.serialize_entry(name, &value)?;
+    }
+    map.end()
 }
 
-impl ContentionDelta {
-    /// What the counters of `after` gained over `before`.
-    pub fn between(before: &Stats, after: &Stats) -> ContentionDelta {
-        let c = |s: &Stats| ContentionDelta {
-            reserve_retries: s.contention.reserve_retries,
-            open_lock_waits: s.contention.open_lock_waits,
-            chain_lock_waits: s.contention.chain_lock_waits,
-            chain_lock_spins: s.contention.chain_lock_spins,
-            evict_lock_waits: s.contention.evict_lock_waits,
-            growth_stalls: s.contention.growth_stalls,
-        };
-        c(after).since(&c(before))
-    }
-
-    /// Counter by counter, what `self` (a later reading) gained over `before`.
-    pub fn since(&self, before: &ContentionDelta) -> ContentionDelta {
-        ContentionDelta {
-            reserve_retries: self.reserve_retries.saturating_sub(before.reserve_retries),
-            open_lock_waits: self.open_lock_waits.saturating_sub(before.open_lock_waits),
-            chain_lock_waits: self
-                .chain_lock_waits
-                .saturating_sub(before.chain_lock_waits),
-            chain_lock_spins: self
-                .chain_lock_spins
-                .saturating_sub(before.chain_lock_spins),
-            evict_lock_waits: self
-                .evict_lock_waits
-                .saturating_sub(before.evict_lock_waits),
-            growth_stalls: self.growth_stalls.saturating_sub(before.growth_stalls),
-        }
+/// [`contention_json`] of a reading that may be absent (`null`).
+pub fn contention_json_opt<S: serde::Serializer>(
+    c: &Option<ContentionDelta>,
+    serializer: S,
+) -> Result<S::Ok, S::Error> {
+    match c {
+        Some(c) => contention_json(c, serializer),
+        None => serializer.serialize_none(),
     }
 }
 
@@ -183,6 +161,7 @@ pub struct EngineCell {
     /// Seconds the threads took to fill the cache.
     pub prefill_s: f64,
     /// The contention counters' deltas over the measured time.
+    #[serde(serialize_with = "contention_json")]
     pub contention: ContentionDelta,
 }
 
@@ -299,7 +278,7 @@ fn run_cell(
         },
         evicted_items: after.evicted_items.saturating_sub(before.evicted_items),
         prefill_s: prefill.as_secs_f64(),
-        contention: ContentionDelta::between(&before, &after),
+        contention: after.contention.since(&before.contention),
     })
 }
 

@@ -233,6 +233,29 @@ fn default_nutcracker() -> String {
 }
 
 impl Settings {
+    /// One server or router cell's load: `k` workers' worth of connections at `depth` to
+    /// `addrs` (whose processes are `pids`), from the load generator's `cpus`.
+    pub(crate) fn cell_load<'a>(
+        &'a self,
+        target: (&'a [std::net::SocketAddr], &'a [u32]),
+        k: usize,
+        depth: usize,
+        cpus: &'a [usize],
+        spec: &'a memfleet_loadgen::workload::WorkloadSpec,
+    ) -> drive::Load<'a> {
+        drive::Load {
+            addrs: target.0,
+            pids: target.1,
+            conns: self.conns_per_worker * k,
+            depth,
+            cpus,
+            warmup: Duration::from_secs_f64(self.warmup_s),
+            duration: Duration::from_secs_f64(self.duration_s),
+            spec,
+            seed: self.seed,
+        }
+    }
+
     /// The engine part's settings.
     fn engine(&self) -> EngineSettings {
         EngineSettings {

@@ -59,6 +59,7 @@ pub struct NetCell {
     pub commands: Vec<String>,
     /// A memfleet server's contention counters (`stats memfleet`), their deltas over the
     /// cell, warm-up included.
+    #[serde(serialize_with = "super::engine::contention_json_opt")]
     pub contention: Option<ContentionDelta>,
 }
 

@@ -9,7 +9,6 @@
 use memfleet_testkit::ServerSpec;
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::time::Duration;
 
 use anyhow::{Context, Result};
 
@@ -17,7 +16,7 @@ use memfleet_loadgen::target::free_port;
 use memfleet_results::provenance::shell_line;
 use memfleet_testkit::Spawned;
 
-use super::drive::{self, Load};
+use super::drive;
 use super::report::NetCell;
 use super::server::{pinned, split_cpus, version};
 use super::Settings;
@@ -230,17 +229,7 @@ pub fn run(s: &Settings, notes: &mut Vec<String>) -> Result<Vec<NetCell>> {
                 .collect();
             println!("[{}] k={k}: started {}", proxies.name, commands.join("; "));
             for &depth in &s.pipeline {
-                let load = Load {
-                    addrs: &proxies.addrs,
-                    pids: &pids,
-                    conns: s.conns_per_worker * k,
-                    depth,
-                    cpus: &load_cpus,
-                    warmup: Duration::from_secs_f64(s.warmup_s),
-                    duration: Duration::from_secs_f64(s.duration_s),
-                    spec: &spec,
-                    seed: s.seed,
-                };
+                let load = s.cell_load((&proxies.addrs, &pids), k, depth, &load_cpus, &spec);
                 let outcome = drive::run(&load)
                     .with_context(|| format!("loading {} k={k} pipeline {depth}", proxies.name))?;
                 let mut cell = NetCell::new(proxies.name, k, depth, &outcome);

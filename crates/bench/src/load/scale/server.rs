@@ -4,7 +4,6 @@
 //! generator's threads on the other CPUs (`drive`). Not here: the table (`report`).
 
 use std::net::SocketAddr;
-use std::time::Duration;
 
 use anyhow::{Context, Result};
 
@@ -13,7 +12,7 @@ use memfleet_loadgen::target::{self, ServerSettings, SpawnSpec};
 use memfleet_results::provenance::shell_line;
 use memfleet_testkit::Spawned;
 
-use super::drive::{self, Load};
+use super::drive;
 use super::engine::ContentionDelta;
 use super::machine::taskset_list;
 use super::report::NetCell;
@@ -106,17 +105,8 @@ pub fn run(s: &Settings, notes: &mut Vec<String>) -> Result<Vec<NetCell>> {
                 fill.as_secs_f64()
             );
             for &depth in &s.pipeline {
-                let load = Load {
-                    addrs: &[addr],
-                    pids: &[server.pid()],
-                    conns: s.conns_per_worker * k,
-                    depth,
-                    cpus: &load_cpus,
-                    warmup: Duration::from_secs_f64(s.warmup_s),
-                    duration: Duration::from_secs_f64(s.duration_s),
-                    spec: &spec,
-                    seed: s.seed,
-                };
+                let (addrs, pids) = ([addr], [server.pid()]);
+                let load = s.cell_load((&addrs, &pids), k, depth, &load_cpus, &spec);
                 let before = contention(addr, spec_of)?;
                 let outcome = drive::run(&load).with_context(|| {
                     format!("loading {} k={k} pipeline {depth}", spec_of.name())
@@ -151,14 +141,9 @@ fn contention(addr: SocketAddr, server: &SpawnSpec) -> Result<Option<ContentionD
         StatsConn::connect(addr).await?.get("memfleet").await
     })?;
     let n = |name: &str| stats.int_or_zero(&format!("segcache_{name}"));
-    Ok(Some(ContentionDelta {
-        reserve_retries: n("reserve_retries"),
-        open_lock_waits: n("open_lock_waits"),
-        chain_lock_waits: n("chain_lock_waits"),
-        chain_lock_spins: n("chain_lock_spins"),
-        evict_lock_waits: n("evict_lock_waits"),
-        growth_stalls: n("growth_stalls"),
-    }))
+    Ok(Some(ContentionDelta::from_values(
+        ContentionDelta::NAMES.map(n),
+    )))
 }
 
 #[cfg(test)]
