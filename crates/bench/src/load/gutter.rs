@@ -23,6 +23,7 @@ use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use super::args::LookAside;
+use super::look_aside::{self, Event};
 use super::run_log::{write_results, RunLog};
 use super::target::free_port;
 use super::workload::Workload;
@@ -34,7 +35,7 @@ use memfleet_testkit::{Router, RouterConfig, Spawned};
 use rand::rngs::SmallRng;
 use rand::SeedableRng;
 use serde_json::json;
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
 
 /// `memfleet bench gutter`'s flags.
@@ -361,9 +362,7 @@ async fn client(
 ) -> Result<()> {
     let mut rng = SmallRng::seed_from_u64(0x6775_7474 ^ seed);
     let mut conn = BufReader::new(TcpStream::connect(addr).await?);
-    let mut request = Vec::new();
-    let mut line = String::new();
-    let mut value = Vec::new();
+    let mut buffers = look_aside::Buffers::default();
     loop {
         let now = Instant::now();
         if now >= deadline {
@@ -371,50 +370,21 @@ async fn client(
         }
         let second = ((now - start).as_secs() as usize).min(windows.borrow().len() - 1);
         let key = workload.key(&mut rng);
-        request.clear();
-        workload.encode(super::workload::WorkloadOp::Get(key), &mut request);
-        conn.get_mut().write_all(&request).await?;
-        line.clear();
-        conn.read_line(&mut line).await?;
-        let hit = if let Some(rest) = line.strip_prefix("VALUE ") {
-            let len: usize = rest
-                .trim_end()
-                .rsplit(' ')
-                .next()
-                .and_then(|n| n.parse().ok())
-                .with_context(|| format!("bad VALUE line {line:?}"))?;
-            value.resize(len + 2, 0);
-            conn.read_exact(&mut value).await?;
-            line.clear();
-            conn.read_line(&mut line).await?;
-            true
-        } else {
-            false
-        };
-        let error = !hit && line != "END\r\n";
-        {
+        look_aside::read(&mut conn, workload, key, db_latency, &mut buffers, |e| {
             let mut w = windows.borrow_mut();
             let s = &mut w[second];
-            s.gets += 1;
-            s.hits += u64::from(hit);
-            s.errors += u64::from(error);
-        }
-        if hit {
-            continue;
-        }
-        // A miss (or a failure): the database, then fill the cache.
-        windows.borrow_mut()[second].db += 1;
-        if !db_latency.is_zero() {
-            tokio::time::sleep(db_latency).await;
-        }
-        request.clear();
-        workload.encode(super::workload::WorkloadOp::Set(key), &mut request);
-        conn.get_mut().write_all(&request).await?;
-        line.clear();
-        conn.read_line(&mut line).await?;
-        if line != "STORED\r\n" {
-            windows.borrow_mut()[second].errors += 1;
-        }
+            match e {
+                Event::Get { hit, error } => {
+                    s.gets += 1;
+                    s.hits += u64::from(hit);
+                    s.errors += u64::from(error.is_some());
+                }
+                // A miss (or a failure): the database, then fill the cache.
+                Event::Database => s.db += 1,
+                Event::SetFailed(_) => s.errors += 1,
+            }
+        })
+        .await?;
     }
 }
 

@@ -28,6 +28,7 @@ pub mod gutter;
 pub mod herd;
 pub mod invalidation;
 mod invalidator_metrics;
+mod look_aside;
 pub mod migration;
 pub mod regions;
 pub mod replay;

@@ -43,16 +43,17 @@ use std::time::{Duration, Instant};
 
 use super::args::LookAside;
 use super::client::prefill;
+use super::look_aside::Event;
 use super::run_log::RunLog;
 use super::runtime;
-use super::workload::{Workload, WorkloadOp};
+use super::workload::Workload;
 use anyhow::{bail, Context, Result};
 use fleet::{Admin, Fleet, Step};
 use memfleet_sim::duration::parse_duration;
 use placement::{Moves, Snapshot};
 use rand::rngs::SmallRng;
 use rand::SeedableRng;
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::io::BufReader;
 use tokio::net::TcpStream;
 
 /// `memfleet bench discovery`'s flags.
@@ -458,7 +459,8 @@ async fn client(
     }
 }
 
-/// A get of `key`; on a miss or an error, the database and a set.
+/// A get of `key`; on a miss or an error, the database and a set (`look_aside::read`),
+/// counted on `clock`.
 async fn look_aside(
     conn: &mut BufReader<TcpStream>,
     workload: &Workload,
@@ -466,58 +468,21 @@ async fn look_aside(
     db_latency: Duration,
     clock: &Clock<'_>,
 ) -> std::io::Result<()> {
-    let mut request = Vec::new();
-    workload.encode(WorkloadOp::Get(key), &mut request);
-    conn.get_mut().write_all(&request).await?;
-    let mut line = String::new();
-    read_line(conn, &mut line).await?;
-    let hit = if let Some(rest) = line.strip_prefix("VALUE ") {
-        let len: usize = rest
-            .trim_end()
-            .rsplit(' ')
-            .next()
-            .and_then(|n| n.parse().ok())
-            .ok_or_else(|| std::io::Error::other(format!("bad VALUE line {line:?}")))?;
-        let mut value = vec![0; len + 2];
-        conn.read_exact(&mut value).await?;
-        line.clear();
-        read_line(conn, &mut line).await?;
-        true
-    } else {
-        false
-    };
-    let error = !hit && line != "END\r\n";
-    clock.count(|s| {
-        s.gets += 1;
-        s.hits += u64::from(hit);
-    });
-    if error {
-        clock.failed(format!("get: {}", line.trim_end()));
-    }
-    if hit {
-        return Ok(());
-    }
-    clock.count(|s| s.db += 1);
-    if !db_latency.is_zero() {
-        tokio::time::sleep(db_latency).await;
-    }
-    request.clear();
-    workload.encode(WorkloadOp::Set(key), &mut request);
-    conn.get_mut().write_all(&request).await?;
-    line.clear();
-    read_line(conn, &mut line).await?;
-    if line != "STORED\r\n" {
-        clock.failed(format!("set: {}", line.trim_end()));
-    }
-    Ok(())
-}
-
-/// A reply line; the connection closing is an error.
-async fn read_line(conn: &mut BufReader<TcpStream>, line: &mut String) -> std::io::Result<()> {
-    if conn.read_line(line).await? == 0 {
-        return Err(std::io::ErrorKind::UnexpectedEof.into());
-    }
-    Ok(())
+    let mut buffers = super::look_aside::Buffers::default();
+    super::look_aside::read(conn, workload, key, db_latency, &mut buffers, |e| match e {
+        Event::Get { hit, error } => {
+            clock.count(|s| {
+                s.gets += 1;
+                s.hits += u64::from(hit);
+            });
+            if let Some(line) = error {
+                clock.failed(format!("get: {line}"));
+            }
+        }
+        Event::Database => clock.count(|s| s.db += 1),
+        Event::SetFailed(line) => clock.failed(format!("set: {line}")),
+    })
+    .await
 }
 
 /// Reads the gutter route's counters every second into the windows.
