@@ -162,10 +162,7 @@ fn layout(up: &UpArgs) -> (Vec<Member>, Vec<(String, String)>) {
             c.route("by_operation", "operation")
                 .set_str("delete", "invalidate")
                 .set_str("default", "cache");
-            c.route("cache", "gutter")
-                .set_str("main", "local")
-                .set_str("gutter", "gutter")
-                .set("gutter_ttl", 10);
+            c.gutter_route("cache", "local", "gutter", 10);
             let to: &[&str] = if other.is_empty() {
                 &["local"]
             } else {

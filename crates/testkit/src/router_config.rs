@@ -46,6 +46,21 @@ impl RouterConfig {
             .set_str("type", kind)
     }
 
+    /// Starts a `gutter` route `name` (§3.3): `main` while it answers, `gutter` (with sets
+    /// kept at most `ttl` seconds) when it does not. `listen` or more keys may follow.
+    pub fn gutter_route(
+        &mut self,
+        name: &str,
+        main: &str,
+        gutter: &str,
+        ttl: u32,
+    ) -> &mut RouterConfig {
+        self.route(name, "gutter")
+            .set_str("main", main)
+            .set_str("gutter", gutter)
+            .set("gutter_ttl", ttl)
+    }
+
     /// `listen = "127.0.0.1:PORT"` in the current pool or route.
     pub fn listen(&mut self, port: u16) -> &mut RouterConfig {
         self.set_str("listen", &format!("127.0.0.1:{port}"))

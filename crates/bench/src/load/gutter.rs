@@ -242,11 +242,8 @@ fn router_config(listen: u16, servers: &[u16], gutter: Option<u16>, ttl: u32) ->
         Some(g) => {
             c.pool("main", servers).quick_failover();
             c.pool("gutter", &[g]);
-            c.route("cache", "gutter")
-                .listen(listen)
-                .set_str("main", "main")
-                .set_str("gutter", "gutter")
-                .set("gutter_ttl", ttl);
+            c.gutter_route("cache", "main", "gutter", ttl)
+                .listen(listen);
         }
     }
     c.text()

@@ -371,10 +371,7 @@ fn router_config(
         .set_strs("servers", &[&format!("dnssrv+{SRV_NAME}")])
         .quick_failover();
     c.pool("gutter", gutter);
-    c.route("cache", "gutter")
-        .listen(listen)
-        .set_str("main", "main")
-        .set_str("gutter", "gutter")
-        .set("gutter_ttl", GUTTER_TTL);
+    c.gutter_route("cache", "main", "gutter", GUTTER_TTL)
+        .listen(listen);
     c.text()
 }

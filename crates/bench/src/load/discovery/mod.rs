@@ -390,7 +390,19 @@ async fn load(
     let sampler = {
         let windows = windows.clone();
         tokio::task::spawn_local(async move {
-            if let Err(e) = sample_gutter(addr, start, deadline, &windows).await {
+            // The gutter route's counters every second, into the windows.
+            let sampled = super::gutter::sample_gutter_counters(
+                addr,
+                start,
+                deadline,
+                |second, gets, hits| {
+                    if let Some(s) = windows.borrow_mut().get_mut(second) {
+                        s.gutter_gets = gets;
+                        s.gutter_hits = hits;
+                    }
+                },
+            );
+            if let Err(e) = sampled.await {
                 eprintln!("reading the router's gutter counters: {e:#}");
             }
         })
@@ -481,22 +493,6 @@ async fn look_aside(
         }
         Event::Database => clock.count(|s| s.db += 1),
         Event::SetFailed(line) => clock.failed(format!("set: {line}")),
-    })
-    .await
-}
-
-/// Reads the gutter route's counters every second into the windows.
-async fn sample_gutter(
-    addr: SocketAddr,
-    start: Instant,
-    deadline: Instant,
-    windows: &RefCell<Vec<Second>>,
-) -> Result<()> {
-    super::gutter::sample_gutter_counters(addr, start, deadline, |second, gets, hits| {
-        if let Some(s) = windows.borrow_mut().get_mut(second) {
-            s.gutter_gets = gets;
-            s.gutter_hits = hits;
-        }
     })
     .await
 }
