@@ -260,23 +260,32 @@ fn store<'a>(
     }
     let store = Store {
         command,
+        cas,
+        ..store_line(key, flags, exptime, noreply)
+    };
+    with_data(buf, (consumed, len), store, cfg)
+}
+
+/// A storage command line's fields (a `set` with no CAS and no data yet; the parser sets
+/// what differs).
+fn store_line(key: &[u8], flags: u32, exptime: i32, noreply: bool) -> Store<'_> {
+    Store {
+        command: StoreCommand::Set,
         key,
         flags,
         exptime: i64::from(exptime),
-        cas,
+        cas: 0,
         noreply,
         data: &[],
-    };
-    with_data(buf, consumed, len, store, cfg)
+    }
 }
 
 /// The end both storage parsers share once the command line checks out: an item over the
-/// size limit is refused (its data block swallowed), else the data block is read into
-/// `store`.
+/// size limit is refused (its data block swallowed), else the data block (`len` bytes
+/// after the `consumed` of the line) is read into `store`.
 fn with_data<'a>(
     buf: &'a [u8],
-    consumed: usize,
-    len: usize,
+    (consumed, len): (usize, usize),
     store: Store<'a>,
     cfg: &ParserConfig,
 ) -> Parsed<'a> {
@@ -320,14 +329,10 @@ fn lease_set<'a>(
     };
     let store = Store {
         command: StoreCommand::LeaseSet,
-        key,
-        flags,
-        exptime: i64::from(exptime),
         cas,
-        noreply,
-        data: &[],
+        ..store_line(key, flags, exptime, noreply)
     };
-    with_data(buf, consumed, len, store, cfg)
+    with_data(buf, (consumed, len), store, cfg)
 }
 
 fn delete<'a>(consumed: usize, t: &Tokenized<'a>) -> Parsed<'a> {
