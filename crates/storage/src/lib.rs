@@ -11,7 +11,7 @@
 //!
 //! | module          | what it holds |
 //! |-----------------|---------------|
-//! | `sync`          | the protocols' atomics, mutexes and spin-waits: `std`'s, or loom's under `--cfg loom` (`tests/loom_protocol.rs`) |
+//! | `sync`          | the protocols' atomics, mutexes and spin-waits: `std`'s, or loom's under `--cfg loom` (`loom/tests/loom_protocol.rs`) |
 //! | `heap`          | the one allocation of fixed-size segments (the memory limit); all `unsafe` byte access |
 //! | `segment`       | per-segment shared metadata: expiry, chain links, life cycle, write offset |
 //! | `readers`       | per-segment reader counts, striped per handle, and the drain retirement waits for |

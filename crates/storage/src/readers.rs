@@ -18,7 +18,7 @@
 //! increments its stripe, then checks that the segment is still accessible; retirement
 //! clears `accessible`, then waits for each stripe to read 0. A reader whose increment
 //! retirement does not see sees `accessible` false and backs out; so once a stripe read 0
-//! after the store, nobody enters through it again. `tests/loom_protocol.rs` model-checks it
+//! after the store, nobody enters through it again. `loom/tests/loom_protocol.rs` model-checks it
 //! (two stripes under loom, the handles of its threads in different ones).
 
 use crate::segment::SegmentHeader;

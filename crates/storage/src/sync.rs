@@ -2,7 +2,7 @@
 //! headers (reader counts, sealing, life cycle) and hash chains (slots, the chain lock), the
 //! mutexes of chains, the free pool and eviction, and the spin-waits. They come from `std`,
 //! and from [loom](https://docs.rs/loom) when the crate is built with `--cfg loom`, so that
-//! `tests/loom_protocol.rs` model-checks the engine's own code, orderings included, rather
+//! `loom/tests/loom_protocol.rs` model-checks the engine's own code, orderings included, rather
 //! than a copy of it. Nothing else differs between the two builds.
 //!
 //! Counters, the clock, the ghosts and the active-segment places keep `std` atomics in both

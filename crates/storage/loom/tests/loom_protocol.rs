@@ -6,7 +6,7 @@
 //!
 //! ```sh
 //! RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom \
-//!     cargo test -p memfleet-storage --test loom_protocol --release
+//!     cargo test -p memfleet-storage-loom --test loom_protocol --release
 //! ```
 //!
 //! Preemptions are bounded (3 unless `LOOM_MAX_PREEMPTIONS` says otherwise), which keeps the
