@@ -73,16 +73,7 @@ mod tests {
     use super::*;
 
     fn raw(head: &[u8], tail: &[u8]) -> RouteRequest {
-        RouteRequest {
-            class: RequestClass::Set,
-            key: b"k".to_vec(),
-            form: RequestForm::Raw {
-                head: head.to_vec(),
-                wire_key: b"k".to_vec(),
-                tail: tail.to_vec(),
-                kind: ReplyKind::Meta,
-            },
-        }
+        RouteRequest::meta_on_k(head, tail)
     }
 
     #[test]

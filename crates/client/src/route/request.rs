@@ -206,6 +206,24 @@ pub struct RouteContext {
 }
 
 #[cfg(test)]
+impl RouteRequest {
+    /// For the route types' unit tests: a meta request (a set's class) on key `k`, `head` its
+    /// command and a space, `tail` what follows the key.
+    pub(super) fn meta_on_k(head: &[u8], tail: &[u8]) -> RouteRequest {
+        RouteRequest {
+            class: RequestClass::Set,
+            key: b"k".to_vec(),
+            form: RequestForm::Raw {
+                head: head.to_vec(),
+                wire_key: b"k".to_vec(),
+                tail: tail.to_vec(),
+                kind: ReplyKind::Meta,
+            },
+        }
+    }
+}
+
+#[cfg(test)]
 mod tests {
     use super::*;
 

@@ -160,19 +160,9 @@ fn meta_ttls(tail: &[u8], add_t: bool, new: impl Fn(i64) -> i64) -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use memfleet_protocol::reply::ReplyKind;
 
     fn raw(head: &[u8], tail: &[u8]) -> RouteRequest {
-        RouteRequest {
-            class: RequestClass::Set,
-            key: b"k".to_vec(),
-            form: RequestForm::Raw {
-                head: head.to_vec(),
-                wire_key: b"k".to_vec(),
-                tail: tail.to_vec(),
-                kind: ReplyKind::Meta,
-            },
-        }
+        RouteRequest::meta_on_k(head, tail)
     }
 
     #[test]
